@@ -1,0 +1,7 @@
+//! smartmig-core: MIG geometry, configuration and job routing.
+//!
+//! This crate is what the Slurm job_submit plugin links, so it stays small: no ONNX
+//! Runtime, tensor library, solver or simulator may enter its dependency graph.
+
+pub mod error;
+pub mod mig;

@@ -1,0 +1,1 @@
+//! job_submit_smartmig: the Slurm job_submit plugin (FFI shell over `smartmig_core`).
