@@ -74,14 +74,9 @@ impl fmt::Display for Kind {
 impl FromStr for Kind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown profile kind `{s}` (expected one of 1g, 1g+me, 1g*, 2g, 3g, 4g, 7g)"
-                )
-            })
+        Kind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
+            format!("unknown profile kind `{s}` (expected one of 1g, 1g+me, 1g*, 2g, 3g, 4g, 7g)")
+        })
     }
 }
 
@@ -163,19 +158,12 @@ impl GpuModel {
         self.profiles
             .iter()
             .position(|p| p.name.eq_ignore_ascii_case(name))
-            .or_else(|| {
-                name.parse::<Kind>()
-                    .ok()
-                    .and_then(|k| self.profile_of_kind(k))
-            })
+            .or_else(|| name.parse::<Kind>().ok().and_then(|k| self.profile_of_kind(k)))
     }
 
     /// The profile ids of the given kinds that this model has.
     pub fn profiles_of_kinds(&self, kinds: &[Kind]) -> Vec<ProfileId> {
-        kinds
-            .iter()
-            .filter_map(|&k| self.profile_of_kind(k))
-            .collect()
+        kinds.iter().filter_map(|&k| self.profile_of_kind(k)).collect()
     }
 
     /// Power in W with `busy` compute slices in use (clamped to 7).
@@ -220,11 +208,7 @@ impl GpuModel {
             if p.starts.is_empty() {
                 return Err(pctx("starts is empty"));
             }
-            if let Some(s) = p
-                .starts
-                .iter()
-                .find(|&&s| s + p.memory_slices > MEMORY_SLICES)
-            {
+            if let Some(s) = p.starts.iter().find(|&&s| s + p.memory_slices > MEMORY_SLICES) {
                 return Err(pctx(&format!("start {s} runs past memory slice 8")));
             }
             if !(p.memory_gb > 0.0) {
@@ -392,10 +376,7 @@ impl Catalogue {
 
     /// Configuration names in action-space order.
     pub fn configuration_names(&self) -> Vec<&str> {
-        self.configurations
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect()
+        self.configurations.iter().map(|c| c.name.as_str()).collect()
     }
 
     fn check(&self) -> Result<(), String> {
@@ -405,10 +386,7 @@ impl Catalogue {
                 .iter()
                 .find(|o| o.answers_to(&m.key) || m.answers_to(&o.key) || o.answers_to(&m.name))
             {
-                return Err(format!(
-                    "models `{}` and `{}` share a name",
-                    other.key, m.key
-                ));
+                return Err(format!("models `{}` and `{}` share a name", other.key, m.key));
             }
         }
         for (i, c) in self.configurations.iter().enumerate() {
@@ -454,10 +432,7 @@ mod tests {
         let cat = Catalogue::embedded();
         let m = cat.model("a100-40gb").unwrap();
         let p = &m.profiles[m.profile_by_name("3g.20gb").unwrap()];
-        assert_eq!(
-            (p.nvml_id, p.compute, p.memory_slices, p.max_count),
-            (9, 3, 4, 2)
-        );
+        assert_eq!((p.nvml_id, p.compute, p.memory_slices, p.max_count), (9, 3, 4, 2));
         assert_eq!(p.starts, vec![0, 4]);
         assert_eq!(p.memory_mask(4), 0b1111_0000);
         let d = &m.profiles[m.profile_by_name("1g*").unwrap()];
@@ -483,9 +458,7 @@ profile = [{ name = "1g.1gb", kind = "1g", nvml_id = 19, compute = 1, memory_sli
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("site.toml")
-                && err.contains("model `x`")
-                && err.contains("non-decreasing"),
+            err.contains("site.toml") && err.contains("model `x`") && err.contains("non-decreasing"),
             "{err}"
         );
     }

@@ -12,12 +12,22 @@ pub struct Configuration {
     pub layout: Layout,
     /// Compute slice sizes, largest first.
     pub sizes: Vec<u8>,
+    /// Why the GPU cannot take this configuration under the driver rules, if it cannot.
+    pub unavailable: Option<String>,
+}
+
+impl Configuration {
+    /// Whether the GPU can take this configuration.
+    pub fn is_available(&self) -> bool {
+        self.unavailable.is_none()
+    }
 }
 
 /// Resolves every configuration of the catalogue on `model`, in action-space order.
 ///
-/// Fails when the model lacks a profile kind a configuration uses, or a placement
-/// breaks the model's rules under `driver`.
+/// Fails when the model lacks a profile kind a configuration uses. A configuration whose
+/// placement breaks a rule of `driver` (c2 before R510) stays in the list, marked unavailable,
+/// so that the action space has the same size on every GPU.
 pub fn resolve_configurations(
     cat: &Catalogue,
     model: &GpuModel,
@@ -41,13 +51,12 @@ pub fn resolve_configurations(
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let layout = Layout::new(instances);
-            layout
-                .validate(model, driver)
-                .map_err(|e| invalid(e.to_string()))?;
+            let unavailable = layout.validate(model, driver).err().map(|e| e.to_string());
             Ok(Configuration {
                 name: def.name.clone(),
                 sizes: layout.slice_sizes(model),
                 layout,
+                unavailable,
             })
         })
         .collect()
@@ -75,17 +84,21 @@ mod tests {
     use crate::mig::enumerate::maximal_layouts;
 
     #[test]
-    fn the_twelve_configurations_are_valid_on_every_model_and_driver_they_may_be() {
+    fn the_twelve_configurations_are_valid_on_every_model_and_c2_needs_r510() {
         let cat = Catalogue::embedded();
         for m in &cat.models {
             let cs = resolve_configurations(&cat, m, Driver::R510).unwrap();
             assert_eq!(cs.len(), 12);
             assert_eq!(cs[2].sizes, vec![4, 2, 1], "{}", m.key);
-            // c2 is the only 4g+3g configuration: it alone fails before R510.
-            let e = resolve_configurations(&cat, m, Driver::PreR510)
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("configuration `c2`"), "{e}");
+            assert!(cs.iter().all(Configuration::is_available));
+            // c2 is the only 4g+3g configuration: it alone is unavailable before R510.
+            let pre = resolve_configurations(&cat, m, Driver::PreR510).unwrap();
+            let names: Vec<&str> = pre
+                .iter()
+                .filter(|c| !c.is_available())
+                .map(|c| c.name.as_str())
+                .collect();
+            assert_eq!(names, ["c2"]);
         }
     }
 
@@ -93,14 +106,7 @@ mod tests {
     fn configurations_use_all_memory_and_are_maximal() {
         let cat = Catalogue::embedded();
         let m = cat.model("a100-40gb").unwrap();
-        let with_double = [
-            Kind::G1,
-            Kind::G1Double,
-            Kind::G2,
-            Kind::G3,
-            Kind::G4,
-            Kind::G7,
-        ];
+        let with_double = [Kind::G1, Kind::G1Double, Kind::G2, Kind::G3, Kind::G4, Kind::G7];
         let maximal = maximal_layouts(m, Driver::R510, &with_double);
         for c in resolve_configurations(&cat, m, Driver::R510).unwrap() {
             assert_eq!(c.layout.memory_mask(m), 0xff, "{}", c.name);

@@ -11,10 +11,7 @@ pub fn candidate_instances(model: &GpuModel, profiles: &[ProfileId]) -> Vec<Inst
             model.profiles[pid]
                 .starts
                 .iter()
-                .map(move |&start| Instance {
-                    start,
-                    profile: pid,
-                })
+                .map(move |&start| Instance { start, profile: pid })
         })
         .collect()
 }
@@ -101,14 +98,7 @@ mod tests {
     #[test]
     fn enumeration_equals_brute_force_over_placements() {
         let cat = Catalogue::embedded();
-        let with_double = [
-            Kind::G1,
-            Kind::G1Double,
-            Kind::G2,
-            Kind::G3,
-            Kind::G4,
-            Kind::G7,
-        ];
+        let with_double = [Kind::G1, Kind::G1Double, Kind::G2, Kind::G3, Kind::G4, Kind::G7];
         for model in &cat.models {
             for driver in [Driver::R510, Driver::PreR510] {
                 for kinds in [&Kind::BASE[..], &with_double[..]] {
@@ -134,9 +124,7 @@ mod tests {
         let m = cat.model("a100-40gb").unwrap();
         let all = maximal_layouts(m, Driver::R510, &Kind::ALL);
         let me = m.profile_of_kind(Kind::G1Me).unwrap();
-        assert!(all
-            .iter()
-            .any(|l| l.instances().iter().any(|i| i.profile == me)));
+        assert!(all.iter().any(|l| l.instances().iter().any(|i| i.profile == me)));
         assert!(all.len() > 19);
     }
 }

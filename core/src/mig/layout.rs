@@ -44,9 +44,7 @@ pub enum LayoutError {
         profile: ProfileId,
     },
     /// The start is not among the profile's allowed placements.
-    #[error(
-        "{instance}: start {start} is not an allowed placement for {profile} (allowed: {allowed})"
-    )]
+    #[error("{instance}: start {start} is not an allowed placement for {profile} (allowed: {allowed})")]
     Placement {
         /// The instance, as `name@start`.
         instance: String,
@@ -133,12 +131,7 @@ impl Layout {
     /// A copy without `inst`.
     pub fn without(&self, inst: &Instance) -> Layout {
         Layout {
-            instances: self
-                .instances
-                .iter()
-                .copied()
-                .filter(|i| i != inst)
-                .collect(),
+            instances: self.instances.iter().copied().filter(|i| i != inst).collect(),
         }
     }
 
@@ -146,12 +139,7 @@ impl Layout {
     pub fn memory_mask(&self, model: &GpuModel) -> u8 {
         self.instances
             .iter()
-            .filter_map(|i| {
-                model
-                    .profiles
-                    .get(i.profile)
-                    .map(|p| p.memory_mask(i.start))
-            })
+            .filter_map(|i| model.profiles.get(i.profile).map(|p| p.memory_mask(i.start)))
             .fold(0, |a, b| a | b)
     }
 
@@ -244,16 +232,10 @@ impl Layout {
     /// Whether no instance of the given profiles can be added.
     pub fn is_maximal(&self, model: &GpuModel, driver: Driver, profiles: &[ProfileId]) -> bool {
         profiles.iter().all(|&pid| {
-            model.profiles[pid].starts.iter().all(|&start| {
-                !self.fits(
-                    model,
-                    driver,
-                    Instance {
-                        start,
-                        profile: pid,
-                    },
-                )
-            })
+            model.profiles[pid]
+                .starts
+                .iter()
+                .all(|&start| !self.fits(model, driver, Instance { start, profile: pid }))
         })
     }
 
@@ -284,10 +266,7 @@ impl Layout {
 
     /// The layout with profile names: `4g.20gb@0 3g.20gb@4`.
     pub fn display<'a>(&'a self, model: &'a GpuModel) -> impl fmt::Display + 'a {
-        LayoutDisplay {
-            layout: self,
-            model,
-        }
+        LayoutDisplay { layout: self, model }
     }
 
     /// The layout as JSON-ready records.
@@ -340,10 +319,7 @@ impl fmt::Display for LayoutDisplay<'_> {
 }
 
 fn join(v: &[u8]) -> String {
-    v.iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
+    v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]

@@ -22,10 +22,7 @@ impl Step {
     /// The instance the step acts on.
     pub fn instance(&self) -> Instance {
         match *self {
-            Step::DestroyCompute(i)
-            | Step::DestroyGpu(i)
-            | Step::CreateGpu(i)
-            | Step::CreateCompute(i) => i,
+            Step::DestroyCompute(i) | Step::DestroyGpu(i) | Step::CreateGpu(i) | Step::CreateCompute(i) => i,
         }
     }
 
@@ -187,11 +184,7 @@ pub struct DriverModel {
 
 impl DriverModel {
     /// A GPU in `layout` with a compute instance on every GPU instance.
-    pub fn new(
-        model: GpuModel,
-        driver: Driver,
-        layout: Layout,
-    ) -> Result<DriverModel, LayoutError> {
+    pub fn new(model: GpuModel, driver: Driver, layout: Layout) -> Result<DriverModel, LayoutError> {
         layout.validate(&model, driver)?;
         let with_compute = layout.instances().to_vec();
         Ok(DriverModel {
@@ -236,10 +229,7 @@ impl DriverModel {
                     return Err(DriverError::InUse(name(&i)));
                 }
                 if !self.with_compute.contains(&i) {
-                    return Err(DriverError::ComputeState(
-                        name(&i),
-                        "has no compute instance",
-                    ));
+                    return Err(DriverError::ComputeState(name(&i), "has no compute instance"));
                 }
                 self.with_compute.retain(|c| *c != i);
             }
