@@ -1,0 +1,634 @@
+//! Scenario files: the cluster, the workload, the baselines and the objective of a run.
+//!
+//! A scenario is TOML (`etc/scenarios/*.toml`). Every command that takes one also takes
+//! `--set KEY=VALUE` overrides, applied to the TOML tree before it is checked, so an
+//! override is validated exactly like the file.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use smartmig_core::error::{toml_error, SourceError};
+use smartmig_core::mig::{resolve_configurations, Catalogue, Configuration, Driver, GpuModel};
+
+/// The scenario format version this build reads.
+pub const SCENARIO_VERSION: u32 = 1;
+
+/// The embedded reference scenario (the paper's 8 × A100-40GB day).
+pub const REFERENCE: &str = include_str!("../etc/scenarios/paper-a100x8.toml");
+
+/// A scenario problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("cannot read scenario {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A key or value is wrong.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A `--set` override is malformed.
+    #[error("--set {0}")]
+    Set(String),
+}
+
+/// A whole scenario.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Format version.
+    pub version: u32,
+    /// Short name.
+    pub name: String,
+    /// One line saying what it models.
+    #[serde(default)]
+    pub description: String,
+    /// The GPUs.
+    pub cluster: ClusterSpec,
+    /// Where jobs come from.
+    pub workload: WorkloadSpec,
+    /// Baseline layouts.
+    #[serde(default)]
+    pub baselines: BaselineSpec,
+    /// How repartitions happen and what they cost.
+    #[serde(default)]
+    pub repartition: RepartitionSpec,
+    /// The energy-tardiness objective.
+    #[serde(default)]
+    pub objective: ObjectiveSpec,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// GPU groups.
+    pub gpus: Vec<GpuGroup>,
+    /// Driver rules.
+    #[serde(default)]
+    pub driver: Driver,
+}
+
+/// A number of GPUs of one model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuGroup {
+    /// Catalogue key or name.
+    pub model: String,
+    /// How many.
+    pub count: u32,
+}
+
+/// `[workload]`: generated (diurnal Poisson) or read from a trace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// `generator` or `trace`.
+    #[serde(default)]
+    pub source: WorkloadSource,
+    /// Simulated days (generator).
+    #[serde(default = "one")]
+    pub days: f64,
+    /// Multiplier on the base hourly rates (generator).
+    #[serde(default = "one")]
+    pub multiplier: f64,
+    /// Arrival rates in jobs/minute for hours 0..23 at multiplier 1 (generator).
+    #[serde(default)]
+    pub hourly_rates: Vec<f64>,
+    /// Deadline = release + U(lo, hi) × time on a full GPU (generator).
+    #[serde(default = "default_deadline_factor")]
+    pub deadline_factor: [f64; 2],
+    /// Job classes with their shares (generator).
+    #[serde(default, rename = "class")]
+    pub classes: Vec<JobClassSpec>,
+    /// Trace file (trace), relative to the scenario file.
+    #[serde(default)]
+    pub trace: Option<String>,
+    /// Trace format (trace).
+    #[serde(default)]
+    pub format: Option<TraceFormat>,
+}
+
+/// Where a scenario's jobs come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadSource {
+    /// The reference diurnal generator (MODEL.md §2).
+    #[default]
+    Generator,
+    /// A trace file.
+    Trace,
+}
+
+/// Trace file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceFormat {
+    /// `sacct --parsable2` output.
+    Sacct,
+    /// The Alibaba openb pod CSV.
+    Alibaba,
+    /// smartmig's own job list (what `simulate --dump-jobs` writes).
+    Jobs,
+}
+
+/// One job class of the generator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobClassSpec {
+    /// Label (`bert-infer`).
+    pub name: String,
+    /// Fraction of arrivals (shares are normalised).
+    pub share: f64,
+    /// Processing time on one slice (1g), minutes.
+    pub duration: DurationSpec,
+    /// Speed-up over 1g on 1g/2g/3g/4g/7g (first is 1).
+    pub speedup: [f64; 5],
+}
+
+/// A processing-time distribution, in minutes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum DurationSpec {
+    /// Exponential with the given mean.
+    Exponential {
+        /// Mean.
+        mean: f64,
+    },
+    /// Log-normal with 90% of the mass between `p5` and `p95`.
+    LognormalRange {
+        /// 5th percentile.
+        p5: f64,
+        /// 95th percentile.
+        p95: f64,
+    },
+    /// A fixed time.
+    Fixed {
+        /// The time.
+        value: f64,
+    },
+}
+
+/// `[baselines]`: layouts the comparison runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselineSpec {
+    /// The paper's reference static layout: a configuration per GPU (cycled if shorter).
+    #[serde(default = "default_reference_layout")]
+    pub reference_layout: Vec<String>,
+    /// Periodic schedule: layouts by time of day.
+    #[serde(default = "default_periodic")]
+    pub periodic: Vec<PeriodicSpec>,
+    /// Best static layout found by `tune-static --write` (absent until tuned).
+    #[serde(default)]
+    pub static_best: Option<Vec<String>>,
+}
+
+/// One entry of a periodic schedule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeriodicSpec {
+    /// `HH:MM` from which `layout` applies.
+    pub at: String,
+    /// Configuration per GPU (cycled).
+    pub layout: Vec<String>,
+}
+
+/// Repartition semantics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Semantics {
+    /// The paper's: jobs on changed instances are preempted, keep their progress, and pay a penalty.
+    #[default]
+    Preempt,
+    /// Slurm's: changing instances take no new jobs and switch once idle.
+    Drain,
+}
+
+/// `[repartition]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepartitionSpec {
+    /// Preempt or drain.
+    #[serde(default)]
+    pub semantics: Semantics,
+    /// Preempt: seconds a repartition costs the jobs it preempts (the paper's 4 s).
+    #[serde(default = "four")]
+    pub penalty_s: f64,
+    /// Drain: seconds a GPU is unavailable while it switches (a Slurm re-layout).
+    #[serde(default = "four")]
+    pub reconfigure_s: f64,
+}
+
+/// `[objective]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectiveSpec {
+    /// Weight `a` of energy against tardiness.
+    #[serde(default = "half")]
+    pub energy_weight: f64,
+}
+
+impl Default for BaselineSpec {
+    fn default() -> Self {
+        BaselineSpec {
+            reference_layout: default_reference_layout(),
+            periodic: default_periodic(),
+            static_best: None,
+        }
+    }
+}
+impl Default for RepartitionSpec {
+    fn default() -> Self {
+        RepartitionSpec {
+            semantics: Semantics::Preempt,
+            penalty_s: 4.0,
+            reconfigure_s: 4.0,
+        }
+    }
+}
+impl Default for ObjectiveSpec {
+    fn default() -> Self {
+        ObjectiveSpec { energy_weight: 0.5 }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn four() -> f64 {
+    4.0
+}
+fn half() -> f64 {
+    0.5
+}
+fn default_deadline_factor() -> [f64; 2] {
+    [1.0, 1.5]
+}
+fn default_reference_layout() -> Vec<String> {
+    ["c1", "c1", "c2", "c3", "c3", "c5", "c5", "c10"]
+        .map(String::from)
+        .to_vec()
+}
+fn default_periodic() -> Vec<PeriodicSpec> {
+    vec![
+        PeriodicSpec {
+            at: "00:00".into(),
+            layout: vec!["c1".into()],
+        },
+        PeriodicSpec {
+            at: "08:00".into(),
+            layout: vec!["c6".into()],
+        },
+    ]
+}
+
+/// One GPU of a resolved cluster.
+#[derive(Debug, Clone)]
+pub struct GpuSlot {
+    /// Index of its model in [`ResolvedScenario::models`].
+    pub model: usize,
+}
+
+/// A GPU model of the cluster with its configurations.
+#[derive(Debug, Clone)]
+pub struct ClusterModel {
+    /// The model.
+    pub model: GpuModel,
+    /// Configurations c1..c12 on it.
+    pub configurations: Vec<Configuration>,
+}
+
+/// A checked scenario with its GPU models resolved.
+#[derive(Debug, Clone)]
+pub struct ResolvedScenario {
+    /// The scenario as written (after overrides).
+    pub scenario: Scenario,
+    /// Distinct GPU models.
+    pub models: Vec<ClusterModel>,
+    /// Every GPU, in group order.
+    pub gpus: Vec<GpuSlot>,
+    /// Directory the scenario file is in (traces are relative to it).
+    pub base_dir: Option<std::path::PathBuf>,
+}
+
+impl Scenario {
+    /// Reads a scenario file with overrides.
+    pub fn load(path: &Path, sets: &[String]) -> Result<ResolvedScenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut r = Scenario::parse(&text, &path.display().to_string(), sets)?;
+        r.base_dir = path.parent().map(Path::to_path_buf);
+        Ok(r)
+    }
+
+    /// The embedded reference scenario with overrides.
+    pub fn reference(sets: &[String]) -> Result<ResolvedScenario, ScenarioError> {
+        Scenario::parse(REFERENCE, "embedded paper-a100x8.toml", sets)
+    }
+
+    /// Parses scenario text, applies `KEY=VALUE` overrides, checks and resolves it.
+    pub fn parse(text: &str, origin: &str, sets: &[String]) -> Result<ResolvedScenario, ScenarioError> {
+        let scenario: Scenario = if sets.is_empty() {
+            toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?
+        } else {
+            let mut table: toml::Table = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
+            for s in sets {
+                apply_set(&mut table, s)?;
+            }
+            let merged = toml::to_string(&table).map_err(|e| ScenarioError::Set(e.to_string()))?;
+            let origin = format!("{origin} with --set {}", sets.join(" --set "));
+            toml::from_str(&merged).map_err(|e| {
+                let mut err = toml_error(&origin, &merged, &e);
+                // Line numbers refer to the merged text, not the file: drop them.
+                err.line = None;
+                err.column = None;
+                err
+            })?
+        };
+        scenario.resolve(origin)
+    }
+
+    fn resolve(self, origin: &str) -> Result<ResolvedScenario, ScenarioError> {
+        let bad = |key: &str, message: String| -> ScenarioError {
+            SourceError {
+                origin: origin.to_string(),
+                line: None,
+                column: None,
+                key: Some(key.into()),
+                message,
+            }
+            .into()
+        };
+        if self.version != SCENARIO_VERSION {
+            return Err(bad(
+                "version",
+                format!(
+                    "version {} is not supported (this build reads {SCENARIO_VERSION})",
+                    self.version
+                ),
+            ));
+        }
+        let catalogue = Catalogue::embedded();
+        let mut models: Vec<ClusterModel> = Vec::new();
+        let mut gpus = Vec::new();
+        if self.cluster.gpus.is_empty() {
+            return Err(bad("cluster.gpus", "names no GPUs".into()));
+        }
+        for g in &self.cluster.gpus {
+            let m = catalogue
+                .model(&g.model)
+                .map_err(|e| bad("cluster.gpus.model", e.to_string()))?;
+            if g.count == 0 {
+                return Err(bad("cluster.gpus.count", format!("{} has count 0", g.model)));
+            }
+            let idx = match models.iter().position(|x| x.model.key == m.key) {
+                Some(i) => i,
+                None => {
+                    let configurations = resolve_configurations(&catalogue, m, self.cluster.driver)
+                        .map_err(|e| bad("cluster.gpus.model", e.to_string()))?;
+                    models.push(ClusterModel {
+                        model: m.clone(),
+                        configurations,
+                    });
+                    models.len() - 1
+                }
+            };
+            gpus.extend((0..g.count).map(|_| GpuSlot { model: idx }));
+        }
+        let w = &self.workload;
+        match w.source {
+            WorkloadSource::Generator => {
+                if w.hourly_rates.len() != 24 {
+                    return Err(bad(
+                        "workload.hourly_rates",
+                        format!("has {} values, needs 24", w.hourly_rates.len()),
+                    ));
+                }
+                if w.hourly_rates.iter().any(|r| !r.is_finite() || *r < 0.0) {
+                    return Err(bad("workload.hourly_rates", "rates must be >= 0".into()));
+                }
+                if !(w.days > 0.0) || !(w.multiplier > 0.0) {
+                    return Err(bad(
+                        "workload.days",
+                        "days and multiplier must be positive".into(),
+                    ));
+                }
+                let [lo, hi] = w.deadline_factor;
+                if !(lo >= 1.0 && hi >= lo) {
+                    return Err(bad(
+                        "workload.deadline_factor",
+                        format!("[{lo}, {hi}] must satisfy 1 <= lo <= hi"),
+                    ));
+                }
+                if w.classes.is_empty() || w.classes.iter().map(|c| c.share).sum::<f64>() <= 0.0 {
+                    return Err(bad(
+                        "workload.class",
+                        "needs at least one class with a positive share".into(),
+                    ));
+                }
+                for c in &w.classes {
+                    check_class(c).map_err(|m| bad("workload.class", format!("class `{}`: {m}", c.name)))?;
+                }
+            }
+            WorkloadSource::Trace => {
+                if w.trace.is_none() || w.format.is_none() {
+                    return Err(bad(
+                        "workload.trace",
+                        "a trace workload needs `trace` and `format`".into(),
+                    ));
+                }
+            }
+        }
+        let check_layout = |key: &str, names: &[String]| -> Result<(), ScenarioError> {
+            if names.is_empty() {
+                return Err(bad(key, "is empty".into()));
+            }
+            for n in names {
+                for cm in &models {
+                    let c = cm.configurations.iter().find(|c| c.name == *n).ok_or_else(|| {
+                        bad(
+                            key,
+                            format!(
+                                "unknown configuration `{n}` (known: c1..c{})",
+                                cm.configurations.len()
+                            ),
+                        )
+                    })?;
+                    if let Some(why) = &c.unavailable {
+                        return Err(bad(key, format!("{} cannot take {n}: {why}", cm.model.key)));
+                    }
+                }
+            }
+            Ok(())
+        };
+        check_layout("baselines.reference_layout", &self.baselines.reference_layout)?;
+        if let Some(best) = &self.baselines.static_best {
+            check_layout("baselines.static_best", best)?;
+        }
+        let mut last = None;
+        for p in &self.baselines.periodic {
+            let m = smartmig_core::config::parse_time_of_day(&p.at)
+                .map_err(|e| bad("baselines.periodic.at", e))?;
+            if last.is_some_and(|l| m <= l) {
+                return Err(bad("baselines.periodic.at", "times must increase".into()));
+            }
+            last = Some(m);
+            check_layout("baselines.periodic.layout", &p.layout)?;
+        }
+        let r = &self.repartition;
+        if !(r.penalty_s >= 0.0 && r.reconfigure_s >= 0.0) {
+            return Err(bad(
+                "repartition",
+                "penalty_s and reconfigure_s must be >= 0".into(),
+            ));
+        }
+        if !(self.objective.energy_weight >= 0.0) {
+            return Err(bad("objective.energy_weight", "must be >= 0".into()));
+        }
+        Ok(ResolvedScenario {
+            scenario: self,
+            models,
+            gpus,
+            base_dir: None,
+        })
+    }
+}
+
+fn check_class(c: &JobClassSpec) -> Result<(), String> {
+    if !(c.share >= 0.0) {
+        return Err("share must be >= 0".into());
+    }
+    if (c.speedup[0] - 1.0).abs() > 1e-12 {
+        return Err("speedup must start with 1 (the 1g)".into());
+    }
+    if c.speedup.windows(2).any(|w| !(w[1] >= w[0])) {
+        return Err(format!(
+            "speedup {:?} must not decrease with slice size",
+            c.speedup
+        ));
+    }
+    match c.duration {
+        DurationSpec::Exponential { mean } if !(mean > 0.0) => Err("mean must be positive".into()),
+        DurationSpec::LognormalRange { p5, p95 } if !(p5 > 0.0 && p95 >= p5) => {
+            Err("needs 0 < p5 <= p95".into())
+        }
+        DurationSpec::Fixed { value } if !(value > 0.0) => Err("value must be positive".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Applies `a.b.c=VALUE` to a TOML tree. VALUE is read as a TOML value when it parses
+/// as one (`20`, `[1, 2]`, `"x"`, `true`), else taken as a bare string.
+pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ScenarioError> {
+    let (key, raw) = set
+        .split_once('=')
+        .ok_or_else(|| ScenarioError::Set(format!("`{set}`: expected KEY=VALUE")))?;
+    let key = key.trim();
+    let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.to_string())),
+        Err(_) => toml::Value::String(raw.trim().to_string()),
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(ScenarioError::Set(format!(
+            "`{set}`: `{key}` is not a dotted key"
+        )));
+    }
+    let mut t = table;
+    for p in &parts[..parts.len() - 1] {
+        t = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| ScenarioError::Set(format!("`{set}`: `{p}` is not a table")))?;
+    }
+    t.insert(parts[parts.len() - 1].to_string(), value);
+    Ok(())
+}
+
+impl ResolvedScenario {
+    /// The layout named by configuration names, cycled over the GPUs: configuration index per GPU.
+    pub fn layout_indices(&self, names: &[String]) -> Vec<usize> {
+        self.gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let name = &names[i % names.len()];
+                self.models[g.model]
+                    .configurations
+                    .iter()
+                    .position(|c| c.name == *name)
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_scenario_resolves_to_eight_a100s() {
+        let r = Scenario::reference(&[]).unwrap();
+        assert_eq!(r.gpus.len(), 8);
+        assert_eq!(r.models[0].model.key, "a100-40gb");
+        assert_eq!(r.scenario.workload.hourly_rates.len(), 24);
+        assert_eq!(
+            r.layout_indices(&r.scenario.baselines.reference_layout),
+            vec![0, 0, 1, 2, 2, 4, 4, 9]
+        );
+    }
+
+    #[test]
+    fn set_overrides_a_nested_key_and_is_validated() {
+        let r = Scenario::reference(&["workload.multiplier=12".into()]).unwrap();
+        assert_eq!(r.scenario.workload.multiplier, 12.0);
+        let e = Scenario::reference(&["workload.multiplier=-1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workload.days") || e.contains("multiplier"), "{e}");
+        let e = Scenario::reference(&["workload.multipler=3".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `multipler`"), "{e}");
+    }
+
+    #[test]
+    fn set_takes_arrays_and_strings() {
+        let r = Scenario::reference(&[
+            "baselines.reference_layout=[\"c6\"]".into(),
+            "repartition.semantics=drain".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            r.layout_indices(&r.scenario.baselines.reference_layout),
+            vec![5; 8]
+        );
+        assert_eq!(r.scenario.repartition.semantics, Semantics::Drain);
+    }
+
+    #[test]
+    fn an_unknown_configuration_in_a_baseline_is_refused() {
+        let e = Scenario::reference(&["baselines.reference_layout=[\"c13\"]".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("baselines.reference_layout") && e.contains("c13"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_misspelt_key_in_a_scenario_file_names_its_line() {
+        let text = REFERENCE.replacen("multiplier", "multiplyer", 1);
+        let e = Scenario::parse(&text, "s.toml", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("s.toml:") && e.contains("multiplyer"), "{e}");
+    }
+}
