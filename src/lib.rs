@@ -2,5 +2,9 @@
 
 pub use smartmig_core::{config, error, mig};
 
+pub mod energy;
+pub mod partition;
 pub mod scenario;
+pub mod sched;
+pub mod sim;
 pub mod workload;

@@ -1,0 +1,141 @@
+//! Repartition policies: which configuration each GPU should be in, and when to ask.
+
+use rand_chacha::ChaCha8Rng;
+
+use crate::scenario::{PeriodicSpec, ResolvedScenario};
+use crate::sim::cluster::Cluster;
+
+/// Minutes in a day.
+pub const DAY_MIN: f64 = 1440.0;
+
+/// What a policy sees when it decides.
+pub struct DecisionView<'a> {
+    /// Simulation time, minutes.
+    pub now: f64,
+    /// The cluster: configurations, busy slices, pending drains.
+    pub cluster: &'a Cluster,
+    /// Jobs waiting to start.
+    pub waiting: usize,
+}
+
+/// A repartition policy the simulator consults.
+pub trait Repartitioner {
+    /// Name in reports.
+    fn name(&self) -> String;
+    /// Configuration index of every GPU at time 0.
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16>;
+    /// The next time (minutes) after `now` the policy wants to decide, if any.
+    fn next_wakeup(&self, _now: f64) -> Option<f64> {
+        None
+    }
+    /// Decide also after this many arrivals and completions.
+    fn every_events(&self) -> Option<u32> {
+        None
+    }
+    /// Target configurations for GPUs that should change: `(gpu, configuration)`.
+    fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)>;
+}
+
+/// A fixed layout: configuration names cycled over the GPUs.
+pub struct Static {
+    name: String,
+    layout: Vec<String>,
+}
+
+impl Static {
+    /// Every GPU whole (c1): no partitioning.
+    pub fn none() -> Static {
+        Static {
+            name: "none".into(),
+            layout: vec!["c1".into()],
+        }
+    }
+
+    /// A named static layout.
+    pub fn new(name: impl Into<String>, layout: Vec<String>) -> Static {
+        Static {
+            name: name.into(),
+            layout,
+        }
+    }
+}
+
+impl Repartitioner for Static {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        sc.layout_indices(&self.layout)
+            .into_iter()
+            .map(|c| c as u16)
+            .collect()
+    }
+    fn decide(&mut self, _: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        Vec::new()
+    }
+}
+
+/// Layouts by time of day, repeating daily.
+pub struct Periodic {
+    /// (minute of day, configuration per GPU), sorted by minute.
+    entries: Vec<(f64, Vec<u16>)>,
+}
+
+impl Periodic {
+    /// From a schedule; times were checked when the scenario was resolved.
+    pub fn new(sc: &ResolvedScenario, spec: &[PeriodicSpec]) -> Periodic {
+        let entries = spec
+            .iter()
+            .map(|p| {
+                let minute = smartmig_core::config::parse_time_of_day(&p.at).unwrap_or(0);
+                (
+                    f64::from(minute),
+                    sc.layout_indices(&p.layout)
+                        .into_iter()
+                        .map(|c| c as u16)
+                        .collect(),
+                )
+            })
+            .collect();
+        Periodic { entries }
+    }
+
+    fn entry_at(&self, t: f64) -> &[u16] {
+        let tod = t.rem_euclid(DAY_MIN);
+        let i = self
+            .entries
+            .iter()
+            .rposition(|(m, _)| *m <= tod)
+            .unwrap_or(self.entries.len() - 1);
+        &self.entries[i].1
+    }
+}
+
+impl Repartitioner for Periodic {
+    fn name(&self) -> String {
+        "periodic".into()
+    }
+    fn initial_layout(&mut self, _: &ResolvedScenario) -> Vec<u16> {
+        self.entry_at(0.0).to_vec()
+    }
+    fn next_wakeup(&self, now: f64) -> Option<f64> {
+        let day = (now / DAY_MIN).floor() * DAY_MIN;
+        (0..2)
+            .flat_map(|d| {
+                self.entries
+                    .iter()
+                    .map(move |(m, _)| day + f64::from(d) * DAY_MIN + m)
+            })
+            .find(|&t| t > now)
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        let want = self.entry_at(view.now);
+        view.cluster
+            .gpus
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| g.target.unwrap_or(g.config) != want[*i])
+            .map(|(i, _)| (i as u32, want[i]))
+            .collect()
+    }
+}

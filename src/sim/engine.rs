@@ -1,0 +1,588 @@
+//! The discrete-event core: arrivals, completions, repartitions, in (time, sequence) order.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use smartmig_core::mig::{Instance, Plan};
+
+use super::cluster::{Cluster, Slice, NO_JOB};
+use super::metrics::{RunResult, Sample, SeriesRecorder};
+use crate::energy::EnergyMeter;
+use crate::partition::{DecisionView, Repartitioner};
+use crate::scenario::{ResolvedScenario, Semantics};
+use crate::sched::{PickContext, Scheduler};
+use crate::workload::Job;
+
+/// Options of one run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The scheduling heuristic.
+    pub scheduler: Scheduler,
+    /// Preempt or drain.
+    pub semantics: Semantics,
+    /// Seed of the run's RNG (recorded in the result).
+    pub seed: u64,
+    /// Record a time series every this many minutes (None: no series).
+    pub sample_every: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    /// The job on a slot finishes, unless the slot's epoch moved on.
+    Completion { slot: u32, epoch: u32 },
+    /// A newly created instance becomes usable.
+    SliceReady { slot: u32, epoch: u32 },
+    /// The repartition policy asked to decide.
+    Wakeup,
+    /// Record a time-series sample.
+    Sample,
+}
+
+#[derive(Debug)]
+struct Timed {
+    t: f64,
+    seq: u64,
+    ev: Event,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.t.total_cmp(&o.t).then(self.seq.cmp(&o.seq))
+    }
+}
+
+/// A waiting job: ordered by the scheduler's key, then id.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    class: u8,
+    deadline: f64,
+    job: u32,
+}
+impl PartialEq for Waiting {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.class
+            .cmp(&o.class)
+            .then(self.deadline.total_cmp(&o.deadline))
+            .then(self.job.cmp(&o.job))
+    }
+}
+
+/// One simulation run over a job list.
+pub struct Simulation<'a> {
+    sc: &'a ResolvedScenario,
+    jobs: &'a [Job],
+    opts: RunOptions,
+    cluster: Cluster,
+    power: Vec<[f64; 8]>,
+    events: BinaryHeap<Reverse<Timed>>,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Waiting>>,
+    /// Fraction of each job's work left.
+    rem: Vec<f64>,
+    next_arrival: usize,
+    running: usize,
+    rng: ChaCha8Rng,
+    meter: EnergyMeter,
+    now: f64,
+    // Accounting.
+    tardiness_sum: f64,
+    completed: usize,
+    makespan: f64,
+    repartitions: u64,
+    preemptions: u64,
+    event_count: u64,
+    events_since_decision: u32,
+    busy_slices: u32,
+    busy_integral: f64,
+    config_integral: Vec<Vec<f64>>,
+    last_acc_t: f64,
+    series: Option<SeriesRecorder>,
+}
+
+impl<'a> Simulation<'a> {
+    /// Prepares a run; `jobs` must be sorted by release.
+    pub fn new(sc: &'a ResolvedScenario, jobs: &'a [Job], opts: RunOptions) -> Simulation<'a> {
+        let power: Vec<[f64; 8]> = sc.models.iter().map(|m| m.model.power_w).collect();
+        let idle: f64 = sc.gpus.iter().map(|g| power[g.model][0]).sum();
+        let config_integral = sc
+            .models
+            .iter()
+            .map(|m| vec![0.0; m.configurations.len()])
+            .collect();
+        let series = opts.sample_every.map(|dt| SeriesRecorder::new(dt, sc));
+        Simulation {
+            sc,
+            jobs,
+            cluster: Cluster::new(sc, opts.scheduler.gpu_order()),
+            power,
+            events: BinaryHeap::new(),
+            seq: 0,
+            queue: BinaryHeap::new(),
+            rem: vec![1.0; jobs.len()],
+            next_arrival: 0,
+            running: 0,
+            rng: ChaCha8Rng::seed_from_u64(opts.seed),
+            meter: EnergyMeter::new(idle),
+            now: 0.0,
+            tardiness_sum: 0.0,
+            completed: 0,
+            makespan: 0.0,
+            repartitions: 0,
+            preemptions: 0,
+            event_count: 0,
+            events_since_decision: 0,
+            busy_slices: 0,
+            busy_integral: 0.0,
+            config_integral,
+            last_acc_t: 0.0,
+            series,
+            opts,
+        }
+    }
+
+    fn push(&mut self, t: f64, ev: Event) {
+        self.seq += 1;
+        self.events.push(Reverse(Timed { t, seq: self.seq, ev }));
+    }
+
+    /// Accumulates time integrals (busy slices, configuration time) up to `now`.
+    fn accumulate(&mut self) {
+        let dt = self.now - self.last_acc_t;
+        if dt > 0.0 {
+            self.busy_integral += f64::from(self.busy_slices) * dt;
+            for (m, counts) in self.cluster.config_counts.iter().enumerate() {
+                for (c, &n) in counts.iter().enumerate() {
+                    if n > 0 {
+                        self.config_integral[m][c] += f64::from(n) * dt;
+                    }
+                }
+            }
+            self.last_acc_t = self.now;
+        }
+    }
+
+    /// Runs to the last completion with `policy` deciding layouts.
+    pub fn run(mut self, policy: &mut dyn Repartitioner) -> RunResult {
+        let initial = policy.initial_layout(self.sc);
+        for (g, &c) in initial.iter().enumerate() {
+            self.install(g as u32, c, true);
+        }
+        if let Some(t) = policy.next_wakeup(0.0) {
+            self.push(t, Event::Wakeup);
+        }
+        if self.opts.sample_every.is_some() {
+            self.push(0.0, Event::Sample);
+        }
+        let every = policy.every_events();
+        loop {
+            let next_ev = self.events.peek().map(|Reverse(e)| e.t);
+            let next_arr = self.jobs.get(self.next_arrival).map(|j| j.release);
+            let take_event = match (next_ev, next_arr) {
+                (None, None) => break,
+                (Some(te), Some(ta)) => te <= ta,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+            };
+            if take_event {
+                let Some(Reverse(Timed { t, ev, .. })) = self.events.pop() else {
+                    break;
+                };
+                if self.work_done() && matches!(ev, Event::Wakeup | Event::Sample) {
+                    break;
+                }
+                self.advance(t);
+                match ev {
+                    Event::Completion { slot, epoch } => {
+                        if self.cluster.slices[slot as usize].epoch == epoch
+                            && self.cluster.slices[slot as usize].job != NO_JOB
+                        {
+                            self.complete(slot);
+                            self.count_event(every, policy);
+                        }
+                    }
+                    Event::SliceReady { slot, epoch } => {
+                        let s = &mut self.cluster.slices[slot as usize];
+                        if s.epoch == epoch && s.compute > 0 {
+                            s.ready = true;
+                            let g = s.gpu;
+                            self.cluster.refresh(g);
+                        }
+                    }
+                    Event::Wakeup => {
+                        self.decide(policy);
+                        if let Some(t) = policy.next_wakeup(self.now) {
+                            self.push(t, Event::Wakeup);
+                        }
+                    }
+                    Event::Sample => {
+                        self.sample();
+                        if let Some(dt) = self.opts.sample_every {
+                            self.push(self.now + dt, Event::Sample);
+                        }
+                    }
+                }
+            } else {
+                let j = self.next_arrival;
+                self.next_arrival += 1;
+                self.advance(self.jobs[j].release);
+                self.enqueue(j as u32);
+                if let Some(r) = self.series.as_mut() {
+                    r.arrival();
+                }
+                self.count_event(every, policy);
+            }
+            self.schedule();
+        }
+        self.advance(self.makespan.max(self.now));
+        self.finish(policy.name())
+    }
+
+    fn work_done(&self) -> bool {
+        self.next_arrival >= self.jobs.len() && self.queue.is_empty() && self.running == 0
+    }
+
+    fn advance(&mut self, t: f64) {
+        if t > self.now {
+            self.now = t;
+        }
+        self.accumulate();
+    }
+
+    fn count_event(&mut self, every: Option<u32>, policy: &mut dyn Repartitioner) {
+        self.event_count += 1;
+        if let Some(n) = every {
+            self.events_since_decision += 1;
+            if self.events_since_decision >= n.max(1) {
+                self.events_since_decision = 0;
+                self.decide(policy);
+            }
+        }
+    }
+
+    fn decide(&mut self, policy: &mut dyn Repartitioner) {
+        let changes = {
+            let view = DecisionView {
+                now: self.now,
+                cluster: &self.cluster,
+                waiting: self.queue.len(),
+            };
+            policy.decide(&view, &mut self.rng)
+        };
+        for (g, c) in changes {
+            self.retarget(g, c);
+        }
+    }
+
+    fn enqueue(&mut self, j: u32) {
+        let job = &self.jobs[j as usize];
+        let (class, deadline) = self.opts.scheduler.queue_key(job);
+        self.queue.push(Reverse(Waiting {
+            class,
+            deadline,
+            job: j,
+        }));
+    }
+
+    /// Starts waiting jobs while slices are free.
+    fn schedule(&mut self) {
+        while self.cluster.free_count() > 0 {
+            let Some(&Reverse(w)) = self.queue.peek() else {
+                break;
+            };
+            let job = &self.jobs[w.job as usize];
+            let ctx = PickContext {
+                power: &self.power,
+                energy_weight: self.sc.scenario.objective.energy_weight,
+            };
+            let Some(slot) = self.opts.scheduler.pick(
+                &self.cluster,
+                &ctx,
+                job,
+                self.rem[w.job as usize],
+                self.now,
+                &mut self.rng,
+            ) else {
+                break;
+            };
+            self.queue.pop();
+            self.start(w.job, slot);
+        }
+    }
+
+    fn set_busy(&mut self, g: u32, delta: i32) {
+        let gpu = &mut self.cluster.gpus[g as usize];
+        let p = &self.power[gpu.model as usize];
+        let before = p[gpu.busy.min(7) as usize];
+        gpu.busy = (i32::from(gpu.busy) + delta) as u8;
+        let after = p[gpu.busy.min(7) as usize];
+        self.meter.change(self.now, after - before);
+        self.busy_slices = (self.busy_slices as i32 + delta) as u32;
+    }
+
+    fn start(&mut self, j: u32, slot: u32) {
+        let s = &mut self.cluster.slices[slot as usize];
+        s.job = j;
+        s.started = self.now;
+        s.epoch = s.epoch.wrapping_add(1);
+        let (g, compute, epoch) = (s.gpu, s.compute, s.epoch);
+        let dur = self.rem[j as usize] * self.jobs[j as usize].time_on(compute);
+        self.running += 1;
+        self.set_busy(g, i32::from(compute));
+        self.push(self.now + dur, Event::Completion { slot, epoch });
+        self.cluster.refresh(g);
+    }
+
+    fn complete(&mut self, slot: u32) {
+        let s = &mut self.cluster.slices[slot as usize];
+        let j = s.job as usize;
+        s.job = NO_JOB;
+        s.epoch = s.epoch.wrapping_add(1);
+        let (g, compute) = (s.gpu, s.compute);
+        self.rem[j] = 0.0;
+        self.running -= 1;
+        self.completed += 1;
+        self.tardiness_sum += (self.now - self.jobs[j].deadline).max(0.0);
+        self.makespan = self.makespan.max(self.now);
+        self.set_busy(g, -i32::from(compute));
+        if self.cluster.gpus[g as usize].target.is_some() {
+            self.try_switch(g);
+        }
+        self.cluster.refresh(g);
+    }
+
+    /// Stops the job on `slot`, keeping its progress, and queues it again.
+    fn preempt(&mut self, slot: u32) {
+        let s = &mut self.cluster.slices[slot as usize];
+        let j = s.job;
+        let done = (self.now - s.started) / self.jobs[j as usize].time_on(s.compute);
+        s.job = NO_JOB;
+        s.epoch = s.epoch.wrapping_add(1);
+        let (g, compute) = (s.gpu, s.compute);
+        self.rem[j as usize] = (self.rem[j as usize] - done).max(1e-12);
+        self.running -= 1;
+        self.preemptions += 1;
+        self.set_busy(g, -i32::from(compute));
+        self.enqueue(j);
+    }
+
+    /// Points GPU `g` at configuration `c`: at once (preempt) or once its changing instances drain.
+    fn retarget(&mut self, g: u32, c: u16) {
+        let gi = g as usize;
+        if c == self.cluster.gpus[gi].config {
+            self.cluster.gpus[gi].target = None;
+            for id in Cluster::slots(g) {
+                self.cluster.slices[id as usize].draining = false;
+            }
+            self.cluster.refresh(g);
+            return;
+        }
+        let sc = self.sc;
+        let model = self.cluster.gpus[gi].model as usize;
+        if sc.models[model].configurations[c as usize].unavailable.is_some() {
+            return;
+        }
+        match self.opts.semantics {
+            Semantics::Preempt => {
+                self.install(g, c, false);
+            }
+            Semantics::Drain => {
+                self.cluster.gpus[gi].target = Some(c);
+                let target = &sc.models[model].configurations[c as usize].layout;
+                for id in Cluster::slots(g) {
+                    let s = &mut self.cluster.slices[id as usize];
+                    s.draining = s.compute > 0 && !target.contains(&s.instance);
+                }
+                self.try_switch(g);
+                self.cluster.refresh(g);
+            }
+        }
+    }
+
+    /// Drain: switches GPU `g` to its target once every draining slot is idle.
+    fn try_switch(&mut self, g: u32) {
+        let idle = Cluster::slots(g).all(|id| {
+            let s = &self.cluster.slices[id as usize];
+            !s.draining || s.job == NO_JOB
+        });
+        if idle {
+            if let Some(c) = self.cluster.gpus[g as usize].target.take() {
+                self.install(g, c, false);
+            }
+        }
+    }
+
+    /// Puts GPU `g` in configuration `c`: kept instances keep their slots and jobs;
+    /// destroyed ones preempt their jobs; created ones become ready after the
+    /// repartition cost (none at time 0).
+    fn install(&mut self, g: u32, c: u16, initial: bool) {
+        let gi = g as usize;
+        let sc = self.sc;
+        let model = self.cluster.gpus[gi].model as usize;
+        let cm = &sc.models[model];
+        let target = &cm.configurations[c as usize].layout;
+        if !initial {
+            let current: Vec<Instance> = Cluster::slots(g)
+                .map(|id| &self.cluster.slices[id as usize])
+                .filter(|s| s.compute > 0)
+                .map(|s| s.instance)
+                .collect();
+            let from = smartmig_core::mig::Layout::new(current);
+            // Both layouts are configurations the scenario resolved as available; a
+            // failure here would be a catalogue bug, so the GPU keeps its layout.
+            let Ok(plan) = Plan::between(&cm.model, sc.scenario.cluster.driver, &from, target) else {
+                log::error!(
+                    "no transition plan on GPU {g} to {}",
+                    cm.configurations[c as usize].name
+                );
+                return;
+            };
+            if plan.is_empty() {
+                self.cluster.gpus[gi].target = None;
+                return;
+            }
+            for id in Cluster::slots(g) {
+                let s = self.cluster.slices[id as usize];
+                if s.compute > 0 && plan.destroy.contains(&s.instance) {
+                    if s.job != NO_JOB {
+                        self.preempt(id);
+                    }
+                    let s = &mut self.cluster.slices[id as usize];
+                    s.compute = 0;
+                    s.ready = false;
+                    s.draining = false;
+                    s.epoch = s.epoch.wrapping_add(1);
+                }
+            }
+            self.repartitions += 1;
+        }
+        let delay = match self.opts.semantics {
+            Semantics::Preempt => sc.scenario.repartition.penalty_s / 60.0,
+            Semantics::Drain => sc.scenario.repartition.reconfigure_s / 60.0,
+        };
+        for inst in target.instances() {
+            let exists = Cluster::slots(g).any(|id| {
+                let s = &self.cluster.slices[id as usize];
+                s.compute > 0 && s.instance == *inst
+            });
+            if exists {
+                continue;
+            }
+            let Some(id) = Cluster::slots(g).find(|&id| self.cluster.slices[id as usize].compute == 0) else {
+                continue;
+            };
+            let compute = cm.model.profiles[inst.profile].compute;
+            let s = &mut self.cluster.slices[id as usize];
+            *s = Slice {
+                gpu: g,
+                compute,
+                instance: *inst,
+                job: NO_JOB,
+                started: 0.0,
+                epoch: s.epoch.wrapping_add(1),
+                ready: initial || delay <= 0.0,
+                draining: false,
+            };
+            if !s.ready {
+                let epoch = s.epoch;
+                self.push(self.now + delay, Event::SliceReady { slot: id, epoch });
+            }
+        }
+        let gpu = &mut self.cluster.gpus[gi];
+        let counts = &mut self.cluster.config_counts[model];
+        if !initial {
+            counts[gpu.config as usize] -= 1;
+        }
+        counts[c as usize] += 1;
+        gpu.config = c;
+        gpu.target = None;
+        let sizes = &cm.configurations[c as usize].sizes;
+        let mean = sizes.iter().map(|&s| f64::from(s)).sum::<f64>() / sizes.len().max(1) as f64;
+        // CEDF visits GPUs by mean slice size, largest first; ties by GPU index.
+        gpu.rank = (1000.0 - mean * 100.0).round() as u32;
+        self.cluster.refresh(g);
+    }
+
+    fn sample(&mut self) {
+        let busy = self.busy_slices;
+        let waiting = self.queue.len();
+        if let Some(r) = self.series.as_mut() {
+            r.record(
+                Sample {
+                    t: self.now,
+                    busy_slices: busy,
+                    waiting,
+                },
+                &self.cluster.config_counts,
+            );
+        }
+    }
+
+    fn finish(self, policy: String) -> RunResult {
+        let n = self.jobs.len();
+        let gpus = self.sc.gpus.len() as f64;
+        let horizon = self.makespan.max(1e-12);
+        let config_share = self
+            .sc
+            .models
+            .iter()
+            .zip(&self.config_integral)
+            .flat_map(|(m, row)| {
+                let total: f64 = row.iter().sum::<f64>().max(1e-12);
+                let prefix = if self.sc.models.len() > 1 {
+                    format!("{}/", m.model.key)
+                } else {
+                    String::new()
+                };
+                m.configurations
+                    .iter()
+                    .zip(row)
+                    .map(move |(c, v)| (format!("{prefix}{}", c.name), v / total))
+            })
+            .collect();
+        RunResult {
+            policy,
+            scheduler: self.opts.scheduler,
+            semantics: self.opts.semantics,
+            seed: self.opts.seed,
+            jobs: n,
+            completed: self.completed,
+            energy_wmin: self.meter.energy_wmin(),
+            avg_tardiness_min: if n == 0 {
+                0.0
+            } else {
+                self.tardiness_sum / n as f64
+            },
+            makespan_min: self.makespan,
+            repartitions: self.repartitions,
+            preemptions: self.preemptions,
+            utilisation: self.busy_integral / (7.0 * gpus * horizon),
+            config_share,
+            events: self.event_count,
+            series: self.series.map(SeriesRecorder::finish),
+        }
+    }
+}

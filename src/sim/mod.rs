@@ -1,0 +1,11 @@
+//! The discrete-event simulator: cluster state, event loop, metrics.
+
+pub mod cluster;
+pub mod engine;
+pub mod metrics;
+
+pub use engine::{RunOptions, Simulation};
+pub use metrics::{et, RunResult, Series};
+
+#[cfg(test)]
+mod tests;

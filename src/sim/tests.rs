@@ -1,0 +1,215 @@
+//! Golden tests: tiny hand-built clusters where each heuristic's schedule, energy and
+//! tardiness are worked out by hand (the arithmetic is in the comments).
+
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::partition::{DecisionView, Repartitioner, Static};
+use crate::scenario::{ResolvedScenario, Scenario, Semantics};
+use crate::sched::Scheduler;
+use crate::workload::Job;
+
+/// A scenario of `n` A100-40GBs whose jobs the test supplies.
+fn cluster(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
+    let layout: Vec<String> = layout.iter().map(|c| format!("\"{c}\"")).collect();
+    let text = format!(
+        "version = 1\nname = \"t\"\n[cluster]\ngpus = [{{ model = \"a100-40gb\", count = {n} }}]\n\
+         [workload]\nsource = \"trace\"\ntrace = \"none\"\nformat = \"jobs\"\n\
+         [baselines]\nreference_layout = [{}]\n[repartition]\npenalty_s = {penalty_s}\nreconfigure_s = {penalty_s}\n",
+        layout.join(", ")
+    );
+    Scenario::parse(&text, "test", &[]).unwrap()
+}
+
+fn job(id: u32, release: f64, deadline: f64, times: [f64; 5]) -> Job {
+    Job {
+        id,
+        release,
+        deadline,
+        times,
+        class: 0,
+    }
+}
+
+const LINEAR7: [f64; 5] = [7.0, 3.5, 7.0 / 3.0, 1.75, 1.0];
+const FLAT: [f64; 5] = [1.1, 1.0, 1.0, 1.0, 1.0];
+/// A100-40GB power by busy slices.
+const P: [f64; 8] = [40.0, 119.0, 160.0, 205.3, 243.9, 247.7, 248.5, 248.5];
+
+fn run(sc: &ResolvedScenario, jobs: &[Job], scheduler: Scheduler, semantics: Semantics) -> RunResult {
+    let mut policy = Static::new("static", sc.scenario.baselines.reference_layout.clone());
+    run_with(sc, jobs, scheduler, semantics, &mut policy)
+}
+
+fn run_with(
+    sc: &ResolvedScenario,
+    jobs: &[Job],
+    scheduler: Scheduler,
+    semantics: Semantics,
+    policy: &mut dyn Repartitioner,
+) -> RunResult {
+    let opts = RunOptions {
+        scheduler,
+        semantics,
+        seed: 1,
+        sample_every: None,
+    };
+    Simulation::new(sc, jobs, opts).run(policy)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn edf_gives_an_urgent_job_the_fastest_slice_and_a_loose_one_the_slowest_that_meets_its_deadline() {
+    // One GPU in c2 (4g + 3g). J1 (d=1) is first by deadline; only a 7g would meet it, so
+    // it takes the earliest finish, the 4g: 0..1.2, 0.2 late. J0 (d=3) fits on the 3g
+    // (7/3 <= 3), the slowest slice meeting its deadline: 0..2.333.
+    let sc = cluster(1, &["c2"], 4.0);
+    let jobs = [
+        job(0, 0.0, 3.0, LINEAR7),
+        job(1, 0.0, 1.0, [4.0, 2.0, 1.5, 1.2, 1.0]),
+    ];
+    let r = run(&sc, &jobs, Scheduler::Edf, Semantics::Preempt);
+    assert!(close(r.avg_tardiness_min, 0.1), "{}", r.avg_tardiness_min);
+    assert!(close(r.makespan_min, 7.0 / 3.0));
+    // 7 busy slices for 1.2 min, then 3 until 7/3.
+    let e = P[7] * 1.2 + P[3] * (7.0 / 3.0 - 1.2);
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+}
+
+#[test]
+fn edf_packs_onto_the_busiest_gpu_while_cedf_sends_linear_jobs_to_the_largest_slices() {
+    // GPU0 in c12 (1g slices), GPU1 in c1 (one 7g). J0 linear (class 1, d=10), J1 flat
+    // (class 4, d=5), both at 0.
+    let sc = cluster(2, &["c12", "c1"], 4.0);
+    let jobs = [job(0, 0.0, 10.0, LINEAR7), job(1, 0.0, 5.0, FLAT)];
+
+    // EDF: J1 first (d=5) to GPU0 (tie on busy, lower index), its 1g: 0..1.1. Then J0 to
+    // the busiest GPU with a slice meeting d=10: GPU0's 1g (7 <= 10): 0..7.
+    let r = run(&sc, &jobs, Scheduler::Edf, Semantics::Preempt);
+    let e = P[2] * 1.1 + P[1] * (7.0 - 1.1) + P[0] * 7.0;
+    assert!(close(r.energy_wmin, e), "edf {} vs {e}", r.energy_wmin);
+    assert!(close(r.makespan_min, 7.0));
+    assert_eq!(r.avg_tardiness_min, 0.0);
+
+    // CEDF: J0 first (class 1) to the GPU with the largest mean slice (GPU1, 7g): 0..1.
+    // J1 to GPU0's 1g: 0..1.1. GPU1 idles 1..1.1.
+    let r = run(&sc, &jobs, Scheduler::Cedf, Semantics::Preempt);
+    let e = P[7] * 1.0 + P[0] * 0.1 + P[1] * 1.1;
+    assert!(close(r.energy_wmin, e), "cedf {} vs {e}", r.energy_wmin);
+    assert!(close(r.makespan_min, 1.1));
+}
+
+#[test]
+fn met_puts_a_linear_job_on_a_7g_and_a_flat_job_on_a_1g() {
+    // Same cluster. Linear J0: on a 1g ΔE/P7 = (119-40)·7/248.5 = 2.23; on the 7g
+    // (208.5)·1/248.5 = 0.84 -> 7g. Flat J1: 1g (79·1.1/248.5 = 0.35) beats the 7g.
+    let sc = cluster(2, &["c12", "c1"], 4.0);
+    let jobs = [job(0, 0.0, 10.0, LINEAR7), job(1, 0.5, 5.0, FLAT)];
+    let r = run(&sc, &jobs, Scheduler::Met, Semantics::Preempt);
+    // J0 on GPU1's 7g 0..1; J1 on GPU0's 1g 0.5..1.6.
+    let e = P[7] * 1.0 + P[0] * 0.6 + P[0] * 0.5 + P[1] * 1.1;
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+    assert!(close(r.makespan_min, 1.6));
+}
+
+#[test]
+fn random_on_a_single_slice_runs_jobs_in_deadline_order() {
+    // One 7g: the only choice. J0 (d=1.5) runs 0..1; J1 (d=2) 1..2, on time; J2 (arrives
+    // at 0.5, d=2.5) 2..3, 0.5 late.
+    let sc = cluster(1, &["c1"], 4.0);
+    let jobs = [
+        job(0, 0.0, 1.5, LINEAR7),
+        job(1, 0.0, 2.0, LINEAR7),
+        job(2, 0.5, 2.5, LINEAR7),
+    ];
+    let r = run(&sc, &jobs, Scheduler::Random, Semantics::Preempt);
+    assert!(close(r.avg_tardiness_min, 0.5 / 3.0), "{}", r.avg_tardiness_min);
+    assert!(close(r.energy_wmin, P[7] * 3.0));
+}
+
+/// Switches every GPU to c12 at the first decision at or after t = 1.
+struct SwitchAtOne(bool);
+
+impl Repartitioner for SwitchAtOne {
+    fn name(&self) -> String {
+        "switch".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        vec![0; sc.gpus.len()]
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        if view.now >= 1.0 && !self.0 {
+            self.0 = true;
+            vec![(0, 11)]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[test]
+fn preempt_stops_a_running_job_keeps_its_progress_and_charges_the_penalty() {
+    // J0 (p1 = 14, p7 = 2) starts on the 7g at 0. At 1, J1 arrives and the GPU switches
+    // to c12: J0 is preempted half done. The 1g slices are ready at 1 + 4 s. J1 (d=50)
+    // goes first: 1.0667..2.1667; J0 (d=100) needs 0.5·14 = 7: 1.0667..8.0667.
+    let sc = cluster(1, &["c1"], 4.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
+        job(1, 1.0, 50.0, FLAT),
+    ];
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Preempt,
+        &mut SwitchAtOne(false),
+    );
+    let ready = 1.0 + 4.0 / 60.0;
+    assert_eq!((r.repartitions, r.preemptions), (1, 1));
+    assert!(close(r.makespan_min, ready + 7.0), "{}", r.makespan_min);
+    let e = P[7] * 1.0 + P[0] * (ready - 1.0) + P[2] * 1.1 + P[1] * (7.0 - 1.1);
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+    assert_eq!(r.avg_tardiness_min, 0.0);
+}
+
+#[test]
+fn drain_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
+    // Same jobs under drain: the 7g finishes J0 at 2, then the GPU switches; the 1g
+    // slices are ready at 2 + 4 s and J1 runs until then + 1.1.
+    let sc = cluster(1, &["c1"], 4.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
+        job(1, 1.0, 50.0, FLAT),
+    ];
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut SwitchAtOne(false),
+    );
+    let ready = 2.0 + 4.0 / 60.0;
+    assert_eq!((r.repartitions, r.preemptions), (1, 0));
+    assert!(close(r.makespan_min, ready + 1.1), "{}", r.makespan_min);
+    let e = P[7] * 2.0 + P[0] * (ready - 2.0) + P[1] * 1.1;
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_result_and_the_seed_is_recorded() {
+    let sc = cluster(2, &["c6", "c12"], 4.0);
+    let jobs: Vec<Job> = (0..200)
+        .map(|i| job(i, f64::from(i) * 0.05, f64::from(i) * 0.05 + 3.0, LINEAR7))
+        .collect();
+    let a = run(&sc, &jobs, Scheduler::Random, Semantics::Preempt);
+    let b = run(&sc, &jobs, Scheduler::Random, Semantics::Preempt);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    assert_eq!(a.seed, 1);
+    assert_eq!(a.completed, 200);
+}
