@@ -2,7 +2,9 @@
 
 pub use smartmig_core::{config, error, mig};
 
+pub mod cli;
 pub mod energy;
+pub mod eval;
 pub mod partition;
 pub mod scenario;
 pub mod sched;

@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod metrics;
+pub mod plot;
 
 pub use engine::{RunOptions, Simulation};
 pub use metrics::{et, RunResult, Series};

@@ -1,0 +1,38 @@
+//! `smartmig config ...`.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use smartmig_core::config::Config;
+
+use super::{CliError, CliResult};
+
+/// Config commands.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Parse and resolve a smartmig.toml; print a summary or the first error.
+    Check {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+/// Runs a config command.
+pub fn run(cmd: ConfigCommand) -> CliResult {
+    match cmd {
+        ConfigCommand::Check { file } => {
+            let cfg = Config::from_file(&file).map_err(CliError::input)?;
+            let resolved = cfg.resolve(file.parent()).map_err(CliError::input)?;
+            let models: Vec<&str> = resolved.models.iter().map(|m| m.model.key.as_str()).collect();
+            println!(
+                "{}: ok (version {}, GPU models: {}, policy: {:?}, mode: {:?})",
+                file.display(),
+                resolved.config.version.get_ref(),
+                models.join(", "),
+                resolved.config.policy.kind,
+                resolved.config.controller.mode
+            );
+            Ok(())
+        }
+    }
+}

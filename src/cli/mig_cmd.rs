@@ -1,0 +1,222 @@
+//! `smartmig mig ...`: inspect the MIG geometry.
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use smartmig_core::mig::{
+    maximal_layouts, resolve_configurations, Catalogue, Driver, GpuModel, InstanceRecord, Kind, Layout, Plan,
+};
+
+use super::{print_json, table, CliError, CliResult, Format};
+
+/// MIG commands.
+#[derive(Debug, Subcommand)]
+pub enum MigCommand {
+    /// List the GPU models of the catalogue.
+    Models {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// List every maximal layout of a GPU model.
+    Layouts(LayoutsArgs),
+    /// Plan the driver calls from one layout to another.
+    Plan(PlanArgs),
+}
+
+/// `mig layouts`.
+#[derive(Debug, Args)]
+pub struct LayoutsArgs {
+    /// GPU model (key, NVML name or alias).
+    #[arg(long)]
+    pub gpu: String,
+    /// Apply the pre-R510 driver rule (no 4g with 3g).
+    #[arg(long)]
+    pub pre_r510: bool,
+    /// Enumerate over every profile, not only the base ones (1g, 2g, 3g, 4g, 7g).
+    #[arg(long)]
+    pub all_profiles: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `mig plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// GPU model.
+    #[arg(long)]
+    pub gpu: String,
+    /// Current layout: a configuration (c1..c12) or instances (`4g.20gb@0,3g.20gb@4`).
+    #[arg(long)]
+    pub from: String,
+    /// Target layout, same forms.
+    #[arg(long)]
+    pub to: String,
+    /// Instances in use (`3g.20gb@4,...`): the plan reports whether it touches them.
+    #[arg(long)]
+    pub busy: Option<String>,
+    /// Apply the pre-R510 driver rule.
+    #[arg(long)]
+    pub pre_r510: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Serialize)]
+struct LayoutJson {
+    instances: Vec<InstanceRecord>,
+}
+
+#[derive(Serialize)]
+struct PlanJson {
+    gpu: String,
+    keep: Vec<InstanceRecord>,
+    destroy: Vec<InstanceRecord>,
+    create: Vec<InstanceRecord>,
+    steps: Vec<String>,
+    touches_busy: Vec<InstanceRecord>,
+}
+
+fn driver(pre_r510: bool) -> Driver {
+    if pre_r510 {
+        Driver::PreR510
+    } else {
+        Driver::R510
+    }
+}
+
+/// Runs a mig command.
+pub fn run(cmd: MigCommand) -> CliResult {
+    let cat = Catalogue::embedded();
+    match cmd {
+        MigCommand::Models { format } => models(&cat, format),
+        MigCommand::Layouts(a) => {
+            let model = cat.model(&a.gpu).map_err(CliError::input)?;
+            let kinds: &[Kind] = if a.all_profiles { &Kind::ALL } else { &Kind::BASE };
+            let layouts = maximal_layouts(model, driver(a.pre_r510), kinds);
+            match a.format {
+                Format::Json => print_json(
+                    &layouts
+                        .iter()
+                        .map(|l| LayoutJson {
+                            instances: l.to_records(model),
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                Format::Table => {
+                    let rows: Vec<Vec<String>> = layouts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| {
+                            let sizes: Vec<String> = l.slice_sizes(model).iter().map(u8::to_string).collect();
+                            vec![(i + 1).to_string(), sizes.join("+"), l.display(model).to_string()]
+                        })
+                        .collect();
+                    print!("{}", table(&["#", "slices", "layout"], &rows));
+                    println!(
+                        "{} maximal layouts of {} ({:?} driver rules)",
+                        layouts.len(),
+                        model.key,
+                        driver(a.pre_r510)
+                    );
+                    Ok(())
+                }
+            }
+        }
+        MigCommand::Plan(a) => plan(&cat, a),
+    }
+}
+
+fn models(cat: &Catalogue, format: Format) -> CliResult {
+    #[derive(Serialize)]
+    struct ModelJson<'a> {
+        key: &'a str,
+        name: &'a str,
+        memory_gb: f64,
+        power_w: [f64; 8],
+        profiles: Vec<&'a str>,
+    }
+    let list: Vec<ModelJson> = cat
+        .models
+        .iter()
+        .map(|m| ModelJson {
+            key: &m.key,
+            name: &m.name,
+            memory_gb: m.memory_gb,
+            power_w: m.power_w,
+            profiles: m.profiles.iter().map(|p| p.name.as_str()).collect(),
+        })
+        .collect();
+    match format {
+        Format::Json => print_json(&list),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.key.to_string(),
+                        m.name.to_string(),
+                        format!("{}", m.memory_gb),
+                        format!("{}-{}", m.power_w[0], m.power_w[7]),
+                        m.profiles.join(" "),
+                    ]
+                })
+                .collect();
+            print!("{}", table(&["key", "nvml name", "GB", "W", "profiles"], &rows));
+            Ok(())
+        }
+    }
+}
+
+/// A configuration name or an instance list.
+fn layout_arg(cat: &Catalogue, model: &GpuModel, drv: Driver, text: &str) -> Result<Layout, CliError> {
+    if let Ok(idx) = cat.configuration_index(text) {
+        let configs = resolve_configurations(cat, model, drv).map_err(CliError::input)?;
+        return Ok(configs[idx].layout.clone());
+    }
+    Layout::parse(model, text).map_err(CliError::input)
+}
+
+fn plan(cat: &Catalogue, a: PlanArgs) -> CliResult {
+    let model = cat.model(&a.gpu).map_err(CliError::input)?;
+    let drv = driver(a.pre_r510);
+    let from = layout_arg(cat, model, drv, &a.from)?;
+    let to = layout_arg(cat, model, drv, &a.to)?;
+    let busy = match &a.busy {
+        Some(b) => Layout::parse(model, b)
+            .map_err(CliError::input)?
+            .instances()
+            .to_vec(),
+        None => Vec::new(),
+    };
+    if let Some(b) = busy.iter().find(|b| !from.contains(b)) {
+        return Err(CliError::input(anyhow::anyhow!(
+            "busy instance {} is not in the --from layout",
+            smartmig_core::mig::layout::display_instance(model, b)
+        )));
+    }
+    let p = Plan::between(model, drv, &from, &to).map_err(CliError::input)?;
+    let touched: Vec<_> = p.touched(&busy).copied().collect();
+    match a.format {
+        Format::Json => print_json(&PlanJson {
+            gpu: model.key.clone(),
+            keep: Layout::new(p.keep.clone()).to_records(model),
+            destroy: Layout::new(p.destroy.clone()).to_records(model),
+            create: Layout::new(p.create.clone()).to_records(model),
+            steps: p.steps.iter().map(|s| s.describe(model)).collect(),
+            touches_busy: Layout::new(touched).to_records(model),
+        }),
+        Format::Table => {
+            print!("{}", p.display(model));
+            if !busy.is_empty() {
+                if touched.is_empty() {
+                    println!("busy instances untouched");
+                } else {
+                    println!("touches busy: {}", Layout::new(touched).display(model));
+                }
+            }
+            Ok(())
+        }
+    }
+}

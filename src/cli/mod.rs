@@ -1,0 +1,162 @@
+//! Command-line interface: argument definitions and dispatch.
+//!
+//! Exit codes: 0 success; 1 a run failed (I/O, internal error); 2 usage error (bad
+//! arguments, from clap); 3 invalid input (config, scenario, trace, layout or model file).
+
+mod config_cmd;
+mod mig_cmd;
+mod sim_cmd;
+
+use std::fmt::Display;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Exit code for a failed run.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code for invalid input.
+pub const EXIT_INPUT: u8 = 3;
+
+/// A command failure with its exit code.
+#[derive(Debug)]
+pub struct CliError {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl CliError {
+    /// Bad input: a file or value the user gave.
+    pub fn input(e: impl Into<anyhow::Error>) -> CliError {
+        CliError {
+            code: EXIT_INPUT,
+            error: e.into(),
+        }
+    }
+
+    /// A failure while running.
+    pub fn failure(e: impl Into<anyhow::Error>) -> CliError {
+        CliError {
+            code: EXIT_FAILURE,
+            error: e.into(),
+        }
+    }
+
+    /// The exit code.
+    pub fn code(&self) -> u8 {
+        self.code
+    }
+
+    /// The error and its causes on one line.
+    pub fn message(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for cause in self.error.chain() {
+            let s = cause.to_string();
+            // thiserror's transparent wrappers repeat their source: print each text once.
+            if !parts.iter().any(|p| p.contains(&s)) {
+                parts.push(s);
+            }
+        }
+        parts.join(": ")
+    }
+}
+
+/// Result of a command.
+pub type CliResult = Result<(), CliError>;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    /// Aligned text.
+    #[default]
+    Table,
+    /// JSON on stdout.
+    Json,
+}
+
+/// smartmig: energy-aware MIG GPU scheduling — simulate, compare, tune and inspect.
+#[derive(Debug, Parser)]
+#[command(name = "smartmig", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// Log filter from the verbosity flags.
+    pub fn log_level(&self) -> &'static str {
+        match self.verbose {
+            0 => "warn",
+            1 => "info",
+            _ => "debug",
+        }
+    }
+}
+
+/// Commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// MIG geometry: models, layouts, transition plans.
+    #[command(subcommand)]
+    Mig(mig_cmd::MigCommand),
+    /// Check smartmig.toml.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+    /// Simulate one policy on a scenario.
+    Simulate(sim_cmd::SimulateArgs),
+    /// Compare every baseline on the same job streams (default: the reference scenario).
+    Compare(sim_cmd::CompareArgs),
+    /// Search the best static layout for a scenario.
+    TuneStatic(sim_cmd::TuneArgs),
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> CliResult {
+    match cli.command {
+        Command::Mig(c) => mig_cmd::run(c),
+        Command::Config(c) => config_cmd::run(c),
+        Command::Simulate(a) => sim_cmd::simulate(a),
+        Command::Compare(a) => sim_cmd::compare(a),
+        Command::TuneStatic(a) => sim_cmd::tune_static(a),
+    }
+}
+
+/// Prints a value as pretty JSON.
+pub(crate) fn print_json(v: &impl serde::Serialize) -> CliResult {
+    let s = serde_json::to_string_pretty(v).map_err(CliError::failure)?;
+    println!("{s}");
+    Ok(())
+}
+
+/// Formats a table with left-aligned columns.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < width.len() {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&dyn Display>| -> String {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let text = c.to_string();
+            let pad = width[i].saturating_sub(text.chars().count());
+            s.push_str(&text);
+            if i + 1 < cells.len() {
+                s.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = line(header.iter().map(|h| h as &dyn Display).collect());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.iter().map(|c| c as &dyn Display).collect()));
+        out.push('\n');
+    }
+    out
+}

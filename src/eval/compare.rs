@@ -1,0 +1,235 @@
+//! Every baseline on the same job streams, against the static-CEDF reference.
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::partition::{Periodic, Repartitioner, Static};
+use crate::scenario::ResolvedScenario;
+use crate::sched::Scheduler;
+use crate::sim::{RunOptions, RunResult, Simulation};
+use crate::workload::{self, JobSet, TraceError};
+
+/// Name of the reference policy (static CEDF on the paper's layout).
+pub const REFERENCE: &str = "static-cedf";
+
+/// A policy to evaluate: a repartitioner and a scheduler.
+#[derive(Debug, Clone)]
+pub struct PolicySpec {
+    /// Report name.
+    pub name: String,
+    /// Scheduler.
+    pub scheduler: Scheduler,
+    /// Layout source.
+    pub layout: LayoutSpec,
+}
+
+/// Where a policy's layouts come from.
+#[derive(Debug, Clone)]
+pub enum LayoutSpec {
+    /// Fixed configurations cycled over the GPUs.
+    Static(Vec<String>),
+    /// The scenario's periodic schedule.
+    Periodic,
+}
+
+impl PolicySpec {
+    fn new(name: &str, scheduler: Scheduler, layout: LayoutSpec) -> PolicySpec {
+        PolicySpec {
+            name: name.to_string(),
+            scheduler,
+            layout,
+        }
+    }
+
+    /// A fresh repartitioner for one run.
+    pub fn repartitioner(&self, sc: &ResolvedScenario) -> Box<dyn Repartitioner> {
+        match &self.layout {
+            LayoutSpec::Static(l) => Box::new(Static::new(self.name.clone(), l.clone())),
+            LayoutSpec::Periodic => Box::new(Periodic::new(sc, &sc.scenario.baselines.periodic)),
+        }
+    }
+}
+
+/// The baselines of MODEL.md §5 for a scenario; `best` adds `static-best`.
+pub fn baselines(sc: &ResolvedScenario, best: Option<&[String]>) -> Vec<PolicySpec> {
+    let reference = sc.scenario.baselines.reference_layout.clone();
+    let mut v = vec![
+        PolicySpec::new("none", Scheduler::Cedf, LayoutSpec::Static(vec!["c1".into()])),
+        PolicySpec::new(REFERENCE, Scheduler::Cedf, LayoutSpec::Static(reference.clone())),
+        PolicySpec::new(
+            "static-edf",
+            Scheduler::Edf,
+            LayoutSpec::Static(reference.clone()),
+        ),
+        PolicySpec::new(
+            "static-met",
+            Scheduler::Met,
+            LayoutSpec::Static(reference.clone()),
+        ),
+        PolicySpec::new("static-random", Scheduler::Random, LayoutSpec::Static(reference)),
+    ];
+    if let Some(best) = best {
+        v.push(PolicySpec::new(
+            "static-best",
+            Scheduler::Cedf,
+            LayoutSpec::Static(best.to_vec()),
+        ));
+    }
+    if !sc.scenario.baselines.periodic.is_empty() {
+        v.push(PolicySpec::new("periodic", Scheduler::Cedf, LayoutSpec::Periodic));
+    }
+    v
+}
+
+/// Runs one policy on one job set.
+pub fn run_policy(
+    sc: &ResolvedScenario,
+    jobs: &JobSet,
+    p: &PolicySpec,
+    seed: u64,
+    sample: Option<f64>,
+) -> RunResult {
+    let opts = RunOptions {
+        scheduler: p.scheduler,
+        semantics: sc.scenario.repartition.semantics,
+        seed,
+        sample_every: sample,
+    };
+    let mut r = p.repartitioner(sc);
+    Simulation::new(sc, &jobs.jobs, opts).run(r.as_mut())
+}
+
+/// One policy's results over every seed.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    /// Name.
+    pub name: String,
+    /// Scheduler.
+    pub scheduler: Scheduler,
+    /// Mean energy, W·min.
+    pub energy_wmin: f64,
+    /// Mean energy, kWh.
+    pub energy_kwh: f64,
+    /// Mean average tardiness, minutes.
+    pub avg_tardiness_min: f64,
+    /// Mean ET against the reference on the same days.
+    pub et: f64,
+    /// 1 − ET.
+    pub et_gain: f64,
+    /// Mean repartitions per day.
+    pub repartitions: f64,
+    /// Standard deviation of energy over seeds, W·min.
+    pub energy_wmin_sd: f64,
+    /// Standard deviation of tardiness over seeds, minutes.
+    pub avg_tardiness_min_sd: f64,
+    /// Standard deviation of ET over seeds.
+    pub et_sd: f64,
+    /// Mean preemptions per day.
+    pub preemptions: f64,
+    /// Mean utilisation of compute slices.
+    pub utilisation: f64,
+    /// Mean share of GPU time per configuration.
+    pub config_share: Vec<(String, f64)>,
+    /// Fraction above the energy lower bound (filled by the bounds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy_above_lb: Option<f64>,
+}
+
+/// The comparison table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// Scenario name.
+    pub scenario: String,
+    /// Number of GPUs.
+    pub gpus: usize,
+    /// Mean jobs per seed.
+    pub jobs: usize,
+    /// Seeds of the job streams.
+    pub seeds: Vec<u64>,
+    /// The reference policy's name.
+    pub reference: String,
+    /// One entry per policy.
+    pub policies: Vec<PolicySummary>,
+    /// Lower bounds (filled by the bounds module).
+    pub bounds: Option<serde_json::Value>,
+    /// Every run, for plots.
+    #[serde(skip)]
+    pub runs: Vec<Vec<RunResult>>,
+}
+
+/// Runs every policy on every seed's job stream, in parallel over seeds.
+pub fn compare(
+    sc: &ResolvedScenario,
+    policies: &[PolicySpec],
+    seeds: &[u64],
+    sample: Option<f64>,
+    progress: &indicatif::ProgressBar,
+) -> Result<Comparison, TraceError> {
+    let a = sc.scenario.objective.energy_weight;
+    let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
+    // runs[seed][policy]
+    let per_seed: Vec<(usize, Vec<RunResult>)> = seeds
+        .par_iter()
+        .map(|&seed| {
+            let jobs = workload::from_scenario(sc, seed, false)?;
+            let runs: Vec<RunResult> = policies
+                .iter()
+                .map(|p| run_policy(sc, &jobs, p, seed, sample))
+                .collect();
+            progress.inc(1);
+            Ok((jobs.jobs.len(), runs))
+        })
+        .collect::<Result<_, TraceError>>()?;
+    let n = seeds.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&[RunResult]) -> f64| per_seed.iter().map(|(_, r)| f(r)).sum::<f64>() / n;
+    let sd = |f: &dyn Fn(&[RunResult]) -> f64| {
+        let m = mean(f);
+        (per_seed.iter().map(|(_, r)| (f(r) - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt()
+    };
+    let summaries = policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let e = |r: &[RunResult]| r[i].energy_wmin;
+            let t = |r: &[RunResult]| r[i].avg_tardiness_min;
+            let etf = |r: &[RunResult]| r[i].et(&r[ref_idx], a);
+            let et = mean(&etf);
+            let shares = per_seed
+                .first()
+                .map(|(_, r)| r[i].config_share.clone())
+                .unwrap_or_default();
+            let config_share = shares
+                .iter()
+                .enumerate()
+                .map(|(k, (name, _))| (name.clone(), mean(&|r: &[RunResult]| r[i].config_share[k].1)))
+                .collect();
+            PolicySummary {
+                name: p.name.clone(),
+                scheduler: p.scheduler,
+                energy_wmin: mean(&e),
+                energy_kwh: mean(&e) / crate::energy::WMIN_PER_KWH,
+                avg_tardiness_min: mean(&t),
+                et,
+                et_gain: 1.0 - et,
+                repartitions: mean(&|r: &[RunResult]| r[i].repartitions as f64),
+                energy_wmin_sd: sd(&e),
+                avg_tardiness_min_sd: sd(&t),
+                et_sd: sd(&etf),
+                preemptions: mean(&|r: &[RunResult]| r[i].preemptions as f64),
+                utilisation: mean(&|r: &[RunResult]| r[i].utilisation),
+                config_share,
+                energy_above_lb: None,
+            }
+        })
+        .collect();
+    Ok(Comparison {
+        scenario: sc.scenario.name.clone(),
+        gpus: sc.gpus.len(),
+        jobs: (per_seed.iter().map(|(j, _)| *j).sum::<usize>() as f64 / n).round() as usize,
+        seeds: seeds.to_vec(),
+        reference: REFERENCE.to_string(),
+        policies: summaries,
+        bounds: None,
+        runs: per_seed.into_iter().map(|(_, r)| r).collect(),
+    })
+}

@@ -1,0 +1,23 @@
+//! Evaluation: run policies on identical job streams and compare them on the paper's
+//! objective; search the best static layout.
+//!
+//! Seeds: evaluation days use seeds `EVAL_SEED_BASE + i`; searches (tune-static,
+//! training) use seeds below it, so they never share a job stream.
+
+pub mod compare;
+pub mod tune;
+
+/// First seed of evaluation days.
+pub const EVAL_SEED_BASE: u64 = 1_000_000;
+/// First seed of training/search days.
+pub const TRAIN_SEED_BASE: u64 = 1;
+
+/// `n` evaluation seeds.
+pub fn eval_seeds(n: u32) -> Vec<u64> {
+    (0..u64::from(n)).map(|i| EVAL_SEED_BASE + i).collect()
+}
+
+/// `n` training seeds.
+pub fn train_seeds(n: u32) -> Vec<u64> {
+    (0..u64::from(n)).map(|i| TRAIN_SEED_BASE + i).collect()
+}
