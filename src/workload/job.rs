@@ -93,6 +93,35 @@ impl JobSet {
         }
     }
 
+    /// Renumbers class labels in order of first use by the jobs and drops unused ones:
+    /// the numbering a trace reader rebuilds from per-job labels.
+    pub fn compact_classes(&mut self) {
+        let used = self
+            .jobs
+            .iter()
+            .map(|j| usize::from(j.class) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut map: Vec<Option<u16>> = vec![None; used.max(self.classes.len())];
+        let mut labels = Vec::new();
+        for j in &mut self.jobs {
+            let old = usize::from(j.class);
+            let new = match map.get(old).copied().flatten() {
+                Some(n) => n,
+                None => {
+                    let n = labels.len() as u16;
+                    labels.push(self.classes.get(old).cloned().unwrap_or_default());
+                    if let Some(m) = map.get_mut(old) {
+                        *m = Some(n);
+                    }
+                    n
+                }
+            };
+            j.class = new;
+        }
+        self.classes = labels;
+    }
+
     /// The class index for a label, adding it if new.
     pub fn class_index(&mut self, label: &str) -> u16 {
         match self.classes.iter().position(|c| c == label) {
@@ -135,6 +164,22 @@ mod tests {
     fn a_job_slower_on_a_bigger_slice_is_refused() {
         assert!(job([1.0, 2.0, 1.0, 1.0, 1.0]).check().is_err());
         assert!(job([3.0, 2.0, 1.0, 1.0, 1.0]).check().is_ok());
+    }
+
+    #[test]
+    fn compacting_classes_numbers_labels_by_first_use() {
+        let mut set = JobSet {
+            jobs: [2u16, 0, 2]
+                .map(|c| Job {
+                    class: c,
+                    ..job([1.0; 5])
+                })
+                .to_vec(),
+            classes: ["a", "b", "c"].map(String::from).to_vec(),
+        };
+        set.compact_classes();
+        assert_eq!(set.classes, ["c", "a"]);
+        assert_eq!(set.jobs.iter().map(|j| j.class).collect::<Vec<_>>(), [0, 1, 0]);
     }
 
     #[test]
