@@ -3,6 +3,7 @@
 //! Exit codes: 0 success; 1 a run failed (I/O, internal error); 2 usage error (bad
 //! arguments, from clap); 3 invalid input (config, scenario, trace, layout or model file).
 
+mod bench_cmd;
 mod config_cmd;
 mod mig_cmd;
 mod sim_cmd;
@@ -110,6 +111,8 @@ pub enum Command {
     Compare(sim_cmd::CompareArgs),
     /// Search the best static layout for a scenario.
     TuneStatic(sim_cmd::TuneArgs),
+    /// Measure simulator speed and memory.
+    Bench(bench_cmd::BenchArgs),
 }
 
 /// Runs a parsed command line.
@@ -120,6 +123,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Simulate(a) => sim_cmd::simulate(a),
         Command::Compare(a) => sim_cmd::compare(a),
         Command::TuneStatic(a) => sim_cmd::tune_static(a),
+        Command::Bench(a) => bench_cmd::run(a),
     }
 }
 
