@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod features;
 pub mod metrics;
 pub mod plot;
 
