@@ -109,7 +109,7 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> JobSet {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for s in 0..segments {
         let lambda = rate(s);
-        if !(lambda > 0.0) {
+        if lambda.is_nan() || lambda <= 0.0 {
             continue;
         }
         let stop = end.min((s + 1) as f64 * SEGMENT);
@@ -339,9 +339,9 @@ mod tests {
         let (spec, jobs) = week_of_jobs(0..1);
         for (label, j) in &jobs {
             let s = class_spec(&spec, label).speedup;
-            for k in 0..5 {
-                let want = j.times[0] / s[k];
-                assert!((j.times[k] - want).abs() <= 1e-12 * want, "{label} {j:?}");
+            for (t, speedup) in j.times.iter().zip(s) {
+                let want = j.times[0] / speedup;
+                assert!((t - want).abs() <= 1e-12 * want, "{label} {j:?}");
             }
         }
     }
