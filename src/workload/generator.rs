@@ -90,9 +90,10 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> JobSet {
         .collect();
     // Rounding can leave the last cumulative share a hair under 1: pick the last class
     // with a positive share for a draw that falls past every bound.
-    let fallback = classes
+    let fallback = spec
+        .classes
         .iter()
-        .rposition(|c| c.cumulative > 0.0)
+        .rposition(|c| c.share > 0.0)
         .unwrap_or(classes.len() - 1);
     let [lo, hi] = spec.deadline_factor;
 
