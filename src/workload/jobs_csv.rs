@@ -238,6 +238,31 @@ mod tests {
         }
     }
 
+    /// Release-mode timing of a job list at the generator's large scale:
+    /// `cargo test --release --lib job_list_of_a_1024_gpu_week -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "timing; run in release"]
+    fn a_job_list_of_a_1024_gpu_week_writes_and_reads_back() {
+        let mut spec = Scenario::reference(&[]).unwrap().scenario.workload;
+        spec.days = 7.0;
+        spec.multiplier = 2560.0;
+        let mut set = generate(&spec, 1);
+        set.compact_classes();
+        let start = std::time::Instant::now();
+        let bytes = to_bytes(&set);
+        let wrote = start.elapsed();
+        let (back, _) = read_jobs_csv(&bytes[..], "mem", false).unwrap();
+        let read = start.elapsed() - wrote;
+        println!(
+            "{} jobs, {} MB: write {:.2} s, read {:.2} s",
+            set.jobs.len(),
+            bytes.len() / 1_000_000,
+            wrote.as_secs_f64(),
+            read.as_secs_f64()
+        );
+        assert_eq!(back, set);
+    }
+
     /// Labels with the characters CSV must quote, never starting or ending with a space.
     const LABEL: &str = r#"[a-z,"é\-]{0,3}[a-z]"#;
 
