@@ -4,6 +4,9 @@
 //! `--set KEY=VALUE` overrides, applied to the TOML tree before it is checked, so an
 //! override is validated exactly like the file.
 
+// `!(x > 0.0)` is deliberate in the checks below: unlike `x <= 0.0`, it also refuses NaN.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};

@@ -289,10 +289,10 @@ mod tests {
         for j in &set.jobs {
             // The first slice as fast as the 7g is the one that covers the pod's share.
             let k = j.times.iter().position(|t| *t == j.times[4]).unwrap();
-            for i in 0..k {
+            for (t, g) in j.times[..k].iter().zip(SLICE_SIZES) {
                 // Below it the pod is slower, in proportion to the slice (linear).
-                assert!(j.times[i] > j.times[4], "{j:?}");
-                let scaled = j.times[i] * f64::from(SLICE_SIZES[i]);
+                assert!(*t > j.times[4], "{j:?}");
+                let scaled = t * f64::from(g);
                 assert!((scaled - j.times[0]).abs() <= 1e-9 * j.times[0], "{j:?}");
             }
             if k < 4 {

@@ -5,8 +5,8 @@
 //! of the run, `tN` the processing time on an N-slice instance; `class` is the job's
 //! class label. Numbers are written in Rust's shortest round-trip form, so a file read
 //! back gives the same bits. On reading, jobs are sorted by release (file order on ties)
-//! and ids renumbered to positions; class labels are numbered in order of first use
-//! in that order.
+//! and ids renumbered to positions; class labels (trimmed, non-empty) are numbered in
+//! order of first use in that order.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -85,8 +85,19 @@ fn parse_row(rec: &csv::ByteRecord, cols: &Columns, set: &mut JobSet) -> Result<
     })
 }
 
-/// Writes `set` as a job list. The same set always gives the same bytes.
+/// Writes `set` as a job list. The same set always gives the same bytes. A class label
+/// the reader would not give back (empty, or with surrounding spaces) is refused.
 pub fn write_jobs_csv(set: &JobSet, out: impl Write) -> std::io::Result<()> {
+    if let Some(bad) = set
+        .classes
+        .iter()
+        .find(|c| c.is_empty() || c.trim() != c.as_str())
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("class label `{bad}` is empty or has surrounding spaces"),
+        ));
+    }
     let mut w = csv::Writer::from_writer(out);
     w.write_record(HEADER)?;
     let mut buf = String::new();
@@ -192,6 +203,68 @@ mod tests {
         // The skipped rows add no class label.
         assert_eq!(set.classes, ["x"]);
     }
+
+    #[test]
+    fn a_label_that_would_not_read_back_is_refused_by_the_writer() {
+        let mut set = generated();
+        set.classes[0] = " padded".into();
+        let e = write_jobs_csv(&set, Vec::new()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_valid_job_set_survives_a_round_trip(
+            raw in proptest::collection::vec(
+                (0.0..1e7f64, 0.0..1e4f64, proptest::array::uniform5(1e-9..1e4f64), 0..3usize),
+                1..40,
+            ),
+            labels in proptest::collection::vec(LABEL, 3),
+        ) {
+            let mut set = JobSet::default();
+            for (release, slack, mut times, class) in raw {
+                // Valid jobs: times non-increasing, deadline after release.
+                times.sort_by(|a, b| b.total_cmp(a));
+                let class = set.class_index(&labels[class]);
+                set.jobs.push(Job { id: 0, release, deadline: release + slack, times, class });
+            }
+            set.normalise();
+            set.compact_classes();
+            let mut bytes = Vec::new();
+            write_jobs_csv(&set, &mut bytes).unwrap();
+            let (back, stats) = read_jobs_csv(&bytes[..], "mem", false).unwrap();
+            proptest::prop_assert_eq!(stats.kept as usize, set.jobs.len());
+            proptest::prop_assert_eq!(back, set);
+        }
+    }
+
+    /// Release-mode timing of a job list at the generator's large scale:
+    /// `cargo test --release --lib job_list_of_a_1024_gpu_week -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "timing; run in release"]
+    fn a_job_list_of_a_1024_gpu_week_writes_and_reads_back() {
+        let mut spec = Scenario::reference(&[]).unwrap().scenario.workload;
+        spec.days = 7.0;
+        spec.multiplier = 2560.0;
+        let mut set = generate(&spec, 1);
+        set.compact_classes();
+        let start = std::time::Instant::now();
+        let bytes = to_bytes(&set);
+        let wrote = start.elapsed();
+        let (back, _) = read_jobs_csv(&bytes[..], "mem", false).unwrap();
+        let read = start.elapsed() - wrote;
+        println!(
+            "{} jobs, {} MB: write {:.2} s, read {:.2} s",
+            set.jobs.len(),
+            bytes.len() / 1_000_000,
+            wrote.as_secs_f64(),
+            read.as_secs_f64()
+        );
+        assert_eq!(back, set);
+    }
+
+    /// Labels with the characters CSV must quote, never starting or ending with a space.
+    const LABEL: &str = r#"[a-z,"é\-]{0,3}[a-z]"#;
 
     #[test]
     fn a_missing_column_is_named_at_line_1() {

@@ -160,11 +160,6 @@ impl RowLog {
         }
     }
 
-    /// The file this log is about.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
     /// Records a kept row.
     pub fn kept(&mut self) {
         self.stats.rows += 1;
