@@ -19,7 +19,19 @@
 use crate::workload::Job;
 
 /// Time-to-deadline bin edges, minutes.
-pub const DEADLINE_EDGES: [f64; 11] = [-100.0, 0.0, 0.05, 0.2, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, f64::INFINITY];
+pub const DEADLINE_EDGES: [f64; 11] = [
+    -100.0,
+    0.0,
+    0.05,
+    0.2,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    f64::INFINITY,
+];
 /// Remaining-work bin edges (on a 1g slice), minutes.
 pub const DURATION_EDGES: [f64; 9] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, f64::INFINITY];
 /// Features besides the K configuration shares.
@@ -90,7 +102,10 @@ impl FeatureTracker {
     }
 
     fn duration_bin(work_1g: f64) -> usize {
-        DURATION_EDGES[1..].iter().position(|&e| work_1g < e).unwrap_or(DURATION_EDGES.len() - 2)
+        DURATION_EDGES[1..]
+            .iter()
+            .position(|&e| work_1g < e)
+            .unwrap_or(DURATION_EDGES.len() - 2)
     }
 
     fn update(&mut self, job: &Job, rem: f64, delta: i32) {
@@ -123,7 +138,14 @@ impl FeatureTracker {
     ///
     /// `config_counts`: the model's GPUs per configuration; `busy_slices`: its busy compute
     /// slices; `gpus_total`: all GPUs (queue counts are per GPU of the cluster).
-    pub fn write(&self, now: f64, config_counts: &[u32], busy_slices: u32, gpus_total: usize, out: &mut Vec<f32>) {
+    pub fn write(
+        &self,
+        now: f64,
+        config_counts: &[u32],
+        busy_slices: u32,
+        gpus_total: usize,
+        out: &mut Vec<f32>,
+    ) {
         let n_model = config_counts.iter().sum::<u32>().max(1) as f32;
         let per_gpu = 1.0 / gpus_total.max(1) as f32;
         out.extend(config_counts.iter().map(|&c| c as f32 / n_model));
@@ -157,7 +179,13 @@ mod tests {
     use super::*;
 
     fn job(deadline: f64, t1: f64) -> Job {
-        Job { id: 0, release: 0.0, deadline, times: [t1, t1 / 2.0, t1 / 3.0, t1 / 4.0, t1 / 7.0], class: 0 }
+        Job {
+            id: 0,
+            release: 0.0,
+            deadline,
+            times: [t1, t1 / 2.0, t1 / 3.0, t1 / 4.0, t1 / 7.0],
+            class: 0,
+        }
     }
 
     #[test]
@@ -172,12 +200,18 @@ mod tests {
         assert_eq!(out.len(), feature_dim(2));
         let deadline_bins = |o: &[f32]| o[3..13].to_vec();
         // At t=0: deadlines 10 and 12 are in [10, 20), 40 in [30, ∞); per GPU (2 GPUs).
-        assert_eq!(deadline_bins(&out), vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.5]);
+        assert_eq!(
+            deadline_bins(&out),
+            vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.5]
+        );
         out.clear();
         // At t=11: job 1 is late by 1 ([−100, 0) bin), job 2 has 1 minute left ([1, 5)),
         // job 3 has 29 ([20, 30)).
         f.write(11.0, &[2, 0], 0, 2, &mut out);
-        assert_eq!(deadline_bins(&out), vec![0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.5, 0.0]);
+        assert_eq!(
+            deadline_bins(&out),
+            vec![0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.5, 0.0]
+        );
         f.dequeue(&jobs[0], 1.0);
         out.clear();
         f.write(11.0, &[2, 0], 0, 2, &mut out);

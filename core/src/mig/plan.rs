@@ -330,9 +330,10 @@ mod tests {
         ));
     }
 
-    fn layouts() -> Vec<Layout> {
-        let m = a100();
-        maximal_layouts(&m, Driver::R510, &Kind::ALL)
+    /// Every maximal layout over every profile, computed once for all cases.
+    fn layouts() -> &'static [Layout] {
+        static ALL: std::sync::OnceLock<Vec<Layout>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| maximal_layouts(&a100(), Driver::R510, &Kind::ALL))
     }
 
     proptest! {
@@ -342,8 +343,8 @@ mod tests {
         ) {
             let m = a100();
             let driver = if pre { Driver::PreR510 } else { Driver::R510 };
-            let all: Vec<Layout> = layouts().into_iter().filter(|l| l.validate(&m, driver).is_ok()).collect();
-            let (from, to) = (&all[a % all.len()], &all[b % all.len()]);
+            let all: Vec<&Layout> = layouts().iter().filter(|l| l.validate(&m, driver).is_ok()).collect();
+            let (from, to) = (all[a % all.len()], all[b % all.len()]);
             let plan = Plan::between(&m, driver, from, to).unwrap();
             let mut d = DriverModel::new(m.clone(), driver, from.clone()).unwrap();
             for s in &plan.steps {
