@@ -4,6 +4,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::scenario::{PeriodicSpec, ResolvedScenario};
 use crate::sim::cluster::Cluster;
+use crate::sim::features::FeatureTracker;
 
 /// Minutes in a day.
 pub const DAY_MIN: f64 = 1440.0;
@@ -16,6 +17,36 @@ pub struct DecisionView<'a> {
     pub cluster: &'a Cluster,
     /// Jobs waiting to start.
     pub waiting: usize,
+    /// Queue statistics, when the policy asked for them.
+    pub features: Option<&'a FeatureTracker>,
+    /// Busy compute slices per GPU model.
+    pub busy_by_model: &'a [u32],
+    /// Energy drawn so far, W·min.
+    pub energy_wmin: f64,
+    /// Lateness accrued so far, job-minutes (with features: as it accrues; otherwise
+    /// only that of completed jobs).
+    pub lateness_min: f64,
+}
+
+impl DecisionView<'_> {
+    /// Appends the mean-field features of GPU model `model` (see [`crate::sim::features`]);
+    /// false when the policy did not ask for features.
+    pub fn write_features(&self, model: usize, out: &mut Vec<f32>) -> bool {
+        match self.features {
+            Some(f) => {
+                let counts = &self.cluster.config_counts[model];
+                f.write(
+                    self.now,
+                    counts,
+                    self.busy_by_model[model],
+                    self.cluster.gpus.len(),
+                    out,
+                );
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// A repartition policy the simulator consults.
@@ -31,6 +62,10 @@ pub trait Repartitioner {
     /// Decide also after this many arrivals and completions.
     fn every_events(&self) -> Option<u32> {
         None
+    }
+    /// Whether the simulator should maintain the mean-field features and accrued lateness.
+    fn wants_features(&self) -> bool {
+        false
     }
     /// Target configurations for GPUs that should change: `(gpu, configuration)`.
     fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)>;

@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use smartmig_core::mig::{Instance, Plan};
 
 use super::cluster::{Cluster, Slice, NO_JOB};
+use super::features::FeatureTracker;
 use super::metrics::{RunResult, Sample, SeriesRecorder};
 use crate::energy::EnergyMeter;
 use crate::partition::{DecisionView, Repartitioner};
@@ -121,6 +122,57 @@ pub struct Simulation<'a> {
     config_integral: Vec<Vec<f64>>,
     last_acc_t: f64,
     series: Option<SeriesRecorder>,
+    /// Busy compute slices per GPU model.
+    busy_by_model: Vec<u32>,
+    /// Queue statistics for policies that read the mean field.
+    features: Option<FeatureTracker>,
+    /// Lateness accrued so far and the deadlines still to pass (for policies that learn).
+    lateness: Option<Lateness>,
+}
+
+/// Tardiness as it accrues: ∫ (jobs past their deadline and not done) dt, which at the
+/// end equals Σ max(C − d, 0), but tells a learning policy *when* lateness happens.
+#[derive(Debug, Default)]
+struct Lateness {
+    /// Deadlines of arrived jobs not yet passed: (deadline, job).
+    upcoming: BinaryHeap<Reverse<(OrdF64, u32)>>,
+    late_now: u32,
+    accrued: f64,
+    last_t: f64,
+}
+
+/// An f64 with a total order, for heaps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+impl Lateness {
+    /// Accrues lateness up to `t`, counting jobs whose deadline passes on the way.
+    fn advance(&mut self, t: f64, rem: &[f64]) {
+        while let Some(&Reverse((OrdF64(d), j))) = self.upcoming.peek() {
+            if d > t {
+                break;
+            }
+            self.upcoming.pop();
+            self.accrued += f64::from(self.late_now) * (d - self.last_t).max(0.0);
+            self.last_t = self.last_t.max(d);
+            if rem[j as usize] > 0.0 {
+                self.late_now += 1;
+            }
+        }
+        self.accrued += f64::from(self.late_now) * (t - self.last_t).max(0.0);
+        self.last_t = self.last_t.max(t);
+    }
 }
 
 impl<'a> Simulation<'a> {
@@ -160,6 +212,9 @@ impl<'a> Simulation<'a> {
             config_integral,
             last_acc_t: 0.0,
             series,
+            busy_by_model: vec![0; sc.models.len()],
+            features: None,
+            lateness: None,
             opts,
         }
     }
@@ -187,6 +242,11 @@ impl<'a> Simulation<'a> {
 
     /// Runs to the last completion with `policy` deciding layouts.
     pub fn run(mut self, policy: &mut dyn Repartitioner) -> RunResult {
+        if policy.wants_features() {
+            let horizon = self.jobs.iter().map(|j| j.deadline).fold(0.0, f64::max);
+            self.features = Some(FeatureTracker::new(horizon));
+            self.lateness = Some(Lateness::default());
+        }
         let initial = policy.initial_layout(self.sc);
         for (g, &c) in initial.iter().enumerate() {
             self.install(g as u32, c, true);
@@ -249,6 +309,10 @@ impl<'a> Simulation<'a> {
                 let j = self.next_arrival;
                 self.next_arrival += 1;
                 self.advance(self.jobs[j].release);
+                if let Some(l) = self.lateness.as_mut() {
+                    l.upcoming
+                        .push(Reverse((OrdF64(self.jobs[j].deadline), j as u32)));
+                }
                 self.enqueue(j as u32);
                 if let Some(r) = self.series.as_mut() {
                     r.arrival();
@@ -270,6 +334,9 @@ impl<'a> Simulation<'a> {
             self.now = t;
         }
         self.accumulate();
+        if let Some(l) = self.lateness.as_mut() {
+            l.advance(self.now, &self.rem);
+        }
     }
 
     fn count_event(&mut self, every: Option<u32>, policy: &mut dyn Repartitioner) {
@@ -289,6 +356,10 @@ impl<'a> Simulation<'a> {
                 now: self.now,
                 cluster: &self.cluster,
                 waiting: self.queue.len(),
+                features: self.features.as_ref(),
+                busy_by_model: &self.busy_by_model,
+                energy_wmin: self.meter.energy_wmin(),
+                lateness_min: self.lateness.as_ref().map_or(self.tardiness_sum, |l| l.accrued),
             };
             policy.decide(&view, &mut self.rng)
         };
@@ -299,6 +370,9 @@ impl<'a> Simulation<'a> {
 
     fn enqueue(&mut self, j: u32) {
         let job = &self.jobs[j as usize];
+        if let Some(f) = self.features.as_mut() {
+            f.enqueue(job, self.rem[j as usize]);
+        }
         let (class, deadline) = self.opts.scheduler.queue_key(job);
         self.queue.push(Reverse(Waiting {
             class,
@@ -329,6 +403,9 @@ impl<'a> Simulation<'a> {
                 break;
             };
             self.queue.pop();
+            if let Some(f) = self.features.as_mut() {
+                f.dequeue(job, self.rem[w.job as usize]);
+            }
             self.start(w.job, slot);
         }
     }
@@ -339,7 +416,9 @@ impl<'a> Simulation<'a> {
         let before = p[gpu.busy.min(7) as usize];
         gpu.busy = (i32::from(gpu.busy) + delta) as u8;
         let after = p[gpu.busy.min(7) as usize];
+        let model = gpu.model as usize;
         self.meter.change(self.now, after - before);
+        self.busy_by_model[model] = (self.busy_by_model[model] as i32 + delta) as u32;
         self.busy_slices = (self.busy_slices as i32 + delta) as u32;
     }
 
@@ -366,6 +445,12 @@ impl<'a> Simulation<'a> {
         self.running -= 1;
         self.completed += 1;
         self.tardiness_sum += (self.now - self.jobs[j].deadline).max(0.0);
+        if let Some(l) = self.lateness.as_mut() {
+            // Its deadline was counted when `advance` reached it (d <= now).
+            if self.jobs[j].deadline <= self.now {
+                l.late_now -= 1;
+            }
+        }
         self.makespan = self.makespan.max(self.now);
         self.set_busy(g, -i32::from(compute));
         if self.cluster.gpus[g as usize].target.is_some() {

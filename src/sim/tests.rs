@@ -213,3 +213,56 @@ fn the_same_seed_gives_the_same_result_and_the_seed_is_recorded() {
     assert_eq!(a.seed, 1);
     assert_eq!(a.completed, 200);
 }
+
+/// Records the lateness and features a learning policy would see at each decision.
+struct Observer {
+    lateness: Vec<f64>,
+    dims: Vec<usize>,
+}
+
+impl Repartitioner for Observer {
+    fn name(&self) -> String {
+        "observer".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        vec![5; sc.gpus.len()]
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn wants_features(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        self.lateness.push(view.lateness_min);
+        let mut f = Vec::new();
+        assert!(view.write_features(0, &mut f));
+        self.dims.push(f.len());
+        Vec::new()
+    }
+}
+
+#[test]
+fn lateness_accrues_over_time_and_ends_at_the_total_tardiness() {
+    let sc = cluster(2, &["c6"], 4.0);
+    let jobs: Vec<Job> = (0..300)
+        .map(|i| job(i, f64::from(i) * 0.02, f64::from(i) * 0.02 + 1.2, LINEAR7))
+        .collect();
+    let mut obs = Observer {
+        lateness: Vec::new(),
+        dims: Vec::new(),
+    };
+    let r = run_with(&sc, &jobs, Scheduler::Cedf, Semantics::Preempt, &mut obs);
+    assert!(r.avg_tardiness_min > 1.0, "the test needs late jobs");
+    assert!(
+        obs.lateness.windows(2).all(|w| w[1] >= w[0] - 1e-9),
+        "lateness never decreases"
+    );
+    let total = r.avg_tardiness_min * jobs.len() as f64;
+    let last = *obs.lateness.last().unwrap();
+    assert!((last - total).abs() < 1e-6 * total, "{last} vs {total}");
+    assert!(obs
+        .dims
+        .iter()
+        .all(|&d| d == crate::sim::features::feature_dim(12)));
+}
