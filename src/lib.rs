@@ -10,3 +10,4 @@ pub mod scenario;
 pub mod sched;
 pub mod sim;
 pub mod workload;
+pub mod train;

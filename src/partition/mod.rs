@@ -174,3 +174,4 @@ impl Repartitioner for Periodic {
             .collect()
     }
 }
+pub mod mean_field;

@@ -189,3 +189,47 @@ pub fn energy_vs_tardiness(path: &Path, points: &[(String, f64, f64)], title: &s
     }
     root.present().map_err(|x| e(x.to_string()))
 }
+
+/// ET per training iteration, with horizontal reference lines (e.g. static-best).
+pub fn learning_curve(path: &Path, curve: &[(u32, f64)], refs: &[(String, f64)], title: &str) -> Result<(), PlotError> {
+    let e = err(path);
+    let root = SVGBackend::new(path, (900, 450)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+    let x_max = curve.last().map_or(1, |p| p.0 + 1).max(1) as f64;
+    let ys = curve.iter().map(|p| p.1).chain(refs.iter().map(|r| r.1));
+    let (lo, hi) = ys.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
+    let pad = ((hi - lo).abs() * 0.1).max(0.01);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..x_max, (lo - pad)..(hi + pad))
+        .map_err(|x| e(x.to_string()))?;
+    chart
+        .configure_mesh()
+        .x_desc("iteration")
+        .y_desc("ET vs static CEDF (lower is better)")
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    chart
+        .draw_series(LineSeries::new(curve.iter().map(|p| (f64::from(p.0), p.1)), &PALETTE[0]))
+        .map_err(|x| e(x.to_string()))?
+        .label("smart-mig (training days)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PALETTE[0]));
+    for (i, (name, v)) in refs.iter().enumerate() {
+        let color = PALETTE[(i + 1) % PALETTE.len()];
+        chart
+            .draw_series(LineSeries::new(vec![(0.0, *v), (x_max, *v)], color.stroke_width(2)))
+            .map_err(|x| e(x.to_string()))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    root.present().map_err(|x| e(x.to_string()))
+}

@@ -1,0 +1,100 @@
+//! `smartmig train`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::sim_cmd::ScenarioArgs;
+use super::{CliError, CliResult};
+use crate::policy::contract::{DecisionInterval, PolicyMetadata, CONTRACT_VERSION};
+use crate::sim::plot;
+use crate::train::{checkpoint_dir, train, PpoConfig, TrainConfig};
+
+/// `train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    scenario: ScenarioArgs,
+    /// Where to write the policy (ONNX); checkpoints go to `<out>.ckpt/`.
+    #[arg(long)]
+    out: PathBuf,
+    /// PPO iterations.
+    #[arg(long, default_value_t = 100)]
+    iterations: u32,
+    /// Simulated days per iteration.
+    #[arg(long, default_value_t = 8)]
+    episodes: u32,
+    /// Training seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Continue from the checkpoint in `<out>.ckpt/`.
+    #[arg(long)]
+    resume: bool,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 3e-4)]
+    lr: f64,
+    /// Decide every this many arrivals and completions.
+    #[arg(long, default_value_t = 5)]
+    every_events: u32,
+}
+
+/// Runs `train`.
+pub fn run(a: TrainArgs) -> CliResult {
+    let sc = a.scenario.load()?;
+    let cm = sc.models.first().ok_or_else(|| CliError::input(anyhow::anyhow!("the scenario has no GPU model")))?;
+    let cfg = TrainConfig {
+        iterations: a.iterations,
+        episodes: a.episodes,
+        seed: a.seed,
+        every_events: a.every_events,
+        top_k: 3,
+        ppo: PpoConfig { lr: a.lr, ..PpoConfig::default() },
+    };
+    let k = cm.configurations.len();
+    let metadata = PolicyMetadata {
+        contract_version: CONTRACT_VERSION,
+        gpu_model: cm.model.key.clone(),
+        configurations: cm.configurations.iter().map(|c| c.name.clone()).collect(),
+        feature_layout: crate::sim::features::layout(k),
+        decision: DecisionInterval { events: cfg.every_events, seconds: 0.0 },
+        top_k: cfg.top_k as u32,
+        training_scenario: sc.scenario.name.clone(),
+        training_seed: cfg.seed,
+        semantics: sc.scenario.repartition.semantics,
+    };
+    let pb = ProgressBar::new(u64::from(a.iterations));
+    pb.set_style(
+        ProgressStyle::with_template("train [{bar:30}] {pos}/{len} {elapsed} eta {eta} | {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let progress = train(&sc, cfg, &a.out, a.resume, metadata, |p| {
+        pb.set_position(u64::from(p.iteration + 1));
+        pb.set_message(format!(
+            "ET {:.3} (gain {:+.1}%) return {:.3} reparts {:.0}",
+            p.et,
+            100.0 * (1.0 - p.et),
+            p.ret,
+            p.repartitions
+        ));
+        if !pb.is_hidden() {
+            return;
+        }
+        // Not a terminal: one log line per iteration instead of a bar.
+        eprintln!("iteration {} ET {:.4} return {:.4} reparts {:.1}", p.iteration, p.et, p.ret, p.repartitions);
+    })
+    .map_err(CliError::failure)?;
+    pb.finish_and_clear();
+    let curve: Vec<(u32, f64)> = progress.curve.iter().map(|p| (p.iteration, p.et)).collect();
+    let plot_path = checkpoint_dir(&a.out).join("learning-curve.svg");
+    plot::learning_curve(&plot_path, &curve, &[("static-cedf".into(), 1.0)], "smart-mig training")
+        .map_err(CliError::failure)?;
+    println!(
+        "wrote {} after {} iterations in {:.0} s; learning curve {}",
+        a.out.display(),
+        progress.done,
+        progress.seconds,
+        plot_path.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! The SMART-MIG repartitioner (MODEL.md §6): every N arrivals and completions, read the
+//! mean field of each GPU model, run the policy once per model to get a K×K transition
+//! matrix, and let every GPU sample its next configuration from its current row.
+
+use rand_chacha::ChaCha8Rng;
+
+use super::{DecisionView, Repartitioner};
+use crate::policy::{PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable};
+use crate::scenario::ResolvedScenario;
+
+/// Something that maps a feature vector to K×K transition logits.
+pub trait TransitionModel {
+    /// Logits `[K, K]` row-major for one feature vector.
+    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, String>;
+}
+
+impl TransitionModel for PolicyNetwork {
+    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, String> {
+        self.forward(features, 1).map_err(|e| e.to_string())
+    }
+}
+
+impl TransitionModel for PolicyRuntime {
+    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, String> {
+        self.infer(features).map_err(|e| e.to_string())
+    }
+}
+
+/// One decision as a learner needs it.
+#[derive(Debug, Clone)]
+pub struct DecisionRecord {
+    /// Simulation time, minutes.
+    pub now: f64,
+    /// The feature vector the policy saw.
+    pub features: Vec<f32>,
+    /// `counts[c * K + c']`: GPUs that went from c to c' (staying included).
+    pub counts: Vec<u32>,
+    /// `mask[c * K + c']`: c' was among the top-k of row c.
+    pub mask: Vec<bool>,
+    /// Energy drawn before the decision, W·min.
+    pub energy_wmin: f64,
+    /// Lateness accrued before the decision, job-minutes.
+    pub lateness_min: f64,
+}
+
+/// The mean-field repartitioner over one or more GPU models.
+pub struct MeanField<M: TransitionModel> {
+    name: String,
+    /// One model per GPU model of the scenario, in its order.
+    models: Vec<M>,
+    initial: Vec<String>,
+    every: u32,
+    sampling: SamplingConfig,
+    available: Vec<Vec<bool>>,
+    buf: Vec<f32>,
+    /// Decisions, recorded when set (training).
+    pub record: Option<Vec<DecisionRecord>>,
+    failures: u64,
+}
+
+impl<M: TransitionModel> MeanField<M> {
+    /// A repartitioner starting from `initial` (configuration names cycled over GPUs).
+    pub fn new(
+        sc: &ResolvedScenario,
+        models: Vec<M>,
+        initial: Vec<String>,
+        every: u32,
+        sampling: SamplingConfig,
+    ) -> MeanField<M> {
+        let available =
+            sc.models.iter().map(|m| m.configurations.iter().map(|c| c.is_available()).collect()).collect();
+        MeanField {
+            name: "smart-mig".into(),
+            models,
+            initial,
+            every: every.max(1),
+            sampling,
+            available,
+            buf: Vec::new(),
+            record: None,
+            failures: 0,
+        }
+    }
+
+    /// Decisions where the policy failed and the GPUs kept their layout.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    /// The models, e.g. to read weights back.
+    pub fn into_models(self) -> Vec<M> {
+        self.models
+    }
+}
+
+impl<M: TransitionModel> Repartitioner for MeanField<M> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        sc.layout_indices(&self.initial).into_iter().map(|c| c as u16).collect()
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(self.every)
+    }
+    fn wants_features(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        let mut changes = Vec::new();
+        for m in 0..self.models.len() {
+            self.buf.clear();
+            if !view.write_features(m, &mut self.buf) {
+                return changes;
+            }
+            let table = self.models[m]
+                .logits(&self.buf)
+                .and_then(|l| TransitionTable::new(&l, &self.available[m], self.sampling).map_err(|e| e.to_string()));
+            let table = match table {
+                Ok(t) => t,
+                Err(e) => {
+                    // The GPUs keep their layout: a failing policy must not move hardware.
+                    if self.failures == 0 {
+                        log::error!("mean-field policy failed, keeping layouts: {e}");
+                    }
+                    self.failures += 1;
+                    continue;
+                }
+            };
+            let k = table.k();
+            let mut counts = self.record.as_ref().map(|_| vec![0u32; k * k]);
+            for (g, gpu) in view.cluster.gpus.iter().enumerate() {
+                if usize::from(gpu.model) != m {
+                    continue;
+                }
+                let current = gpu.target.unwrap_or(gpu.config);
+                let Ok(next) = table.sample(usize::from(current), rng) else { continue };
+                if let Some(c) = counts.as_mut() {
+                    c[usize::from(current) * k + usize::from(next)] += 1;
+                }
+                if next != current {
+                    changes.push((g as u32, next));
+                }
+            }
+            if let (Some(rec), Some(counts)) = (self.record.as_mut(), counts) {
+                let mut mask = vec![false; k * k];
+                for c in 0..k {
+                    if let Ok(row) = table.row(c) {
+                        for &(n, _) in &row.candidates {
+                            mask[c * k + usize::from(n)] = true;
+                        }
+                    }
+                }
+                rec.push(DecisionRecord {
+                    now: view.now,
+                    features: self.buf.clone(),
+                    counts,
+                    mask,
+                    energy_wmin: view.energy_wmin,
+                    lateness_min: view.lateness_min,
+                });
+            }
+        }
+        changes
+    }
+}
