@@ -6,6 +6,7 @@ pub mod cli;
 pub mod energy;
 pub mod eval;
 pub mod partition;
+pub mod policy;
 pub mod scenario;
 pub mod sched;
 pub mod sim;

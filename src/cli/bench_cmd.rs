@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// Skip the 1,024-GPU, 7-day, 2,560× run.
     #[arg(long)]
     quick: bool,
+    /// Measure the learned policy's decision path (ONNX Runtime) instead of the simulator.
+    #[arg(long)]
+    policy: bool,
 }
 
 /// Peak resident memory of this process in MiB (Linux), if known.
@@ -55,11 +58,20 @@ fn measure(name: &str, sets: &[String], reps: u32) -> Result<Row, CliError> {
         events = r.events;
     }
     times.sort_by(f64::total_cmp);
-    Ok(Row { name: name.into(), jobs: jobs.jobs.len(), events, gen_s, sim_s: times[times.len() / 2] })
+    Ok(Row {
+        name: name.into(),
+        jobs: jobs.jobs.len(),
+        events,
+        gen_s,
+        sim_s: times[times.len() / 2],
+    })
 }
 
 /// Runs the benchmark and prints a table.
 pub fn run(a: BenchArgs) -> CliResult {
+    if a.policy {
+        return super::policy_cmd::bench(None, 10_000);
+    }
     let mut rows = vec![measure("reference day, 8 GPUs, 20×", &[], a.reps)?];
     if !a.quick {
         let sets = [
@@ -82,7 +94,20 @@ pub fn run(a: BenchArgs) -> CliResult {
             ]
         })
         .collect();
-    print!("{}", table(&["run (static-cedf)", "jobs", "events", "generate", "simulate", "events/s"], &cells));
+    print!(
+        "{}",
+        table(
+            &[
+                "run (static-cedf)",
+                "jobs",
+                "events",
+                "generate",
+                "simulate",
+                "events/s"
+            ],
+            &cells
+        )
+    );
     if let Some(mib) = peak_rss_mib() {
         println!("peak resident memory: {mib:.0} MiB");
     }

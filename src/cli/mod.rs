@@ -6,6 +6,7 @@
 mod bench_cmd;
 mod config_cmd;
 mod mig_cmd;
+mod policy_cmd;
 mod sim_cmd;
 
 use std::fmt::Display;
@@ -113,6 +114,9 @@ pub enum Command {
     TuneStatic(sim_cmd::TuneArgs),
     /// Measure simulator speed and memory.
     Bench(bench_cmd::BenchArgs),
+    /// Learned policies: inspect files, provision ONNX Runtime.
+    #[command(subcommand)]
+    Policy(policy_cmd::PolicyCommand),
 }
 
 /// Runs a parsed command line.
@@ -124,6 +128,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Compare(a) => sim_cmd::compare(a),
         Command::TuneStatic(a) => sim_cmd::tune_static(a),
         Command::Bench(a) => bench_cmd::run(a),
+        Command::Policy(c) => policy_cmd::run(c),
     }
 }
 
