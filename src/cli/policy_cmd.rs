@@ -116,7 +116,11 @@ fn example(a: ExampleArgs) -> CliResult {
         .chain([meta.k() * meta.k()])
         .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
-    let net = PolicyNetwork::init(&dims, Activation::Tanh, &mut rng);
+    let mut net = PolicyNetwork::init(&dims, Activation::Tanh, &mut rng);
+    // Random biases too, so that rows differ even on an all-zero feature vector.
+    for l in &mut net.layers {
+        l.b.iter_mut().for_each(|b| *b = rng.random_range(-1.0..1.0));
+    }
     onnx_writer::write(&a.out, &net, &meta).map_err(CliError::input)?;
     println!(
         "{}: untrained policy {:?} for {}",

@@ -88,6 +88,8 @@ pub struct OnnxRuntime {
 
 /// The library this process loaded, once it has.
 static LOADED: Mutex<Option<OnnxRuntime>> = Mutex::new(None);
+/// Held while downloading, so that concurrent first uses fetch once.
+static FETCHING: Mutex<()> = Mutex::new(());
 
 impl OnnxRuntime {
     /// Where the library would be loaded from, without loading it.
@@ -147,6 +149,7 @@ impl OnnxRuntime {
             Err(RuntimeError::NotFound { .. })
                 if explicit.is_none() && std::env::var_os(ORT_DYLIB_ENV).is_none_or(|v| v.is_empty()) =>
             {
+                let _guard = FETCHING.lock().unwrap_or_else(|p| p.into_inner());
                 provision::fetch_runtime()?;
                 OnnxRuntime::init(None)
             }

@@ -155,7 +155,7 @@ impl TransitionTable {
         let rows = logits
             .chunks_exact(k)
             .enumerate()
-            .map(|(current, row)| build_row(current, row, &allowed, config))
+            .map(|(current, row)| build_row(current, row, &allowed, available[current], config))
             .collect();
         Ok(TransitionTable { k, rows })
     }
@@ -214,7 +214,13 @@ impl TransitionTable {
     }
 }
 
-fn build_row(current: usize, logits: &[f32], allowed: &[usize], config: SamplingConfig) -> TransitionRow {
+fn build_row(
+    current: usize,
+    logits: &[f32],
+    allowed: &[usize],
+    can_stay: bool,
+    config: SamplingConfig,
+) -> TransitionRow {
     // Softmax over the available columns only; f64 so that tiny probabilities keep their order.
     let max = allowed
         .iter()
@@ -245,7 +251,8 @@ fn build_row(current: usize, logits: &[f32], allowed: &[usize], config: Sampling
         .iter()
         .map(|&(c, q)| {
             let moves = usize::from(c) != current;
-            if moves && config.stay_threshold > 0.0 && q - stay < config.stay_threshold {
+            // A GPU never "stays" in a configuration the model cannot take.
+            if moves && can_stay && config.stay_threshold > 0.0 && q - stay < config.stay_threshold {
                 current as u16
             } else {
                 c
@@ -433,6 +440,14 @@ mod tests {
             .unwrap()
             .iter()
             .all(|&c| c == 0));
+        // A GPU in a configuration the model cannot take is never held there by the rule.
+        let cfg = SamplingConfig {
+            top_k: 3,
+            stay_threshold: 0.9,
+        };
+        let t = TransitionTable::new(&logits, &[false, true, true, true], cfg).unwrap();
+        let next = t.sample_gpus(&vec![0u16; 1000], &mut rng).unwrap();
+        assert!(next.iter().all(|&c| c != 0));
     }
 
     proptest! {
@@ -457,12 +472,9 @@ mod tests {
                 let row = t.row(c.into()).unwrap();
                 prop_assert_eq!(row.candidates.len(), top_k.min(n_avail));
                 let kept = row.candidates.iter().any(|&(x, _)| x == n);
-                if threshold > 0.0 && n == c {
-                    // Staying is always allowed when the threshold rule is on.
-                    continue;
-                }
-                prop_assert!(available[usize::from(n)], "unavailable {n} chosen");
-                prop_assert!(kept, "{n} is not in the top {top_k} of row {c}");
+                prop_assert!(available[usize::from(n)], "unavailable {} chosen", n);
+                // With the threshold rule on, staying is the one choice outside the top k.
+                prop_assert!(kept || (threshold > 0.0 && n == c), "{} is not in the top {} of row {}", n, top_k, c);
                 // Kept candidates are at least as likely as every cut available one.
                 let p = softmax_masked(&logits[usize::from(c) * k..][..k], &available);
                 let weakest = row.candidates.iter().map(|&(x, _)| p[usize::from(x)]).fold(f64::INFINITY, f64::min);
