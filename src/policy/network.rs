@@ -139,8 +139,25 @@ impl PolicyNetwork {
         PolicyNetwork { layers, hidden }
     }
 
-    /// Checks shapes and values; returns `(D, K)`.
+    /// Checks shapes and that every parameter is finite; returns `(D, K)`.
     pub fn validate(&self) -> Result<(usize, usize), NetworkError> {
+        let dk = self.check_shapes()?;
+        for (i, l) in self.layers.iter().enumerate() {
+            for (what, v) in [("w", &l.w), ("b", &l.b)] {
+                if let Some(index) = v.iter().position(|x| !x.is_finite()) {
+                    return Err(NetworkError::NotFinite {
+                        layer: i,
+                        what,
+                        index,
+                    });
+                }
+            }
+        }
+        Ok(dk)
+    }
+
+    /// Checks shapes only (cheap enough for every forward pass); returns `(D, K)`.
+    fn check_shapes(&self) -> Result<(usize, usize), NetworkError> {
         let first = self.layers.first().ok_or(NetworkError::Empty)?;
         let mut prev = first.in_dim;
         for (i, l) in self.layers.iter().enumerate() {
@@ -163,13 +180,6 @@ impl PolicyNetwork {
                         expected,
                     });
                 }
-                if let Some(index) = v.iter().position(|x| !x.is_finite()) {
-                    return Err(NetworkError::NotFinite {
-                        layer: i,
-                        what,
-                        index,
-                    });
-                }
             }
             prev = l.out_dim;
         }
@@ -189,7 +199,7 @@ impl PolicyNetwork {
 
     /// Forward pass on a batch: `x` is `[batch, D]` row-major, the result `[batch, K, K]`.
     pub fn forward(&self, x: &[f32], batch: usize) -> Result<Vec<f32>, NetworkError> {
-        let (dim, _) = self.validate()?;
+        let (dim, _) = self.check_shapes()?;
         if x.len() != batch * dim {
             return Err(NetworkError::Input {
                 found: x.len(),

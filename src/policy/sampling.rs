@@ -60,6 +60,14 @@ pub enum SamplingError {
     /// A negative or NaN threshold.
     #[error("stay threshold {0} must be ≥ 0")]
     Threshold(f64),
+    /// Per-configuration counts not of length K.
+    #[error("{found} per-configuration counts, expected K = {k}")]
+    Counts {
+        /// Length given.
+        found: usize,
+        /// K.
+        k: usize,
+    },
     /// A GPU in a configuration index ≥ K.
     #[error("configuration index {index} is outside 0..{k}")]
     Configuration {
@@ -200,8 +208,8 @@ impl TransitionTable {
         rng: &mut ChaCha8Rng,
     ) -> Result<Vec<Vec<u16>>, SamplingError> {
         if counts.len() != self.k {
-            return Err(SamplingError::Configuration {
-                index: counts.len(),
+            return Err(SamplingError::Counts {
+                found: counts.len(),
                 k: self.k,
             });
         }
@@ -326,7 +334,10 @@ mod tests {
             t.sample_gpus(&[0, 2], &mut rng),
             Err(SamplingError::Configuration { index: 2, .. })
         ));
-        assert!(t.sample_counts(&[1, 2, 3], &mut rng).is_err());
+        assert_eq!(
+            t.sample_counts(&[1, 2, 3], &mut rng),
+            Err(SamplingError::Counts { found: 3, k: 2 })
+        );
     }
 
     #[test]
