@@ -211,6 +211,16 @@ pub enum Semantics {
     Drain,
 }
 
+impl Semantics {
+    /// The name used in files and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Semantics::Preempt => "preempt",
+            Semantics::Drain => "drain",
+        }
+    }
+}
+
 /// `[repartition]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,7 +5,7 @@ use std::time::Instant;
 use clap::Args;
 
 use super::{table, CliError, CliResult};
-use crate::eval::compare::{baselines, run_policy, REFERENCE};
+use crate::eval::compare::{baselines, run_baseline, REFERENCE};
 use crate::eval::EVAL_SEED_BASE;
 use crate::scenario::Scenario;
 use crate::workload;
@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// Skip the 1,024-GPU, 7-day, 2,560× run.
     #[arg(long)]
     quick: bool,
+    /// Measure the learned policy's decision path (ONNX Runtime) instead of the simulator.
+    #[arg(long)]
+    policy: bool,
 }
 
 /// Peak resident memory of this process in MiB (Linux), if known.
@@ -50,7 +53,7 @@ fn measure(name: &str, sets: &[String], reps: u32) -> Result<Row, CliError> {
     let mut events = 0;
     for _ in 0..reps.max(1) {
         let t = Instant::now();
-        let r = run_policy(&sc, &jobs, &policy, EVAL_SEED_BASE, None);
+        let r = run_baseline(&sc, &jobs, &policy, EVAL_SEED_BASE);
         times.push(t.elapsed().as_secs_f64());
         events = r.events;
     }
@@ -66,6 +69,9 @@ fn measure(name: &str, sets: &[String], reps: u32) -> Result<Row, CliError> {
 
 /// Runs the benchmark and prints a table.
 pub fn run(a: BenchArgs) -> CliResult {
+    if a.policy {
+        return super::policy_cmd::bench(None, 10_000);
+    }
     let mut rows = vec![measure("reference day, 8 GPUs, 20×", &[], a.reps)?];
     if !a.quick {
         let sets = [

@@ -6,7 +6,9 @@
 mod bench_cmd;
 mod config_cmd;
 mod mig_cmd;
+mod policy_cmd;
 mod sim_cmd;
+mod train_cmd;
 
 use std::fmt::Display;
 
@@ -113,6 +115,11 @@ pub enum Command {
     TuneStatic(sim_cmd::TuneArgs),
     /// Measure simulator speed and memory.
     Bench(bench_cmd::BenchArgs),
+    /// Learned policies: inspect files, provision ONNX Runtime.
+    #[command(subcommand)]
+    Policy(policy_cmd::PolicyCommand),
+    /// Train a mean-field policy with PPO and write it as ONNX.
+    Train(train_cmd::TrainArgs),
 }
 
 /// Runs a parsed command line.
@@ -124,6 +131,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Compare(a) => sim_cmd::compare(a),
         Command::TuneStatic(a) => sim_cmd::tune_static(a),
         Command::Bench(a) => bench_cmd::run(a),
+        Command::Policy(c) => policy_cmd::run(c),
+        Command::Train(a) => train_cmd::run(a),
     }
 }
 

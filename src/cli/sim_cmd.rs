@@ -67,6 +67,8 @@ pub enum PolicyArg {
     StaticBest,
     /// The scenario's periodic schedule.
     Periodic,
+    /// The learned mean-field policy (`--model`, or the shipped one for the scenario).
+    MeanField,
 }
 
 /// `simulate`.
@@ -80,6 +82,9 @@ pub struct SimulateArgs {
     /// Static layout: configurations cycled over the GPUs (`c6,c6,c2`).
     #[arg(long, value_delimiter = ',')]
     layout: Option<Vec<String>>,
+    /// Policy file (ONNX) for `--policy mean-field`.
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// Scheduler.
     #[arg(long, value_enum, default_value = "cedf")]
     scheduler: Scheduler,
@@ -120,12 +125,42 @@ pub struct CompareArgs {
     /// Training seeds for `--tune`.
     #[arg(long, default_value_t = 4)]
     tune_seeds: u32,
+    /// Policy file (ONNX) to include as `smart-mig` (default: `onnx/<gpu>-<semantics>.onnx`
+    /// in the current directory or /usr/share/smartmig/onnx, when present).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Leave the learned policy out even when one is shipped.
+    #[arg(long, conflicts_with = "model")]
+    no_model: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
     /// Write figures (SVG) to this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
+}
+
+/// The shipped policy for a scenario's GPU model and semantics, if one is installed.
+pub fn shipped_model(sc: &ResolvedScenario) -> Option<PathBuf> {
+    let cm = sc.models.first()?;
+    let name = format!(
+        "{}-{}.onnx",
+        cm.model.key,
+        sc.scenario.repartition.semantics.as_str()
+    );
+    [PathBuf::from("onnx"), PathBuf::from("/usr/share/smartmig/onnx")]
+        .into_iter()
+        .map(|d| d.join(&name))
+        .find(|p| p.is_file())
+}
+
+/// The layout a learned policy starts from: the scenario's best static layout, else its reference.
+fn mean_field_start(sc: &ResolvedScenario) -> Vec<String> {
+    sc.scenario
+        .baselines
+        .static_best
+        .clone()
+        .unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone())
 }
 
 /// `tune-static`.
@@ -194,15 +229,27 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
             ))
         })?),
         PolicyArg::Periodic => LayoutSpec::Periodic,
+        PolicyArg::MeanField => {
+            let model = a.model.clone().or_else(|| shipped_model(&sc)).ok_or_else(|| {
+                CliError::input(anyhow::anyhow!(
+                    "--policy mean-field needs --model FILE (no shipped policy for this GPU model and semantics)"
+                ))
+            })?;
+            LayoutSpec::MeanField { model, initial: mean_field_start(&sc) }
+        }
     };
-    let name = format!("{:?}", a.policy).to_lowercase();
+    let name = a
+        .policy
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
     let spec = PolicySpec {
         name,
         scheduler: a.scheduler,
         layout,
     };
     let sample = a.plot.as_ref().map(|_| 10.0);
-    let r = run_policy(&sc, &jobs, &spec, a.seed, sample);
+    let r = run_policy(&sc, &jobs, &spec, a.seed, sample).map_err(CliError::input)?;
     if let (Some(dir), Some(series)) = (&a.plot, &r.series) {
         make_dir(dir)?;
         plot::load_over_time(
@@ -279,7 +326,22 @@ pub fn compare(a: CompareArgs) -> CliResult {
     } else {
         sc.scenario.baselines.static_best.clone()
     };
-    let policies = baselines(&sc, best.as_deref());
+    let mut policies = baselines(&sc, best.as_deref());
+    let model = if a.no_model {
+        None
+    } else {
+        a.model.clone().or_else(|| shipped_model(&sc))
+    };
+    if let Some(model) = model {
+        policies.push(PolicySpec {
+            name: "smart-mig".into(),
+            scheduler: Scheduler::Cedf,
+            layout: LayoutSpec::MeanField {
+                model,
+                initial: mean_field_start(&sc),
+            },
+        });
+    }
     let seeds = eval_seeds(a.seeds);
     let pb = progress(seeds.len() as u64, "compare");
     let sample = a.plot.as_ref().map(|_| 10.0);

@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::sim_cmd::ScenarioArgs;
 use super::{CliError, CliResult};
-use crate::policy::contract::{DecisionInterval, PolicyMetadata, CONTRACT_VERSION};
+use crate::partition::mean_field::scenario_metadata;
 use crate::sim::plot;
 use crate::train::{checkpoint_dir, train, PpoConfig, TrainConfig};
 
@@ -42,27 +42,26 @@ pub struct TrainArgs {
 /// Runs `train`.
 pub fn run(a: TrainArgs) -> CliResult {
     let sc = a.scenario.load()?;
-    let cm = sc.models.first().ok_or_else(|| CliError::input(anyhow::anyhow!("the scenario has no GPU model")))?;
+    let cm = sc
+        .models
+        .first()
+        .ok_or_else(|| CliError::input(anyhow::anyhow!("the scenario has no GPU model")))?;
     let cfg = TrainConfig {
         iterations: a.iterations,
         episodes: a.episodes,
         seed: a.seed,
         every_events: a.every_events,
         top_k: 3,
-        ppo: PpoConfig { lr: a.lr, ..PpoConfig::default() },
+        ppo: PpoConfig {
+            lr: a.lr,
+            ..PpoConfig::default()
+        },
     };
-    let k = cm.configurations.len();
-    let metadata = PolicyMetadata {
-        contract_version: CONTRACT_VERSION,
-        gpu_model: cm.model.key.clone(),
-        configurations: cm.configurations.iter().map(|c| c.name.clone()).collect(),
-        feature_layout: crate::sim::features::layout(k),
-        decision: DecisionInterval { events: cfg.every_events, seconds: 0.0 },
-        top_k: cfg.top_k as u32,
-        training_scenario: sc.scenario.name.clone(),
-        training_seed: cfg.seed,
-        semantics: sc.scenario.repartition.semantics,
-    };
+    let _ = cm;
+    let mut metadata = scenario_metadata(&sc, 0, cfg.every_events, cfg.top_k as u32, cfg.seed);
+    if let Some(path) = &a.scenario.scenario {
+        metadata.training_scenario = path.display().to_string();
+    }
     let pb = ProgressBar::new(u64::from(a.iterations));
     pb.set_style(
         ProgressStyle::with_template("train [{bar:30}] {pos}/{len} {elapsed} eta {eta} | {msg}")
@@ -81,14 +80,22 @@ pub fn run(a: TrainArgs) -> CliResult {
             return;
         }
         // Not a terminal: one log line per iteration instead of a bar.
-        eprintln!("iteration {} ET {:.4} return {:.4} reparts {:.1}", p.iteration, p.et, p.ret, p.repartitions);
+        eprintln!(
+            "iteration {} ET {:.4} return {:.4} reparts {:.1}",
+            p.iteration, p.et, p.ret, p.repartitions
+        );
     })
     .map_err(CliError::failure)?;
     pb.finish_and_clear();
     let curve: Vec<(u32, f64)> = progress.curve.iter().map(|p| (p.iteration, p.et)).collect();
     let plot_path = checkpoint_dir(&a.out).join("learning-curve.svg");
-    plot::learning_curve(&plot_path, &curve, &[("static-cedf".into(), 1.0)], "smart-mig training")
-        .map_err(CliError::failure)?;
+    plot::learning_curve(
+        &plot_path,
+        &curve,
+        &[("static-cedf".into(), 1.0)],
+        "smart-mig training",
+    )
+    .map_err(CliError::failure)?;
     println!(
         "wrote {} after {} iterations in {:.0} s; learning curve {}",
         a.out.display(),

@@ -3,7 +3,11 @@
 use rayon::prelude::*;
 use serde::Serialize;
 
+use std::path::PathBuf;
+
+use crate::partition::mean_field::{scenario_metadata, MeanField, DEFAULT_EVERY_EVENTS};
 use crate::partition::{Periodic, Repartitioner, Static};
+use crate::policy::{OnnxRuntime, PolicyRuntime, RuntimeError, SamplingConfig, DEFAULT_TOP_K};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
 use crate::sim::{RunOptions, RunResult, Simulation};
@@ -30,6 +34,14 @@ pub enum LayoutSpec {
     Static(Vec<String>),
     /// The scenario's periodic schedule.
     Periodic,
+    /// A learned mean-field policy (ONNX, one file for the scenario's single GPU model),
+    /// starting from the given layout.
+    MeanField {
+        /// The policy file.
+        model: PathBuf,
+        /// Starting layout.
+        initial: Vec<String>,
+    },
 }
 
 impl PolicySpec {
@@ -41,12 +53,44 @@ impl PolicySpec {
         }
     }
 
-    /// A fresh repartitioner for one run.
-    pub fn repartitioner(&self, sc: &ResolvedScenario) -> Box<dyn Repartitioner> {
+    /// The repartitioner of a fixed-rule policy (static or periodic); `None` for a learned one.
+    fn baseline_repartitioner(&self, sc: &ResolvedScenario) -> Option<Box<dyn Repartitioner>> {
         match &self.layout {
-            LayoutSpec::Static(l) => Box::new(Static::new(self.name.clone(), l.clone())),
-            LayoutSpec::Periodic => Box::new(Periodic::new(sc, &sc.scenario.baselines.periodic)),
+            LayoutSpec::Static(l) => Some(Box::new(Static::new(self.name.clone(), l.clone()))),
+            LayoutSpec::Periodic => Some(Box::new(Periodic::new(sc, &sc.scenario.baselines.periodic))),
+            LayoutSpec::MeanField { .. } => None,
         }
+    }
+
+    /// A fresh repartitioner for one run (a learned policy is loaded and checked here).
+    pub fn repartitioner(&self, sc: &ResolvedScenario) -> Result<Box<dyn Repartitioner>, RuntimeError> {
+        Ok(match &self.layout {
+            LayoutSpec::Static(_) | LayoutSpec::Periodic => self
+                .baseline_repartitioner(sc)
+                .unwrap_or_else(|| Box::new(Static::none())),
+            LayoutSpec::MeanField { model, initial } => {
+                let expected = scenario_metadata(sc, 0, DEFAULT_EVERY_EVENTS, DEFAULT_TOP_K as u32, 0);
+                let rt = PolicyRuntime::load_with(&OnnxRuntime::init_or_fetch(None)?, model, &expected)?;
+                let meta = rt.metadata().clone();
+                let sampling = SamplingConfig {
+                    top_k: meta.top_k as usize,
+                    stay_threshold: 0.0,
+                };
+                let every = if meta.decision.events > 0 {
+                    meta.decision.events
+                } else {
+                    DEFAULT_EVERY_EVENTS
+                };
+                Box::new(MeanField::new(
+                    sc,
+                    vec![rt],
+                    meta.feature_layout,
+                    initial.clone(),
+                    every,
+                    sampling,
+                ))
+            }
+        })
     }
 }
 
@@ -88,15 +132,41 @@ pub fn run_policy(
     p: &PolicySpec,
     seed: u64,
     sample: Option<f64>,
-) -> RunResult {
+) -> Result<RunResult, RuntimeError> {
     let opts = RunOptions {
         scheduler: p.scheduler,
         semantics: sc.scenario.repartition.semantics,
         seed,
         sample_every: sample,
     };
-    let mut r = p.repartitioner(sc);
+    let mut r = p.repartitioner(sc)?;
+    Ok(Simulation::new(sc, &jobs.jobs, opts).run(r.as_mut()))
+}
+
+/// Runs a static or periodic policy; a learned one is not a baseline and runs with no
+/// repartitioning here (use [`run_policy`]).
+pub fn run_baseline(sc: &ResolvedScenario, jobs: &JobSet, p: &PolicySpec, seed: u64) -> RunResult {
+    let opts = RunOptions {
+        scheduler: p.scheduler,
+        semantics: sc.scenario.repartition.semantics,
+        seed,
+        sample_every: None,
+    };
+    let mut r = p
+        .baseline_repartitioner(sc)
+        .unwrap_or_else(|| Box::new(Static::none()));
     Simulation::new(sc, &jobs.jobs, opts).run(r.as_mut())
+}
+
+/// A comparison that could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// The jobs could not be generated or read.
+    #[error(transparent)]
+    Workload(#[from] TraceError),
+    /// A learned policy could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] RuntimeError),
 }
 
 /// One policy's results over every seed.
@@ -164,7 +234,7 @@ pub fn compare(
     seeds: &[u64],
     sample: Option<f64>,
     progress: &indicatif::ProgressBar,
-) -> Result<Comparison, TraceError> {
+) -> Result<Comparison, CompareError> {
     let a = sc.scenario.objective.energy_weight;
     let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
     // runs[seed][policy]
@@ -172,14 +242,14 @@ pub fn compare(
         .par_iter()
         .map(|&seed| {
             let jobs = workload::from_scenario(sc, seed, false)?;
-            let runs: Vec<RunResult> = policies
+            let runs = policies
                 .iter()
                 .map(|p| run_policy(sc, &jobs, p, seed, sample))
-                .collect();
+                .collect::<Result<Vec<_>, _>>()?;
             progress.inc(1);
             Ok((jobs.jobs.len(), runs))
         })
-        .collect::<Result<_, TraceError>>()?;
+        .collect::<Result<_, CompareError>>()?;
     let n = seeds.len().max(1) as f64;
     let mean = |f: &dyn Fn(&[RunResult]) -> f64| per_seed.iter().map(|(_, r)| f(r)).sum::<f64>() / n;
     let sd = |f: &dyn Fn(&[RunResult]) -> f64| {

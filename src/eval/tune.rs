@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::compare::{run_policy, LayoutSpec, PolicySpec, REFERENCE};
+use super::compare::{run_baseline, LayoutSpec, PolicySpec, REFERENCE};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
 use crate::sim::RunResult;
@@ -73,9 +73,7 @@ impl Search<'_> {
                 let et = self
                     .days
                     .iter()
-                    .map(|(seed, jobs, reference)| {
-                        run_policy(self.sc, jobs, &p, *seed, None).et(reference, a)
-                    })
+                    .map(|(seed, jobs, reference)| run_baseline(self.sc, jobs, &p, *seed).et(reference, a))
                     .sum::<f64>()
                     / self.days.len() as f64;
                 (c, et)
@@ -107,7 +105,7 @@ pub fn tune_static(
         .par_iter()
         .map(|&seed| {
             let jobs = workload::from_scenario(sc, seed, false)?;
-            let r = run_policy(sc, &jobs, &reference, seed, None);
+            let r = run_baseline(sc, &jobs, &reference, seed);
             Ok((seed, jobs, r))
         })
         .collect::<Result<Vec<_>, TraceError>>()?;

@@ -5,8 +5,40 @@
 use rand_chacha::ChaCha8Rng;
 
 use super::{DecisionView, Repartitioner};
-use crate::policy::{PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable};
+use crate::policy::contract::{DecisionInterval, CONTRACT_VERSION};
+use crate::policy::{
+    FeatureLayout, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable,
+};
 use crate::scenario::ResolvedScenario;
+
+/// Decide after this many arrivals and completions (MODEL.md §6).
+pub const DEFAULT_EVERY_EVENTS: u32 = 5;
+
+/// The metadata a policy for GPU model `model` of a scenario must carry: the model, its
+/// configurations and the simulator's feature layout; the rest records how it was trained.
+pub fn scenario_metadata(
+    sc: &ResolvedScenario,
+    model: usize,
+    every_events: u32,
+    top_k: u32,
+    seed: u64,
+) -> PolicyMetadata {
+    let cm = &sc.models[model];
+    PolicyMetadata {
+        contract_version: CONTRACT_VERSION,
+        gpu_model: cm.model.key.clone(),
+        configurations: cm.configurations.iter().map(|c| c.name.clone()).collect(),
+        feature_layout: crate::sim::features::layout(cm.configurations.len()),
+        decision: DecisionInterval {
+            events: every_events,
+            seconds: 0.0,
+        },
+        top_k,
+        training_scenario: sc.scenario.name.clone(),
+        training_seed: seed,
+        semantics: sc.scenario.repartition.semantics,
+    }
+}
 
 /// Something that maps a feature vector to K×K transition logits.
 pub trait TransitionModel {
@@ -52,6 +84,7 @@ pub struct MeanField<M: TransitionModel> {
     every: u32,
     sampling: SamplingConfig,
     available: Vec<Vec<bool>>,
+    layout: FeatureLayout,
     buf: Vec<f32>,
     /// Decisions, recorded when set (training).
     pub record: Option<Vec<DecisionRecord>>,
@@ -59,16 +92,21 @@ pub struct MeanField<M: TransitionModel> {
 }
 
 impl<M: TransitionModel> MeanField<M> {
-    /// A repartitioner starting from `initial` (configuration names cycled over GPUs).
+    /// A repartitioner starting from `initial` (configuration names cycled over GPUs),
+    /// whose models read features in `layout`.
     pub fn new(
         sc: &ResolvedScenario,
         models: Vec<M>,
+        layout: FeatureLayout,
         initial: Vec<String>,
         every: u32,
         sampling: SamplingConfig,
     ) -> MeanField<M> {
-        let available =
-            sc.models.iter().map(|m| m.configurations.iter().map(|c| c.is_available()).collect()).collect();
+        let available = sc
+            .models
+            .iter()
+            .map(|m| m.configurations.iter().map(|c| c.is_available()).collect())
+            .collect();
         MeanField {
             name: "smart-mig".into(),
             models,
@@ -76,6 +114,7 @@ impl<M: TransitionModel> MeanField<M> {
             every: every.max(1),
             sampling,
             available,
+            layout,
             buf: Vec::new(),
             record: None,
             failures: 0,
@@ -98,13 +137,16 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
         self.name.clone()
     }
     fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
-        sc.layout_indices(&self.initial).into_iter().map(|c| c as u16).collect()
+        sc.layout_indices(&self.initial)
+            .into_iter()
+            .map(|c| c as u16)
+            .collect()
     }
     fn every_events(&self) -> Option<u32> {
         Some(self.every)
     }
-    fn wants_features(&self) -> bool {
-        true
+    fn feature_layout(&self) -> Option<FeatureLayout> {
+        Some(self.layout.clone())
     }
     fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         let mut changes = Vec::new();
@@ -113,9 +155,9 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
             if !view.write_features(m, &mut self.buf) {
                 return changes;
             }
-            let table = self.models[m]
-                .logits(&self.buf)
-                .and_then(|l| TransitionTable::new(&l, &self.available[m], self.sampling).map_err(|e| e.to_string()));
+            let table = self.models[m].logits(&self.buf).and_then(|l| {
+                TransitionTable::new(&l, &self.available[m], self.sampling).map_err(|e| e.to_string())
+            });
             let table = match table {
                 Ok(t) => t,
                 Err(e) => {
@@ -134,7 +176,9 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
                     continue;
                 }
                 let current = gpu.target.unwrap_or(gpu.config);
-                let Ok(next) = table.sample(usize::from(current), rng) else { continue };
+                let Ok(next) = table.sample(usize::from(current), rng) else {
+                    continue;
+                };
                 if let Some(c) = counts.as_mut() {
                     c[usize::from(current) * k + usize::from(next)] += 1;
                 }

@@ -63,9 +63,9 @@ pub trait Repartitioner {
     fn every_events(&self) -> Option<u32> {
         None
     }
-    /// Whether the simulator should maintain the mean-field features and accrued lateness.
-    fn wants_features(&self) -> bool {
-        false
+    /// The features the simulator should maintain for this policy (with accrued lateness).
+    fn feature_layout(&self) -> Option<crate::policy::FeatureLayout> {
+        None
     }
     /// Target configurations for GPUs that should change: `(gpu, configuration)`.
     fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)>;

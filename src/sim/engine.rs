@@ -242,9 +242,13 @@ impl<'a> Simulation<'a> {
 
     /// Runs to the last completion with `policy` deciding layouts.
     pub fn run(mut self, policy: &mut dyn Repartitioner) -> RunResult {
-        if policy.wants_features() {
+        if let Some(layout) = policy.feature_layout() {
             let horizon = self.jobs.iter().map(|j| j.deadline).fold(0.0, f64::max);
-            self.features = Some(FeatureTracker::new(horizon));
+            match FeatureTracker::new(layout, horizon) {
+                Ok(t) => self.features = Some(t),
+                // The policy then decides without features and keeps layouts (it logs).
+                Err(e) => log::error!("{e}"),
+            }
             self.lateness = Some(Lateness::default());
         }
         let initial = policy.initial_layout(self.sc);

@@ -1,45 +1,35 @@
 //! The mean-field features of MODEL.md §6, maintained as events happen so that reading
 //! them costs the same whatever the number of GPUs and jobs.
 //!
-//! Per GPU model, in this order (D = K + 26):
-//! - `K` shares of the model's GPUs in each configuration;
-//! - waiting jobs per GPU;
-//! - waiting jobs per GPU by time to deadline, bins edged at −100, 0, 0.05, 0.2, 0.5, 1,
-//!   5, 10, 20, 30, ∞ minutes (jobs already more than 100 minutes late count in the
-//!   first bin);
-//! - waiting jobs per GPU by remaining work on a 1g slice, bins edged at 0, 1, 2, 5, 10,
-//!   20, 40, 60, ∞ minutes;
-//! - waiting jobs per GPU by throughput class 1..4;
-//! - busy share of the model's compute slices;
-//! - time of day as sin and cos of its angle.
-//!
-//! Counts are divided by the number of GPUs so that one policy reads a small and a large
-//! cluster alike (the mean-field view).
+//! What is computed, in which order and with which bins is a
+//! [`FeatureLayout`](crate::policy::FeatureLayout), the same one a policy file carries
+//! in its metadata; [`layout`] is smartmig's default. Durations are remaining work on a
+//! 1g slice; time to deadline is `deadline − now` (negative once late). Splitting the
+//! histograms by slice size is not computed here (a layout asking for it is refused).
 
+use crate::policy::contract::{TimeOfDay, PAPER_EDGES_MIN};
+use crate::policy::FeatureLayout;
 use crate::workload::Job;
 
-/// Time-to-deadline bin edges, minutes.
-pub const DEADLINE_EDGES: [f64; 11] = [
-    -100.0,
-    0.0,
-    0.05,
-    0.2,
-    0.5,
-    1.0,
-    5.0,
-    10.0,
-    20.0,
-    30.0,
-    f64::INFINITY,
-];
-/// Remaining-work bin edges (on a 1g slice), minutes.
-pub const DURATION_EDGES: [f64; 9] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, f64::INFINITY];
-/// Features besides the K configuration shares.
-pub const EXTRA_FEATURES: usize = 1 + (DEADLINE_EDGES.len() - 1) + (DURATION_EDGES.len() - 1) + 4 + 1 + 2;
+/// Remaining-work histogram lower edges (on a 1g slice), minutes.
+pub const DURATION_EDGES_MIN: [f64; 8] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0];
 
-/// Feature vector length for `k` configurations.
+/// smartmig's feature layout for `k` configurations: duration bins above, the paper's
+/// deadline bins, the queue summary and sin/cos time of day.
+pub fn layout(k: usize) -> FeatureLayout {
+    FeatureLayout {
+        configurations: k,
+        duration_edges_min: DURATION_EDGES_MIN.to_vec(),
+        deadline_edges_min: PAPER_EDGES_MIN.to_vec(),
+        slice_sizes: Vec::new(),
+        time_of_day: TimeOfDay::SinCos,
+        queue_summary: true,
+    }
+}
+
+/// Feature vector length of [`layout`] for `k` configurations.
 pub fn feature_dim(k: usize) -> usize {
-    k + EXTRA_FEATURES
+    layout(k).dim()
 }
 
 /// Deadlines are counted in cells of this many minutes (1 s).
@@ -58,7 +48,7 @@ impl Fenwick {
     fn add(&mut self, i: usize, delta: i32) {
         let mut i = i + 1;
         while i < self.tree.len() {
-            self.tree[i] = (self.tree[i] as i64 + i64::from(delta)) as u32;
+            self.tree[i] = (i64::from(self.tree[i]) + i64::from(delta)) as u32;
             i += i & i.wrapping_neg();
         }
     }
@@ -74,44 +64,48 @@ impl Fenwick {
     }
 }
 
+/// A layout the tracker cannot compute.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("feature layout not supported by the simulator: {0}")]
+pub struct UnsupportedLayout(pub String);
+
 /// Waiting-queue statistics, updated on every enqueue and start.
 #[derive(Debug, Clone)]
 pub struct FeatureTracker {
+    layout: FeatureLayout,
     deadlines: Fenwick,
     cells: usize,
-    durations: [u32; DURATION_EDGES.len() - 1],
+    durations: Vec<u32>,
     classes: [u32; 4],
     waiting: u32,
 }
 
 impl FeatureTracker {
-    /// A tracker for jobs whose deadlines end by `horizon` minutes.
-    pub fn new(horizon: f64) -> FeatureTracker {
+    /// A tracker for `layout`, for jobs whose deadlines end by `horizon` minutes.
+    pub fn new(layout: FeatureLayout, horizon: f64) -> Result<FeatureTracker, UnsupportedLayout> {
+        layout.validate().map_err(UnsupportedLayout)?;
+        if !layout.slice_sizes.is_empty() {
+            return Err(UnsupportedLayout("histograms split by slice size".into()));
+        }
         let cells = (horizon.max(0.0) / CELL).ceil() as usize + 2;
-        FeatureTracker {
+        Ok(FeatureTracker {
             deadlines: Fenwick::new(cells),
             cells,
-            durations: [0; DURATION_EDGES.len() - 1],
+            durations: vec![0; layout.duration_edges_min.len()],
             classes: [0; 4],
             waiting: 0,
-        }
+            layout,
+        })
     }
 
     fn cell(&self, t: f64) -> usize {
         ((t.max(0.0) / CELL) as usize).min(self.cells - 1)
     }
 
-    fn duration_bin(work_1g: f64) -> usize {
-        DURATION_EDGES[1..]
-            .iter()
-            .position(|&e| work_1g < e)
-            .unwrap_or(DURATION_EDGES.len() - 2)
-    }
-
     fn update(&mut self, job: &Job, rem: f64, delta: i32) {
         let c = self.cell(job.deadline);
         self.deadlines.add(c, delta);
-        let d = Self::duration_bin(rem * job.times[0]);
+        let d = FeatureLayout::bin(&self.layout.duration_edges_min, rem * job.times[0]);
         let k = usize::from(job.throughput_class().clamp(1, 4)) - 1;
         let apply = |x: &mut u32| *x = (i64::from(*x) + i64::from(delta)) as u32;
         apply(&mut self.durations[d]);
@@ -134,7 +128,7 @@ impl FeatureTracker {
         self.waiting
     }
 
-    /// Appends the features of one GPU model to `out`.
+    /// Appends the features of one GPU model to `out`, in the layout's order.
     ///
     /// `config_counts`: the model's GPUs per configuration; `busy_slices`: its busy compute
     /// slices; `gpus_total`: all GPUs (queue counts are per GPU of the cluster).
@@ -149,28 +143,28 @@ impl FeatureTracker {
         let n_model = config_counts.iter().sum::<u32>().max(1) as f32;
         let per_gpu = 1.0 / gpus_total.max(1) as f32;
         out.extend(config_counts.iter().map(|&c| c as f32 / n_model));
-        out.push(self.waiting as f32 * per_gpu);
-        // Deadline bins: cumulative counts below now + edge; the first bin takes everything
-        // below the second edge, the last everything from the last finite edge.
-        let below = |edge: f64| -> u32 {
-            if edge.is_infinite() {
-                self.waiting
-            } else {
-                self.deadlines.prefix(self.cell(now + edge))
-            }
-        };
-        let mut prev = 0;
-        for &edge in &DEADLINE_EDGES[1..] {
-            let b = below(edge);
-            out.push(b.saturating_sub(prev) as f32 * per_gpu);
-            prev = b;
-        }
         out.extend(self.durations.iter().map(|&c| c as f32 * per_gpu));
-        out.extend(self.classes.iter().map(|&c| c as f32 * per_gpu));
-        out.push(busy_slices as f32 / (7.0 * n_model));
-        let angle = (now.rem_euclid(1440.0) / 1440.0 * std::f64::consts::TAU) as f32;
-        out.push(angle.sin());
-        out.push(angle.cos());
+        // Deadline bin i holds deadlines in [now + e_i, now + e_{i+1}); bin 0 also all below.
+        let edges = &self.layout.deadline_edges_min;
+        let mut prev = 0;
+        for i in 0..edges.len() {
+            let below = match edges.get(i + 1) {
+                Some(&e) => self.deadlines.prefix(self.cell(now + e)),
+                None => self.waiting,
+            };
+            out.push(below.saturating_sub(prev) as f32 * per_gpu);
+            prev = below;
+        }
+        if self.layout.queue_summary {
+            out.push(self.waiting as f32 * per_gpu);
+            out.extend(self.classes.iter().map(|&c| c as f32 * per_gpu));
+            out.push(busy_slices as f32 / (7.0 * n_model));
+        }
+        if self.layout.time_of_day == TimeOfDay::SinCos {
+            let angle = (now.rem_euclid(1440.0) / 1440.0 * std::f64::consts::TAU) as f32;
+            out.push(angle.sin());
+            out.push(angle.cos());
+        }
     }
 }
 
@@ -188,9 +182,15 @@ mod tests {
         }
     }
 
+    fn tracker() -> FeatureTracker {
+        FeatureTracker::new(layout(2), 100.0).unwrap()
+    }
+
+    const DEADLINE: std::ops::Range<usize> = 2 + 8..2 + 8 + 10;
+
     #[test]
     fn deadline_bins_move_with_time_without_rescans() {
-        let mut f = FeatureTracker::new(100.0);
+        let mut f = tracker();
         let jobs = [job(10.0, 3.0), job(12.0, 30.0), job(40.0, 0.5)];
         for j in &jobs {
             f.enqueue(j, 1.0);
@@ -198,38 +198,48 @@ mod tests {
         let mut out = Vec::new();
         f.write(0.0, &[2, 0], 0, 2, &mut out);
         assert_eq!(out.len(), feature_dim(2));
-        let deadline_bins = |o: &[f32]| o[3..13].to_vec();
         // At t=0: deadlines 10 and 12 are in [10, 20), 40 in [30, ∞); per GPU (2 GPUs).
         assert_eq!(
-            deadline_bins(&out),
+            out[DEADLINE].to_vec(),
             vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.5]
         );
         out.clear();
-        // At t=11: job 1 is late by 1 ([−100, 0) bin), job 2 has 1 minute left ([1, 5)),
-        // job 3 has 29 ([20, 30)).
+        // At t=11: job 1 is late by 1 (bin 0), job 2 has 1 minute left ([1, 5)), job 3 29 ([20, 30)).
         f.write(11.0, &[2, 0], 0, 2, &mut out);
         assert_eq!(
-            deadline_bins(&out),
+            out[DEADLINE].to_vec(),
             vec![0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.5, 0.0]
         );
         f.dequeue(&jobs[0], 1.0);
         out.clear();
         f.write(11.0, &[2, 0], 0, 2, &mut out);
-        assert_eq!(deadline_bins(&out)[0], 0.0);
-        assert_eq!(out[2], 1.0, "two jobs waiting over two GPUs");
+        assert_eq!(out[DEADLINE.start], 0.0);
+        assert_eq!(out[DEADLINE.end], 1.0, "two jobs waiting over two GPUs");
     }
 
     #[test]
-    fn duration_and_class_bins_count_remaining_work() {
-        let mut f = FeatureTracker::new(100.0);
+    fn duration_class_and_busy_features_count_remaining_work() {
+        let mut f = FeatureTracker::new(layout(1), 100.0).unwrap();
         f.enqueue(&job(50.0, 3.0), 1.0); // 3 min on 1g: [2, 5)
         f.enqueue(&job(50.0, 30.0), 0.5); // 15 min left: [10, 20)
         let mut out = Vec::new();
         f.write(0.0, &[1], 7, 1, &mut out);
-        let dur = &out[1 + 1 + 10..1 + 1 + 10 + 8];
-        assert_eq!(dur, &[0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
-        let classes = &out[1 + 1 + 10 + 8..1 + 1 + 10 + 8 + 4];
-        assert_eq!(classes, &[2.0, 0.0, 0.0, 0.0], "linear jobs are class 1");
-        assert_eq!(out[1 + 1 + 10 + 8 + 4], 1.0, "7 of 7 slices busy");
+        assert_eq!(&out[1..9], &[0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+        let summary = &out[19..25];
+        assert_eq!(
+            summary,
+            &[2.0, 2.0, 0.0, 0.0, 0.0, 1.0],
+            "waiting, classes (linear = 1), busy share"
+        );
+        assert_eq!(out.len(), layout(1).dim());
+    }
+
+    #[test]
+    fn a_layout_split_by_slice_size_is_refused() {
+        let l = FeatureLayout {
+            slice_sizes: vec![1, 7],
+            ..layout(12)
+        };
+        assert!(FeatureTracker::new(l, 10.0).is_err());
     }
 }

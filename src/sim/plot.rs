@@ -191,7 +191,12 @@ pub fn energy_vs_tardiness(path: &Path, points: &[(String, f64, f64)], title: &s
 }
 
 /// ET per training iteration, with horizontal reference lines (e.g. static-best).
-pub fn learning_curve(path: &Path, curve: &[(u32, f64)], refs: &[(String, f64)], title: &str) -> Result<(), PlotError> {
+pub fn learning_curve(
+    path: &Path,
+    curve: &[(u32, f64)],
+    refs: &[(String, f64)],
+    title: &str,
+) -> Result<(), PlotError> {
     let e = err(path);
     let root = SVGBackend::new(path, (900, 450)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
@@ -213,14 +218,20 @@ pub fn learning_curve(path: &Path, curve: &[(u32, f64)], refs: &[(String, f64)],
         .draw()
         .map_err(|x| e(x.to_string()))?;
     chart
-        .draw_series(LineSeries::new(curve.iter().map(|p| (f64::from(p.0), p.1)), &PALETTE[0]))
+        .draw_series(LineSeries::new(
+            curve.iter().map(|p| (f64::from(p.0), p.1)),
+            &PALETTE[0],
+        ))
         .map_err(|x| e(x.to_string()))?
         .label("smart-mig (training days)")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PALETTE[0]));
     for (i, (name, v)) in refs.iter().enumerate() {
         let color = PALETTE[(i + 1) % PALETTE.len()];
         chart
-            .draw_series(LineSeries::new(vec![(0.0, *v), (x_max, *v)], color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                vec![(0.0, *v), (x_max, *v)],
+                color.stroke_width(2),
+            ))
             .map_err(|x| e(x.to_string()))?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));

@@ -230,8 +230,8 @@ impl Repartitioner for Observer {
     fn every_events(&self) -> Option<u32> {
         Some(1)
     }
-    fn wants_features(&self) -> bool {
-        true
+    fn feature_layout(&self) -> Option<crate::policy::FeatureLayout> {
+        Some(crate::sim::features::layout(12))
     }
     fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         self.lateness.push(view.lateness_min);

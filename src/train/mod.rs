@@ -69,7 +69,14 @@ pub struct TrainConfig {
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        TrainConfig { iterations: 100, episodes: 8, seed: 0, every_events: 5, top_k: 3, ppo: PpoConfig::default() }
+        TrainConfig {
+            iterations: 100,
+            episodes: 8,
+            seed: 0,
+            every_events: 5,
+            top_k: 3,
+            ppo: PpoConfig::default(),
+        }
     }
 }
 
@@ -109,12 +116,17 @@ pub fn checkpoint_dir(out: &Path) -> PathBuf {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
-    move |source| TrainError::Io { path: path.to_path_buf(), source }
+    move |source| TrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The seeds of iteration `it`'s days: disjoint across iterations, below the evaluation seeds.
 pub fn iteration_seeds(cfg: &TrainConfig, it: u32) -> Vec<u64> {
-    (0..cfg.episodes).map(|e| TRAIN_SEED_BASE + cfg.seed * 100_000 + u64::from(it * cfg.episodes + e)).collect()
+    (0..cfg.episodes)
+        .map(|e| TRAIN_SEED_BASE + cfg.seed * 100_000 + u64::from(it * cfg.episodes + e))
+        .collect()
 }
 
 /// Trains a policy for a single-GPU-model scenario and writes it to `out`.
@@ -142,7 +154,12 @@ pub fn train(
     let weights = ckpt.join("weights.safetensors");
     let progress_file = ckpt.join("progress.json");
     let mut learner = Learner::new(dim, k, cfg.ppo.clone())?;
-    let mut progress = Progress { config: cfg.clone(), done: 0, curve: Vec::new(), seconds: 0.0 };
+    let mut progress = Progress {
+        config: cfg.clone(),
+        done: 0,
+        curve: Vec::new(),
+        seconds: 0.0,
+    };
     if resume {
         learner.load(&weights)?;
         let text = std::fs::read_to_string(&progress_file).map_err(io_err(&progress_file))?;
@@ -156,7 +173,11 @@ pub fn train(
         .static_best
         .clone()
         .unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
-    let spec = RolloutSpec { every_events: cfg.every_events, top_k: cfg.top_k, initial };
+    let spec = RolloutSpec {
+        every_events: cfg.every_events,
+        top_k: cfg.top_k,
+        initial,
+    };
     let started = std::time::Instant::now();
     let already = progress.seconds;
     for it in progress.done..cfg.iterations {
@@ -171,7 +192,11 @@ pub fn train(
         let point = CurvePoint {
             iteration: it,
             et: episodes.iter().map(|e| e.et).sum::<f64>() / n,
-            ret: episodes.iter().map(|e| e.rewards.iter().map(|&r| f64::from(r)).sum::<f64>()).sum::<f64>() / n,
+            ret: episodes
+                .iter()
+                .map(|e| e.rewards.iter().map(|&r| f64::from(r)).sum::<f64>())
+                .sum::<f64>()
+                / n,
             repartitions: episodes.iter().map(|e| e.repartitions as f64).sum::<f64>() / n,
             stats,
         };
@@ -181,7 +206,8 @@ pub fn train(
         progress.seconds = already + started.elapsed().as_secs_f64();
         if progress.done % 5 == 0 || progress.done == cfg.iterations {
             learner.save(&weights)?;
-            let text = serde_json::to_string_pretty(&progress).map_err(|e| TrainError::Internal(e.to_string()))?;
+            let text =
+                serde_json::to_string_pretty(&progress).map_err(|e| TrainError::Internal(e.to_string()))?;
             std::fs::write(&progress_file, text).map_err(io_err(&progress_file))?;
         }
     }

@@ -91,10 +91,18 @@ impl Mlp {
                     Some(b) => b.to_vec1::<f32>()?,
                     None => vec![0.0; out_dim],
                 };
-                Ok(Dense { in_dim, out_dim, w, b })
+                Ok(Dense {
+                    in_dim,
+                    out_dim,
+                    w,
+                    b,
+                })
             })
             .collect::<candle_core::Result<_>>()?;
-        Ok(PolicyNetwork { layers, hidden: Activation::Tanh })
+        Ok(PolicyNetwork {
+            layers,
+            hidden: Activation::Tanh,
+        })
     }
 }
 
@@ -141,17 +149,38 @@ impl Learner {
         // rollouts keep the starting layout and learning explores moves from there.
         let last = actor.layers.len() - 1;
         {
-            let data = varmap.data().lock().map_err(|_| TrainError::Internal("varmap lock".into()))?;
+            let data = varmap
+                .data()
+                .lock()
+                .map_err(|_| TrainError::Internal("varmap lock".into()))?;
             if let Some(w) = data.get(&format!("actor.l{last}.weight")) {
                 w.set(&(w.as_tensor() * 0.1)?)?;
             }
             if let Some(b) = data.get(&format!("actor.l{last}.bias")) {
-                let diag: Vec<f32> = (0..k * k).map(|i| if i / k == i % k { cfg.stay_bias } else { 0.0 }).collect();
+                let diag: Vec<f32> = (0..k * k)
+                    .map(|i| if i / k == i % k { cfg.stay_bias } else { 0.0 })
+                    .collect();
                 b.set(&Tensor::from_vec(diag, k * k, &device)?)?;
             }
         }
-        let opt = AdamW::new(varmap.all_vars(), ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
-        Ok(Learner { varmap, actor, critic, opt, cfg, k, dim, device })
+        let opt = AdamW::new(
+            varmap.all_vars(),
+            ParamsAdamW {
+                lr: cfg.lr,
+                weight_decay: 0.0,
+                ..Default::default()
+            },
+        )?;
+        Ok(Learner {
+            varmap,
+            actor,
+            critic,
+            opt,
+            cfg,
+            k,
+            dim,
+            device,
+        })
     }
 
     /// The actor as plain weights (for rollouts and the ONNX writer).
@@ -188,7 +217,11 @@ impl Learner {
     }
 
     /// One PPO update on a batch of episodes.
-    pub fn update(&mut self, episodes: &[Episode], rng: &mut impl rand::Rng) -> Result<UpdateStats, TrainError> {
+    pub fn update(
+        &mut self,
+        episodes: &[Episode],
+        rng: &mut impl rand::Rng,
+    ) -> Result<UpdateStats, TrainError> {
         let kk = self.k * self.k;
         let mut xs = Vec::new();
         let mut masks = Vec::new();
@@ -196,7 +229,9 @@ impl Learner {
         for ep in episodes {
             for s in &ep.steps {
                 if s.features.len() != self.dim || s.counts.len() != kk {
-                    return Err(TrainError::Internal("a step's shape does not match the network".into()));
+                    return Err(TrainError::Internal(
+                        "a step's shape does not match the network".into(),
+                    ));
                 }
                 xs.extend_from_slice(&s.features);
                 masks.extend(s.mask.iter().map(|&m| if m { 1f32 } else { 0.0 }));
@@ -222,7 +257,11 @@ impl Learner {
             let mut next_adv = 0f64;
             for t in (0..len).rev() {
                 let v = f64::from(values[base + t]);
-                let next_v = if t + 1 < len { f64::from(values[base + t + 1]) } else { 0.0 };
+                let next_v = if t + 1 < len {
+                    f64::from(values[base + t + 1])
+                } else {
+                    0.0
+                };
                 let delta = f64::from(ep.rewards[t]) + self.cfg.gamma * next_v - v;
                 next_adv = delta + self.cfg.gamma * self.cfg.lambda * next_adv;
                 adv[base + t] = next_adv as f32;
@@ -231,20 +270,29 @@ impl Learner {
             base += len;
         }
         let mean = adv.iter().map(|&a| f64::from(a)).sum::<f64>() / n as f64;
-        let sd = (adv.iter().map(|&a| (f64::from(a) - mean).powi(2)).sum::<f64>() / n as f64).sqrt().max(1e-8);
+        let sd = (adv.iter().map(|&a| (f64::from(a) - mean).powi(2)).sum::<f64>() / n as f64)
+            .sqrt()
+            .max(1e-8);
         for a in &mut adv {
             *a = ((f64::from(*a) - mean) / sd) as f32;
         }
         let adv = Tensor::from_vec(adv, n, &self.device)?;
         let ret = Tensor::from_vec(ret, n, &self.device)?;
-        let mut stats = UpdateStats { samples: n, ..Default::default() };
+        let mut stats = UpdateStats {
+            samples: n,
+            ..Default::default()
+        };
         let mut batches = 0f64;
         let mut order: Vec<u32> = (0..n as u32).collect();
         for _ in 0..self.cfg.epochs {
             rand::seq::SliceRandom::shuffle(order.as_mut_slice(), rng);
             for chunk in order.chunks(self.cfg.minibatch.max(1)) {
                 let idx = Tensor::from_slice(chunk, chunk.len(), &self.device)?;
-                let (xb, mb, cb) = (x.index_select(&idx, 0)?, mask.index_select(&idx, 0)?, cnt.index_select(&idx, 0)?);
+                let (xb, mb, cb) = (
+                    x.index_select(&idx, 0)?,
+                    mask.index_select(&idx, 0)?,
+                    cnt.index_select(&idx, 0)?,
+                );
                 let (lp, ent) = self.log_probs(&xb, &mb, &cb)?;
                 let log_ratio = (lp - old_lp.index_select(&idx, 0)?)?.clamp(-20.0, 20.0)?;
                 let ratio = log_ratio.exp()?;

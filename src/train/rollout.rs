@@ -1,7 +1,7 @@
 //! One training episode: a simulated day under the current policy, turned into the
 //! per-decision samples PPO learns from.
 
-use crate::eval::compare::{baselines, run_policy, REFERENCE};
+use crate::eval::compare::{baselines, run_baseline, REFERENCE};
 use crate::partition::mean_field::{DecisionRecord, MeanField};
 use crate::policy::{PolicyNetwork, SamplingConfig};
 use crate::scenario::ResolvedScenario;
@@ -54,23 +54,44 @@ pub fn run_episode(
 ) -> Result<Episode, TraceError> {
     let jobs = workload::from_scenario(sc, seed, false)?;
     let a = sc.scenario.objective.energy_weight;
-    let reference = baselines(sc, None).into_iter().find(|p| p.name == REFERENCE).map(|p| run_policy(sc, &jobs, &p, seed, None));
+    let reference = baselines(sc, None)
+        .into_iter()
+        .find(|p| p.name == REFERENCE)
+        .map(|p| run_baseline(sc, &jobs, &p, seed));
     let (e_ref, t_ref) = match &reference {
         Some(r) => (r.energy_wmin, r.avg_tardiness_min),
         None => (1.0, 1.0),
     };
     let n = jobs.jobs.len().max(1) as f64;
     let l_ref = t_ref.max(MIN_T_REF) * n;
-    let sampling = SamplingConfig { top_k: spec.top_k, stay_threshold: 0.0 };
-    let mut policy = MeanField::new(sc, vec![net.clone()], spec.initial.clone(), spec.every_events, sampling);
+    let sampling = SamplingConfig {
+        top_k: spec.top_k,
+        stay_threshold: 0.0,
+    };
+    let k = sc.models[0].configurations.len();
+    let mut policy = MeanField::new(
+        sc,
+        vec![net.clone()],
+        crate::sim::features::layout(k),
+        spec.initial.clone(),
+        spec.every_events,
+        sampling,
+    );
     policy.record = Some(Vec::new());
-    let opts = RunOptions { scheduler: Scheduler::Cedf, semantics: sc.scenario.repartition.semantics, seed, sample_every: None };
+    let opts = RunOptions {
+        scheduler: Scheduler::Cedf,
+        semantics: sc.scenario.repartition.semantics,
+        seed,
+        sample_every: None,
+    };
     let result = Simulation::new(sc, &jobs.jobs, opts).run(&mut policy);
     let steps = policy.record.take().unwrap_or_default();
     let total_l = result.avg_tardiness_min * n;
     let mut rewards = Vec::with_capacity(steps.len());
     for (i, s) in steps.iter().enumerate() {
-        let (e1, l1) = steps.get(i + 1).map_or((result.energy_wmin, total_l), |x| (x.energy_wmin, x.lateness_min));
+        let (e1, l1) = steps
+            .get(i + 1)
+            .map_or((result.energy_wmin, total_l), |x| (x.energy_wmin, x.lateness_min));
         let r = -((l1 - s.lateness_min) / l_ref + a * (e1 - s.energy_wmin) / e_ref) / (1.0 + a);
         rewards.push(r as f32);
     }

@@ -1,0 +1,379 @@
+//! `smartmig policy ...`: inspect policy files, provision ONNX Runtime, write an example
+//! policy, and measure the decision path (`smartmig bench --policy`).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+use prost::Message;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use smartmig_core::mig::{resolve_configurations, Catalogue, Driver};
+
+use super::{print_json, table, CliError, CliResult, Format};
+use crate::policy::onnx_proto::ModelProto;
+use crate::policy::{
+    onnx_writer, provision, Activation, DecisionInterval, FeatureLayout, OnnxRuntime, PolicyMetadata,
+    PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, TransitionTable, CONTRACT_VERSION,
+};
+
+/// Policy commands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Show a policy file's contract and metadata, and a sample decision on zero features.
+    Inspect(InspectArgs),
+    /// Download the pinned ONNX Runtime library from PyPI into the per-user cache (once).
+    FetchRuntime(FetchArgs),
+    /// Write an untrained policy (random weights) with the contract of a GPU model.
+    Example(ExampleArgs),
+}
+
+/// `policy inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The ONNX policy file.
+    pub file: PathBuf,
+    /// libonnxruntime.so to load (default: $ORT_DYLIB_PATH, then the cache).
+    #[arg(long)]
+    pub onnxruntime: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `policy fetch-runtime`.
+#[derive(Debug, Args)]
+pub struct FetchArgs {}
+
+/// `policy example`.
+#[derive(Debug, Args)]
+pub struct ExampleArgs {
+    /// Where to write the ONNX file.
+    pub out: PathBuf,
+    /// GPU model key of the catalogue.
+    #[arg(long, default_value = "a100-40gb")]
+    pub gpu: String,
+    /// Hidden layer widths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,64")]
+    pub hidden: Vec<usize>,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Runs a policy command.
+pub fn run(cmd: PolicyCommand) -> CliResult {
+    match cmd {
+        PolicyCommand::Inspect(a) => inspect(a),
+        PolicyCommand::FetchRuntime(_) => fetch(),
+        PolicyCommand::Example(a) => example(a),
+    }
+}
+
+fn fetch() -> CliResult {
+    let path = provision::fetch_runtime().map_err(CliError::failure)?;
+    // Prove the file is a working ONNX Runtime before saying so.
+    let rt = OnnxRuntime::init(Some(&path)).map_err(CliError::failure)?;
+    println!(
+        "ONNX Runtime {} ready: {}",
+        provision::ORT_VERSION,
+        rt.library().display()
+    );
+    Ok(())
+}
+
+/// The metadata of a model the paper's way for a catalogue GPU model: its configurations,
+/// the paper's feature layout, 5-event decisions, top-3, preempt semantics.
+fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata, CliError> {
+    let cat = Catalogue::embedded();
+    let model = cat.model(gpu).map_err(CliError::input)?;
+    let configurations: Vec<String> = resolve_configurations(&cat, model, Driver::R510)
+        .map_err(CliError::input)?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    Ok(PolicyMetadata {
+        contract_version: CONTRACT_VERSION,
+        gpu_model: model.key.clone(),
+        feature_layout: FeatureLayout::paper(configurations.len()),
+        configurations,
+        decision: DecisionInterval {
+            events: 5,
+            seconds: 0.0,
+        },
+        top_k: 3,
+        training_scenario: scenario.into(),
+        training_seed: seed,
+        semantics: Semantics::Preempt,
+    })
+}
+
+fn example(a: ExampleArgs) -> CliResult {
+    let meta = paper_metadata(&a.gpu, "untrained (random weights)", a.seed)?;
+    let dims: Vec<usize> = std::iter::once(meta.input_dim())
+        .chain(a.hidden.iter().copied())
+        .chain([meta.k() * meta.k()])
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
+    let mut net = PolicyNetwork::init(&dims, Activation::Tanh, &mut rng);
+    // Random biases too, so that rows differ even on an all-zero feature vector.
+    for l in &mut net.layers {
+        l.b.iter_mut().for_each(|b| *b = rng.random_range(-1.0..1.0));
+    }
+    onnx_writer::write(&a.out, &net, &meta).map_err(CliError::input)?;
+    println!(
+        "{}: untrained policy {:?} for {}",
+        a.out.display(),
+        dims,
+        meta.gpu_model
+    );
+    Ok(())
+}
+
+/// Which configurations the GPU model can take (all, when the catalogue lacks the model).
+fn availability(meta: &PolicyMetadata) -> Vec<bool> {
+    let cat = Catalogue::embedded();
+    let Ok(model) = cat.model(&meta.gpu_model) else {
+        return vec![true; meta.k()];
+    };
+    match resolve_configurations(&cat, model, Driver::R510) {
+        Ok(cs) => meta
+            .configurations
+            .iter()
+            .map(|name| cs.iter().any(|c| &c.name == name && c.is_available()))
+            .collect(),
+        Err(_) => vec![true; meta.k()],
+    }
+}
+
+#[derive(Serialize)]
+struct RowReport {
+    from: String,
+    next: Vec<(String, f64)>,
+    stay: f64,
+}
+
+#[derive(Serialize)]
+struct InspectReport {
+    file: String,
+    contract_version: u32,
+    gpu_model: String,
+    input: String,
+    output: String,
+    configurations: Vec<String>,
+    feature_layout: FeatureLayout,
+    decision_events: u32,
+    decision_interval_s: f64,
+    top_k: u32,
+    training_scenario: String,
+    training_seed: u64,
+    semantics: &'static str,
+    onnxruntime: String,
+    zero_features_decision: Vec<RowReport>,
+}
+
+fn inspect(a: InspectArgs) -> CliResult {
+    let bytes = std::fs::read(&a.file).map_err(|e| {
+        CliError::input(anyhow::Error::new(e).context(format!("cannot read {}", a.file.display())))
+    })?;
+    // The metadata is read without ONNX Runtime, so a broken file is reported even where
+    // the library is missing; ONNX Runtime then checks it against itself.
+    let meta = read_metadata(&a.file, &bytes)?;
+    let rt = OnnxRuntime::init_or_fetch(a.onnxruntime.as_deref()).map_err(CliError::failure)?;
+    let mut policy = PolicyRuntime::from_bytes(&rt, &bytes, &meta, &a.file.display().to_string())
+        .map_err(CliError::input)?;
+    let logits = policy
+        .infer(&vec![0.0; meta.input_dim()])
+        .map_err(CliError::failure)?;
+    let cfg = SamplingConfig {
+        top_k: meta.top_k as usize,
+        stay_threshold: 0.0,
+    };
+    let table_rows = TransitionTable::new(&logits, &availability(&meta), cfg).map_err(CliError::failure)?;
+    let rows: Vec<RowReport> = (0..meta.k())
+        .filter_map(|c| table_rows.row(c).ok().map(|r| (c, r)))
+        .map(|(c, r)| RowReport {
+            from: meta.configurations[c].clone(),
+            next: r
+                .candidates
+                .iter()
+                .map(|&(n, p)| (meta.configurations[usize::from(n)].clone(), p))
+                .collect(),
+            stay: r.stay,
+        })
+        .collect();
+    let report = InspectReport {
+        file: a.file.display().to_string(),
+        contract_version: meta.contract_version,
+        gpu_model: meta.gpu_model.clone(),
+        input: format!("{} f32 [batch, {}]", crate::policy::INPUT_NAME, meta.input_dim()),
+        output: format!(
+            "{} f32 [batch, {k}, {k}]",
+            crate::policy::OUTPUT_NAME,
+            k = meta.k()
+        ),
+        configurations: meta.configurations.clone(),
+        feature_layout: meta.feature_layout.clone(),
+        decision_events: meta.decision.events,
+        decision_interval_s: meta.decision.seconds,
+        top_k: meta.top_k,
+        training_scenario: meta.training_scenario.clone(),
+        training_seed: meta.training_seed,
+        semantics: meta.semantics.as_str(),
+        onnxruntime: rt.library().display().to_string(),
+        zero_features_decision: rows,
+    };
+    match a.format {
+        Format::Json => print_json(&report),
+        Format::Table => {
+            print_report(&report);
+            Ok(())
+        }
+    }
+}
+
+fn read_metadata(path: &Path, bytes: &[u8]) -> Result<PolicyMetadata, CliError> {
+    let model = ModelProto::decode(bytes).map_err(|e| {
+        CliError::input(anyhow::Error::new(e).context(format!("{} is not an ONNX model", path.display())))
+    })?;
+    PolicyMetadata::from_pairs(&model.metadata_pairs()).map_err(|e| {
+        CliError::input(
+            anyhow::Error::new(e).context(format!("{} breaks the policy contract", path.display())),
+        )
+    })
+}
+
+fn print_report(r: &InspectReport) {
+    let l = &r.feature_layout;
+    println!(
+        "{}: smartmig policy, contract version {}",
+        r.file, r.contract_version
+    );
+    println!("  GPU model        {}", r.gpu_model);
+    println!("  input            {}", r.input);
+    println!("  output           {}", r.output);
+    println!("  configurations   {}", r.configurations.join(","));
+    println!(
+        "  features         {} shares, duration bins {:?}, deadline bins {:?} (min), split by slice {:?}, time of day {:?}",
+        l.configurations, l.duration_edges_min, l.deadline_edges_min, l.slice_sizes, l.time_of_day
+    );
+    println!(
+        "  decisions        every {} events / {} s, top-{}, {} semantics",
+        r.decision_events, r.decision_interval_s, r.top_k, r.semantics
+    );
+    println!(
+        "  trained on       {} (seed {})",
+        r.training_scenario, r.training_seed
+    );
+    println!("  ONNX Runtime     {}", r.onnxruntime);
+    println!(
+        "\nDecision on an all-zero feature vector (top-{}, renormalised):",
+        r.top_k
+    );
+    let cells: Vec<Vec<String>> = r
+        .zero_features_decision
+        .iter()
+        .map(|row| {
+            vec![
+                row.from.clone(),
+                row.next
+                    .iter()
+                    .map(|(c, p)| format!("{c} {p:.3}"))
+                    .collect::<Vec<_>>()
+                    .join("  "),
+                format!("{:.3}", row.stay),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["from", "next (probability)", "p(stay)"], &cells));
+}
+
+/// Measures one decision at batch 1 (D = 34, H = 64×2, K = 12) and sampling 10,000 GPUs.
+pub(crate) fn bench(onnxruntime: Option<&Path>, reps: u32) -> CliResult {
+    let meta = paper_metadata("a100-40gb", "bench", 1)?;
+    let (d, k) = (meta.input_dim(), meta.k());
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let net = PolicyNetwork::init(&[d, 64, 64, k * k], Activation::Tanh, &mut rng);
+    let bytes = onnx_writer::to_bytes(&net, &meta).map_err(CliError::failure)?;
+    let rt = OnnxRuntime::init_or_fetch(onnxruntime).map_err(CliError::failure)?;
+
+    let n = reps.max(1) as usize;
+    let mut loads = Vec::new();
+    let mut policy = None;
+    for _ in 0..5 {
+        let t = Instant::now();
+        policy = Some(PolicyRuntime::from_bytes(&rt, &bytes, &meta, "bench").map_err(CliError::failure)?);
+        loads.push(t.elapsed().as_secs_f64());
+    }
+    let mut policy = policy.ok_or_else(|| CliError::failure(anyhow::anyhow!("no session")))?;
+    let x: Vec<f32> = (0..d).map(|_| rng.random_range(0.0..1.0)).collect();
+    let mut logits = Vec::new();
+    let ort_times = time_each(n, || {
+        logits = policy.infer(&x).map_err(CliError::failure)?;
+        Ok(())
+    })?;
+    let rust_times = time_each(n, || net.forward(&x, 1).map(|_| ()).map_err(CliError::failure))?;
+    let available = availability(&meta);
+    let cfg = SamplingConfig::default();
+    let mut table_rows = None;
+    let table_times = time_each(n, || {
+        table_rows = Some(TransitionTable::new(&logits, &available, cfg).map_err(CliError::failure)?);
+        Ok(())
+    })?;
+    let t = table_rows.ok_or_else(|| CliError::failure(anyhow::anyhow!("no table")))?;
+    let gpus: Vec<u16> = (0..10_000).map(|i| (i % k) as u16).collect();
+    let mut srng = ChaCha8Rng::seed_from_u64(2);
+    let sample_times = time_each(n.min(1000), || {
+        t.sample_gpus(&gpus, &mut srng)
+            .map(|_| ())
+            .map_err(CliError::failure)
+    })?;
+    let rows = [
+        ("session load (from memory)", &loads),
+        ("inference, batch 1 (ONNX Runtime)", &ort_times),
+        ("forward pass, batch 1 (pure Rust)", &rust_times),
+        ("transition table (mask, softmax, top-3)", &table_times),
+        ("sample 10,000 GPUs", &sample_times),
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(name, times)| {
+            let mut s = times.to_vec();
+            s.sort_by(f64::total_cmp);
+            let q = |f: f64| s[((s.len() - 1) as f64 * f).round() as usize];
+            vec![
+                name.to_string(),
+                s.len().to_string(),
+                fmt_time(q(0.5)),
+                fmt_time(q(0.99)),
+            ]
+        })
+        .collect();
+    println!(
+        "policy D = {d}, hidden 64×2, K = {k}; ONNX Runtime {}",
+        rt.library().display()
+    );
+    print!("{}", table(&["step", "runs", "median", "p99"], &cells));
+    Ok(())
+}
+
+fn time_each(n: usize, mut f: impl FnMut() -> CliResult) -> Result<Vec<f64>, CliError> {
+    for _ in 0..n.min(100) {
+        f()?; // warm-up: first runs allocate and fault pages in
+    }
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f().map(|()| t.elapsed().as_secs_f64())
+        })
+        .collect()
+}
+
+fn fmt_time(s: f64) -> String {
+    if s < 1e-3 {
+        format!("{:.1} µs", s * 1e6)
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}

@@ -1,0 +1,736 @@
+//! The policy-file contract: tensor names and shapes, and the `metadata_props` that say
+//! what a policy was trained for, so that a loader can refuse a policy that does not fit.
+//!
+//! Input `mean_field` is f32 `[B, D]`, output `transition_logits` is f32 `[B, K, K]`
+//! (row = current configuration, column = next). Every metadata value is a string; the
+//! feature layout is one JSON object.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Version of this contract; bump it when the meaning of inputs, outputs or keys changes.
+pub const CONTRACT_VERSION: u32 = 1;
+/// Name of the graph input.
+pub const INPUT_NAME: &str = "mean_field";
+/// Name of the graph output.
+pub const OUTPUT_NAME: &str = "transition_logits";
+
+/// Metadata key: contract version (integer).
+pub const KEY_CONTRACT_VERSION: &str = "smartmig.contract_version";
+/// Metadata key: GPU model key, e.g. `a100-40gb`.
+pub const KEY_GPU_MODEL: &str = "smartmig.gpu_model";
+/// Metadata key: ordered configuration names, comma-separated (`c1,c2,…`).
+pub const KEY_CONFIGURATIONS: &str = "smartmig.configurations";
+/// Metadata key: [`FeatureLayout`] as JSON.
+pub const KEY_FEATURE_LAYOUT: &str = "smartmig.feature_layout";
+/// Metadata key: input width D (redundant with the layout; checked against it).
+pub const KEY_INPUT_DIM: &str = "smartmig.input_dim";
+/// Metadata key: decide after this many arrivals and completions (0: interval only).
+pub const KEY_DECISION_EVENTS: &str = "smartmig.decision_events";
+/// Metadata key: seconds between decisions (0: events only).
+pub const KEY_DECISION_INTERVAL_S: &str = "smartmig.decision_interval_s";
+/// Metadata key: top-k used when training.
+pub const KEY_TOP_K: &str = "smartmig.top_k";
+/// Metadata key: training scenario (name or file).
+pub const KEY_TRAINING_SCENARIO: &str = "smartmig.training_scenario";
+/// Metadata key: training seed.
+pub const KEY_TRAINING_SEED: &str = "smartmig.training_seed";
+/// Metadata key: repartition semantics trained under (`preempt` or `drain`).
+pub const KEY_SEMANTICS: &str = "smartmig.semantics";
+
+/// How the time of day enters the features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeOfDay {
+    /// Not a feature.
+    None,
+    /// Two features: sin and cos of 2π·(minute of day)/1440.
+    SinCos,
+}
+
+impl TimeOfDay {
+    /// Number of features it adds.
+    pub fn width(self) -> usize {
+        match self {
+            TimeOfDay::None => 0,
+            TimeOfDay::SinCos => 2,
+        }
+    }
+}
+
+/// The order and binning of the `mean_field` features, so that the code computing them
+/// and the policy agree. Features are, in order:
+/// 1. `configurations` shares: fraction of the model's GPUs in each configuration;
+/// 2. for each slice-size group (one group of all jobs when `slice_sizes` is empty, else
+///    one per listed size, in order): the waiting jobs' duration histogram
+///    (`duration_edges_min`), then their time-to-deadline histogram (`deadline_edges_min`);
+/// 3. with `queue_summary`: waiting jobs per GPU, waiting jobs per GPU in each
+///    throughput class 1..4, and the busy share of the model's compute slices
+///    ([`QUEUE_SUMMARY_WIDTH`] values);
+/// 4. the time-of-day encoding.
+///
+/// Queue counts are per GPU of the cluster, so one policy reads small and large clusters alike.
+///
+/// Bin edges are finite lower edges in minutes, increasing: bin i is `[e_i, e_{i+1})`, the
+/// last bin is `[e_last, ∞)`, and values below `e_0` count in bin 0 — so a histogram
+/// has as many bins as edges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureLayout {
+    /// Number of configuration-share entries (K).
+    pub configurations: usize,
+    /// Lower edges of the duration histogram, minutes.
+    pub duration_edges_min: Vec<f64>,
+    /// Lower edges of the time-to-deadline histogram, minutes.
+    pub deadline_edges_min: Vec<f64>,
+    /// Slice sizes the histograms are split by; empty: not split.
+    pub slice_sizes: Vec<u8>,
+    /// Time-of-day encoding.
+    pub time_of_day: TimeOfDay,
+    /// Whether the queue summary (see the type's doc) is present.
+    #[serde(default)]
+    pub queue_summary: bool,
+}
+
+/// Features the queue summary adds: waiting, four throughput classes, busy share.
+pub const QUEUE_SUMMARY_WIDTH: usize = 6;
+
+/// The bin edges MODEL.md §6 gives (minutes): −100, 0, 0.05, 0.2, 0.5, 1, 5, 10, 20, 30 (, ∞).
+pub const PAPER_EDGES_MIN: [f64; 10] = [-100.0, 0.0, 0.05, 0.2, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0];
+
+impl FeatureLayout {
+    /// The paper's layout for `k` configurations: its bins for both histograms, not split,
+    /// sin/cos time of day (D = k + 22).
+    pub fn paper(k: usize) -> FeatureLayout {
+        FeatureLayout {
+            configurations: k,
+            duration_edges_min: PAPER_EDGES_MIN.to_vec(),
+            deadline_edges_min: PAPER_EDGES_MIN.to_vec(),
+            slice_sizes: Vec::new(),
+            time_of_day: TimeOfDay::SinCos,
+            queue_summary: false,
+        }
+    }
+
+    /// Number of histogram groups (1 when not split by slice size).
+    pub fn groups(&self) -> usize {
+        self.slice_sizes.len().max(1)
+    }
+
+    /// Input width D.
+    pub fn dim(&self) -> usize {
+        self.configurations
+            + self.groups() * (self.duration_edges_min.len() + self.deadline_edges_min.len())
+            + self.queue_summary_width()
+            + self.time_of_day.width()
+    }
+
+    /// Width of the queue summary (0 when absent).
+    pub fn queue_summary_width(&self) -> usize {
+        if self.queue_summary {
+            QUEUE_SUMMARY_WIDTH
+        } else {
+            0
+        }
+    }
+
+    /// Offset of the queue summary.
+    pub fn queue_summary_offset(&self) -> usize {
+        self.duration_offset(self.groups())
+    }
+
+    /// Offset of the duration histogram of group `g` in the feature vector.
+    pub fn duration_offset(&self, g: usize) -> usize {
+        self.configurations + g * (self.duration_edges_min.len() + self.deadline_edges_min.len())
+    }
+
+    /// Offset of the time-to-deadline histogram of group `g` in the feature vector.
+    pub fn deadline_offset(&self, g: usize) -> usize {
+        self.duration_offset(g) + self.duration_edges_min.len()
+    }
+
+    /// Offset of the time-of-day features.
+    pub fn time_of_day_offset(&self) -> usize {
+        self.queue_summary_offset() + self.queue_summary_width()
+    }
+
+    /// The bin of `value` in a histogram with lower `edges` (see the type's doc).
+    pub fn bin(edges: &[f64], value: f64) -> usize {
+        edges.partition_point(|e| *e <= value).saturating_sub(1)
+    }
+
+    /// Checks that the layout is usable: K ≥ 1, edges finite and increasing, sizes distinct.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.configurations == 0 {
+            return Err("configurations must be at least 1".into());
+        }
+        for (name, edges) in [
+            ("duration_edges_min", &self.duration_edges_min),
+            ("deadline_edges_min", &self.deadline_edges_min),
+        ] {
+            if edges.is_empty() {
+                return Err(format!("{name} is empty"));
+            }
+            if edges.iter().any(|e| !e.is_finite()) {
+                return Err(format!(
+                    "{name} has a non-finite edge (the last bin is open already)"
+                ));
+            }
+            if edges.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("{name} is not strictly increasing"));
+            }
+        }
+        let mut sizes = self.slice_sizes.clone();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if sizes.len() != self.slice_sizes.len() || sizes.contains(&0) {
+            return Err("slice_sizes must be distinct and positive".into());
+        }
+        Ok(())
+    }
+
+    /// What differs between two layouts, in words (`None` when equal).
+    pub fn difference(&self, other: &FeatureLayout) -> Option<String> {
+        let d = |a: &dyn fmt::Debug, b: &dyn fmt::Debug| format!("{a:?} vs {b:?}");
+        if self.configurations != other.configurations {
+            Some(format!(
+                "configurations {}",
+                d(&self.configurations, &other.configurations)
+            ))
+        } else if self.duration_edges_min != other.duration_edges_min {
+            Some(format!(
+                "duration_edges_min {}",
+                d(&self.duration_edges_min, &other.duration_edges_min)
+            ))
+        } else if self.deadline_edges_min != other.deadline_edges_min {
+            Some(format!(
+                "deadline_edges_min {}",
+                d(&self.deadline_edges_min, &other.deadline_edges_min)
+            ))
+        } else if self.slice_sizes != other.slice_sizes {
+            Some(format!(
+                "slice_sizes {}",
+                d(&self.slice_sizes, &other.slice_sizes)
+            ))
+        } else if self.queue_summary != other.queue_summary {
+            Some(format!(
+                "queue_summary {}",
+                d(&self.queue_summary, &other.queue_summary)
+            ))
+        } else if self.time_of_day != other.time_of_day {
+            Some(format!(
+                "time_of_day {}",
+                d(&self.time_of_day, &other.time_of_day)
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+pub use crate::scenario::Semantics;
+
+/// When the controller decides: after `events` arrivals and completions and/or every
+/// `seconds` (0 disables either).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecisionInterval {
+    /// Arrivals and completions between decisions; 0: not event-driven.
+    pub events: u32,
+    /// Seconds between decisions; 0: not time-driven.
+    pub seconds: f64,
+}
+
+/// Everything a policy file says about itself, as read from or written to `metadata_props`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyMetadata {
+    /// Contract version ([`CONTRACT_VERSION`] for files this build writes).
+    pub contract_version: u32,
+    /// GPU model key (`a100-40gb`, …).
+    pub gpu_model: String,
+    /// Configuration names in action-space order; K is its length.
+    pub configurations: Vec<String>,
+    /// Order and binning of the input features.
+    pub feature_layout: FeatureLayout,
+    /// Decision cadence used in training.
+    pub decision: DecisionInterval,
+    /// Top-k used in training.
+    pub top_k: u32,
+    /// Training scenario (name or file).
+    pub training_scenario: String,
+    /// Training seed.
+    pub training_seed: u64,
+    /// Repartition semantics used in training.
+    pub semantics: Semantics,
+}
+
+/// Why a policy's metadata is unreadable or does not match what the loader expects.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ContractError {
+    /// A required key is absent.
+    #[error("metadata key `{key}` is missing")]
+    MissingKey {
+        /// The key.
+        key: &'static str,
+    },
+    /// A key whose value cannot be read.
+    #[error("metadata key `{key}` = {value:?} is invalid: {reason}")]
+    BadValue {
+        /// The key.
+        key: &'static str,
+        /// The value found.
+        value: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// A contract version this build does not read, or different from the expected one.
+    #[error("contract version {found} does not match the expected {expected}")]
+    ContractVersion {
+        /// In the file.
+        found: u32,
+        /// Expected.
+        expected: u32,
+    },
+    /// Trained for another GPU model.
+    #[error("GPU model `{found}` does not match the expected `{expected}`")]
+    GpuModel {
+        /// In the file.
+        found: String,
+        /// Expected.
+        expected: String,
+    },
+    /// Another number of configurations (K).
+    #[error("K = {found} configurations does not match the expected K = {expected}")]
+    ConfigurationCount {
+        /// In the file.
+        found: usize,
+        /// Expected.
+        expected: usize,
+    },
+    /// Same K, other names or order.
+    #[error("configuration list [{found}] does not match the expected [{expected}]")]
+    Configurations {
+        /// In the file, comma-separated.
+        found: String,
+        /// Expected, comma-separated.
+        expected: String,
+    },
+    /// Another feature layout (and usually another D).
+    #[error(
+        "feature layout (D = {found_dim}) does not match the expected one (D = {expected_dim}): {difference}"
+    )]
+    FeatureLayout {
+        /// D of the file's layout.
+        found_dim: usize,
+        /// D of the expected layout.
+        expected_dim: usize,
+        /// The first field that differs.
+        difference: String,
+    },
+    /// The graph's inputs or outputs disagree with the contract or the metadata.
+    #[error("graph {what}: {reason}")]
+    Graph {
+        /// `input` or `output`.
+        what: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl PolicyMetadata {
+    /// Number of configurations K.
+    pub fn k(&self) -> usize {
+        self.configurations.len()
+    }
+
+    /// Input width D.
+    pub fn input_dim(&self) -> usize {
+        self.feature_layout.dim()
+    }
+
+    /// Internal consistency: K ≥ 1, distinct names, layout valid and of K shares, 1 ≤ top_k.
+    pub fn validate(&self) -> Result<(), ContractError> {
+        let names = self.configurations.join(",");
+        if self.configurations.is_empty()
+            || self
+                .configurations
+                .iter()
+                .any(|c| c.is_empty() || c.contains(','))
+        {
+            return Err(bad(
+                KEY_CONFIGURATIONS,
+                &names,
+                "names must be non-empty and comma-free",
+            ));
+        }
+        let mut sorted = self.configurations.clone();
+        sorted.sort();
+        sorted.dedup();
+        if sorted.len() != self.configurations.len() {
+            return Err(bad(KEY_CONFIGURATIONS, &names, "names repeat"));
+        }
+        let layout_json = || serde_json::to_string(&self.feature_layout).unwrap_or_default();
+        self.feature_layout
+            .validate()
+            .map_err(|reason| bad(KEY_FEATURE_LAYOUT, &layout_json(), &reason))?;
+        if self.feature_layout.configurations != self.k() {
+            return Err(bad(
+                KEY_FEATURE_LAYOUT,
+                &layout_json(),
+                &format!(
+                    "{} configuration shares for K = {}",
+                    self.feature_layout.configurations,
+                    self.k()
+                ),
+            ));
+        }
+        if self.top_k == 0 {
+            return Err(bad(KEY_TOP_K, "0", "must be at least 1"));
+        }
+        if !(self.decision.seconds.is_finite() && self.decision.seconds >= 0.0) {
+            return Err(bad(
+                KEY_DECISION_INTERVAL_S,
+                &self.decision.seconds.to_string(),
+                "must be finite and ≥ 0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `metadata_props` entries, in a fixed order.
+    pub fn to_props(&self) -> Vec<(String, String)> {
+        let layout = serde_json::to_string(&self.feature_layout)
+            // Serialising plain numbers, strings and enums cannot fail.
+            .unwrap_or_default();
+        [
+            (KEY_CONTRACT_VERSION, self.contract_version.to_string()),
+            (KEY_GPU_MODEL, self.gpu_model.clone()),
+            (KEY_CONFIGURATIONS, self.configurations.join(",")),
+            (KEY_FEATURE_LAYOUT, layout),
+            (KEY_INPUT_DIM, self.input_dim().to_string()),
+            (KEY_DECISION_EVENTS, self.decision.events.to_string()),
+            (KEY_DECISION_INTERVAL_S, self.decision.seconds.to_string()),
+            (KEY_TOP_K, self.top_k.to_string()),
+            (KEY_TRAINING_SCENARIO, self.training_scenario.clone()),
+            (KEY_TRAINING_SEED, self.training_seed.to_string()),
+            (KEY_SEMANTICS, self.semantics.as_str().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// Reads the metadata through a key lookup (ONNX Runtime's custom metadata, or a list
+    /// of pairs), then checks its internal consistency.
+    pub fn from_props(get: impl Fn(&str) -> Option<String>) -> Result<PolicyMetadata, ContractError> {
+        let req = |key: &'static str| get(key).ok_or(ContractError::MissingKey { key });
+        let contract_version = parse(KEY_CONTRACT_VERSION, req(KEY_CONTRACT_VERSION)?)?;
+        if contract_version != CONTRACT_VERSION {
+            // Refuse before reading keys whose meaning may have changed.
+            return Err(ContractError::ContractVersion {
+                found: contract_version,
+                expected: CONTRACT_VERSION,
+            });
+        }
+        let layout_text = req(KEY_FEATURE_LAYOUT)?;
+        let feature_layout: FeatureLayout = serde_json::from_str(&layout_text)
+            .map_err(|e| bad(KEY_FEATURE_LAYOUT, &layout_text, &e.to_string()))?;
+        let configurations: Vec<String> = req(KEY_CONFIGURATIONS)?
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        let semantics_text = req(KEY_SEMANTICS)?;
+        let semantics = match semantics_text.as_str() {
+            "preempt" => Semantics::Preempt,
+            "drain" => Semantics::Drain,
+            _ => {
+                return Err(bad(
+                    KEY_SEMANTICS,
+                    &semantics_text,
+                    "expected `preempt` or `drain`",
+                ))
+            }
+        };
+        let meta = PolicyMetadata {
+            contract_version,
+            gpu_model: req(KEY_GPU_MODEL)?,
+            configurations,
+            feature_layout,
+            decision: DecisionInterval {
+                events: parse(KEY_DECISION_EVENTS, req(KEY_DECISION_EVENTS)?)?,
+                seconds: parse(KEY_DECISION_INTERVAL_S, req(KEY_DECISION_INTERVAL_S)?)?,
+            },
+            top_k: parse(KEY_TOP_K, req(KEY_TOP_K)?)?,
+            training_scenario: req(KEY_TRAINING_SCENARIO)?,
+            training_seed: parse(KEY_TRAINING_SEED, req(KEY_TRAINING_SEED)?)?,
+            semantics,
+        };
+        meta.validate()?;
+        let dim_text = req(KEY_INPUT_DIM)?;
+        let dim: usize = parse(KEY_INPUT_DIM, dim_text.clone())?;
+        if dim != meta.input_dim() {
+            return Err(bad(
+                KEY_INPUT_DIM,
+                &dim_text,
+                &format!("the feature layout gives D = {}", meta.input_dim()),
+            ));
+        }
+        Ok(meta)
+    }
+
+    /// Reads the metadata from `(key, value)` pairs.
+    pub fn from_pairs(pairs: &[(String, String)]) -> Result<PolicyMetadata, ContractError> {
+        PolicyMetadata::from_props(|key| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
+    }
+
+    /// Whether a policy with this metadata can serve where `expected` is configured.
+    ///
+    /// Checks, in order: contract version, GPU model, K, configuration list, feature layout.
+    /// Decision cadence, top-k, training scenario, seed and semantics are informational: a
+    /// site may run a policy with other settings than it was trained with.
+    pub fn check_against(&self, expected: &PolicyMetadata) -> Result<(), ContractError> {
+        if self.contract_version != expected.contract_version {
+            return Err(ContractError::ContractVersion {
+                found: self.contract_version,
+                expected: expected.contract_version,
+            });
+        }
+        if self.gpu_model != expected.gpu_model {
+            return Err(ContractError::GpuModel {
+                found: self.gpu_model.clone(),
+                expected: expected.gpu_model.clone(),
+            });
+        }
+        if self.k() != expected.k() {
+            return Err(ContractError::ConfigurationCount {
+                found: self.k(),
+                expected: expected.k(),
+            });
+        }
+        if self.configurations != expected.configurations {
+            return Err(ContractError::Configurations {
+                found: self.configurations.join(","),
+                expected: expected.configurations.join(","),
+            });
+        }
+        if let Some(difference) = self.feature_layout.difference(&expected.feature_layout) {
+            return Err(ContractError::FeatureLayout {
+                found_dim: self.input_dim(),
+                expected_dim: expected.input_dim(),
+                difference,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn bad(key: &'static str, value: &str, reason: &str) -> ContractError {
+    ContractError::BadValue {
+        key,
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn parse<T: std::str::FromStr>(key: &'static str, value: String) -> Result<T, ContractError>
+where
+    T::Err: fmt::Display,
+{
+    value.trim().parse().map_err(|e: T::Err| ContractError::BadValue {
+        key,
+        reason: e.to_string(),
+        value,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A metadata record for an A100 policy with the paper's layout.
+    pub(crate) fn sample_metadata() -> PolicyMetadata {
+        let configurations: Vec<String> = (1..=12).map(|i| format!("c{i}")).collect();
+        PolicyMetadata {
+            contract_version: CONTRACT_VERSION,
+            gpu_model: "a100-40gb".into(),
+            feature_layout: FeatureLayout::paper(configurations.len()),
+            configurations,
+            decision: DecisionInterval {
+                events: 5,
+                seconds: 60.0,
+            },
+            top_k: 3,
+            training_scenario: "etc/scenarios/paper-a100x8.toml".into(),
+            training_seed: 42,
+            semantics: Semantics::Preempt,
+        }
+    }
+
+    #[test]
+    fn paper_layout_has_d_34_and_offsets_tile_the_vector() {
+        let l = FeatureLayout::paper(12);
+        assert_eq!(l.dim(), 12 + 10 + 10 + 2);
+        assert_eq!(l.duration_offset(0), 12);
+        assert_eq!(l.deadline_offset(0), 22);
+        assert_eq!(l.time_of_day_offset(), 32);
+        let split = FeatureLayout {
+            slice_sizes: vec![1, 2, 3, 4, 7],
+            ..l
+        };
+        assert_eq!(split.dim(), 12 + 5 * 20 + 2);
+        assert_eq!(split.time_of_day_offset() + 2, split.dim());
+    }
+
+    #[test]
+    fn bins_follow_the_lower_edge_convention() {
+        let e = PAPER_EDGES_MIN;
+        assert_eq!(FeatureLayout::bin(&e, -500.0), 0);
+        assert_eq!(FeatureLayout::bin(&e, -100.0), 0);
+        assert_eq!(FeatureLayout::bin(&e, 0.0), 1);
+        assert_eq!(FeatureLayout::bin(&e, 0.1), 2);
+        assert_eq!(FeatureLayout::bin(&e, 30.0), 9);
+        assert_eq!(FeatureLayout::bin(&e, 1e9), 9);
+    }
+
+    #[test]
+    fn props_round_trip() {
+        let m = sample_metadata();
+        let props = m.to_props();
+        assert_eq!(PolicyMetadata::from_pairs(&props), Ok(m.clone()));
+        let drain = PolicyMetadata {
+            semantics: Semantics::Drain,
+            ..m
+        };
+        assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain));
+    }
+
+    #[test]
+    fn unreadable_metadata_names_the_key() {
+        let m = sample_metadata();
+        let without = |key: &str| -> Vec<(String, String)> {
+            m.to_props().into_iter().filter(|(k, _)| k != key).collect()
+        };
+        assert_eq!(
+            PolicyMetadata::from_pairs(&without(KEY_GPU_MODEL)),
+            Err(ContractError::MissingKey { key: KEY_GPU_MODEL })
+        );
+        let with = |key: &str, value: &str| -> Vec<(String, String)> {
+            let mut p = without(key);
+            p.push((key.to_string(), value.to_string()));
+            p
+        };
+        let err = PolicyMetadata::from_pairs(&with(KEY_TOP_K, "three")).unwrap_err();
+        assert!(
+            matches!(err, ContractError::BadValue { key: KEY_TOP_K, .. }),
+            "{err}"
+        );
+        let err =
+            PolicyMetadata::from_pairs(&with(KEY_FEATURE_LAYOUT, "{\"configurations\":12}")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ContractError::BadValue {
+                    key: KEY_FEATURE_LAYOUT,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = PolicyMetadata::from_pairs(&with(KEY_INPUT_DIM, "30")).unwrap_err();
+        assert!(err.to_string().contains("D = 34"), "{err}");
+        let err = PolicyMetadata::from_pairs(&with(KEY_CONTRACT_VERSION, "2")).unwrap_err();
+        assert_eq!(
+            err,
+            ContractError::ContractVersion {
+                found: 2,
+                expected: CONTRACT_VERSION
+            }
+        );
+        let err = PolicyMetadata::from_pairs(&with(
+            KEY_CONFIGURATIONS,
+            "c1,c2,c2,c4,c5,c6,c7,c8,c9,c10,c11,c12",
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("repeat"), "{err}");
+    }
+
+    #[test]
+    fn check_against_names_the_field_that_differs() {
+        let want = sample_metadata();
+        assert_eq!(want.check_against(&want), Ok(()));
+        // Informational fields do not matter.
+        let other_training = PolicyMetadata {
+            top_k: 5,
+            training_seed: 1,
+            semantics: Semantics::Drain,
+            ..want.clone()
+        };
+        assert_eq!(other_training.check_against(&want), Ok(()));
+
+        let v2 = PolicyMetadata {
+            contract_version: 2,
+            ..want.clone()
+        };
+        assert!(matches!(
+            v2.check_against(&want),
+            Err(ContractError::ContractVersion { found: 2, .. })
+        ));
+
+        let h100 = PolicyMetadata {
+            gpu_model: "h100-80gb".into(),
+            ..want.clone()
+        };
+        let err = h100.check_against(&want).unwrap_err();
+        assert!(
+            err.to_string().contains("h100-80gb") && err.to_string().contains("a100-40gb"),
+            "{err}"
+        );
+
+        let mut k11 = want.clone();
+        k11.configurations.pop();
+        k11.feature_layout.configurations = 11;
+        assert_eq!(
+            k11.check_against(&want),
+            Err(ContractError::ConfigurationCount {
+                found: 11,
+                expected: 12
+            })
+        );
+
+        let mut swapped = want.clone();
+        swapped.configurations.swap(0, 1);
+        assert!(matches!(
+            swapped.check_against(&want),
+            Err(ContractError::Configurations { .. })
+        ));
+
+        let mut split = want.clone();
+        split.feature_layout.slice_sizes = vec![1, 2, 3, 4, 7];
+        let err = split.check_against(&want).unwrap_err();
+        assert!(
+            matches!(&err, ContractError::FeatureLayout { found_dim: 114, expected_dim: 34, difference } if difference.starts_with("slice_sizes")),
+            "{err}"
+        );
+        let mut rebinned = want.clone();
+        rebinned.feature_layout.deadline_edges_min[3] = 0.25;
+        let err = rebinned.check_against(&want).unwrap_err();
+        assert!(err.to_string().contains("deadline_edges_min"), "{err}");
+    }
+
+    #[test]
+    fn invalid_layouts_are_refused() {
+        let mut m = sample_metadata();
+        m.feature_layout.duration_edges_min[2] = -5.0;
+        assert!(m.validate().unwrap_err().to_string().contains("increasing"));
+        let mut m = sample_metadata();
+        m.feature_layout.configurations = 7;
+        assert!(m.validate().is_err());
+        let mut m = sample_metadata();
+        m.top_k = 0;
+        assert!(matches!(
+            m.validate(),
+            Err(ContractError::BadValue { key: KEY_TOP_K, .. })
+        ));
+    }
+}

@@ -1,0 +1,26 @@
+//! The learned mean-field policy: network weights, the ONNX policy-file contract, the
+//! ONNX writer, inference through ONNX Runtime, and top-k sampling of next configurations.
+//!
+//! A decision, for one GPU model:
+//! 1. compute the `mean_field` features in the order of [`FeatureLayout`];
+//! 2. [`PolicyRuntime::infer`] → K·K transition logits;
+//! 3. [`TransitionTable::new`] (mask unavailable configurations, softmax, top-k) and
+//!    [`TransitionTable::sample_gpus`] → the next configuration of every GPU.
+
+pub mod contract;
+pub mod network;
+pub mod onnx_proto;
+pub mod onnx_writer;
+pub mod provision;
+pub mod runtime;
+pub mod sampling;
+
+pub use contract::{
+    ContractError, DecisionInterval, FeatureLayout, PolicyMetadata, Semantics, TimeOfDay, CONTRACT_VERSION,
+    INPUT_NAME, OUTPUT_NAME,
+};
+pub use network::{Activation, Dense, NetworkError, PolicyNetwork};
+pub use onnx_writer::WriteError;
+pub use provision::{fetch_runtime, ProvisionError, ORT_VERSION};
+pub use runtime::{OnnxRuntime, PolicyRuntime, RuntimeError};
+pub use sampling::{SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
