@@ -37,6 +37,12 @@ pub struct TrainArgs {
     /// Decide every this many arrivals and completions.
     #[arg(long, default_value_t = 5)]
     every_events: u32,
+    /// Initial logit bonus of staying (higher: fewer exploratory repartitions at first).
+    #[arg(long, default_value_t = PpoConfig::default().stay_bias)]
+    stay_bias: f32,
+    /// Entropy bonus weight.
+    #[arg(long, default_value_t = PpoConfig::default().entropy)]
+    entropy: f64,
 }
 
 /// Runs `train`.

@@ -49,7 +49,7 @@ impl Default for PpoConfig {
             minibatch: 512,
             entropy: 1e-3,
             value_coef: 0.5,
-            stay_bias: 6.0,
+            stay_bias: 9.0,
         }
     }
 }
