@@ -129,7 +129,7 @@ pub fn choose(cands: &[Candidate], need: &Need, slack: f64, snapshot: Option<&Sn
             (Availability::Unknown, 0.0)
         }
     };
-    let mut best: Option<(Choice, (bool, bool, u8))> = None;
+    let mut best: Option<(Choice, (u8, u8, u8))> = None;
     for (index, c) in cands.iter().enumerate() {
         if c.memory_gb + 1e-9 < need.gpumem_gb || need.count > c.max_count {
             continue;
@@ -137,11 +137,15 @@ pub fn choose(cands: &[Candidate], need: &Need, slack: f64, snapshot: Option<&Sn
         let (avail, wait) = availability(c);
         let run_min = need.run_on(c.compute);
         let meets_due = wait + run_min <= due_in + 1e-9;
-        // Smaller key wins: meeting the due time first, then free or soon free (the wait
-        // for a soon-free one is already in `meets_due`), then the slowest slice among
-        // those meeting it, the fastest among those missing it.
-        let speed_key = if meets_due { c.compute } else { u8::MAX - c.compute };
-        let key = (!meets_due, avail == Availability::Unknown, speed_key);
+        // Smaller key wins. Meeting the due time first; among those, free or soon free
+        // (the wait for a soon-free one is already in `meets_due`), then the slowest
+        // slice. Among those missing it, the fastest slice, then free or soon free.
+        let unknown = u8::from(avail == Availability::Unknown);
+        let key = if meets_due {
+            (0, unknown, c.compute)
+        } else {
+            (1, u8::MAX - c.compute, unknown)
+        };
         if best.as_ref().is_none_or(|(_, k)| key < *k) {
             let choice = Choice {
                 index,
@@ -218,8 +222,8 @@ pub enum RouteError {
         /// The classes known.
         known: String,
     },
-    /// No slice has the memory or instances asked for.
-    #[error("no MIG slice has {need_gb} GB for {count} instance(s); the largest has {largest_gb} GB")]
+    /// No slice present in the cluster has the memory or instances asked for.
+    #[error("no MIG slice in the cluster has {need_gb} GB for {count} instance(s); the largest has {largest_gb} GB")]
     NoFit {
         /// Memory asked for, GB.
         need_gb: f64,
@@ -240,6 +244,7 @@ pub struct Router {
     models: Vec<GpuModel>,
     classes: Vec<JobClass>,
     candidates: Vec<Candidate>,
+    static_types: Vec<String>,
     max_auto: u64,
 }
 
@@ -257,14 +262,54 @@ impl Router {
             models: models.to_vec(),
             classes: config.all_classes(),
             candidates,
+            static_types: Vec::new(),
             max_auto,
         })
     }
 
-    /// Builds a router from a resolved smartmig.toml.
+    /// Builds a router from a resolved smartmig.toml; without a usable snapshot it routes
+    /// only to the types of `policy.static_layout` (the layout GPUs keep when the
+    /// controller is not running), since Slurm refuses a type no node has.
     pub fn from_resolved(r: &crate::config::Resolved) -> Result<Router, RouteError> {
         let models: Vec<GpuModel> = r.models.iter().map(|m| m.model.clone()).collect();
-        Router::new(&r.config.routing, &models)
+        let mut static_types: Vec<String> = Vec::new();
+        for m in &r.models {
+            for &ci in &m.static_layout {
+                for inst in m.configurations[ci].layout.instances() {
+                    let name = &m.model.profiles[inst.profile].name;
+                    if !static_types.contains(name) {
+                        static_types.push(name.clone());
+                    }
+                }
+            }
+        }
+        Ok(Router::new(&r.config.routing, &models)?.with_static_types(static_types))
+    }
+
+    /// Restricts routing without a snapshot to these types (empty: no restriction).
+    pub fn with_static_types(mut self, types: Vec<String>) -> Router {
+        self.static_types = types;
+        self
+    }
+
+    /// The types routing may choose without a snapshot (empty: any candidate).
+    pub fn static_types(&self) -> &[String] {
+        &self.static_types
+    }
+
+    /// The candidates that exist now: those the snapshot lists, or without one the
+    /// static layout's types.
+    fn present(&self, snapshot: Option<&Snapshot>) -> Vec<Candidate> {
+        let listed = |name: &str| match snapshot {
+            Some(s) if !s.types.is_empty() => s.types.contains_key(name),
+            Some(_) => true,
+            None => self.static_types.is_empty() || self.static_types.iter().any(|t| t == name),
+        };
+        self.candidates
+            .iter()
+            .filter(|c| listed(&c.name))
+            .cloned()
+            .collect()
     }
 
     /// The routing config.
@@ -358,14 +403,14 @@ impl Router {
             due_in_min,
             count: entries.iter().map(|e| e.count).max().unwrap_or(1),
         };
-        let choice = choose(&self.candidates, &need, self.config.slack, snapshot).ok_or_else(|| {
-            RouteError::NoFit {
+        let present = self.present(snapshot);
+        let choice =
+            choose(&present, &need, self.config.slack, snapshot).ok_or_else(|| RouteError::NoFit {
                 need_gb: need.gpumem_gb,
                 count: need.count,
-                largest_gb: self.candidates.iter().map(|c| c.memory_gb).fold(0.0, f64::max),
-            }
-        })?;
-        let chosen = &self.candidates[choice.index];
+                largest_gb: present.iter().map(|c| c.memory_gb).fold(0.0, f64::max),
+            })?;
+        let chosen = &present[choice.index];
         let cap = self.config.time_cap(job.partition);
         let time_limit_min = job.time_limit_min.map(|_| {
             let t = choice.run_min.ceil().clamp(1.0, f64::from(u32::MAX - 1)) as u32;

@@ -350,3 +350,37 @@ fn a_rule_without_matchers_is_refused() {
         .to_string();
     assert!(e.contains("no name, account or partition"), "{e}");
 }
+
+fn resolved_router(extra: &str) -> Router {
+    let text = format!("version = 1\n[policy]\nstatic_layout = [\"c2\", \"c7\"]\n{extra}");
+    let r = Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap();
+    Router::from_resolved(&r).unwrap()
+}
+
+#[test]
+fn without_a_snapshot_only_static_layout_types_are_chosen() {
+    let r = resolved_router("");
+    let mut types = r.static_types().to_vec();
+    types.sort();
+    assert_eq!(types, ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb"]);
+    // An unmeetable deadline asks for the fastest slice: 4g here, as no GPU is in 7g.
+    let mut j = job("gres:gpu:mig:1", None);
+    j.deadline = Some(NOW - 60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "4g.20gb");
+    let e = r
+        .route(&job("gres:gpu:mig:1", Some("smartmig:gpumem=30")), None)
+        .unwrap_err();
+    assert!(
+        matches!(e, RouteError::NoFit { largest_gb, .. } if largest_gb == 20.0),
+        "{e}"
+    );
+}
+
+#[test]
+fn with_a_snapshot_only_listed_types_are_chosen() {
+    let r = resolved_router("");
+    let mut j = job("gres:gpu:mig:1", None);
+    j.deadline = Some(NOW - 60);
+    let s = snapshot(&[("7g.40gb", 0, 0), ("1g.5gb", 3, 0)]);
+    assert_eq!(routed(&r, &j, Some(&s)).gpu_type, "7g.40gb");
+}
