@@ -39,34 +39,27 @@ const REFUSED: c_int = sys::ESLURM_INVALID_GRES as c_int;
 
 /// Loads smartmig.toml (beside slurm.conf, else /etc/smartmig/smartmig.toml).
 ///
-/// A bad config does not fail `init`: failing would stop every submission after a
-/// reconfigure. Instead the error is logged and only `gpu:mig` requests are refused.
+/// A bad config does not fail `init`: that would stop slurmctld, or after a plugin-list
+/// change every submission. Instead the error is logged and only `gpu:mig` requests are
+/// refused until the file is fixed (it is re-read when it changes).
 #[no_mangle]
 pub extern "C" fn init() -> c_int {
     let r = catch_unwind(|| {
         let path = state::config_path(ffi::extra_conf_path(state::CONFIG_NAME));
-        let new = match state::load(&path) {
-            Ok(ready) => {
-                log_info(&format!(
-                    "loaded {} ({} candidate types, on_error={:?}, snapshot {})",
-                    path.display(),
-                    ready.router.candidates().len(),
-                    ready.on_error(),
-                    ready.snapshot_path.display()
-                ));
-                State::Ready(Box::new(ready))
-            }
-            Err(e) => {
-                log_error(&format!(
-                    "config not loaded, gpu:mig requests will be refused: {e}"
-                ));
-                State::Broken(e)
-            }
-        };
-        *state::lock() = Some(new);
+        let (plugin, line) = state::Plugin::start(path, Instant::now());
+        log_line(line);
+        *state::lock() = Some(plugin);
         SUCCESS
     });
     r.unwrap_or(ERROR)
+}
+
+fn log_line((is_error, text): state::LogLine) {
+    if is_error {
+        log_error(&text);
+    } else {
+        log_info(&text);
+    }
 }
 
 /// Drops the state (slurmctld calls `init` again on reconfigure).
@@ -129,7 +122,7 @@ unsafe fn entry(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
         Ok(rc) => rc,
         Err(_) => {
             // The lock may be poisoned by the panic; `lock` recovers it.
-            let policy = match &*state::lock() {
+            let policy = match state::lock().as_ref().map(|p| &p.state) {
                 Some(State::Ready(r)) => r.on_error(),
                 _ => OnError::Open,
             };
@@ -158,13 +151,16 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
     };
     let now = state::unix_now();
     let mut guard = state::lock();
-    let ready = match guard.as_mut() {
-        Some(State::Ready(r)) => r,
-        other => {
-            let why = match other {
-                Some(State::Broken(e)) => e.clone(),
-                _ => "plugin not initialised".to_string(),
-            };
+    let Some(plugin) = guard.as_mut() else {
+        return refuse_auto_only(&desc, err_msg, "plugin not initialised");
+    };
+    if let Some(line) = plugin.refresh(Instant::now()) {
+        log_line(line);
+    }
+    let ready = match &mut plugin.state {
+        State::Ready(r) => r,
+        State::Broken(e) => {
+            let why = e.clone();
             return refuse_auto_only(&desc, err_msg, &why);
         }
     };

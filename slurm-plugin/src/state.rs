@@ -1,6 +1,12 @@
 //! Plugin state: the router built from smartmig.toml and the snapshot cache. Set by
 //! `init`, taken by `fini`, held in one mutex (slurmctld calls job_submit under its job
 //! lock, so the mutex is uncontended; it is there to make the state safe, not fast).
+//!
+//! Slurm 22.05 calls `init`/`fini` on `scontrol reconfigure` only when `JobSubmitPlugins`
+//! itself changed, so the plugin watches smartmig.toml (like job_submit/lua watches its
+//! script): at most once a second it compares the file's mtime, size and inode with those
+//! it loaded, and reloads on a change. A file that fails to load keeps the previous good
+//! config (logged once); with none, `gpu:mig` requests are refused with the reason.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -120,11 +126,108 @@ fn read_snapshot(path: &Path) -> Result<Snapshot, String> {
     Snapshot::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// The config file is checked for changes at most this often.
+pub const CONFIG_RECHECK: Duration = Duration::from_secs(1);
+
+/// What identifies one version of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    mtime: Option<SystemTime>,
+    len: u64,
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        mtime: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
+}
+
+/// Everything the plugin keeps between calls.
+pub struct Plugin {
+    /// The config file watched.
+    pub config_path: PathBuf,
+    /// What was loaded from it.
+    pub state: State,
+    stamp: Option<Stamp>,
+    last_check: Instant,
+}
+
+/// A log line the caller should write: (is an error, text).
+pub type LogLine = (bool, String);
+
+impl Plugin {
+    /// Loads `config_path` (at `init`).
+    pub fn start(config_path: PathBuf, now: Instant) -> (Plugin, LogLine) {
+        let stamp = stamp(&config_path);
+        let (state, line) = match load(&config_path) {
+            Ok(ready) => {
+                let line = (false, ready.describe());
+                (State::Ready(Box::new(ready)), line)
+            }
+            Err(e) => (
+                State::Broken(e.clone()),
+                (
+                    true,
+                    format!("config not loaded, gpu:mig requests will be refused: {e}"),
+                ),
+            ),
+        };
+        let plugin = Plugin {
+            config_path,
+            state,
+            stamp,
+            last_check: now,
+        };
+        (plugin, line)
+    }
+
+    /// Reloads the config if its file changed (checked at most once a second).
+    pub fn refresh(&mut self, now: Instant) -> Option<LogLine> {
+        if now.duration_since(self.last_check) < CONFIG_RECHECK {
+            return None;
+        }
+        self.last_check = now;
+        let current = stamp(&self.config_path);
+        if current == self.stamp {
+            return None;
+        }
+        self.stamp = current;
+        match load(&self.config_path) {
+            Ok(mut ready) => {
+                // Keep the snapshot cache: the file it reads may be the same.
+                if let State::Ready(old) = &mut self.state {
+                    if old.snapshot_path == ready.snapshot_path {
+                        ready.snapshot = std::mem::take(&mut old.snapshot);
+                    }
+                }
+                let line = (false, format!("re{}", ready.describe()));
+                self.state = State::Ready(Box::new(ready));
+                Some(line)
+            }
+            Err(e) => match &self.state {
+                State::Ready(_) => Some((
+                    true,
+                    format!("changed config not loaded, keeping the previous one: {e}"),
+                )),
+                State::Broken(_) => {
+                    self.state = State::Broken(e.clone());
+                    Some((true, format!("config still not loaded: {e}")))
+                }
+            },
+        }
+    }
+}
+
+static STATE: Mutex<Option<Plugin>> = Mutex::new(None);
 
 /// The state, even if an earlier holder panicked (the state stays consistent: every
 /// update replaces it whole).
-pub fn lock() -> MutexGuard<'static, Option<State>> {
+pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -157,6 +260,17 @@ pub fn config_path(beside_slurm_conf: Option<PathBuf>) -> PathBuf {
 }
 
 impl Ready {
+    /// The log line for a successful load.
+    pub fn describe(&self) -> String {
+        format!(
+            "loaded {} ({} candidate types, on_error={:?}, snapshot {})",
+            self.config_path.display(),
+            self.router.candidates().len(),
+            self.on_error(),
+            self.snapshot_path.display()
+        )
+    }
+
     /// The failure policy.
     pub fn on_error(&self) -> OnError {
         self.router.config().on_error
@@ -224,6 +338,47 @@ mod tests {
         let (s, news) = c.get(&p, 120.0, sec(8), 1501.0);
         assert!(s.is_none());
         assert_eq!(news, SnapshotNews::Quiet);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_changed_config_is_reloaded_and_a_broken_one_keeps_the_last_good() {
+        let d = tmpdir("reload");
+        let p = write(&d, "smartmig.toml", "version = 1\n");
+        let t0 = Instant::now();
+        let sec = |n: u64| t0 + Duration::from_secs(n);
+        let (mut plugin, (err, _)) = Plugin::start(p.clone(), t0);
+        assert!(!err);
+        let untyped = |pl: &Plugin| match &pl.state {
+            State::Ready(r) => r.router.config().route_untyped,
+            State::Broken(_) => panic!("broken"),
+        };
+        assert!(!untyped(&plugin));
+        assert_eq!(plugin.refresh(sec(2)), None, "unchanged file: nothing to do");
+        write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\nroute_untyped = true\n",
+        );
+        assert_eq!(
+            plugin.refresh(t0 + Duration::from_millis(2500)),
+            None,
+            "checked within the second"
+        );
+        let (err, line) = plugin.refresh(sec(4)).expect("reloaded");
+        assert!(!err && line.starts_with("reloaded"), "{line}");
+        assert!(untyped(&plugin));
+        write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\nroute_untypd = true\n",
+        );
+        let (err, line) = plugin.refresh(sec(6)).expect("reported");
+        assert!(
+            err && line.contains("keeping the previous one") && line.contains("route_untypd"),
+            "{line}"
+        );
+        assert!(untyped(&plugin));
         std::fs::remove_dir_all(&d).ok();
     }
 

@@ -1,0 +1,544 @@
+//! A throwaway Slurm 22.05 cluster in a temp dir, for end-to-end tests of the plugin.
+//!
+//! munged, slurmctld and slurmd run in the foreground as children of the test, each in
+//! its own process group, on free loopback ports, with fake MIG devices made by mknod.
+//! [`Cluster`]'s `Drop` stops them (and any job step they left) even when a test fails.
+//! Set `SMARTMIG_E2E_KEEP=1` to keep the temp dir for inspection.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The Debian plugin directory; tests put theirs first in `PluginDir`.
+pub const SYSTEM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
+
+const BINARIES: [&str; 7] = [
+    "munged",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "scontrol",
+    "squeue",
+    "mknod",
+];
+
+/// Why the e2e tests cannot run here (not root, Slurm missing), or None.
+pub fn skip_reason() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string));
+    if euid.as_deref() != Some("0") {
+        return Some(
+            "not root (the harness starts munged, slurmctld and slurmd and makes device nodes)".into(),
+        );
+    }
+    let missing: Vec<&str> = BINARIES.iter().copied().filter(|b| which(b).is_none()).collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "Slurm binaries missing: {} (run scripts/deps-slurm.sh)",
+            missing.join(", ")
+        ));
+    }
+    None
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
+}
+
+/// Skips the calling test (prints a clear line and returns) when the harness cannot run.
+#[macro_export]
+macro_rules! skip_unless_slurm {
+    () => {
+        if let Some(why) = $crate::slurm::skip_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+/// The plugin shared object: `$SMARTMIG_PLUGIN_SO` if set, else built here with
+/// `cargo build -p smartmig-slurm-plugin --release` (fast when up to date).
+pub fn plugin_so() -> PathBuf {
+    static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SO.get_or_init(build_plugin).clone()
+}
+
+fn build_plugin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SMARTMIG_PLUGIN_SO") {
+        return PathBuf::from(p);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "smartmig-slurm-plugin", "--release"])
+        .current_dir(&root)
+        .status()
+        .expect("run cargo build for the plugin");
+    assert!(
+        status.success(),
+        "building the plugin failed (are libslurm-dev and libclang-dev installed?)"
+    );
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let so = target.join("release/libjob_submit_smartmig.so");
+    assert!(so.is_file(), "{} missing after build", so.display());
+    so
+}
+
+/// A GPU of the fake node: its MIG instances as (Slurm type, count).
+#[derive(Debug, Clone)]
+pub struct FakeGpu(pub Vec<(&'static str, u32)>);
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The GPUs of the single node, each in its own layout.
+    pub gpus: Vec<FakeGpu>,
+    /// smartmig.toml text placed beside slurm.conf (`@DIR@` becomes the cluster dir).
+    pub smartmig_toml: String,
+    /// Load the plugin (`JobSubmitPlugins=smartmig`).
+    pub plugin: bool,
+    /// Extra slurm.conf lines.
+    pub extra_conf: String,
+}
+
+/// A running throwaway cluster.
+pub struct Cluster {
+    /// Its temp dir (config, state, logs, sockets, devices).
+    pub dir: PathBuf,
+    /// slurm.conf.
+    pub conf: PathBuf,
+    /// The node's name.
+    pub node: String,
+    children: Vec<(&'static str, Child)>,
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Cluster {
+    /// Starts munged, slurmctld and slurmd; waits until the node is idle.
+    pub fn start(opts: &Options) -> Cluster {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("smartmig-e2e-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["etc", "state", "spool", "log", "run", "munge", "dev", "plugins"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("create cluster dirs");
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(dir.join("munge"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let node = format!("smnode{n}");
+        let mut cluster = Cluster {
+            conf: dir.join("etc/slurm.conf"),
+            dir,
+            node,
+            children: Vec::new(),
+        };
+        cluster.write_config(opts);
+        cluster.start_munged();
+        cluster.start_slurmctld(true);
+        cluster.start_slurmd();
+        cluster.wait_node_idle();
+        cluster
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    fn write_config(&self, opts: &Options) {
+        let d = &self.dir;
+        // Fake MIG devices: character devices with /dev/null's numbers, one per instance.
+        let mut gres_conf = String::new();
+        let mut node_gres: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut dev = 0;
+        for gpu in &opts.gpus {
+            for &(ty, count) in &gpu.0 {
+                for _ in 0..count {
+                    let p = d.join(format!("dev/nvidia{dev}"));
+                    run_ok(Command::new("mknod").arg(&p).args(["c", "1", "3"]));
+                    writeln!(
+                        gres_conf,
+                        "NodeName={} Name=gpu Type={ty} File={}",
+                        self.node,
+                        p.display()
+                    )
+                    .unwrap();
+                    *node_gres.entry(ty).or_default() += 1;
+                    dev += 1;
+                }
+            }
+        }
+        std::fs::write(d.join("etc/gres.conf"), gres_conf).unwrap();
+        let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
+        std::fs::copy(plugin_so(), d.join("plugins/job_submit_smartmig.so")).expect("copy plugin");
+        let (ctl_port, d_port) = (free_port(), free_port());
+        let host = hostname();
+        let conf = format!(
+            "ClusterName=smartmig{n}\n\
+             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldPort={ctl_port}\nSlurmdPort={d_port}\n\
+             SlurmUser=root\nSlurmdUser=root\n\
+             AuthType=auth/munge\nCredType=cred/munge\n\
+             AuthInfo=socket={munge}\n\
+             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
+             SlurmctldPidFile={d}/run/slurmctld.pid\nSlurmdPidFile={d}/run/slurmd.pid\n\
+             SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.log\n\
+             SlurmctldDebug=info\nSlurmdDebug=info\n\
+             PluginDir={d}/plugins:{SYSTEM_PLUGIN_DIR}\n\
+             {plugins}\
+             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
+             MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
+             GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
+             SchedulerType=sched/backfill\nMinJobAge=600\n\
+             NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=16 RealMemory=4000 Gres={gres}\n\
+             PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n\
+             {extra}\n",
+            n = self.node.trim_start_matches("smnode"),
+            munge = self.munge_socket().display(),
+            d = d.display(),
+            plugins = if opts.plugin {
+                "JobSubmitPlugins=smartmig\n"
+            } else {
+                ""
+            },
+            node = self.node,
+            gres = gres.join(","),
+            extra = opts.extra_conf,
+        );
+        std::fs::write(&self.conf, conf).unwrap();
+        self.write_smartmig_toml(&opts.smartmig_toml);
+    }
+
+    /// Replaces smartmig.toml beside slurm.conf (`@DIR@` becomes the cluster dir).
+    pub fn write_smartmig_toml(&self, text: &str) {
+        let text = text.replace("@DIR@", &self.dir.display().to_string());
+        std::fs::write(self.path("etc/smartmig.toml"), text).unwrap();
+    }
+
+    /// Where the snapshot lives in these tests (point `controller.snapshot_path` here).
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.path("run/snapshot.json")
+    }
+
+    fn munge_socket(&self) -> PathBuf {
+        self.path("munge/munge.socket.2")
+    }
+
+    fn spawn(&mut self, name: &'static str, cmd: &mut Command) {
+        let log = std::fs::File::create(self.path(&format!("log/{name}.out"))).unwrap();
+        let err = log.try_clone().unwrap();
+        let child = cmd
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            // Own process group, so Drop can stop the daemon and whatever it forked.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        self.children.push((name, child));
+    }
+
+    fn start_munged(&mut self) {
+        let key = self.path("munge/munge.key");
+        let mut bytes = vec![0u8; 1024];
+        let mut f = std::fs::File::open("/dev/urandom").unwrap();
+        std::io::Read::read_exact(&mut f, &mut bytes).unwrap();
+        std::fs::write(&key, bytes).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let (sock, log, pid, seed) = (
+            self.munge_socket(),
+            self.path("munge/munged.log"),
+            self.path("munge/munged.pid"),
+            self.path("munge/munged.seed"),
+        );
+        let mut cmd = Command::new("munged");
+        cmd.arg("-F")
+            .arg("-f")
+            .arg(format!("--socket={}", sock.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--log-file={}", log.display()))
+            .arg(format!("--pid-file={}", pid.display()))
+            .arg(format!("--seed-file={}", seed.display()));
+        self.spawn("munged", &mut cmd);
+        self.wait_for("munged socket", Duration::from_secs(10), |c| {
+            c.munge_socket().exists()
+        });
+    }
+
+    fn start_slurmctld(&mut self, clean: bool) {
+        let mut cmd = Command::new("slurmctld");
+        cmd.arg("-D").arg("-f").arg(&self.conf);
+        if clean {
+            cmd.args(["-c", "-i"]);
+        }
+        self.spawn("slurmctld", &mut cmd);
+        self.wait_for("slurmctld to answer", Duration::from_secs(20), |c| {
+            c.scontrol(&["ping"]).status.success()
+        });
+    }
+
+    fn start_slurmd(&mut self) {
+        let mut cmd = Command::new("slurmd");
+        cmd.arg("-D").arg("-f").arg(&self.conf).arg("-N").arg(&self.node);
+        self.spawn("slurmd", &mut cmd);
+    }
+
+    fn wait_node_idle(&self) {
+        self.wait_for("the node to be idle", Duration::from_secs(30), |c| {
+            let state = c.node_state();
+            if state.contains("INVAL") || state.contains("DRAIN") || state.contains("DOWN") {
+                let _ = c.scontrol(&["update", &format!("nodename={}", c.node), "state=resume"]);
+            }
+            state.starts_with("IDLE")
+        });
+    }
+
+    /// The node's state word (`IDLE`, `MIXED`, `DOWN*+DRAIN`, ...).
+    pub fn node_state(&self) -> String {
+        let out = self.scontrol(&["show", "node", &self.node, "-o"]);
+        fields(&String::from_utf8_lossy(&out.stdout))
+            .get("State")
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Polls `ready` every 100 ms; panics (with the logs' tails) after `limit`.
+    pub fn wait_for(&self, what: &str, limit: Duration, ready: impl Fn(&Cluster) -> bool) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if ready(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("timed out waiting for {what}\n{}", self.log_tails());
+    }
+
+    /// The last lines of each daemon's log, for failure messages.
+    pub fn log_tails(&self) -> String {
+        let mut s = String::new();
+        for f in [
+            "log/slurmctld.log",
+            "log/slurmd.log",
+            "log/munged.out",
+            "munge/munged.log",
+        ] {
+            let text = std::fs::read_to_string(self.path(f)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+            let _ = writeln!(s, "--- {f} ---\n{tail}");
+        }
+        s
+    }
+
+    /// slurmctld's log so far.
+    pub fn ctld_log(&self) -> String {
+        std::fs::read_to_string(self.path("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    fn client(&self, bin: &str, args: &[&str]) -> Output {
+        Command::new(bin)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{bin}: {e}"))
+    }
+
+    /// Runs scontrol.
+    pub fn scontrol(&self, args: &[&str]) -> Output {
+        self.client("scontrol", args)
+    }
+
+    /// Runs sbatch with `args` (add `--wrap`); returns the job id or the stderr.
+    pub fn sbatch(&self, args: &[&str]) -> Result<(u32, String), String> {
+        let mut all = vec!["--parsable", "--mem=10", "-o", "/dev/null"];
+        all.extend_from_slice(args);
+        let out = self.client("sbatch", &all);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(stderr);
+        }
+        let id = stdout
+            .trim()
+            .split(';')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("sbatch printed no job id: {stdout:?} {stderr:?}"));
+        Ok((id, stderr))
+    }
+
+    /// `scontrol show job -o ID` as key → value.
+    pub fn job(&self, id: u32) -> BTreeMap<String, String> {
+        let out = self.scontrol(&["show", "job", "-o", &id.to_string()]);
+        assert!(
+            out.status.success(),
+            "show job {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        fields(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// Waits until job `id` is in one of `states`; returns the state.
+    pub fn wait_job(&self, id: u32, states: &[&str], limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.job(id).get("JobState").cloned().unwrap_or_default();
+            if states.contains(&s.as_str()) {
+                return s;
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "job {id} is {s}, not one of {states:?}: {:?}\n{}",
+                    self.job(id),
+                    self.log_tails()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `scontrol reconfigure`, then waits until slurmctld answers again.
+    pub fn reconfigure(&self) {
+        let out = self.scontrol(&["reconfigure"]);
+        assert!(
+            out.status.success(),
+            "reconfigure: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_for("slurmctld after reconfigure", Duration::from_secs(20), |c| {
+            c.scontrol(&["ping"]).status.success()
+        });
+    }
+
+    fn stop_all(&mut self) {
+        // Reverse start order: slurmd, slurmctld, munged.
+        while let Some((_, mut child)) = self.children.pop() {
+            let pgid = child.id();
+            kill(&["-TERM", "--", &format!("-{pgid}")]);
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            kill(&["-KILL", "--", &format!("-{pgid}")]);
+            let _ = child.wait();
+        }
+        // Job steps (slurmstepd and the jobs) leave slurmd's process group; they carry
+        // our SLURM_CONF in their environment, which identifies them as ours.
+        let marker = format!("SLURM_CONF={}", self.conf.display());
+        if let Ok(procs) = std::fs::read_dir("/proc") {
+            for p in procs.flatten() {
+                let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let env = std::fs::read(p.path().join("environ")).unwrap_or_default();
+                if env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()) && pid != std::process::id() {
+                    kill(&["-KILL", &pid.to_string()]);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_all();
+        if std::thread::panicking() {
+            eprintln!("cluster dir: {}\n{}", self.dir.display(), self.log_tails());
+        }
+        if std::env::var_os("SMARTMIG_E2E_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Signals with kill(1); a target that is already gone is fine.
+fn kill(args: &[&str]) {
+    let _ = Command::new("kill").args(args).stderr(Stdio::null()).status();
+}
+
+fn hostname() -> String {
+    let out = Command::new("hostname").arg("-s").output().expect("hostname");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Parses `key=value` words of `scontrol show ... -o`; words without `=` continue the
+/// previous value (values with spaces).
+pub fn fields(text: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    let mut last: Option<String> = None;
+    for word in text.split_whitespace() {
+        match word.split_once('=') {
+            Some((k, v))
+                if !k.is_empty()
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') =>
+            {
+                m.insert(k.to_string(), v.to_string());
+                last = Some(k.to_string());
+            }
+            _ => {
+                if let Some(k) = &last {
+                    if let Some(v) = m.get_mut(k) {
+                        v.push(' ');
+                        v.push_str(word);
+                    }
+                }
+            }
+        }
+    }
+    m
+}
+
+/// Slurm's `[days-]hours:minutes:seconds` (or `UNLIMITED`) → minutes (None: unlimited).
+pub fn minutes(limit: &str) -> Option<u32> {
+    if limit == "UNLIMITED" || limit == "Partition_Limit" {
+        return None;
+    }
+    let (days, rest) = match limit.split_once('-') {
+        Some((d, r)) => (d.parse::<u32>().ok()?, r),
+        None => (0, limit),
+    };
+    let parts: Vec<u32> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let (h, m, s) = match parts.as_slice() {
+        [h, m, s] => (*h, *m, *s),
+        [m, s] => (0, *m, *s),
+        _ => return None,
+    };
+    Some(days * 1440 + h * 60 + m + u32::from(s > 0))
+}
