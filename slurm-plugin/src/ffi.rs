@@ -214,7 +214,6 @@ mod tests {
         let job = view.job(5).unwrap();
         assert_eq!(job.tres.0[0], Some("gres:gpu:mig:1"));
         assert_eq!((job.time_limit_min, job.deadline, job.name), (None, None, None));
-        drop(view);
         unsafe { xfree(&mut d.tres_per_node) };
     }
 
@@ -227,7 +226,6 @@ mod tests {
         view.set_time_limit(42);
         assert_eq!(view.job(0).unwrap().tres.0[1], Some("gres:gpu:2g.10gb:2"));
         assert_eq!(view.job(0).unwrap().time_limit_min, Some(42));
-        drop(view);
         unsafe { xfree(&mut d.tres_per_job) };
     }
 

@@ -211,7 +211,7 @@ impl GpuModel {
             if let Some(s) = p.starts.iter().find(|&&s| s + p.memory_slices > MEMORY_SLICES) {
                 return Err(pctx(&format!("start {s} runs past memory slice 8")));
             }
-            if !(p.memory_gb > 0.0) {
+            if p.memory_gb.is_nan() || p.memory_gb <= 0.0 {
                 return Err(pctx("memory_gb must be positive"));
             }
         }

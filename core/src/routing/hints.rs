@@ -164,7 +164,7 @@ fn parse_duration_min(s: &str) -> Result<f64, String> {
         total += v * unit;
         num.clear();
     }
-    if !num.is_empty() || !(total.is_finite() && total > 0.0) {
+    if !(num.is_empty() && total.is_finite() && total > 0.0) {
         return Err(bad());
     }
     Ok(total)
