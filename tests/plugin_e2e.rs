@@ -40,7 +40,8 @@ fn options() -> Options {
             FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
         ],
         smartmig_toml: SMARTMIG_TOML.to_string(),
-        plugin: true,
+        job_submit_plugins: "smartmig".into(),
+        etc_files: Vec::new(),
         extra_conf: String::new(),
     }
 }

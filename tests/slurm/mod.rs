@@ -109,8 +109,10 @@ pub struct Options {
     pub gpus: Vec<FakeGpu>,
     /// smartmig.toml text placed beside slurm.conf (`@DIR@` becomes the cluster dir).
     pub smartmig_toml: String,
-    /// Load the plugin (`JobSubmitPlugins=smartmig`).
-    pub plugin: bool,
+    /// `JobSubmitPlugins` value (empty: none).
+    pub job_submit_plugins: String,
+    /// Extra files written beside slurm.conf before the daemons start (name, text).
+    pub etc_files: Vec<(String, String)>,
     /// Extra slurm.conf lines.
     pub extra_conf: String,
 }
@@ -226,10 +228,10 @@ impl Cluster {
             n = self.node.trim_start_matches("smnode"),
             munge = self.munge_socket().display(),
             d = d.display(),
-            plugins = if opts.plugin {
-                "JobSubmitPlugins=smartmig\n"
+            plugins = if opts.job_submit_plugins.is_empty() {
+                String::new()
             } else {
-                ""
+                format!("JobSubmitPlugins={}\n", opts.job_submit_plugins)
             },
             node = self.node,
             gres = gres.join(","),
@@ -237,6 +239,9 @@ impl Cluster {
         );
         std::fs::write(&self.conf, conf).unwrap();
         self.write_smartmig_toml(&opts.smartmig_toml);
+        for (name, text) in &opts.etc_files {
+            std::fs::write(d.join("etc").join(name), text).unwrap();
+        }
     }
 
     /// Replaces smartmig.toml beside slurm.conf (`@DIR@` becomes the cluster dir).

@@ -389,7 +389,7 @@ impl Router {
             _ => 7,
         };
         let due_in_min = match (job.deadline, hints.due_min) {
-            (Some(d), _) => Some((d - job.now) as f64 / 60.0),
+            (Some(d), _) => Some(d.saturating_sub(job.now) as f64 / 60.0),
             (None, Some(m)) => Some(m),
             (None, None) => None,
         };

@@ -21,3 +21,6 @@ pub use request::{
     Spelling, TresField, TresStrings, AUTO_TYPE,
 };
 pub use snapshot::{Snapshot, SnapshotError, TypeState, MAX_SNAPSHOT_BYTES, SNAPSHOT_VERSION};
+
+#[cfg(test)]
+mod fuzz_tests;
