@@ -43,6 +43,7 @@ fn options() -> Options {
         job_submit_plugins: "smartmig".into(),
         etc_files: Vec::new(),
         extra_conf: String::new(),
+        accounting: false,
     }
 }
 
@@ -172,6 +173,7 @@ fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
         let (id, stderr) = c
             .sbatch(&args)
             .unwrap_or_else(|e| panic!("{:?} refused: {e}\n{}", case.args, c.log_tails()));
+        eprintln!("sbatch {:?}: {}", case.args, stderr.trim());
         let job = c.job(id);
         assert_eq!(
             job.get(case.field).map(String::as_str),
@@ -398,4 +400,54 @@ fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() 
     assert_eq!(minutes(&c.job(id)["TimeLimit"]), Some(140));
     assert!(stderr.contains("free now"), "{stderr}");
     assert!(c.ctld_log().contains("snapshot usable again"));
+}
+
+#[test]
+fn sacct_records_the_routed_type_and_limit() {
+    skip_unless_slurm!();
+    if slurm::which("slurmdbd").is_none() || slurm::which("mariadbd").is_none() {
+        eprintln!("skipped: slurmdbd or mariadbd missing (run scripts/deps-slurm.sh)");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut opts = options();
+    opts.accounting = true;
+    let c = Cluster::start(&opts);
+    let (id, _) = c
+        .sbatch(
+            &CASES[0]
+                .args
+                .iter()
+                .copied()
+                .chain(["--wrap", "sleep 1"])
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+    // Right after a job ends sacct may still show a placeholder row: poll.
+    let id_s = id.to_string();
+    let mut last = String::new();
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        let out = c.sacct(&[
+            "-X",
+            "-n",
+            "--parsable2",
+            "-j",
+            &id_s,
+            "--format=JobID,ReqTRES,AllocTRES,Timelimit,State,Comment",
+        ]);
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+        if last.contains("COMPLETED") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let row: Vec<&str> = last.trim().split('|').collect();
+    assert_eq!(row.len(), 6, "sacct row {last:?}\n{}", c.log_tails());
+    assert!(row[1].contains("gres/gpu:2g.10gb=1"), "ReqTRES {}", row[1]);
+    assert!(row[2].contains("gres/gpu:2g.10gb=1"), "AllocTRES {}", row[2]);
+    assert_eq!(minutes(row[3]), Some(210), "Timelimit {}", row[3]);
+    assert_eq!(row[4], "COMPLETED");
+    assert_eq!(row[5], "smartmig:class=bert-infer");
 }

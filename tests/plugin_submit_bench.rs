@@ -62,6 +62,7 @@ fn run(variant: &'static str, plugins: &str, gres: &str, jobs: usize) -> Row {
         job_submit_plugins: plugins.into(),
         etc_files: vec![("job_submit.lua".into(), LUA.into())],
         extra_conf: "MaxJobCount=100000\n".into(),
+        accounting: false,
     };
     let c = Cluster::start(&opts);
     let args = [

@@ -52,7 +52,7 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
-fn which(bin: &str) -> Option<PathBuf> {
+pub fn which(bin: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
@@ -115,6 +115,8 @@ pub struct Options {
     pub etc_files: Vec<(String, String)>,
     /// Extra slurm.conf lines.
     pub extra_conf: String,
+    /// Run MariaDB and slurmdbd too, so that `sacct` works.
+    pub accounting: bool,
 }
 
 /// A running throwaway cluster.
@@ -125,6 +127,7 @@ pub struct Cluster {
     pub conf: PathBuf,
     /// The node's name.
     pub node: String,
+    dbd_port: u16,
     children: Vec<(&'static str, Child)>,
 }
 
@@ -162,10 +165,15 @@ impl Cluster {
             conf: dir.join("etc/slurm.conf"),
             dir,
             node,
+            dbd_port: free_port(),
             children: Vec::new(),
         };
         cluster.write_config(opts);
         cluster.start_munged();
+        if opts.accounting {
+            cluster.start_mariadb();
+            cluster.start_slurmdbd();
+        }
         cluster.start_slurmctld(true);
         cluster.start_slurmd();
         cluster.wait_node_idle();
@@ -218,7 +226,7 @@ impl Cluster {
              PluginDir={d}/plugins:{SYSTEM_PLUGIN_DIR}\n\
              {plugins}\
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
-             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
+             JobAcctGatherType=jobacct_gather/none\n{accounting}\
              MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              SchedulerType=sched/backfill\nMinJobAge=600\n\
@@ -236,6 +244,20 @@ impl Cluster {
             node = self.node,
             gres = gres.join(","),
             extra = opts.extra_conf,
+            accounting = if opts.accounting {
+                let types: Vec<String> = node_gres.keys().map(|t| format!("gres/gpu:{t}")).collect();
+                format!(
+                    "AccountingStorageType=accounting_storage/slurmdbd\n\
+                     AccountingStorageHost=127.0.0.1\nAccountingStoragePort={dbd_port}\n\
+                     AccountingStoragePass=socket={munge}\n\
+                     AccountingStorageTRES=gres/gpu,{types}\nAccountingStoreFlags=job_comment\n",
+                    dbd_port = self.dbd_port,
+                    munge = self.munge_socket().display(),
+                    types = types.join(","),
+                )
+            } else {
+                "AccountingStorageType=accounting_storage/none\n".to_string()
+            },
         );
         std::fs::write(&self.conf, conf).unwrap();
         self.write_smartmig_toml(&opts.smartmig_toml);
@@ -299,6 +321,68 @@ impl Cluster {
         self.wait_for("munged socket", Duration::from_secs(10), |c| {
             c.munge_socket().exists()
         });
+    }
+
+    fn mysql_socket(&self) -> PathBuf {
+        self.path("db/mysql.sock")
+    }
+
+    /// MariaDB in the cluster dir, socket only (`--skip-networking`).
+    fn start_mariadb(&mut self) {
+        let data = self.path("db/data");
+        std::fs::create_dir_all(&data).unwrap();
+        run_ok(
+            Command::new("mariadb-install-db")
+                .args([
+                    "--no-defaults",
+                    "--user=root",
+                    "--auth-root-authentication-method=socket",
+                ])
+                .arg(format!("--datadir={}", data.display()))
+                .stdout(Stdio::null()),
+        );
+        let mut cmd = Command::new("mariadbd");
+        cmd.args(["--no-defaults", "--user=root", "--skip-networking"])
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", self.mysql_socket().display()))
+            .arg(format!("--pid-file={}", self.path("db/mariadb.pid").display()))
+            .arg(format!("--log-error={}", self.path("log/mariadb.log").display()));
+        self.spawn("mariadbd", &mut cmd);
+        self.wait_for("the MariaDB socket", Duration::from_secs(30), |c| {
+            c.mysql_socket().exists()
+        });
+    }
+
+    /// slurmdbd reads slurmdbd.conf beside $SLURM_CONF; it must be mode 600.
+    fn start_slurmdbd(&mut self) {
+        let conf = self.path("etc/slurmdbd.conf");
+        let text = format!(
+            "AuthType=auth/munge\nAuthInfo=socket={munge}\n\
+             DbdHost={host}\nDbdAddr=127.0.0.1\nDbdPort={port}\nSlurmUser=root\n\
+             StorageType=accounting_storage/mysql\nStorageHost=localhost\nStorageUser=root\n\
+             StorageLoc=slurm_acct_db\nPidFile={pid}\nLogFile={log}\nDebugLevel=info\n",
+            munge = self.munge_socket().display(),
+            host = hostname(),
+            port = self.dbd_port,
+            pid = self.path("run/slurmdbd.pid").display(),
+            log = self.path("log/slurmdbd.log").display(),
+        );
+        std::fs::write(&conf, text).unwrap();
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let sock = self.mysql_socket();
+        let mut cmd = Command::new("slurmdbd");
+        // 22.05's slurmdbd takes no socket path: the MySQL client library reads this.
+        cmd.arg("-D").env("MYSQL_UNIX_PORT", &sock);
+        self.spawn("slurmdbd", &mut cmd);
+        let port = self.dbd_port;
+        self.wait_for("slurmdbd to listen", Duration::from_secs(30), move |_| {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    /// Runs sacct.
+    pub fn sacct(&self, args: &[&str]) -> Output {
+        self.client("sacct", args)
     }
 
     fn start_slurmctld(&mut self, clean: bool) {

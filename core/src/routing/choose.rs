@@ -421,7 +421,11 @@ impl Router {
             "smartmig: routed to gpu:{}:{} (class {}, est. {:.0} min on {}g, due in {:.0} min{}{})",
             chosen.name,
             need.count,
-            class.name,
+            if hints.speedup.is_some() {
+                format!("{} with speedup hint", class.name)
+            } else {
+                class.name.clone()
+            },
             choice.run_min,
             chosen.compute,
             choice.due_in_min,
