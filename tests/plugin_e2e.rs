@@ -39,6 +39,7 @@ fn options() -> Options {
             FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
             FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
         ],
+        more_nodes: Vec::new(),
         smartmig_toml: SMARTMIG_TOML.to_string(),
         job_submit_plugins: "smartmig".into(),
         etc_files: Vec::new(),
@@ -450,4 +451,34 @@ fn sacct_records_the_routed_type_and_limit() {
     assert_eq!(minutes(row[3]), Some(210), "Timelimit {}", row[3]);
     assert_eq!(row[4], "COMPLETED");
     assert_eq!(row[5], "smartmig:class=bert-infer");
+}
+
+/// Two nodes, each slurmd in its own network namespace, one per layout: routed jobs
+/// land on the node that has their type.
+#[test]
+fn two_nodes_in_network_namespaces_take_routed_jobs() {
+    skip_unless_slurm!();
+    if let Some(b) = slurm::NETNS_BINARIES.iter().find(|b| slurm::which(b).is_none()) {
+        eprintln!("skipped: `{b}` missing (iproute2, util-linux)");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut opts = options();
+    opts.gpus = vec![FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)])];
+    opts.more_nodes = vec![vec![FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)])]];
+    let c = Cluster::start(&opts);
+    assert_eq!(c.nodes.len(), 2);
+    // As in the matrix: 4g.20gb (only on the first node) and 2g.10gb (only on the second).
+    let (a, _) = c
+        .sbatch(&["--gres=gpu:mig:1", "--time=10", "--wrap", "sleep 1"])
+        .unwrap();
+    let mut args = CASES[0].args.to_vec();
+    args.extend(["--wrap", "sleep 1"]);
+    let (b, _) = c.sbatch(&args).unwrap();
+    for (id, ty, node) in [(a, "4g.20gb", &c.nodes[0]), (b, "2g.10gb", &c.nodes[1])] {
+        c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+        let job = c.job(id);
+        assert_eq!(job["TresPerNode"], format!("gres:gpu:{ty}:1"));
+        assert_eq!(&job["NodeList"], node, "{job:?}");
+    }
 }

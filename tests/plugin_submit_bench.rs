@@ -58,6 +58,7 @@ fn run(variant: &'static str, plugins: &str, gres: &str, jobs: usize) -> Row {
             FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
             FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
         ],
+        more_nodes: Vec::new(),
         smartmig_toml: SMARTMIG_TOML.into(),
         job_submit_plugins: plugins.into(),
         etc_files: vec![("job_submit.lua".into(), LUA.into())],

@@ -30,6 +30,9 @@ const BINARIES: [&str; 7] = [
     "mknod",
 ];
 
+/// What multi-node clusters need besides [`BINARIES`].
+pub const NETNS_BINARIES: [&str; 2] = ["ip", "nsenter"];
+
 /// Why the e2e tests cannot run here (not root, Slurm missing), or None.
 pub fn skip_reason() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -105,8 +108,13 @@ pub struct FakeGpu(pub Vec<(&'static str, u32)>);
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The GPUs of the single node, each in its own layout.
+    /// The GPUs of the first node, each in its own layout.
     pub gpus: Vec<FakeGpu>,
+    /// GPUs of further nodes. When not empty, every node's slurmd and slurmctld run in
+    /// network namespaces the harness makes (a bridge in the controller's namespace,
+    /// a veth per node, addresses 10.213.0.0/24 that exist only there); clients run in
+    /// the controller's namespace. Not combinable with `accounting`.
+    pub more_nodes: Vec<Vec<FakeGpu>>,
     /// smartmig.toml text placed beside slurm.conf (`@DIR@` becomes the cluster dir).
     pub smartmig_toml: String,
     /// `JobSubmitPlugins` value (empty: none).
@@ -125,10 +133,18 @@ pub struct Cluster {
     pub dir: PathBuf,
     /// slurm.conf.
     pub conf: PathBuf,
-    /// The node's name.
+    /// The first node's name.
     pub node: String,
+    /// Every node's name.
+    pub nodes: Vec<String>,
+    /// Each node's address.
+    addrs: Vec<String>,
+    /// The controller's address.
+    ctl_addr: String,
+    /// Network namespaces made for this cluster: the controller's first, then the nodes'.
+    netns: Vec<String>,
     dbd_port: u16,
-    children: Vec<(&'static str, Child)>,
+    children: Vec<(String, Child)>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -160,14 +176,39 @@ impl Cluster {
         }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(dir.join("munge"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let node = format!("smnode{n}");
+        let count = 1 + opts.more_nodes.len();
+        let nodes: Vec<String> = (0..count).map(|i| format!("smnode{n}x{i}")).collect();
+        let multi = count > 1;
+        assert!(
+            !(multi && opts.accounting),
+            "accounting runs on the host's loopback only"
+        );
         let mut cluster = Cluster {
             conf: dir.join("etc/slurm.conf"),
             dir,
-            node,
+            node: nodes[0].clone(),
+            addrs: (0..count)
+                .map(|i| {
+                    if multi {
+                        format!("10.213.0.{}", 10 + i)
+                    } else {
+                        "127.0.0.1".into()
+                    }
+                })
+                .collect(),
+            ctl_addr: if multi {
+                "10.213.0.1".into()
+            } else {
+                "127.0.0.1".into()
+            },
+            nodes,
+            netns: Vec::new(),
             dbd_port: free_port(),
             children: Vec::new(),
         };
+        if multi {
+            cluster.make_network(n);
+        }
         cluster.write_config(opts);
         cluster.start_munged();
         if opts.accounting {
@@ -175,9 +216,65 @@ impl Cluster {
             cluster.start_slurmdbd();
         }
         cluster.start_slurmctld(true);
-        cluster.start_slurmd();
+        for i in 0..cluster.nodes.len() {
+            cluster.start_slurmd(i);
+        }
         cluster.wait_node_idle();
         cluster
+    }
+
+    /// Namespaces: the controller's with a bridge at 10.213.0.1, one per node with a
+    /// veth into that bridge. Everything is deleted in Drop.
+    fn make_network(&mut self, n: u32) {
+        let tag = format!("sm{}x{n}", std::process::id());
+        let ctl = format!("{tag}c");
+        let ip = |args: &[&str]| run_ok(Command::new("ip").args(args));
+        ip(&["netns", "add", &ctl]);
+        self.netns.push(ctl.clone());
+        ip(&["-n", &ctl, "link", "set", "lo", "up"]);
+        ip(&["-n", &ctl, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &ctl, "addr", "add", "10.213.0.1/24", "dev", "br0"]);
+        ip(&["-n", &ctl, "link", "set", "br0", "up"]);
+        for i in 0..self.nodes.len() {
+            let ns = format!("{tag}n{i}");
+            ip(&["netns", "add", &ns]);
+            self.netns.push(ns.clone());
+            let v = format!("v{i}");
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            ip(&[
+                "-n", &ctl, "link", "add", &v, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ]);
+            ip(&["-n", &ctl, "link", "set", &v, "master", "br0"]);
+            ip(&["-n", &ctl, "link", "set", &v, "up"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", self.addrs[i]),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+        }
+    }
+
+    /// A command run in network namespace `ns` (the host's when None). `nsenter` switches
+    /// only the network namespace; `ip netns exec` would also remount /sys, hiding the
+    /// cgroup filesystem that slurmd needs.
+    fn in_ns(ns: Option<&String>, bin: &str) -> Command {
+        match ns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}")).arg("--").arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        }
+    }
+
+    fn ctl_ns(&self) -> Option<&String> {
+        self.netns.first()
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -188,40 +285,53 @@ impl Cluster {
         let d = &self.dir;
         // Fake MIG devices: character devices with /dev/null's numbers, one per instance.
         let mut gres_conf = String::new();
-        let mut node_gres: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut all_types: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut node_lines = String::new();
         let mut dev = 0;
-        for gpu in &opts.gpus {
-            for &(ty, count) in &gpu.0 {
-                for _ in 0..count {
-                    let p = d.join(format!("dev/nvidia{dev}"));
-                    run_ok(Command::new("mknod").arg(&p).args(["c", "1", "3"]));
-                    writeln!(
-                        gres_conf,
-                        "NodeName={} Name=gpu Type={ty} File={}",
-                        self.node,
-                        p.display()
-                    )
-                    .unwrap();
-                    *node_gres.entry(ty).or_default() += 1;
-                    dev += 1;
+        let layouts: Vec<&Vec<FakeGpu>> = std::iter::once(&opts.gpus).chain(&opts.more_nodes).collect();
+        let host = hostname();
+        for (i, gpus) in layouts.iter().enumerate() {
+            let node = &self.nodes[i];
+            let mut node_gres: BTreeMap<&str, u32> = BTreeMap::new();
+            for gpu in gpus.iter() {
+                for &(ty, count) in &gpu.0 {
+                    for _ in 0..count {
+                        let p = d.join(format!("dev/nvidia{dev}"));
+                        run_ok(Command::new("mknod").arg(&p).args(["c", "1", "3"]));
+                        writeln!(
+                            gres_conf,
+                            "NodeName={node} Name=gpu Type={ty} File={}",
+                            p.display()
+                        )
+                        .unwrap();
+                        *node_gres.entry(ty).or_default() += 1;
+                        *all_types.entry(ty).or_default() += 1;
+                        dev += 1;
+                    }
                 }
             }
+            let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
+            writeln!(
+                node_lines,
+                "NodeName={node} NodeHostname={host} NodeAddr={} CPUs=16 RealMemory=4000 Gres={}",
+                self.addrs[i],
+                gres.join(",")
+            )
+            .unwrap();
         }
         std::fs::write(d.join("etc/gres.conf"), gres_conf).unwrap();
-        let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
         std::fs::copy(plugin_so(), d.join("plugins/job_submit_smartmig.so")).expect("copy plugin");
         let (ctl_port, d_port) = (free_port(), free_port());
-        let host = hostname();
         let conf = format!(
             "ClusterName=smartmig{n}\n\
-             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldHost={host}({ctl_addr})\n\
              SlurmctldPort={ctl_port}\nSlurmdPort={d_port}\n\
              SlurmUser=root\nSlurmdUser=root\n\
              AuthType=auth/munge\nCredType=cred/munge\n\
              AuthInfo=socket={munge}\n\
-             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
-             SlurmctldPidFile={d}/run/slurmctld.pid\nSlurmdPidFile={d}/run/slurmd.pid\n\
-             SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.log\n\
+             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool/%n\n\
+             SlurmctldPidFile={d}/run/slurmctld.pid\nSlurmdPidFile={d}/run/slurmd-%n.pid\n\
+             SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd-%n.log\n\
              SlurmctldDebug=info\nSlurmdDebug=info\n\
              PluginDir={d}/plugins:{SYSTEM_PLUGIN_DIR}\n\
              {plugins}\
@@ -230,10 +340,11 @@ impl Cluster {
              MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              SchedulerType=sched/backfill\nMinJobAge=600\n\
-             NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=16 RealMemory=4000 Gres={gres}\n\
-             PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n\
+             {node_lines}\
+             PartitionName=gpu Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n\
              {extra}\n",
-            n = self.node.trim_start_matches("smnode"),
+            n = self.node.trim_start_matches("smnode").replace('x', "n"),
+            ctl_addr = self.ctl_addr,
             munge = self.munge_socket().display(),
             d = d.display(),
             plugins = if opts.job_submit_plugins.is_empty() {
@@ -241,11 +352,10 @@ impl Cluster {
             } else {
                 format!("JobSubmitPlugins={}\n", opts.job_submit_plugins)
             },
-            node = self.node,
-            gres = gres.join(","),
+            nodes = self.nodes.join(","),
             extra = opts.extra_conf,
             accounting = if opts.accounting {
-                let types: Vec<String> = node_gres.keys().map(|t| format!("gres/gpu:{t}")).collect();
+                let types: Vec<String> = all_types.keys().map(|t| format!("gres/gpu:{t}")).collect();
                 format!(
                     "AccountingStorageType=accounting_storage/slurmdbd\n\
                      AccountingStorageHost=127.0.0.1\nAccountingStoragePort={dbd_port}\n\
@@ -281,7 +391,7 @@ impl Cluster {
         self.path("munge/munge.socket.2")
     }
 
-    fn spawn(&mut self, name: &'static str, cmd: &mut Command) {
+    fn spawn(&mut self, name: &str, cmd: &mut Command) {
         let log = std::fs::File::create(self.path(&format!("log/{name}.out"))).unwrap();
         let err = log.try_clone().unwrap();
         let child = cmd
@@ -293,7 +403,7 @@ impl Cluster {
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        self.children.push((name, child));
+        self.children.push((name.to_string(), child));
     }
 
     fn start_munged(&mut self) {
@@ -386,7 +496,7 @@ impl Cluster {
     }
 
     fn start_slurmctld(&mut self, clean: bool) {
-        let mut cmd = Command::new("slurmctld");
+        let mut cmd = Self::in_ns(self.ctl_ns(), "slurmctld");
         cmd.arg("-D").arg("-f").arg(&self.conf);
         if clean {
             cmd.args(["-c", "-i"]);
@@ -397,25 +507,34 @@ impl Cluster {
         });
     }
 
-    fn start_slurmd(&mut self) {
-        let mut cmd = Command::new("slurmd");
-        cmd.arg("-D").arg("-f").arg(&self.conf).arg("-N").arg(&self.node);
-        self.spawn("slurmd", &mut cmd);
+    fn start_slurmd(&mut self, i: usize) {
+        let ns = self.netns.get(i + 1).cloned();
+        let mut cmd = Self::in_ns(ns.as_ref(), "slurmd");
+        cmd.arg("-D")
+            .arg("-f")
+            .arg(&self.conf)
+            .arg("-N")
+            .arg(&self.nodes[i]);
+        std::fs::create_dir_all(self.path(&format!("spool/{}", self.nodes[i]))).unwrap();
+        let name = format!("slurmd-{}", self.nodes[i]);
+        self.spawn(&name, &mut cmd);
     }
 
     fn wait_node_idle(&self) {
-        self.wait_for("the node to be idle", Duration::from_secs(30), |c| {
-            let state = c.node_state();
-            if state.contains("INVAL") || state.contains("DRAIN") || state.contains("DOWN") {
-                let _ = c.scontrol(&["update", &format!("nodename={}", c.node), "state=resume"]);
-            }
-            state.starts_with("IDLE")
+        self.wait_for("the nodes to be idle", Duration::from_secs(30), |c| {
+            c.nodes.iter().all(|node| {
+                let state = c.node_state(node);
+                if state.contains("INVAL") || state.contains("DRAIN") || state.contains("DOWN") {
+                    let _ = c.scontrol(&["update", &format!("nodename={node}"), "state=resume"]);
+                }
+                state.starts_with("IDLE")
+            })
         });
     }
 
-    /// The node's state word (`IDLE`, `MIXED`, `DOWN*+DRAIN`, ...).
-    pub fn node_state(&self) -> String {
-        let out = self.scontrol(&["show", "node", &self.node, "-o"]);
+    /// A node's state word (`IDLE`, `MIXED`, `DOWN*+DRAIN`, ...).
+    pub fn node_state(&self, node: &str) -> String {
+        let out = self.scontrol(&["show", "node", node, "-o"]);
         fields(&String::from_utf8_lossy(&out.stdout))
             .get("State")
             .cloned()
@@ -437,12 +556,13 @@ impl Cluster {
     /// The last lines of each daemon's log, for failure messages.
     pub fn log_tails(&self) -> String {
         let mut s = String::new();
-        for f in [
-            "log/slurmctld.log",
-            "log/slurmd.log",
-            "log/munged.out",
-            "munge/munged.log",
-        ] {
+        let slurmd_logs: Vec<String> = self.nodes.iter().map(|n| format!("log/slurmd-{n}.log")).collect();
+        let others = ["log/slurmdbd.log", "log/mariadb.log", "log/munged.out"];
+        let all = ["log/slurmctld.log"]
+            .into_iter()
+            .chain(slurmd_logs.iter().map(String::as_str))
+            .chain(others);
+        for f in all {
             let text = std::fs::read_to_string(self.path(f)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let tail = lines[lines.len().saturating_sub(15)..].join("\n");
@@ -457,7 +577,7 @@ impl Cluster {
     }
 
     fn client(&self, bin: &str, args: &[&str]) -> Output {
-        Command::new(bin)
+        Self::in_ns(self.ctl_ns(), bin)
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .current_dir(&self.dir)
@@ -567,6 +687,13 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop_all();
+        // Deleting a namespace deletes its veth ends and bridge with it.
+        for ns in self.netns.drain(..) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::null())
+                .status();
+        }
         if std::thread::panicking() {
             eprintln!("cluster dir: {}\n{}", self.dir.display(), self.log_tails());
         }
