@@ -22,7 +22,7 @@ use sys::{job_desc_msg_t, job_record_t};
 
 /// Plugin name shown by Slurm.
 #[no_mangle]
-pub static plugin_name: [u8; 42] = *b"smartmig: energy-aware MIG slice routing\0\0";
+pub static plugin_name: [u8; 41] = *b"smartmig: energy-aware MIG slice routing\0";
 
 /// Plugin type: `job_submit/<name>`, so `JobSubmitPlugins=smartmig` finds it.
 #[no_mangle]
@@ -230,4 +230,77 @@ unsafe fn refuse_auto_only(desc: &JobDesc<'_>, err_msg: *mut *mut c_char, why: &
         &format!("smartmig: automatic MIG routing is unavailable ({why})"),
     );
     REFUSED
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exported_names_are_nul_terminated_c_strings() {
+        for bytes in [&plugin_name[..], &plugin_type[..]] {
+            let c = std::ffi::CStr::from_bytes_with_nul(bytes).expect("one NUL, at the end");
+            assert!(!c.to_bytes().is_empty());
+        }
+        assert_eq!(&plugin_type[..], b"job_submit/smartmig\0");
+        assert_eq!(plugin_version, sys::SLURM_VERSION_NUMBER);
+    }
+
+    fn take_msg(msg: &mut *mut c_char) -> String {
+        if msg.is_null() {
+            return String::new();
+        }
+        let s = unsafe { std::ffi::CStr::from_ptr(*msg) }
+            .to_string_lossy()
+            .into_owned();
+        unsafe { ffi::set_err_msg(msg, "") };
+        s
+    }
+
+    #[test]
+    fn internal_errors_follow_on_error() {
+        let mut msg: *mut c_char = std::ptr::null_mut();
+        assert_eq!(
+            unsafe { internal_error(OnError::Open, &mut msg, "boom") },
+            SUCCESS
+        );
+        assert!(msg.is_null(), "fail-open tells the user nothing");
+        assert_eq!(
+            unsafe { internal_error(OnError::Closed, &mut msg, "boom") },
+            ERROR
+        );
+        assert!(take_msg(&mut msg).contains("boom"));
+    }
+
+    /// The whole entry path in-process (Slurm's allocator and logger replaced by libc
+    /// stand-ins): without a config file only gpu:mig requests are refused.
+    #[test]
+    fn without_a_config_job_submit_refuses_only_gpu_mig() {
+        // Tests run outside slurmctld: no smartmig.toml beside a slurm.conf, and none
+        // at /etc/smartmig on a build machine.
+        if std::path::Path::new(smartmig_core::config::DEFAULT_PATH).exists() {
+            eprintln!("skipped: {} exists here", smartmig_core::config::DEFAULT_PATH);
+            return;
+        }
+        assert_eq!(init(), SUCCESS);
+        let submit = |tres: &str| {
+            let mut d: Box<job_desc_msg_t> = Box::new(unsafe { std::mem::zeroed() });
+            d.time_limit = sys::NO_VAL;
+            let t = std::ffi::CString::new(tres).unwrap();
+            d.tres_per_node = t.as_ptr() as *mut c_char;
+            let mut msg: *mut c_char = std::ptr::null_mut();
+            let rc = unsafe { job_submit(&mut *d, 0, &mut msg) };
+            d.tres_per_node = std::ptr::null_mut();
+            (rc, take_msg(&mut msg))
+        };
+        let (rc, msg) = submit("gres:gpu:mig:1");
+        assert_eq!(rc, REFUSED);
+        assert!(msg.contains("automatic MIG routing is unavailable"), "{msg}");
+        assert_eq!(submit("gres:gpu:3g.20gb:1"), (SUCCESS, String::new()));
+        assert_eq!(
+            unsafe { job_submit(std::ptr::null_mut(), 0, std::ptr::null_mut()) },
+            SUCCESS
+        );
+        assert_eq!(fini(), SUCCESS);
+    }
 }
