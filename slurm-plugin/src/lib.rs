@@ -1,1 +1,306 @@
-//! job_submit_smartmig: the Slurm job_submit plugin (FFI shell over `smartmig_core`).
+//! job_submit_smartmig: the Slurm job_submit plugin, a thin FFI shell over
+//! `smartmig_core::routing`.
+//!
+//! slurmctld loads `job_submit_smartmig.so` (`JobSubmitPlugins=smartmig`), calls `init`
+//! at start and after `scontrol reconfigure` (after `fini`), and `job_submit` /
+//! `job_modify` under its job lock for every submission and update. Every entry point
+//! catches panics (none may unwind into C), does bounded work, and logs through Slurm.
+
+use std::ffi::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use smartmig_core::routing::{OnError, Outcome, TresField, AUTO_TYPE};
+
+pub mod ffi;
+pub mod state;
+pub mod sys;
+
+use ffi::{log_error, log_info, set_err_msg, JobDesc};
+use state::{SnapshotNews, State};
+use sys::{job_desc_msg_t, job_record_t};
+
+/// Plugin name shown by Slurm.
+#[no_mangle]
+pub static plugin_name: [u8; 41] = *b"smartmig: energy-aware MIG slice routing\0";
+
+/// Plugin type: `job_submit/<name>`, so `JobSubmitPlugins=smartmig` finds it.
+#[no_mangle]
+pub static plugin_type: [u8; 20] = *b"job_submit/smartmig\0";
+
+/// The Slurm release the plugin was built against; slurmctld refuses any other.
+#[no_mangle]
+pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+
+const SUCCESS: c_int = sys::SLURM_SUCCESS as c_int;
+const ERROR: c_int = -1;
+/// Returned for refused requests: sbatch prints our message, then Slurm's text for it.
+const REFUSED: c_int = sys::ESLURM_INVALID_GRES as c_int;
+
+/// Loads smartmig.toml (beside slurm.conf, else /etc/smartmig/smartmig.toml).
+///
+/// A bad config does not fail `init`: that would stop slurmctld, or after a plugin-list
+/// change every submission. Instead the error is logged and only `gpu:mig` requests are
+/// refused until the file is fixed (it is re-read when it changes).
+#[no_mangle]
+pub extern "C" fn init() -> c_int {
+    let r = catch_unwind(|| {
+        let path = state::config_path(ffi::extra_conf_path(state::CONFIG_NAME));
+        let (plugin, line) = state::Plugin::start(path, Instant::now());
+        log_line(line);
+        *state::lock() = Some(plugin);
+        SUCCESS
+    });
+    r.unwrap_or(ERROR)
+}
+
+fn log_line((is_error, text): state::LogLine) {
+    if is_error {
+        log_error(&text);
+    } else {
+        log_info(&text);
+    }
+}
+
+/// Drops the state (slurmctld calls `init` again on reconfigure).
+#[no_mangle]
+pub extern "C" fn fini() -> c_int {
+    catch_unwind(|| {
+        *state::lock() = None;
+        SUCCESS
+    })
+    .unwrap_or(ERROR)
+}
+
+/// Routes a new job. `err_msg` receives the info line or the refusal reason.
+///
+/// # Safety
+/// Called by slurmctld with a valid descriptor and `err_msg` pointer.
+#[no_mangle]
+pub unsafe extern "C" fn job_submit(
+    job_desc: *mut job_desc_msg_t,
+    _submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    entry(job_desc, err_msg, "submit")
+}
+
+/// Routes a job update (`scontrol update job ... Gres=gpu:mig:1`). Slurm 22.05 has no
+/// message channel here: refusals reach the user as the error code only.
+///
+/// # Safety
+/// Called by slurmctld with a valid descriptor.
+#[cfg(not(slurm_job_modify_err_msg))]
+#[no_mangle]
+pub unsafe extern "C" fn job_modify(
+    job_desc: *mut job_desc_msg_t,
+    _job_ptr: *mut job_record_t,
+    _submit_uid: u32,
+) -> c_int {
+    entry(job_desc, std::ptr::null_mut(), "modify")
+}
+
+/// Routes a job update; releases from 23.02 pass a message channel.
+///
+/// # Safety
+/// Called by slurmctld with a valid descriptor and `err_msg` pointer.
+#[cfg(slurm_job_modify_err_msg)]
+#[no_mangle]
+pub unsafe extern "C" fn job_modify(
+    job_desc: *mut job_desc_msg_t,
+    _job_ptr: *mut job_record_t,
+    _submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    entry(job_desc, err_msg, "modify")
+}
+
+/// Both entry points: catch panics and apply the failure policy.
+unsafe fn entry(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &str) -> c_int {
+    let r = catch_unwind(AssertUnwindSafe(|| route(job_desc, err_msg, op)));
+    match r {
+        Ok(rc) => rc,
+        Err(_) => {
+            // The lock may be poisoned by the panic; `lock` recovers it.
+            let policy = match state::lock().as_ref().map(|p| &p.state) {
+                Some(State::Ready(r)) => r.on_error(),
+                _ => OnError::Open,
+            };
+            internal_error(policy, err_msg, &format!("internal error (panic) in job_{op}"))
+        }
+    }
+}
+
+unsafe fn internal_error(policy: OnError, err_msg: *mut *mut c_char, what: &str) -> c_int {
+    match policy {
+        OnError::Open => {
+            log_error(&format!("{what}; job accepted unchanged (on_error = open)"));
+            SUCCESS
+        }
+        OnError::Closed => {
+            log_error(&format!("{what}; job refused (on_error = closed)"));
+            set_err_msg(err_msg, &format!("smartmig: {what}; ask your admin"));
+            ERROR
+        }
+    }
+}
+
+unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &str) -> c_int {
+    let Some(mut desc) = JobDesc::from_ptr(job_desc) else {
+        return SUCCESS;
+    };
+    let now = state::unix_now();
+    let mut guard = state::lock();
+    let Some(plugin) = guard.as_mut() else {
+        return refuse_auto_only(&desc, err_msg, "plugin not initialised");
+    };
+    if let Some(line) = plugin.refresh(Instant::now()) {
+        log_line(line);
+    }
+    let ready = match &mut plugin.state {
+        State::Ready(r) => r,
+        State::Broken(e) => {
+            let why = e.clone();
+            return refuse_auto_only(&desc, err_msg, &why);
+        }
+    };
+    let policy = ready.on_error();
+    let job = match desc.job(now as i64) {
+        Ok(j) => j,
+        Err(e) => {
+            return internal_error(
+                policy,
+                err_msg,
+                &format!("job_{op}: request text is not UTF-8 ({e})"),
+            )
+        }
+    };
+    let max_age = ready.router.config().snapshot_max_age_s;
+    let (snapshot, news) = ready
+        .snapshot
+        .get(&ready.snapshot_path, max_age, Instant::now(), now);
+    match news {
+        SnapshotNews::Quiet => {}
+        SnapshotNews::Problem(p) => log_info(&format!("{p}; routing by the static rule until it is usable")),
+        SnapshotNews::Recovered => log_info("snapshot usable again"),
+    }
+    match ready.router.route(&job, snapshot) {
+        Ok(Outcome::Unchanged(_)) => SUCCESS,
+        Ok(Outcome::Routed(r)) => {
+            log_info(&format!(
+                "job_{op} name={:?}: {}",
+                job.name.unwrap_or(""),
+                r.message
+            ));
+            for (field, text) in &r.tres {
+                desc.set_tres(*field, text);
+            }
+            if let Some(t) = r.time_limit_min {
+                desc.set_time_limit(t);
+            }
+            set_err_msg(err_msg, &r.message);
+            SUCCESS
+        }
+        Err(e) => {
+            let msg = format!("smartmig: {e}");
+            log_info(&format!("job_{op} refused: {msg}"));
+            set_err_msg(err_msg, &msg);
+            REFUSED
+        }
+    }
+}
+
+/// Without a usable config: refuse only requests that need routing, pass the rest.
+unsafe fn refuse_auto_only(desc: &JobDesc<'_>, err_msg: *mut *mut c_char, why: &str) -> c_int {
+    let Ok(job) = desc.job(0) else {
+        return SUCCESS;
+    };
+    let auto = TresField::ALL
+        .iter()
+        .filter_map(|f| job.tres.0[*f as usize])
+        .any(|t| {
+            t.split(',')
+                .any(|e| e.split(':').any(|part| part.eq_ignore_ascii_case(AUTO_TYPE)))
+        });
+    if !auto {
+        return SUCCESS;
+    }
+    set_err_msg(
+        err_msg,
+        &format!("smartmig: automatic MIG routing is unavailable ({why})"),
+    );
+    REFUSED
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exported_names_are_nul_terminated_c_strings() {
+        for bytes in [&plugin_name[..], &plugin_type[..]] {
+            let c = std::ffi::CStr::from_bytes_with_nul(bytes).expect("one NUL, at the end");
+            assert!(!c.to_bytes().is_empty());
+        }
+        assert_eq!(&plugin_type[..], b"job_submit/smartmig\0");
+        assert_eq!(plugin_version, sys::SLURM_VERSION_NUMBER);
+    }
+
+    fn take_msg(msg: &mut *mut c_char) -> String {
+        if msg.is_null() {
+            return String::new();
+        }
+        let s = unsafe { std::ffi::CStr::from_ptr(*msg) }
+            .to_string_lossy()
+            .into_owned();
+        unsafe { ffi::set_err_msg(msg, "") };
+        s
+    }
+
+    #[test]
+    fn internal_errors_follow_on_error() {
+        let mut msg: *mut c_char = std::ptr::null_mut();
+        assert_eq!(
+            unsafe { internal_error(OnError::Open, &mut msg, "boom") },
+            SUCCESS
+        );
+        assert!(msg.is_null(), "fail-open tells the user nothing");
+        assert_eq!(
+            unsafe { internal_error(OnError::Closed, &mut msg, "boom") },
+            ERROR
+        );
+        assert!(take_msg(&mut msg).contains("boom"));
+    }
+
+    /// The whole entry path in-process (Slurm's allocator and logger replaced by libc
+    /// stand-ins): without a config file only gpu:mig requests are refused.
+    #[test]
+    fn without_a_config_job_submit_refuses_only_gpu_mig() {
+        // Tests run outside slurmctld: no smartmig.toml beside a slurm.conf, and none
+        // at /etc/smartmig on a build machine.
+        if std::path::Path::new(smartmig_core::config::DEFAULT_PATH).exists() {
+            eprintln!("skipped: {} exists here", smartmig_core::config::DEFAULT_PATH);
+            return;
+        }
+        assert_eq!(init(), SUCCESS);
+        let submit = |tres: &str| {
+            let mut d: Box<job_desc_msg_t> = Box::new(unsafe { std::mem::zeroed() });
+            d.time_limit = sys::NO_VAL;
+            let t = std::ffi::CString::new(tres).unwrap();
+            d.tres_per_node = t.as_ptr() as *mut c_char;
+            let mut msg: *mut c_char = std::ptr::null_mut();
+            let rc = unsafe { job_submit(&mut *d, 0, &mut msg) };
+            d.tres_per_node = std::ptr::null_mut();
+            (rc, take_msg(&mut msg))
+        };
+        let (rc, msg) = submit("gres:gpu:mig:1");
+        assert_eq!(rc, REFUSED);
+        assert!(msg.contains("automatic MIG routing is unavailable"), "{msg}");
+        assert_eq!(submit("gres:gpu:3g.20gb:1"), (SUCCESS, String::new()));
+        assert_eq!(
+            unsafe { job_submit(std::ptr::null_mut(), 0, std::ptr::null_mut()) },
+            SUCCESS
+        );
+        assert_eq!(fini(), SUCCESS);
+    }
+}

@@ -1,0 +1,386 @@
+use super::*;
+use crate::config::Config;
+use crate::mig::Catalogue;
+use crate::routing::snapshot::TypeState;
+
+const NOW: i64 = 1_700_000_000;
+
+fn models(keys: &[&str]) -> Vec<GpuModel> {
+    let c = Catalogue::embedded();
+    keys.iter().map(|k| c.model(k).unwrap().clone()).collect()
+}
+
+fn router_with(toml_routing: &str, keys: &[&str]) -> Router {
+    let text = format!("version = 1\n[routing]\n{toml_routing}\n");
+    let cfg = Config::parse(&text, "t.toml").unwrap();
+    Router::new(&cfg.routing, &models(keys)).unwrap()
+}
+
+fn router() -> Router {
+    router_with("", &["a100-40gb"])
+}
+
+fn job<'a>(node: &'a str, comment: Option<&'a str>) -> Job<'a> {
+    Job {
+        tres: TresStrings([Some(node), None, None, None]),
+        comment,
+        now: NOW,
+        ..Job::default()
+    }
+}
+
+fn routed(r: &Router, j: &Job<'_>, s: Option<&Snapshot>) -> Routed {
+    match r.route(j, s).unwrap() {
+        Outcome::Routed(x) => x,
+        other => panic!("not routed: {other:?}"),
+    }
+}
+
+fn class(r: &Router, name: &str) -> JobClass {
+    r.classes.iter().find(|c| c.name == name).unwrap().clone()
+}
+
+/// The slowest candidate (by compute) whose estimated time meets `due`, computed directly.
+fn slowest_meeting(r: &Router, need: &Need, due: f64) -> String {
+    r.candidates()
+        .iter()
+        .find(|c| c.memory_gb >= need.gpumem_gb && need.run_on(c.compute) <= due)
+        .map(|c| c.name.clone())
+        .unwrap()
+}
+
+#[test]
+fn without_deadline_the_slack_rule_picks_the_slowest_slice_within_slack() {
+    let r = router();
+    let out = routed(
+        &r,
+        &job("gres:gpu:mig:1", Some("smartmig:class=bert-train")),
+        None,
+    );
+    let c = class(&r, "bert-train");
+    let need = Need {
+        speedup: c.speedup,
+        gpumem_gb: c.gpumem_gb,
+        ref_compute: 7,
+        run_min: 60.0,
+        due_in_min: None,
+        count: 1,
+    };
+    let expected = slowest_meeting(&r, &need, 1.5 * 60.0);
+    assert_eq!(out.gpu_type, expected);
+    // bert-train is sublinear enough that 1.5× slack lets it leave 7g.
+    assert_ne!(out.gpu_type, "7g.40gb");
+    assert_eq!(
+        out.tres,
+        vec![(TresField::PerNode, format!("gres:gpu:{expected}:1"))]
+    );
+    assert_eq!(out.time_limit_min, None, "no --time: limit left to the partition");
+}
+
+#[test]
+fn a_deadline_picks_a_smaller_slice_and_rescales_the_time_limit() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer"));
+    j.time_limit_min = Some(60);
+    j.deadline = Some(NOW + 400 * 60);
+    let out = routed(&r, &j, None);
+    // Linear job: 60 min on 7g is 420 on 1g (misses 400) and 210 on 2g (meets).
+    assert_eq!(out.gpu_type, "2g.10gb");
+    assert_eq!(out.time_limit_min, Some(210));
+    assert!(
+        out.message.contains("time limit 60 -> 210 min"),
+        "{}",
+        out.message
+    );
+}
+
+#[test]
+fn memory_need_excludes_small_slices() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;gpumem=12G"));
+    j.deadline = Some(NOW + 10_000 * 60);
+    let out = routed(&r, &j, None);
+    assert_eq!(out.gpu_type, "3g.20gb", "1g/2g have 5-10 GB on an A100-40GB");
+}
+
+#[test]
+fn an_unmeetable_deadline_gets_the_fastest_slice() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", None);
+    j.time_limit_min = Some(120);
+    j.deadline = Some(NOW + 30 * 60);
+    let out = routed(&r, &j, None);
+    assert_eq!(out.gpu_type, "7g.40gb");
+    assert!(out.message.contains("cannot be met"), "{}", out.message);
+}
+
+#[test]
+fn a_past_deadline_gets_the_fastest_slice() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", None);
+    j.deadline = Some(NOW - 60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "7g.40gb");
+}
+
+fn snapshot(types: &[(&str, u32, u32)]) -> Snapshot {
+    Snapshot {
+        version: 1,
+        generated_at: NOW as f64,
+        soon_free_within_s: 600.0,
+        queue_pressure: 0.5,
+        types: types
+            .iter()
+            .map(|(n, f, s)| {
+                (
+                    n.to_string(),
+                    TypeState {
+                        free: *f,
+                        soon_free: *s,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_free_type_is_preferred_over_a_slower_busy_one() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer"));
+    j.time_limit_min = Some(60);
+    j.deadline = Some(NOW + 400 * 60);
+    let s = snapshot(&[("2g.10gb", 0, 0), ("3g.20gb", 1, 0)]);
+    let out = routed(&r, &j, Some(&s));
+    assert_eq!(out.gpu_type, "3g.20gb");
+    assert!(out.message.contains("free now"), "{}", out.message);
+    assert_eq!(out.time_limit_min, Some(140), "60 × 7/3 rounded up");
+}
+
+#[test]
+fn soon_free_waits_count_against_the_deadline() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer"));
+    j.time_limit_min = Some(60);
+    // 2g needs 210 min; soon-free adds 10 min of wait: 220 fits in 215? no.
+    j.deadline = Some(NOW + 215 * 60);
+    let s = snapshot(&[("2g.10gb", 0, 1), ("4g.20gb", 1, 0)]);
+    assert_eq!(routed(&r, &j, Some(&s)).gpu_type, "4g.20gb");
+    j.deadline = Some(NOW + 225 * 60);
+    assert_eq!(routed(&r, &j, Some(&s)).gpu_type, "2g.10gb");
+}
+
+#[test]
+fn time_limits_are_capped_by_the_partition_limit() {
+    let r = router_with(
+        "max_time_min = 1000\npartition_max_time_min = { short = 100 }",
+        &["a100-40gb"],
+    );
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer"));
+    j.time_limit_min = Some(60);
+    j.deadline = Some(NOW + 400 * 60);
+    j.partition = Some("short");
+    let out = routed(&r, &j, None);
+    assert_eq!(out.time_limit_min, Some(100));
+    assert!(out.message.contains("capped"), "{}", out.message);
+    j.partition = Some("long");
+    assert_eq!(routed(&r, &j, None).time_limit_min, Some(210));
+}
+
+#[test]
+fn time_on_hint_changes_what_time_refers_to() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;time-on=1g"));
+    j.time_limit_min = Some(70);
+    // 70 min on 1g is 10 on 7g; slack 1.5 → due 15 min: only 7g meets it.
+    let out = routed(&r, &j, None);
+    assert_eq!(out.gpu_type, "7g.40gb");
+    assert_eq!(out.time_limit_min, Some(10));
+}
+
+#[test]
+fn a_due_hint_acts_as_a_soft_deadline() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;due=400m"));
+    j.time_limit_min = Some(60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "2g.10gb");
+}
+
+#[test]
+fn a_speedup_hint_overrides_the_class_curve() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:speedup=1,1,1,1,1"));
+    j.time_limit_min = Some(60);
+    // A job that does not speed up at all belongs on the smallest slice.
+    assert_eq!(routed(&r, &j, None).gpu_type, "1g.5gb");
+}
+
+#[test]
+fn rules_match_name_account_and_partition_globs() {
+    let r = router_with(
+        "[[routing.rule]]\nclass = \"resnet-train\"\nname = \"rn-*\"\n\
+         [[routing.rule]]\nclass = \"bert-infer\"\naccount = \"nlp\"\npartition = \"gpu?\"\n",
+        &["a100-40gb"],
+    );
+    let mut j = job("gres:gpu:mig:1", None);
+    j.name = Some("rn-50");
+    assert_eq!(routed(&r, &j, None).class, "resnet-train");
+    j.name = Some("other");
+    j.account = Some("nlp");
+    j.partition = Some("cpu,gpu1");
+    assert_eq!(routed(&r, &j, None).class, "bert-infer");
+    j.partition = Some("cpu");
+    assert_eq!(routed(&r, &j, None).class, "default");
+}
+
+#[test]
+fn a_site_class_is_usable_from_hints_and_replaces_builtins_by_name() {
+    let r = router_with(
+        "[[routing.class]]\nname = \"cfd\"\nspeedup = [1, 1, 1, 1, 1]\ngpumem_gb = 15\n\
+         [[routing.class]]\nname = \"bert-infer\"\nspeedup = [1, 1, 1, 1, 1]\n",
+        &["a100-40gb"],
+    );
+    let out = routed(&r, &job("gres:gpu:mig:1", Some("smartmig:class=cfd")), None);
+    assert_eq!((out.class.as_str(), out.gpu_type.as_str()), ("cfd", "3g.20gb"));
+    assert_eq!(class(&r, "bert-infer").speedup, [1.0; 5]);
+}
+
+#[test]
+fn an_unknown_class_hint_is_refused_with_the_known_ones() {
+    let e = router()
+        .route(&job("gres:gpu:mig:1", Some("smartmig:class=bert")), None)
+        .unwrap_err();
+    let s = e.to_string();
+    assert!(
+        s.contains("unknown class `bert`") && s.contains("bert-train"),
+        "{s}"
+    );
+}
+
+#[test]
+fn concrete_and_non_gpu_requests_are_left_alone() {
+    let r = router();
+    assert!(matches!(
+        r.route(&job("gres:gpu:3g.20gb:1", Some("smartmig:nonsense=1")), None),
+        Ok(Outcome::Unchanged(_))
+    ));
+    assert!(matches!(
+        r.route(&job("gres:shard:1", None), None),
+        Ok(Outcome::Unchanged(_))
+    ));
+}
+
+#[test]
+fn untyped_requests_are_routed_only_when_configured() {
+    assert!(matches!(
+        router().route(&job("gres:gpu:2", None), None),
+        Ok(Outcome::Unchanged(_))
+    ));
+    let r = router_with("route_untyped = true", &["a100-40gb"]);
+    let out = routed(&r, &job("gres:gpu:2", Some("smartmig:class=resnet-train")), None);
+    assert!(out.tres[0].1.ends_with(":2"), "{:?}", out.tres);
+    assert!(r.route(&job("gres:gpu:8", None), None).is_err());
+}
+
+#[test]
+fn more_memory_than_any_slice_is_refused() {
+    let e = router()
+        .route(&job("gres:gpu:mig:1", Some("smartmig:gpumem=80G")), None)
+        .unwrap_err();
+    assert!(
+        matches!(e, RouteError::NoFit { largest_gb, .. } if largest_gb == 40.0),
+        "{e}"
+    );
+}
+
+#[test]
+fn counts_above_a_types_maximum_skip_that_type() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:3", Some("smartmig:speedup=1,1,1,1,1"));
+    j.time_limit_min = Some(60);
+    let out = routed(&r, &j, None);
+    // 1g.10gb holds 4 per GPU and 1g.5gb 7: both fit 3; 3g (2 per GPU) would not.
+    assert_eq!(out.gpu_type, "1g.5gb");
+    let j = job("gres:gpu:mig:5", Some("smartmig:class=bert-infer;gpumem=6"));
+    let e = r.route(&j, None).unwrap_err();
+    assert!(matches!(e, RouteError::NoFit { count: 5, .. }), "{e}");
+}
+
+#[test]
+fn names_shared_by_two_models_keep_the_weaker_promise() {
+    let cands = candidates(&models(&["a100-40gb", "a100-80gb"]));
+    let c = cands.iter().find(|c| c.name == "1g.10gb").unwrap();
+    assert_eq!((c.compute, c.memory_gb, c.max_count), (1, 10.0, 7));
+    assert!(cands.windows(2).all(|w| w[0].compute <= w[1].compute));
+    assert!(!cands.iter().any(|c| c.name.ends_with("+me")));
+}
+
+#[test]
+fn bad_routing_config_names_key_and_line() {
+    let e = Config::parse(
+        "version = 1\n[routing]\n[[routing.rule]]\nclass = \"nope\"\nname = \"x\"\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("t.toml:4") && e.contains("routing.class") && e.contains("nope"),
+        "{e}"
+    );
+    let e = Config::parse(
+        "version = 1\n[[routing.class]]\nname = \"a\"\nspeedup = [1, 2, 1, 4, 7]\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("t.toml:4") && e.contains("decrease"), "{e}");
+    let e = Config::parse("version = 1\n[routing]\ntime_refers_to = \"5g\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.toml:3") && e.contains("5g"), "{e}");
+    let e = Config::parse("version = 1\n[routing]\nslak = 2\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("slak"), "{e}");
+}
+
+#[test]
+fn a_rule_without_matchers_is_refused() {
+    let e = Config::parse("version = 1\n[[routing.rule]]\nclass = \"default\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no name, account or partition"), "{e}");
+}
+
+fn resolved_router(extra: &str) -> Router {
+    let text = format!("version = 1\n[policy]\nstatic_layout = [\"c2\", \"c7\"]\n{extra}");
+    let r = Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap();
+    Router::from_resolved(&r).unwrap()
+}
+
+#[test]
+fn without_a_snapshot_only_static_layout_types_are_chosen() {
+    let r = resolved_router("");
+    let mut types = r.static_types().to_vec();
+    types.sort();
+    assert_eq!(types, ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb"]);
+    // An unmeetable deadline asks for the fastest slice: 4g here, as no GPU is in 7g.
+    let mut j = job("gres:gpu:mig:1", None);
+    j.deadline = Some(NOW - 60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "4g.20gb");
+    let e = r
+        .route(&job("gres:gpu:mig:1", Some("smartmig:gpumem=30")), None)
+        .unwrap_err();
+    assert!(
+        matches!(e, RouteError::NoFit { largest_gb, .. } if largest_gb == 20.0),
+        "{e}"
+    );
+}
+
+#[test]
+fn with_a_snapshot_only_listed_types_are_chosen() {
+    let r = resolved_router("");
+    let mut j = job("gres:gpu:mig:1", None);
+    j.deadline = Some(NOW - 60);
+    let s = snapshot(&[("7g.40gb", 0, 0), ("1g.5gb", 3, 0)]);
+    assert_eq!(routed(&r, &j, Some(&s)).gpu_type, "7g.40gb");
+}

@@ -1,0 +1,453 @@
+//! GPU requests in Slurm's tres strings (`tres_per_node`, `tres_per_job`, ...).
+//!
+//! Format: comma-separated entries `gres:gpu[:type][:count]` (Slurm 22.05) or
+//! `gres/gpu[:type][:count]` (later releases). `gpu:mig[:N]` asks for automatic routing.
+
+use std::fmt;
+
+use crate::mig::GpuModel;
+
+/// The pseudo-type that asks smartmig to choose the slice.
+pub const AUTO_TYPE: &str = "mig";
+
+/// Which `job_desc_msg_t` field an entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TresField {
+    /// `tres_per_node` (`--gres`, `--gpus-per-node`).
+    PerNode = 0,
+    /// `tres_per_job` (`--gpus`).
+    PerJob = 1,
+    /// `tres_per_task` (`--gpus-per-task`).
+    PerTask = 2,
+    /// `tres_per_socket` (`--gpus-per-socket`).
+    PerSocket = 3,
+}
+
+impl TresField {
+    /// All fields, in index order.
+    pub const ALL: [TresField; 4] = [
+        TresField::PerNode,
+        TresField::PerJob,
+        TresField::PerTask,
+        TresField::PerSocket,
+    ];
+
+    /// The `job_desc_msg_t` member name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TresField::PerNode => "tres_per_node",
+            TresField::PerJob => "tres_per_job",
+            TresField::PerTask => "tres_per_task",
+            TresField::PerSocket => "tres_per_socket",
+        }
+    }
+}
+
+/// The four tres strings of a request, indexed by [`TresField`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TresStrings<'a>(pub [Option<&'a str>; 4]);
+
+/// How an entry spells its prefix, kept when rewriting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spelling {
+    /// `gres:gpu` (22.05).
+    Colon,
+    /// `gres/gpu` (later releases).
+    Slash,
+    /// `gpu` without prefix.
+    Bare,
+}
+
+impl Spelling {
+    fn prefix(self) -> &'static str {
+        match self {
+            Spelling::Colon => "gres:",
+            Spelling::Slash => "gres/",
+            Spelling::Bare => "",
+        }
+    }
+}
+
+/// What type an entry asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuType {
+    /// `gpu:mig`: smartmig chooses.
+    Auto,
+    /// A concrete type such as `3g.20gb`.
+    Concrete(String),
+    /// `gpu` or `gpu:N`.
+    Untyped,
+}
+
+/// One `gpu` entry of one field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuEntry {
+    /// The field it is in.
+    pub field: TresField,
+    /// Its position among the field's comma-separated entries.
+    pub index: usize,
+    /// Its prefix spelling.
+    pub spelling: Spelling,
+    /// The requested type.
+    pub gpu_type: GpuType,
+    /// The requested count.
+    pub count: u64,
+}
+
+/// What a job asks of GPUs, after validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuRequest {
+    /// No GPU entry at all.
+    None,
+    /// Only concrete types, all known: left alone.
+    Concrete(Vec<GpuEntry>),
+    /// Only untyped entries.
+    Untyped(Vec<GpuEntry>),
+    /// Only `gpu:mig` entries: to route.
+    Auto(Vec<GpuEntry>),
+}
+
+/// Why a request is refused (one line, shown by sbatch).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// An entry that is not `gpu[:type][:count]`.
+    #[error("cannot read GPU request `{0}` (expected gpu[:type][:count])")]
+    Malformed(String),
+    /// A zero count.
+    #[error("GPU request `{0}` asks for 0 GPUs")]
+    ZeroCount(String),
+    /// A type no configured GPU model has.
+    #[error("unknown GPU type `{name}` (this cluster has: {known}; or use gpu:mig:N)")]
+    UnknownType {
+        /// The type as written.
+        name: String,
+        /// The configured types.
+        known: String,
+    },
+    /// More instances than one GPU can hold.
+    #[error("GPU request `{entry}` asks for {count} instances; one GPU holds at most {max}")]
+    TooMany {
+        /// The entry.
+        entry: String,
+        /// The count asked for.
+        count: u64,
+        /// The most any configured model holds.
+        max: u64,
+    },
+    /// Typed and untyped (or automatic and concrete) entries together.
+    #[error("GPU request mixes {0}; use one form (e.g. only gpu:mig:N)")]
+    Mixed(&'static str),
+}
+
+impl fmt::Display for GpuEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.gpu_type {
+            GpuType::Auto => write!(f, "gpu:{AUTO_TYPE}:{}", self.count),
+            GpuType::Concrete(t) => write!(f, "gpu:{t}:{}", self.count),
+            GpuType::Untyped => write!(f, "gpu:{}", self.count),
+        }
+    }
+}
+
+/// Parses one entry; `Ok(None)` for a non-GPU entry such as `gres:shard:1`.
+fn parse_entry(field: TresField, index: usize, raw: &str) -> Result<Option<GpuEntry>, RequestError> {
+    let (spelling, rest) = if let Some(r) = raw.strip_prefix("gres:") {
+        (Spelling::Colon, r)
+    } else if let Some(r) = raw.strip_prefix("gres/") {
+        (Spelling::Slash, r)
+    } else {
+        (Spelling::Bare, raw)
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    if parts[0] != "gpu" {
+        return Ok(None);
+    }
+    let malformed = || RequestError::Malformed(raw.to_string());
+    let count = |s: &str| -> Result<u64, RequestError> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(malformed());
+        }
+        s.parse().map_err(|_| malformed())
+    };
+    let (gpu_type, count) = match parts.as_slice() {
+        [_] => (GpuType::Untyped, 1),
+        [_, n] if n.bytes().next().is_some_and(|b| b.is_ascii_digit()) => (GpuType::Untyped, count(n)?),
+        [_, t] => (type_of(t).ok_or_else(malformed)?, 1),
+        [_, t, n] => (type_of(t).ok_or_else(malformed)?, count(n)?),
+        _ => return Err(malformed()),
+    };
+    if count == 0 {
+        return Err(RequestError::ZeroCount(raw.to_string()));
+    }
+    Ok(Some(GpuEntry {
+        field,
+        index,
+        spelling,
+        gpu_type,
+        count,
+    }))
+}
+
+fn type_of(t: &str) -> Option<GpuType> {
+    if t.is_empty() {
+        None
+    } else if t.eq_ignore_ascii_case(AUTO_TYPE) {
+        Some(GpuType::Auto)
+    } else {
+        Some(GpuType::Concrete(t.to_string()))
+    }
+}
+
+/// Most instances of profile `name` one GPU of any of `models` holds (None: unknown type).
+pub fn max_instances(models: &[GpuModel], name: &str) -> Option<u64> {
+    models
+        .iter()
+        .flat_map(|m| m.profiles.iter())
+        .filter(|p| p.name.eq_ignore_ascii_case(name))
+        .map(|p| u64::from(p.max_count))
+        .max()
+}
+
+/// Parses and validates the GPU part of a request against the cluster's GPU models.
+///
+/// `max_auto` is the most instances an automatic request may ask for (the largest
+/// `max_count` among the profiles routing may choose).
+pub fn parse_request(
+    tres: &TresStrings<'_>,
+    models: &[GpuModel],
+    max_auto: u64,
+) -> Result<GpuRequest, RequestError> {
+    let mut entries = Vec::new();
+    for field in TresField::ALL {
+        let Some(text) = tres.0[field as usize] else {
+            continue;
+        };
+        for (index, raw) in text.split(',').enumerate() {
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            if let Some(e) = parse_entry(field, index, raw)? {
+                entries.push(e);
+            }
+        }
+    }
+    let Some(first) = entries.first() else {
+        return Ok(GpuRequest::None);
+    };
+    let same_form = |a: &GpuType, b: &GpuType| {
+        matches!(
+            (a, b),
+            (GpuType::Auto, GpuType::Auto)
+                | (GpuType::Untyped, GpuType::Untyped)
+                | (GpuType::Concrete(_), GpuType::Concrete(_))
+        )
+    };
+    if let Some(other) = entries.iter().find(|e| !same_form(&e.gpu_type, &first.gpu_type)) {
+        let untyped = [&first.gpu_type, &other.gpu_type].contains(&&GpuType::Untyped);
+        return Err(RequestError::Mixed(if untyped {
+            "typed and untyped GPUs"
+        } else {
+            "gpu:mig with concrete GPU types"
+        }));
+    }
+    match first.gpu_type {
+        GpuType::Auto => {
+            if let Some(e) = entries.iter().find(|e| e.count > max_auto) {
+                return Err(RequestError::TooMany {
+                    entry: e.to_string(),
+                    count: e.count,
+                    max: max_auto,
+                });
+            }
+            Ok(GpuRequest::Auto(entries))
+        }
+        GpuType::Untyped => Ok(GpuRequest::Untyped(entries)),
+        GpuType::Concrete(_) => {
+            for e in &entries {
+                let GpuType::Concrete(name) = &e.gpu_type else {
+                    continue;
+                };
+                let max = max_instances(models, name).ok_or_else(|| RequestError::UnknownType {
+                    name: name.clone(),
+                    known: known_types(models),
+                })?;
+                if e.count > max {
+                    return Err(RequestError::TooMany {
+                        entry: e.to_string(),
+                        count: e.count,
+                        max,
+                    });
+                }
+            }
+            Ok(GpuRequest::Concrete(entries))
+        }
+    }
+}
+
+/// The configured type names, deduplicated, in catalogue order.
+pub fn known_types(models: &[GpuModel]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for p in models.iter().flat_map(|m| m.profiles.iter()) {
+        if !names.contains(&p.name.as_str()) {
+            names.push(&p.name);
+        }
+    }
+    names.join(", ")
+}
+
+/// Rewrites the fields holding `entries` so that each asks for `gpu_type` with its count.
+///
+/// Returns the new text of every field that changed; other entries keep their text.
+pub fn rewrite(tres: &TresStrings<'_>, entries: &[GpuEntry], gpu_type: &str) -> Vec<(TresField, String)> {
+    let mut out = Vec::new();
+    for field in TresField::ALL {
+        let mine: Vec<&GpuEntry> = entries.iter().filter(|e| e.field == field).collect();
+        let (Some(text), false) = (tres.0[field as usize], mine.is_empty()) else {
+            continue;
+        };
+        let parts: Vec<String> = text
+            .split(',')
+            .enumerate()
+            .map(|(i, raw)| match mine.iter().find(|e| e.index == i) {
+                Some(e) => format!("{}gpu:{gpu_type}:{}", e.spelling.prefix(), e.count),
+                None => raw.to_string(),
+            })
+            .collect();
+        out.push((field, parts.join(",")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mig::Catalogue;
+
+    fn models() -> Vec<GpuModel> {
+        let c = Catalogue::embedded();
+        vec![
+            c.model("a100-40gb").unwrap().clone(),
+            c.model("a100-80gb").unwrap().clone(),
+        ]
+    }
+
+    fn parse(node: Option<&str>, job: Option<&str>) -> Result<GpuRequest, RequestError> {
+        parse_request(&TresStrings([node, job, None, None]), &models(), 7)
+    }
+
+    #[test]
+    fn gpu_mig_with_and_without_count_is_automatic() {
+        let GpuRequest::Auto(e) = parse(Some("gres:gpu:mig:2"), None).unwrap() else {
+            panic!("not auto")
+        };
+        assert_eq!(e[0].count, 2);
+        let GpuRequest::Auto(e) = parse(None, Some("gres/gpu:mig")).unwrap() else {
+            panic!("not auto")
+        };
+        assert_eq!(
+            (e[0].count, e[0].spelling, e[0].field),
+            (1, Spelling::Slash, TresField::PerJob)
+        );
+    }
+
+    #[test]
+    fn concrete_types_of_any_configured_model_are_accepted() {
+        assert!(matches!(
+            parse(Some("gres:gpu:3g.20gb:1"), None),
+            Ok(GpuRequest::Concrete(_))
+        ));
+        assert!(matches!(
+            parse(Some("gres:gpu:3g.40gb:2"), None),
+            Ok(GpuRequest::Concrete(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_types_are_refused_with_the_known_list() {
+        let e = parse(Some("gres:gpu:3g.71gb:1"), None).unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.contains("3g.71gb") && s.contains("3g.20gb") && s.contains("7g.80gb"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn more_instances_than_a_gpu_holds_are_refused() {
+        let e = parse(Some("gres:gpu:3g.20gb:3"), None).unwrap_err();
+        assert!(matches!(e, RequestError::TooMany { count: 3, max: 2, .. }), "{e}");
+        let e = parse(Some("gres:gpu:mig:8"), None).unwrap_err();
+        assert!(matches!(e, RequestError::TooMany { count: 8, max: 7, .. }), "{e}");
+    }
+
+    #[test]
+    fn zero_counts_are_refused() {
+        assert!(matches!(
+            parse(Some("gres:gpu:mig:0"), None),
+            Err(RequestError::ZeroCount(_))
+        ));
+        assert!(matches!(
+            parse(Some("gres:gpu:0"), None),
+            Err(RequestError::ZeroCount(_))
+        ));
+    }
+
+    #[test]
+    fn mixed_forms_are_refused() {
+        let e = parse(Some("gres:gpu:3g.20gb:1"), Some("gres:gpu:1")).unwrap_err();
+        assert_eq!(e, RequestError::Mixed("typed and untyped GPUs"));
+        let e = parse(Some("gres:gpu:mig:1,gres:gpu:3g.20gb:1"), None).unwrap_err();
+        assert_eq!(e, RequestError::Mixed("gpu:mig with concrete GPU types"));
+    }
+
+    #[test]
+    fn untyped_and_non_gpu_entries_are_recognised() {
+        assert!(matches!(
+            parse(Some("gres:gpu:2"), None),
+            Ok(GpuRequest::Untyped(_))
+        ));
+        assert!(matches!(
+            parse(Some("gres:gpu"), None),
+            Ok(GpuRequest::Untyped(_))
+        ));
+        assert_eq!(parse(Some("gres:shard:2"), None), Ok(GpuRequest::None));
+        assert_eq!(parse(None, None), Ok(GpuRequest::None));
+    }
+
+    #[test]
+    fn garbage_entries_are_malformed() {
+        for bad in [
+            "gres:gpu:mig:x",
+            "gres:gpu:a:b:c",
+            "gres:gpu:mig:-1",
+            "gres:gpu::1",
+        ] {
+            assert!(
+                matches!(parse(Some(bad), None), Err(RequestError::Malformed(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn rewrite_replaces_only_gpu_entries_and_keeps_spelling() {
+        let tres = TresStrings([
+            Some("gres:shard:1,gres:gpu:mig:2"),
+            Some("gres/gpu:mig:1"),
+            None,
+            None,
+        ]);
+        let GpuRequest::Auto(entries) = parse_request(&tres, &models(), 7).unwrap() else {
+            panic!("not auto")
+        };
+        let out = rewrite(&tres, &entries, "2g.10gb");
+        assert_eq!(
+            out,
+            vec![
+                (TresField::PerNode, "gres:shard:1,gres:gpu:2g.10gb:2".to_string()),
+                (TresField::PerJob, "gres/gpu:2g.10gb:1".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,399 @@
+//! Plugin state: the router built from smartmig.toml and the snapshot cache. Set by
+//! `init`, taken by `fini`, held in one mutex (slurmctld calls job_submit under its job
+//! lock, so the mutex is uncontended; it is there to make the state safe, not fast).
+//!
+//! Slurm 22.05 calls `init`/`fini` on `scontrol reconfigure` only when `JobSubmitPlugins`
+//! itself changed, so the plugin watches smartmig.toml (like job_submit/lua watches its
+//! script): at most once a second it compares the file's mtime, size and inode with those
+//! it loaded, and reloads on a change. A file that fails to load keeps the previous good
+//! config (logged once); with none, `gpu:mig` requests are refused with the reason.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use smartmig_core::config::{Config, DEFAULT_PATH};
+use smartmig_core::routing::{OnError, Router, Snapshot, MAX_SNAPSHOT_BYTES};
+
+/// The snapshot is read again at most this often.
+pub const SNAPSHOT_REREAD: Duration = Duration::from_secs(1);
+
+/// The config file name looked for beside slurm.conf.
+pub const CONFIG_NAME: &str = "smartmig.toml";
+
+/// Loaded state.
+pub enum State {
+    /// A usable config.
+    Ready(Box<Ready>),
+    /// The config could not be loaded: why (GPU routing requests are refused with it).
+    Broken(String),
+}
+
+/// State with a valid config.
+pub struct Ready {
+    /// The config file read.
+    pub config_path: PathBuf,
+    /// Routing built from it.
+    pub router: Router,
+    /// Snapshot file.
+    pub snapshot_path: PathBuf,
+    /// Cached snapshot.
+    pub snapshot: SnapshotCache,
+}
+
+/// The last snapshot read and when; problems are logged once until they change.
+#[derive(Default)]
+pub struct SnapshotCache {
+    last_read: Option<Instant>,
+    current: Option<Snapshot>,
+    last_problem: Option<String>,
+}
+
+/// What a snapshot refresh found worth logging.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SnapshotNews {
+    /// Nothing new.
+    Quiet,
+    /// A new problem (missing, corrupt, stale): log once.
+    Problem(String),
+    /// Usable again after a problem.
+    Recovered,
+}
+
+impl SnapshotCache {
+    /// The snapshot to use at `now_unix`, re-reading the file if a second has passed.
+    pub fn get(
+        &mut self,
+        path: &Path,
+        max_age_s: f64,
+        now: Instant,
+        now_unix: f64,
+    ) -> (Option<&Snapshot>, SnapshotNews) {
+        if self
+            .last_read
+            .is_none_or(|t| now.duration_since(t) >= SNAPSHOT_REREAD)
+        {
+            self.last_read = Some(now);
+            self.current = None;
+            match read_snapshot(path) {
+                Ok(s) => self.current = Some(s),
+                Err(problem) => return (None, self.note(Some(problem))),
+            }
+        }
+        let problem = match &self.current {
+            None => return (None, SnapshotNews::Quiet),
+            Some(s) if !s.is_fresh(now_unix, max_age_s) => Some(format!(
+                "snapshot {} is stale ({:.0} s old, limit {max_age_s} s)",
+                path.display(),
+                s.age_s(now_unix)
+            )),
+            Some(_) => None,
+        };
+        let stale = problem.is_some();
+        let news = self.note(problem);
+        (if stale { None } else { self.current.as_ref() }, news)
+    }
+
+    fn note(&mut self, problem: Option<String>) -> SnapshotNews {
+        // Compare problem kinds without numbers so a stale file ageing by a second is not
+        // news every second.
+        let kind = |p: &str| p.chars().filter(|c| !c.is_ascii_digit()).collect::<String>();
+        match (problem, &self.last_problem) {
+            (None, None) => SnapshotNews::Quiet,
+            (None, Some(_)) => {
+                self.last_problem = None;
+                SnapshotNews::Recovered
+            }
+            (Some(p), Some(old)) if kind(&p) == kind(old) => SnapshotNews::Quiet,
+            (Some(p), _) => {
+                self.last_problem = Some(p.clone());
+                SnapshotNews::Problem(p)
+            }
+        }
+    }
+}
+
+fn read_snapshot(path: &Path) -> Result<Snapshot, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("snapshot {}: {e}", path.display()))?;
+    if meta.len() > MAX_SNAPSHOT_BYTES as u64 {
+        return Err(format!(
+            "snapshot {}: {} bytes is too large",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("snapshot {}: {e}", path.display()))?;
+    Snapshot::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The config file is checked for changes at most this often.
+pub const CONFIG_RECHECK: Duration = Duration::from_secs(1);
+
+/// What identifies one version of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    mtime: Option<SystemTime>,
+    len: u64,
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        mtime: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
+}
+
+/// Everything the plugin keeps between calls.
+pub struct Plugin {
+    /// The config file watched.
+    pub config_path: PathBuf,
+    /// What was loaded from it.
+    pub state: State,
+    stamp: Option<Stamp>,
+    last_check: Instant,
+}
+
+/// A log line the caller should write: (is an error, text).
+pub type LogLine = (bool, String);
+
+impl Plugin {
+    /// Loads `config_path` (at `init`).
+    pub fn start(config_path: PathBuf, now: Instant) -> (Plugin, LogLine) {
+        let stamp = stamp(&config_path);
+        let (state, line) = match load(&config_path) {
+            Ok(ready) => {
+                let line = (false, ready.describe());
+                (State::Ready(Box::new(ready)), line)
+            }
+            Err(e) => (
+                State::Broken(e.clone()),
+                (
+                    true,
+                    format!("config not loaded, gpu:mig requests will be refused: {e}"),
+                ),
+            ),
+        };
+        let plugin = Plugin {
+            config_path,
+            state,
+            stamp,
+            last_check: now,
+        };
+        (plugin, line)
+    }
+
+    /// Reloads the config if its file changed (checked at most once a second).
+    pub fn refresh(&mut self, now: Instant) -> Option<LogLine> {
+        if now.duration_since(self.last_check) < CONFIG_RECHECK {
+            return None;
+        }
+        self.last_check = now;
+        let current = stamp(&self.config_path);
+        if current == self.stamp {
+            return None;
+        }
+        self.stamp = current;
+        match load(&self.config_path) {
+            Ok(mut ready) => {
+                // Keep the snapshot cache: the file it reads may be the same.
+                if let State::Ready(old) = &mut self.state {
+                    if old.snapshot_path == ready.snapshot_path {
+                        ready.snapshot = std::mem::take(&mut old.snapshot);
+                    }
+                }
+                let line = (false, format!("re{}", ready.describe()));
+                self.state = State::Ready(Box::new(ready));
+                Some(line)
+            }
+            Err(e) => match &self.state {
+                State::Ready(_) => Some((
+                    true,
+                    format!("changed config not loaded, keeping the previous one: {e}"),
+                )),
+                State::Broken(_) => {
+                    self.state = State::Broken(e.clone());
+                    Some((true, format!("config still not loaded: {e}")))
+                }
+            },
+        }
+    }
+}
+
+static STATE: Mutex<Option<Plugin>> = Mutex::new(None);
+
+/// The state, even if an earlier holder panicked (the state stays consistent: every
+/// update replaces it whole).
+pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Now as Unix seconds.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Loads the config at `path` into a ready state.
+pub fn load(path: &Path) -> Result<Ready, String> {
+    let cfg = Config::from_file(path).map_err(|e| e.to_string())?;
+    let resolved = cfg.resolve(path.parent()).map_err(|e| e.to_string())?;
+    let router = Router::from_resolved(&resolved).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Ready {
+        config_path: path.to_path_buf(),
+        router,
+        snapshot_path: resolved.config.controller.snapshot_path.clone(),
+        snapshot: SnapshotCache::default(),
+    })
+}
+
+/// The config to read: beside slurm.conf if there is one there, else the default path.
+pub fn config_path(beside_slurm_conf: Option<PathBuf>) -> PathBuf {
+    match beside_slurm_conf {
+        Some(p) if p.exists() => p,
+        _ => PathBuf::from(DEFAULT_PATH),
+    }
+}
+
+impl Ready {
+    /// The log line for a successful load.
+    pub fn describe(&self) -> String {
+        format!(
+            "loaded {} ({} candidate types, on_error={:?}, snapshot {})",
+            self.config_path.display(),
+            self.router.candidates().len(),
+            self.on_error(),
+            self.snapshot_path.display()
+        )
+    }
+
+    /// The failure policy.
+    pub fn on_error(&self) -> OnError {
+        self.router.config().on_error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("smartmig-state-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const SNAP: &str =
+        r#"{"version":1,"generated_at":1000,"soon_free_within_s":60,"queue_pressure":0,"types":{}}"#;
+
+    #[test]
+    fn the_snapshot_is_reread_at_most_once_a_second() {
+        let d = tmpdir("reread");
+        let p = write(&d, "s.json", SNAP);
+        let mut c = SnapshotCache::default();
+        let t0 = Instant::now();
+        assert!(c.get(&p, 120.0, t0, 1010.0).0.is_some());
+        std::fs::write(&p, "garbage").unwrap();
+        // Within the second the cached copy is used.
+        assert!(c
+            .get(&p, 120.0, t0 + Duration::from_millis(500), 1010.5)
+            .0
+            .is_some());
+        let (s, news) = c.get(&p, 120.0, t0 + Duration::from_millis(1100), 1011.0);
+        assert!(s.is_none());
+        assert!(matches!(news, SnapshotNews::Problem(m) if m.contains("not valid")));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn problems_are_news_once_and_recovery_is_news() {
+        let d = tmpdir("news");
+        let p = d.join("missing.json");
+        let mut c = SnapshotCache::default();
+        let t0 = Instant::now();
+        let sec = |n: u64| t0 + Duration::from_secs(n);
+        assert!(matches!(
+            c.get(&p, 120.0, sec(0), 1000.0).1,
+            SnapshotNews::Problem(_)
+        ));
+        assert_eq!(c.get(&p, 120.0, sec(2), 1000.0).1, SnapshotNews::Quiet);
+        write(&d, "missing.json", SNAP);
+        let (s, news) = c.get(&p, 120.0, sec(4), 1010.0);
+        assert!(s.is_some());
+        assert_eq!(news, SnapshotNews::Recovered);
+        // Stale: a problem once, then quiet while it ages.
+        assert!(
+            matches!(c.get(&p, 120.0, sec(6), 1500.0).1, SnapshotNews::Problem(m) if m.contains("stale"))
+        );
+        let (s, news) = c.get(&p, 120.0, sec(8), 1501.0);
+        assert!(s.is_none());
+        assert_eq!(news, SnapshotNews::Quiet);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_changed_config_is_reloaded_and_a_broken_one_keeps_the_last_good() {
+        let d = tmpdir("reload");
+        let p = write(&d, "smartmig.toml", "version = 1\n");
+        let t0 = Instant::now();
+        let sec = |n: u64| t0 + Duration::from_secs(n);
+        let (mut plugin, (err, _)) = Plugin::start(p.clone(), t0);
+        assert!(!err);
+        let untyped = |pl: &Plugin| match &pl.state {
+            State::Ready(r) => r.router.config().route_untyped,
+            State::Broken(_) => panic!("broken"),
+        };
+        assert!(!untyped(&plugin));
+        assert_eq!(plugin.refresh(sec(2)), None, "unchanged file: nothing to do");
+        write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\nroute_untyped = true\n",
+        );
+        assert_eq!(
+            plugin.refresh(t0 + Duration::from_millis(2500)),
+            None,
+            "checked within the second"
+        );
+        let (err, line) = plugin.refresh(sec(4)).expect("reloaded");
+        assert!(!err && line.starts_with("reloaded"), "{line}");
+        assert!(untyped(&plugin));
+        write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\nroute_untypd = true\n",
+        );
+        let (err, line) = plugin.refresh(sec(6)).expect("reported");
+        assert!(
+            err && line.contains("keeping the previous one") && line.contains("route_untypd"),
+            "{line}"
+        );
+        assert!(untyped(&plugin));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_bad_config_is_reported_with_file_and_key() {
+        let d = tmpdir("cfg");
+        let p = write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\non_eror = \"open\"\n",
+        );
+        let e = load(&p).err().unwrap();
+        assert!(e.contains("smartmig.toml:3") && e.contains("on_eror"), "{e}");
+        let p = write(&d, "smartmig.toml", "version = 1\n");
+        assert!(load(&p).is_ok());
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

@@ -1,0 +1,484 @@
+//! End-to-end tests of job_submit_smartmig.so inside a real slurmctld (22.05).
+//!
+//! Needs root and the Slurm packages (`scripts/deps-slurm.sh`); skips with a "skipped:"
+//! line otherwise. The plugin is built by the harness (`cargo build -p
+//! smartmig-slurm-plugin --release`) unless `SMARTMIG_PLUGIN_SO` names a built one.
+//! Run: `cargo test --test plugin_e2e -- --nocapture`.
+//!
+//! The node has two fake A100-40GB GPUs in different layouts, c2 (4g + 3g) and c7
+//! (2g + 1g + 1g + 3g): types 4g.20gb ×1, 3g.20gb ×2, 2g.10gb ×1, 1g.5gb ×2. smartmig.toml's
+//! static layout says the same, so without a snapshot routing picks among these types.
+//! Expected types follow MODEL.md: run time on k slices = `--time` (on 7g) × s7/sk, due
+//! time = deadline, `due=` hint, or 1.5 × run time on 7g; the slowest slice meeting it wins.
+
+mod slurm;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use slurm::{minutes, Cluster, FakeGpu, Options};
+
+/// One cluster at a time: the machine is small and slurmctld is not light.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const SMARTMIG_TOML: &str = r#"version = 1
+[gpu]
+models = ["a100-40gb"]
+[policy]
+kind = "static"
+static_layout = ["c2", "c7"]
+[controller]
+snapshot_path = "@DIR@/run/snapshot.json"
+[routing]
+on_error = "open"
+"#;
+
+fn options() -> Options {
+    Options {
+        gpus: vec![
+            FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
+            FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
+        ],
+        more_nodes: Vec::new(),
+        smartmig_toml: SMARTMIG_TOML.to_string(),
+        job_submit_plugins: "smartmig".into(),
+        etc_files: Vec::new(),
+        extra_conf: String::new(),
+        accounting: false,
+    }
+}
+
+fn start() -> (std::sync::MutexGuard<'static, ()>, Cluster) {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    (guard, Cluster::start(&options()))
+}
+
+/// A submission and where it must land.
+struct Case {
+    args: &'static [&'static str],
+    /// Field and exact value expected in `scontrol show job`.
+    field: &'static str,
+    tres: &'static str,
+    /// Expected time limit in minutes (None: the partition's, unlimited here).
+    limit: Option<u32>,
+    /// Whether sbatch must print smartmig's info line.
+    routed: bool,
+}
+
+const CASES: &[Case] = &[
+    // bert-infer is linear: 60 min on 7g is 420 on 1g (misses 400), 210 on 2g (meets).
+    Case {
+        args: &[
+            "--gres=gpu:mig:1",
+            "--time=60",
+            "--deadline=now+400minutes",
+            "--comment=smartmig:class=bert-infer",
+        ],
+        field: "TresPerNode",
+        tres: "gres:gpu:2g.10gb:1",
+        limit: Some(210),
+        routed: true,
+    },
+    // No hint: the linear default class; due 1.5 × 10 = 15 min, 4g needs 17.5: nothing
+    // meets it, so the fastest slice present (no 7g in these layouts) and ⌈17.5⌉.
+    Case {
+        args: &["--gres=gpu:mig:1", "--time=10"],
+        field: "TresPerNode",
+        tres: "gres:gpu:4g.20gb:1",
+        limit: Some(18),
+        routed: true,
+    },
+    // `--gpus` lands in tres_per_job; a job that does not scale gets the smallest slice.
+    Case {
+        args: &[
+            "--gpus=mig:1",
+            "--time=30",
+            "--comment=smartmig:speedup=1,1,1,1,1",
+        ],
+        field: "TresPerJob",
+        tres: "gres:gpu:1g.5gb:1",
+        limit: Some(30),
+        routed: true,
+    },
+    // 12 GB rules out 1g.5gb and 2g.10gb; 3g needs 20 × 7/3 = 46.7 min, due in 2 h.
+    Case {
+        args: &[
+            "--gres=gpu:mig:1",
+            "--time=20",
+            "--comment=run42 smartmig:class=bert-infer;gpumem=12G;due=2h",
+        ],
+        field: "TresPerNode",
+        tres: "gres:gpu:3g.20gb:1",
+        limit: Some(47),
+        routed: true,
+    },
+    // Two instances of one type.
+    Case {
+        args: &[
+            "--gres=gpu:mig:2",
+            "--time=10",
+            "--comment=smartmig:speedup=1,1,1,1,1",
+        ],
+        field: "TresPerNode",
+        tres: "gres:gpu:1g.5gb:2",
+        limit: Some(10),
+        routed: true,
+    },
+    // resnet-train without --time: 60 min estimate on 7g, due 90; 3g needs 60 × 2.868 /
+    // 2.309 = 74.5 (meets), 2g 97.5 (misses). The limit stays the partition's.
+    Case {
+        args: &["--gres=gpu:mig:1", "--comment=smartmig:class=resnet-train"],
+        field: "TresPerNode",
+        tres: "gres:gpu:3g.20gb:1",
+        limit: None,
+        routed: true,
+    },
+    // `--time` given on 1g: 70 min there is 10 on 7g; as in case 2, 4g and ⌈70/4⌉.
+    Case {
+        args: &[
+            "--gres=gpu:mig:1",
+            "--time=70",
+            "--comment=smartmig:class=bert-infer;time-on=1g",
+        ],
+        field: "TresPerNode",
+        tres: "gres:gpu:4g.20gb:1",
+        limit: Some(18),
+        routed: true,
+    },
+    // A concrete type is validated and left alone, time included.
+    Case {
+        args: &["--gres=gpu:3g.20gb:1", "--time=10"],
+        field: "TresPerNode",
+        tres: "gres:gpu:3g.20gb:1",
+        limit: Some(10),
+        routed: false,
+    },
+    // Untyped requests are left alone with route_untyped = false.
+    Case {
+        args: &["--gres=gpu:1", "--time=10"],
+        field: "TresPerNode",
+        tres: "gres:gpu:1",
+        limit: Some(10),
+        routed: false,
+    },
+];
+
+#[test]
+fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let mut ids = Vec::new();
+    for case in CASES {
+        let mut args = case.args.to_vec();
+        args.extend(["--wrap", "sleep 1"]);
+        let (id, stderr) = c
+            .sbatch(&args)
+            .unwrap_or_else(|e| panic!("{:?} refused: {e}\n{}", case.args, c.log_tails()));
+        eprintln!("sbatch {:?}: {}", case.args, stderr.trim());
+        let job = c.job(id);
+        assert_eq!(
+            job.get(case.field).map(String::as_str),
+            Some(case.tres),
+            "{:?}: {job:?}",
+            case.args
+        );
+        let limit = job.get("TimeLimit").map(String::as_str).unwrap_or("");
+        assert_eq!(minutes(limit), case.limit, "{:?}: TimeLimit={limit}", case.args);
+        assert_eq!(
+            stderr.contains("smartmig: routed to gpu:"),
+            case.routed,
+            "{:?}: sbatch said {stderr:?}",
+            case.args
+        );
+        if case.routed {
+            let ty = case
+                .tres
+                .rsplit_once(':')
+                .map_or("", |(a, _)| a)
+                .trim_start_matches("gres:");
+            assert!(
+                stderr.contains(ty),
+                "{:?}: info line {stderr:?} should name {ty}",
+                case.args
+            );
+        }
+        ids.push(id);
+    }
+    // Every job runs to completion on its fake instances (the untyped one too).
+    for id in ids {
+        c.wait_job(id, &["COMPLETED"], Duration::from_secs(90));
+    }
+    assert!(
+        c.ctld_log().contains("job_submit/smartmig: loaded"),
+        "{}",
+        c.log_tails()
+    );
+}
+
+#[test]
+fn bad_requests_are_refused_with_their_reason() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--gres=gpu:5g.50gb:1"], "unknown GPU type `5g.50gb`"),
+        (
+            &["--gres=gpu:mig:8"],
+            "asks for 8 instances; one GPU holds at most 7",
+        ),
+        (
+            &["--gres=gpu:3g.20gb:3"],
+            "asks for 3 instances; one GPU holds at most 2",
+        ),
+        (
+            &["--gres=gpu:mig:1,gpu:3g.20gb:1"],
+            "mixes gpu:mig with concrete GPU types",
+        ),
+        (
+            &["--gres=gpu:mig:1", "--comment=smartmig:clas=x"],
+            "unknown hint `clas`",
+        ),
+        (
+            &["--gres=gpu:mig:1", "--comment=smartmig:class=nope"],
+            "unknown class `nope`",
+        ),
+        (
+            &["--gres=gpu:mig:1", "--comment=smartmig:gpumem=30G"],
+            "no MIG slice in the cluster has 30 GB",
+        ),
+    ];
+    for (args, reason) in cases {
+        let mut all = args.to_vec();
+        all.extend(["--wrap", "true"]);
+        match c.sbatch(&all) {
+            Ok((id, _)) => panic!("{args:?} accepted as job {id}: {:?}", c.job(id)),
+            Err(stderr) => assert!(
+                stderr.contains("sbatch: error: smartmig: ") && stderr.contains(reason),
+                "{args:?}: expected {reason:?}, sbatch said {stderr:?}"
+            ),
+        }
+    }
+    // A zero count never becomes a job, whoever refuses it first.
+    assert!(c.sbatch(&["--gres=gpu:mig:0", "--wrap", "true"]).is_err());
+    // Jobs without GPUs are not affected.
+    let (id, stderr) = c.sbatch(&["--wrap", "true"]).expect("a CPU job is accepted");
+    assert!(!stderr.contains("smartmig"), "{stderr}");
+    c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
+}
+
+#[test]
+fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let (id, _) = c
+        .sbatch(&["--hold", "--gres=gpu:1g.5gb:1", "--time=10", "--wrap", "true"])
+        .unwrap();
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:1g.5gb:1");
+    // No hint: default (linear) class with the 60-minute estimate, due 90: nothing
+    // present meets it (4g needs 105), so 4g; TimeLimit given: 60 × 7/4 → 105.
+    let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:1", "TimeLimit=60"]);
+    assert!(
+        out.status.success(),
+        "update: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = c.job(id);
+    assert_eq!(job["TresPerNode"], "gres:gpu:4g.20gb:1", "{job:?}");
+    assert_eq!(minutes(&job["TimeLimit"]), Some(105), "{job:?}");
+    assert!(c.ctld_log().contains("job_modify"), "{}", c.log_tails());
+    // A bad update is refused and leaves the job as it was.
+    let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:9"]);
+    assert!(!out.status.success(), "Gres=gpu:mig:9 was accepted");
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:4g.20gb:1");
+    let out = c.scontrol(&["release", &id.to_string()]);
+    assert!(out.status.success());
+    c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+}
+
+/// Slurm 22.05 calls the plugin's init/fini on reconfigure only when JobSubmitPlugins
+/// changes; the plugin reloads smartmig.toml itself when the file changes.
+#[test]
+fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let submit = || {
+        let (id, _) = c
+            .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
+            .unwrap();
+        c.job(id)["TresPerNode"].clone()
+    };
+    assert_eq!(submit(), "gres:gpu:4g.20gb:1");
+    // A site class that does not scale becomes the default: the smallest slice wins.
+    c.write_smartmig_toml(&format!(
+        "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
+    ));
+    // The file is checked at most once a second.
+    std::thread::sleep(Duration::from_millis(1100));
+    c.reconfigure();
+    assert_eq!(submit(), "gres:gpu:1g.5gb:1");
+    assert!(
+        c.ctld_log().contains("job_submit/smartmig: reloaded"),
+        "{}",
+        c.log_tails()
+    );
+    // A broken edit is reported and the last good config stays in force.
+    c.write_smartmig_toml(&format!("{SMARTMIG_TOML}slak = 2\n"));
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(submit(), "gres:gpu:1g.5gb:1");
+    let log = c.ctld_log();
+    assert!(
+        log.contains("keeping the previous one") && log.contains("slak"),
+        "{}",
+        c.log_tails()
+    );
+}
+
+#[test]
+fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
+    skip_unless_slurm!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut opts = options();
+    opts.smartmig_toml = format!("{SMARTMIG_TOML}slak = 2\n");
+    let c = Cluster::start(&opts);
+    let e = c.sbatch(&["--gres=gpu:mig:1", "--wrap", "true"]).unwrap_err();
+    assert!(
+        e.contains("automatic MIG routing is unavailable") && e.contains("slak"),
+        "{e}"
+    );
+    let (id, _) = c
+        .sbatch(&["--gres=gpu:3g.20gb:1", "--hold", "--wrap", "true"])
+        .unwrap();
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1");
+    let (id, _) = c.sbatch(&["--wrap", "true"]).expect("CPU job accepted");
+    c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
+    // Fixing the file brings routing back without a restart.
+    c.write_smartmig_toml(SMARTMIG_TOML);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (id, _) = c
+        .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
+        .unwrap();
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:4g.20gb:1");
+}
+
+#[test]
+fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let args = [
+        "--gres=gpu:mig:1",
+        "--time=60",
+        "--deadline=now+400minutes",
+        "--comment=smartmig:class=bert-infer",
+        "--hold",
+        "--wrap",
+        "true",
+    ];
+    std::fs::write(c.snapshot_path(), b"{\"version\": 1, garbage").unwrap();
+    for _ in 0..2 {
+        let (id, _) = c.sbatch(&args).expect("submission with a garbage snapshot");
+        // Static rule: as in the matrix, 2g.10gb.
+        assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:2g.10gb:1");
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let log = c.ctld_log();
+    assert_eq!(
+        log.matches("snapshot is not valid").count(),
+        1,
+        "logged once:\n{log}"
+    );
+    // A fresh snapshot where 2g.10gb is busy and 3g.20gb free: 3g (140 min) meets 400.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let snap = format!(
+        r#"{{"version":1,"generated_at":{now},"soon_free_within_s":300,"queue_pressure":0.5,
+        "types":{{"2g.10gb":{{"free":0,"soon_free":0}},"3g.20gb":{{"free":1,"soon_free":0}},
+        "4g.20gb":{{"free":1,"soon_free":0}},"1g.5gb":{{"free":2,"soon_free":0}}}}}}"#
+    );
+    std::fs::write(c.snapshot_path(), snap).unwrap();
+    let (id, stderr) = c.sbatch(&args).unwrap();
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1", "{stderr}");
+    assert_eq!(minutes(&c.job(id)["TimeLimit"]), Some(140));
+    assert!(stderr.contains("free now"), "{stderr}");
+    assert!(c.ctld_log().contains("snapshot usable again"));
+}
+
+#[test]
+fn sacct_records_the_routed_type_and_limit() {
+    skip_unless_slurm!();
+    if slurm::which("slurmdbd").is_none() || slurm::which("mariadbd").is_none() {
+        eprintln!("skipped: slurmdbd or mariadbd missing (run scripts/deps-slurm.sh)");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut opts = options();
+    opts.accounting = true;
+    let c = Cluster::start(&opts);
+    let (id, _) = c
+        .sbatch(
+            &CASES[0]
+                .args
+                .iter()
+                .copied()
+                .chain(["--wrap", "sleep 1"])
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+    // Right after a job ends sacct may still show a placeholder row: poll.
+    let id_s = id.to_string();
+    let mut last = String::new();
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        let out = c.sacct(&[
+            "-X",
+            "-n",
+            "--parsable2",
+            "-j",
+            &id_s,
+            "--format=JobID,ReqTRES,AllocTRES,Timelimit,State,Comment",
+        ]);
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+        if last.contains("COMPLETED") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let row: Vec<&str> = last.trim().split('|').collect();
+    assert_eq!(row.len(), 6, "sacct row {last:?}\n{}", c.log_tails());
+    assert!(row[1].contains("gres/gpu:2g.10gb=1"), "ReqTRES {}", row[1]);
+    assert!(row[2].contains("gres/gpu:2g.10gb=1"), "AllocTRES {}", row[2]);
+    assert_eq!(minutes(row[3]), Some(210), "Timelimit {}", row[3]);
+    assert_eq!(row[4], "COMPLETED");
+    assert_eq!(row[5], "smartmig:class=bert-infer");
+}
+
+/// Two nodes, each slurmd in its own network namespace, one per layout: routed jobs
+/// land on the node that has their type.
+#[test]
+fn two_nodes_in_network_namespaces_take_routed_jobs() {
+    skip_unless_slurm!();
+    if let Some(b) = slurm::NETNS_BINARIES.iter().find(|b| slurm::which(b).is_none()) {
+        eprintln!("skipped: `{b}` missing (iproute2, util-linux)");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut opts = options();
+    opts.gpus = vec![FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)])];
+    opts.more_nodes = vec![vec![FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)])]];
+    let c = Cluster::start(&opts);
+    assert_eq!(c.nodes.len(), 2);
+    // As in the matrix: 4g.20gb (only on the first node) and 2g.10gb (only on the second).
+    let (a, _) = c
+        .sbatch(&["--gres=gpu:mig:1", "--time=10", "--wrap", "sleep 1"])
+        .unwrap();
+    let mut args = CASES[0].args.to_vec();
+    args.extend(["--wrap", "sleep 1"]);
+    let (b, _) = c.sbatch(&args).unwrap();
+    for (id, ty, node) in [(a, "4g.20gb", &c.nodes[0]), (b, "2g.10gb", &c.nodes[1])] {
+        c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+        let job = c.job(id);
+        assert_eq!(job["TresPerNode"], format!("gres:gpu:{ty}:1"));
+        assert_eq!(&job["NodeList"], node, "{job:?}");
+    }
+}
