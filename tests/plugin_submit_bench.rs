@@ -50,6 +50,7 @@ struct Row {
     wall_ms_per_job: f64,
     rpc_median_us: u64,
     rpc_p99_us: u64,
+    plugin_median_us: Option<u64>,
 }
 
 fn run(variant: &'static str, plugins: &str, gres: &str, jobs: usize) -> Row {
@@ -88,6 +89,13 @@ fn run(variant: &'static str, plugins: &str, gres: &str, jobs: usize) -> Row {
         .filter_map(|l| l.rsplit("usec=").next()?.trim().parse().ok())
         .collect();
     assert_eq!(usec.len(), jobs, "{variant}: one submit RPC logged per job");
+    let mut plugin_us: Vec<u64> = c
+        .ctld_log()
+        .lines()
+        .filter_map(|l| l.split(" us in plugin]").next()?.rsplit('[').next()?.parse().ok())
+        .collect();
+    plugin_us.sort_unstable();
+    let plugin_median_us = plugin_us.get(plugin_us.len() / 2).copied();
     usec.sort_unstable();
     let routed = c.job(1)["TresPerNode"].clone();
     assert!(
@@ -100,6 +108,7 @@ fn run(variant: &'static str, plugins: &str, gres: &str, jobs: usize) -> Row {
         wall_ms_per_job: wall.as_secs_f64() * 1e3 / jobs as f64,
         rpc_median_us: usec[usec.len() / 2],
         rpc_p99_us: usec[(usec.len() * 99 / 100).min(usec.len() - 1)],
+        plugin_median_us,
     }
 }
 
@@ -121,12 +130,19 @@ fn submit_jobs_with_no_plugin_smartmig_and_lua() {
         ),
         run("job_submit/lua (gpu:mig:1)", "lua", "--gres=gpu:mig:1", jobs),
     ];
-    println!("| plugin | jobs | sbatch wall per job | slurmctld submit RPC median | p99 |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| plugin | jobs | sbatch wall per job | slurmctld submit RPC median | p99 | in smartmig, median |"
+    );
+    println!("|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.1} ms | {} µs | {} µs |",
-            r.variant, r.jobs, r.wall_ms_per_job, r.rpc_median_us, r.rpc_p99_us
+            "| {} | {} | {:.1} ms | {} µs | {} µs | {} |",
+            r.variant,
+            r.jobs,
+            r.wall_ms_per_job,
+            r.rpc_median_us,
+            r.rpc_p99_us,
+            r.plugin_median_us.map_or("-".to_string(), |u| format!("{u} µs"))
         );
     }
 }

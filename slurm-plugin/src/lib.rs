@@ -146,6 +146,8 @@ unsafe fn internal_error(policy: OnError, err_msg: *mut *mut c_char, what: &str)
 }
 
 unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &str) -> c_int {
+    // Logged with each routed job: the time spent under slurmctld's job lock.
+    let started = Instant::now();
     let Some(mut desc) = JobDesc::from_ptr(job_desc) else {
         return SUCCESS;
     };
@@ -188,9 +190,10 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
         Ok(Outcome::Unchanged(_)) => SUCCESS,
         Ok(Outcome::Routed(r)) => {
             log_info(&format!(
-                "job_{op} name={:?}: {}",
+                "job_{op} name={:?}: {} [{} us in plugin]",
                 job.name.unwrap_or(""),
-                r.message
+                r.message,
+                started.elapsed().as_micros()
             ));
             for (field, text) in &r.tres {
                 desc.set_tres(*field, text);
