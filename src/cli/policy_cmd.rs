@@ -377,3 +377,44 @@ fn fmt_time(s: f64) -> String {
         format!("{:.2} ms", s * 1e3)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::EXIT_INPUT;
+
+    #[test]
+    fn example_then_inspect_works_and_broken_input_is_exit_3() {
+        let dir = std::env::temp_dir().join(format!("smartmig-policy-cmd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("p.onnx");
+        let args = |gpu: &str| ExampleArgs {
+            out: out.clone(),
+            gpu: gpu.into(),
+            hidden: vec![8],
+            seed: 3,
+        };
+        let inspect_args = || InspectArgs {
+            file: out.clone(),
+            onnxruntime: None,
+            format: Format::Json,
+        };
+        example(args("a100-40gb")).unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        let meta = read_metadata(&out, &bytes).unwrap();
+        assert_eq!(meta.gpu_model, "a100-40gb");
+        assert_eq!(meta.k(), 12);
+        inspect(inspect_args()).unwrap();
+
+        assert_eq!(example(args("no-such-gpu")).unwrap_err().code(), EXIT_INPUT);
+        std::fs::write(&out, &bytes[..bytes.len() / 3]).unwrap();
+        let err = inspect(inspect_args()).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(err.code(), EXIT_INPUT);
+        assert!(
+            err.message().contains("is not an ONNX model"),
+            "{}",
+            err.message()
+        );
+    }
+}

@@ -170,7 +170,8 @@ impl OnnxRuntime {
 
 fn existing(p: &Path, origin: &str) -> Result<PathBuf, RuntimeError> {
     if p.is_file() {
-        Ok(p.to_path_buf())
+        // Absolute, because `ort` resolves a relative path against the executable's directory.
+        Ok(p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
     } else {
         Err(RuntimeError::NotFound {
             looked: vec![format!("{} ({origin}, no such file)", p.display())],
