@@ -55,7 +55,13 @@ fn measure(name: &str, sets: &[String], reps: u32) -> Result<Row, CliError> {
         events = r.events;
     }
     times.sort_by(f64::total_cmp);
-    Ok(Row { name: name.into(), jobs: jobs.jobs.len(), events, gen_s, sim_s: times[times.len() / 2] })
+    Ok(Row {
+        name: name.into(),
+        jobs: jobs.jobs.len(),
+        events,
+        gen_s,
+        sim_s: times[times.len() / 2],
+    })
 }
 
 /// Runs the benchmark and prints a table.
@@ -82,7 +88,20 @@ pub fn run(a: BenchArgs) -> CliResult {
             ]
         })
         .collect();
-    print!("{}", table(&["run (static-cedf)", "jobs", "events", "generate", "simulate", "events/s"], &cells));
+    print!(
+        "{}",
+        table(
+            &[
+                "run (static-cedf)",
+                "jobs",
+                "events",
+                "generate",
+                "simulate",
+                "events/s"
+            ],
+            &cells
+        )
+    );
     if let Some(mib) = peak_rss_mib() {
         println!("peak resident memory: {mib:.0} MiB");
     }

@@ -4,6 +4,7 @@
 //! arguments, from clap); 3 invalid input (config, scenario, trace, layout or model file).
 
 mod bench_cmd;
+mod bounds_cmd;
 mod config_cmd;
 mod mig_cmd;
 mod sim_cmd;
@@ -113,6 +114,8 @@ pub enum Command {
     TuneStatic(sim_cmd::TuneArgs),
     /// Measure simulator speed and memory.
     Bench(bench_cmd::BenchArgs),
+    /// Lower bounds on energy and tardiness for one day of jobs.
+    Bounds(bounds_cmd::BoundsArgs),
 }
 
 /// Runs a parsed command line.
@@ -124,6 +127,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Compare(a) => sim_cmd::compare(a),
         Command::TuneStatic(a) => sim_cmd::tune_static(a),
         Command::Bench(a) => bench_cmd::run(a),
+        Command::Bounds(a) => bounds_cmd::run(a),
     }
 }
 
