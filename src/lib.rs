@@ -2,6 +2,7 @@
 
 pub use smartmig_core::{config, error, mig};
 
+pub mod bounds;
 pub mod cli;
 pub mod energy;
 pub mod eval;

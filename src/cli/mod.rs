@@ -4,6 +4,7 @@
 //! arguments, from clap); 3 invalid input (config, scenario, trace, layout or model file).
 
 mod bench_cmd;
+mod bounds_cmd;
 mod config_cmd;
 mod mig_cmd;
 mod policy_cmd;
@@ -120,6 +121,8 @@ pub enum Command {
     Policy(policy_cmd::PolicyCommand),
     /// Train a mean-field policy with PPO and write it as ONNX.
     Train(train_cmd::TrainArgs),
+    /// Lower bounds on energy and tardiness for one day of jobs.
+    Bounds(bounds_cmd::BoundsArgs),
 }
 
 /// Runs a parsed command line.
@@ -133,6 +136,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Bench(a) => bench_cmd::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Train(a) => train_cmd::run(a),
+        Command::Bounds(a) => bounds_cmd::run(a),
     }
 }
 

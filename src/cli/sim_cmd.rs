@@ -425,6 +425,9 @@ fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
                 format!("{:+.1}%", 100.0 * p.et_gain),
                 format!("{:.1}", p.repartitions),
                 format!("{:.1}%", 100.0 * p.utilisation),
+                p.energy_above_lb
+                    .map(|x| format!("{:+.1}%", 100.0 * x))
+                    .unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
@@ -439,11 +442,20 @@ fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
                 "ET",
                 "ET gain",
                 "reparts",
-                "util"
+                "util",
+                "E vs LB"
             ],
             &rows
         )
     );
+    if let Some(b) = &cmp.bounds {
+        let kwh = b["energy_kwh"].as_f64().unwrap_or(f64::NAN);
+        let tardiness = match (b["tardiness_min"].as_f64(), b["tardiness_method"].as_str()) {
+            (Some(t), Some(m)) => format!("{t:.3} min ({m})"),
+            _ => "none".into(),
+        };
+        println!("lower bounds (mean over days): energy {kwh:.2} kWh, avg tardiness {tardiness}");
+    }
     match best {
         Some(b) => println!("static-best layout: {}", b.join(" ")),
         None => {

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use std::path::PathBuf;
 
+use crate::bounds::{self, energy_day, relax, tardiness_bound, DayBounds, COMPARE_TARDINESS};
 use crate::partition::mean_field::{scenario_metadata, MeanField, DEFAULT_EVERY_EVENTS};
 use crate::partition::{Periodic, Repartitioner, Static};
 use crate::policy::{OnnxRuntime, PolicyRuntime, RuntimeError, SamplingConfig, DEFAULT_TOP_K};
@@ -200,7 +201,7 @@ pub struct PolicySummary {
     pub utilisation: f64,
     /// Mean share of GPU time per configuration.
     pub config_share: Vec<(String, f64)>,
-    /// Fraction above the energy lower bound (filled by the bounds).
+    /// Mean over days of energy / E_LB − 1 (the energy lower bound of `crate::bounds`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy_above_lb: Option<f64>,
 }
@@ -220,7 +221,8 @@ pub struct Comparison {
     pub reference: String,
     /// One entry per policy.
     pub policies: Vec<PolicySummary>,
-    /// Lower bounds (filled by the bounds module).
+    /// Lower bounds, means over days: `energy_wmin`, `energy_kwh`, `tardiness_min` and
+    /// `tardiness_method` (`crate::bounds::summary`).
     pub bounds: Option<serde_json::Value>,
     /// Every run, for plots.
     #[serde(skip)]
@@ -237,8 +239,8 @@ pub fn compare(
 ) -> Result<Comparison, CompareError> {
     let a = sc.scenario.objective.energy_weight;
     let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
-    // runs[seed][policy]
-    let per_seed: Vec<(usize, Vec<RunResult>)> = seeds
+    // runs[seed][policy], with each day's lower bounds.
+    let with_bounds: Vec<(usize, Vec<RunResult>, DayBounds)> = seeds
         .par_iter()
         .map(|&seed| {
             let jobs = workload::from_scenario(sc, seed, false)?;
@@ -246,10 +248,18 @@ pub fn compare(
                 .iter()
                 .map(|p| run_policy(sc, &jobs, p, seed, sample))
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut lbs = energy_day(sc, &jobs.jobs);
+            match tardiness_bound(&relax(&jobs.jobs), sc.gpus.len(), &COMPARE_TARDINESS) {
+                Ok(t) => lbs.tardiness = Some(t),
+                // A solver failure costs one day's tardiness bound, not the comparison.
+                Err(e) => log::warn!("seed {seed}: no tardiness bound: {e}"),
+            }
             progress.inc(1);
-            Ok((jobs.jobs.len(), runs))
+            Ok((jobs.jobs.len(), runs, lbs))
         })
         .collect::<Result<_, CompareError>>()?;
+    let day_lbs: Vec<DayBounds> = with_bounds.iter().map(|(_, _, b)| b.clone()).collect();
+    let per_seed: Vec<(usize, Vec<RunResult>)> = with_bounds.into_iter().map(|(j, r, _)| (j, r)).collect();
     let n = seeds.len().max(1) as f64;
     let mean = |f: &dyn Fn(&[RunResult]) -> f64| per_seed.iter().map(|(_, r)| f(r)).sum::<f64>() / n;
     let sd = |f: &dyn Fn(&[RunResult]) -> f64| {
@@ -288,7 +298,14 @@ pub fn compare(
                 preemptions: mean(&|r: &[RunResult]| r[i].preemptions as f64),
                 utilisation: mean(&|r: &[RunResult]| r[i].utilisation),
                 config_share,
-                energy_above_lb: None,
+                energy_above_lb: Some(
+                    per_seed
+                        .iter()
+                        .zip(&day_lbs)
+                        .map(|((_, r), b)| r[i].energy_wmin / b.energy.energy_wmin - 1.0)
+                        .sum::<f64>()
+                        / n,
+                ),
             }
         })
         .collect();
@@ -299,7 +316,7 @@ pub fn compare(
         seeds: seeds.to_vec(),
         reference: REFERENCE.to_string(),
         policies: summaries,
-        bounds: None,
+        bounds: Some(bounds::summary(&day_lbs)),
         runs: per_seed.into_iter().map(|(_, r)| r).collect(),
     })
 }

@@ -57,7 +57,10 @@ impl Repartitioner for Trace {
         "trace".into()
     }
     fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
-        sc.layout_indices(&self.initial).into_iter().map(|c| c as u16).collect()
+        sc.layout_indices(&self.initial)
+            .into_iter()
+            .map(|c| c as u16)
+            .collect()
     }
     fn every_events(&self) -> Option<u32> {
         Some(1)
@@ -135,14 +138,20 @@ pub fn run_episode(
     };
     let result = Simulation::new(sc, &jobs.jobs, opts.clone()).run(&mut policy);
     let steps = policy.record.take().unwrap_or_default();
-    let mut kept = Trace { points: Vec::new(), initial: spec.initial.clone(), k };
+    let mut kept = Trace {
+        points: Vec::new(),
+        initial: spec.initial.clone(),
+        k,
+    };
     Simulation::new(sc, &jobs.jobs, opts).run(&mut kept);
     let total_l = result.avg_tardiness_min * n;
     let mut rewards = Vec::with_capacity(steps.len());
     for (i, s) in steps.iter().enumerate() {
         let (t1, e1, l1) = steps
             .get(i + 1)
-            .map_or((f64::INFINITY, result.energy_wmin, total_l), |x| (x.now, x.energy_wmin, x.lateness_min));
+            .map_or((f64::INFINITY, result.energy_wmin, total_l), |x| {
+                (x.now, x.energy_wmin, x.lateness_min)
+            });
         let (e0a, l0a) = kept.at(s.now);
         let (e0b, l0b) = kept.at(t1);
         let dl = (l1 - s.lateness_min) - (l0b - l0a);
