@@ -82,14 +82,11 @@ impl PolicySpec {
                 } else {
                     DEFAULT_EVERY_EVENTS
                 };
-                Box::new(MeanField::new(
-                    sc,
-                    vec![rt],
-                    meta.feature_layout,
-                    initial.clone(),
-                    every,
-                    sampling,
-                ))
+                let interval = meta.decision.seconds;
+                Box::new(
+                    MeanField::new(sc, vec![rt], meta.feature_layout, initial.clone(), every, sampling)
+                        .with_interval(interval),
+                )
             }
         })
     }

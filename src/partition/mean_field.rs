@@ -82,6 +82,8 @@ pub struct MeanField<M: TransitionModel> {
     models: Vec<M>,
     initial: Vec<String>,
     every: u32,
+    /// Also decide every this many minutes (0: only on events).
+    interval_min: f64,
     sampling: SamplingConfig,
     available: Vec<Vec<bool>>,
     layout: FeatureLayout,
@@ -112,6 +114,7 @@ impl<M: TransitionModel> MeanField<M> {
             models,
             initial,
             every: every.max(1),
+            interval_min: 0.0,
             sampling,
             available,
             layout,
@@ -119,6 +122,12 @@ impl<M: TransitionModel> MeanField<M> {
             record: None,
             failures: 0,
         }
+    }
+
+    /// Decides also every `seconds` of simulated time (0: only every N events).
+    pub fn with_interval(mut self, seconds: f64) -> Self {
+        self.interval_min = (seconds / 60.0).max(0.0);
+        self
     }
 
     /// Decisions where the policy failed and the GPUs kept their layout.
@@ -144,6 +153,9 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
     }
     fn every_events(&self) -> Option<u32> {
         Some(self.every)
+    }
+    fn next_wakeup(&self, now: f64) -> Option<f64> {
+        (self.interval_min > 0.0).then(|| now + self.interval_min)
     }
     fn feature_layout(&self) -> Option<FeatureLayout> {
         Some(self.layout.clone())

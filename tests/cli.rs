@@ -1,0 +1,121 @@
+//! The `smartmig` binary as a user runs it: outputs, exit codes and error lines.
+
+use std::process::{Command, Output};
+
+fn smartmig(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smartmig")).args(args).output().expect("run smartmig")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+#[test]
+fn mig_layouts_lists_19_maximal_layouts_18_before_r510_with_model_names() {
+    let v = json(&smartmig(&["mig", "layouts", "--gpu", "a100-40gb", "--format", "json"]));
+    let layouts = v.as_array().unwrap();
+    assert_eq!(layouts.len(), 19);
+    for l in layouts {
+        for i in l["instances"].as_array().unwrap() {
+            assert!(i["profile"].is_string() && i["start"].is_u64(), "{i}");
+        }
+    }
+    assert!(layouts.iter().any(|l| l["instances"] == serde_json::json!([{"profile": "7g.40gb", "start": 0}])));
+    let pre = json(&smartmig(&["mig", "layouts", "--gpu", "a100-40gb", "--pre-r510", "--format", "json"]));
+    assert_eq!(pre.as_array().unwrap().len(), 18);
+    let h200 = json(&smartmig(&["mig", "layouts", "--gpu", "h200-141gb", "--format", "json"]));
+    assert_eq!(h200.as_array().unwrap().len(), 19);
+    assert!(h200.to_string().contains("3g.71gb"));
+}
+
+#[test]
+fn an_unknown_gpu_model_exits_3_with_one_line_naming_it() {
+    let o = smartmig(&["mig", "layouts", "--gpu", "v100"]);
+    assert_eq!(o.status.code(), Some(3));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("unknown GPU model `v100`"), "{e}");
+}
+
+#[test]
+fn mig_plan_reports_the_busy_instances_it_would_destroy() {
+    let o = smartmig(&["mig", "plan", "--gpu", "a100-40gb", "--from", "c2", "--to", "c6", "--busy", "3g.20gb@4,4g.20gb@0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("keep:    3g.20gb@4"), "{out}");
+    assert!(out.contains("touches busy: 4g.20gb@0"), "{out}");
+}
+
+#[test]
+fn config_check_names_file_line_and_key_of_each_mistake() {
+    let dir = std::env::temp_dir().join(format!("smartmig-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("version = 1\n[policy]\ndecision_intervl_s = 5\n", ":3:", "decision_intervl_s"),
+        ("version = 1\n[policy]\ndecision_interval_s = -5\n", ":3:", "decision_interval_s"),
+        ("version = 1\n[gpu]\nmodels = [\"v100\"]\n", ":3:", "gpu.models"),
+    ];
+    for (i, (text, line, key)) in cases.iter().enumerate() {
+        let f = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        let o = smartmig(&["config", "check", f.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(3), "{text}");
+        let e = stderr(&o);
+        assert!(e.contains(&format!("bad{i}.toml{line}")) && e.contains(key), "{e}");
+    }
+    let good = smartmig(&["config", "check", concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml")]);
+    assert!(good.status.success(), "{}", stderr(&good));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_dumped_day_replays_to_the_same_result() {
+    let dir = std::env::temp_dir().join(format!("smartmig-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("day.csv");
+    let csv_s = csv.to_str().unwrap();
+    let first = json(&smartmig(&["simulate", "--seed", "7", "--format", "json", "--dump-jobs", csv_s]));
+    let replay = json(&smartmig(&["simulate", "--seed", "7", "--format", "json", "--trace", csv_s, "--trace-format", "jobs"]));
+    for key in ["jobs", "energy_wmin", "avg_tardiness_min", "makespan_min"] {
+        assert_eq!(first[key], replay[key], "{key}");
+    }
+    assert!(first["jobs"].as_u64().unwrap() > 3000);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn compare_json_has_the_stable_keys() {
+    let v = json(&smartmig(&["compare", "--seeds", "2", "--format", "json", "--no-model"]));
+    for key in ["scenario", "gpus", "jobs", "seeds", "reference", "policies", "bounds"] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["reference"], "static-cedf");
+    let policies = v["policies"].as_array().unwrap();
+    let names: Vec<&str> = policies.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for n in ["none", "static-cedf", "static-edf", "static-met", "static-best", "periodic"] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    for p in policies {
+        for key in ["name", "scheduler", "energy_wmin", "energy_kwh", "avg_tardiness_min", "et", "et_gain", "repartitions"] {
+            assert!(p.get(key).is_some(), "policy lacks {key}: {p}");
+        }
+    }
+    let reference = policies.iter().find(|p| p["name"] == "static-cedf").unwrap();
+    assert!((reference["et"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn a_bad_set_override_is_refused_naming_the_key() {
+    let o = smartmig(&["simulate", "--set", "workload.multipler=3"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("multipler"), "{}", stderr(&o));
+}
