@@ -101,14 +101,14 @@ pub fn day_bounds(
 }
 
 /// The tardiness bound `compare` computes for every day: the LP relaxation with a
-/// small model (≤ 50,000 job-slot cells) and 5 s per day, so that a comparison stays a
+/// small model (≤ 20,000 job-slot cells) and 5 s per day, so that a comparison stays a
 /// matter of seconds; on days where preemptive EDF is optimal for the relaxation (no
 /// job late), no model is built at all. `smartmig bounds` solves a finer model.
 pub const COMPARE_TARDINESS: TardinessOptions = TardinessOptions {
     method: Method::Relaxed,
     time_limit_s: 5.0,
     exact_cells: 400,
-    max_cells: 50_000,
+    max_cells: 20_000,
     exact_max_jobs: 40,
 };
 

@@ -104,7 +104,7 @@ impl Default for TardinessOptions {
             method: Method::Auto,
             time_limit_s: 60.0,
             exact_cells: 400,
-            max_cells: 200_000,
+            max_cells: 50_000,
             exact_max_jobs: 40,
         }
     }

@@ -35,6 +35,10 @@ pub struct BoundsArgs {
     /// Time limit for the tardiness solver, seconds (a MIP reports its proven bound).
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
+    /// Size budget of the tardiness model in job-slot cells (sets the slot length; default:
+    /// 400 for the MIP, 50,000 for the LP).
+    #[arg(long)]
+    cells: Option<usize>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -72,6 +76,14 @@ pub fn run(a: BoundsArgs) -> CliResult {
         },
         time_limit_s: a.time_limit,
         ..TardinessOptions::default()
+    };
+    let opts = match a.cells {
+        Some(c) => TardinessOptions {
+            exact_cells: c,
+            max_cells: c,
+            ..opts
+        },
+        None => opts,
     };
     let bounds = day_bounds(&sc, &jobs.jobs, &opts).map_err(CliError::failure)?;
     let report = Report {
