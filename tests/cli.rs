@@ -3,7 +3,10 @@
 use std::process::{Command, Output};
 
 fn smartmig(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smartmig")).args(args).output().expect("run smartmig")
+    Command::new(env!("CARGO_BIN_EXE_smartmig"))
+        .args(args)
+        .output()
+        .expect("run smartmig")
 }
 
 fn stdout(o: &Output) -> String {
@@ -21,7 +24,14 @@ fn json(o: &Output) -> serde_json::Value {
 
 #[test]
 fn mig_layouts_lists_19_maximal_layouts_18_before_r510_with_model_names() {
-    let v = json(&smartmig(&["mig", "layouts", "--gpu", "a100-40gb", "--format", "json"]));
+    let v = json(&smartmig(&[
+        "mig",
+        "layouts",
+        "--gpu",
+        "a100-40gb",
+        "--format",
+        "json",
+    ]));
     let layouts = v.as_array().unwrap();
     assert_eq!(layouts.len(), 19);
     for l in layouts {
@@ -29,10 +39,27 @@ fn mig_layouts_lists_19_maximal_layouts_18_before_r510_with_model_names() {
             assert!(i["profile"].is_string() && i["start"].is_u64(), "{i}");
         }
     }
-    assert!(layouts.iter().any(|l| l["instances"] == serde_json::json!([{"profile": "7g.40gb", "start": 0}])));
-    let pre = json(&smartmig(&["mig", "layouts", "--gpu", "a100-40gb", "--pre-r510", "--format", "json"]));
+    assert!(layouts
+        .iter()
+        .any(|l| l["instances"] == serde_json::json!([{"profile": "7g.40gb", "start": 0}])));
+    let pre = json(&smartmig(&[
+        "mig",
+        "layouts",
+        "--gpu",
+        "a100-40gb",
+        "--pre-r510",
+        "--format",
+        "json",
+    ]));
     assert_eq!(pre.as_array().unwrap().len(), 18);
-    let h200 = json(&smartmig(&["mig", "layouts", "--gpu", "h200-141gb", "--format", "json"]));
+    let h200 = json(&smartmig(&[
+        "mig",
+        "layouts",
+        "--gpu",
+        "h200-141gb",
+        "--format",
+        "json",
+    ]));
     assert_eq!(h200.as_array().unwrap().len(), 19);
     assert!(h200.to_string().contains("3g.71gb"));
 }
@@ -48,7 +75,18 @@ fn an_unknown_gpu_model_exits_3_with_one_line_naming_it() {
 
 #[test]
 fn mig_plan_reports_the_busy_instances_it_would_destroy() {
-    let o = smartmig(&["mig", "plan", "--gpu", "a100-40gb", "--from", "c2", "--to", "c6", "--busy", "3g.20gb@4,4g.20gb@0"]);
+    let o = smartmig(&[
+        "mig",
+        "plan",
+        "--gpu",
+        "a100-40gb",
+        "--from",
+        "c2",
+        "--to",
+        "c6",
+        "--busy",
+        "3g.20gb@4,4g.20gb@0",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("keep:    3g.20gb@4"), "{out}");
@@ -60,8 +98,16 @@ fn config_check_names_file_line_and_key_of_each_mistake() {
     let dir = std::env::temp_dir().join(format!("smartmig-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
-        ("version = 1\n[policy]\ndecision_intervl_s = 5\n", ":3:", "decision_intervl_s"),
-        ("version = 1\n[policy]\ndecision_interval_s = -5\n", ":3:", "decision_interval_s"),
+        (
+            "version = 1\n[policy]\ndecision_intervl_s = 5\n",
+            ":3:",
+            "decision_intervl_s",
+        ),
+        (
+            "version = 1\n[policy]\ndecision_interval_s = -5\n",
+            ":3:",
+            "decision_interval_s",
+        ),
         ("version = 1\n[gpu]\nmodels = [\"v100\"]\n", ":3:", "gpu.models"),
     ];
     for (i, (text, line, key)) in cases.iter().enumerate() {
@@ -70,9 +116,16 @@ fn config_check_names_file_line_and_key_of_each_mistake() {
         let o = smartmig(&["config", "check", f.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(3), "{text}");
         let e = stderr(&o);
-        assert!(e.contains(&format!("bad{i}.toml{line}")) && e.contains(key), "{e}");
+        assert!(
+            e.contains(&format!("bad{i}.toml{line}")) && e.contains(key),
+            "{e}"
+        );
     }
-    let good = smartmig(&["config", "check", concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml")]);
+    let good = smartmig(&[
+        "config",
+        "check",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml"),
+    ]);
     assert!(good.status.success(), "{}", stderr(&good));
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -83,8 +136,26 @@ fn a_dumped_day_replays_to_the_same_result() {
     std::fs::create_dir_all(&dir).unwrap();
     let csv = dir.join("day.csv");
     let csv_s = csv.to_str().unwrap();
-    let first = json(&smartmig(&["simulate", "--seed", "7", "--format", "json", "--dump-jobs", csv_s]));
-    let replay = json(&smartmig(&["simulate", "--seed", "7", "--format", "json", "--trace", csv_s, "--trace-format", "jobs"]));
+    let first = json(&smartmig(&[
+        "simulate",
+        "--seed",
+        "7",
+        "--format",
+        "json",
+        "--dump-jobs",
+        csv_s,
+    ]));
+    let replay = json(&smartmig(&[
+        "simulate",
+        "--seed",
+        "7",
+        "--format",
+        "json",
+        "--trace",
+        csv_s,
+        "--trace-format",
+        "jobs",
+    ]));
     for key in ["jobs", "energy_wmin", "avg_tardiness_min", "makespan_min"] {
         assert_eq!(first[key], replay[key], "{key}");
     }
@@ -94,18 +165,49 @@ fn a_dumped_day_replays_to_the_same_result() {
 
 #[test]
 fn compare_json_has_the_stable_keys() {
-    let v = json(&smartmig(&["compare", "--seeds", "2", "--format", "json", "--no-model"]));
-    for key in ["scenario", "gpus", "jobs", "seeds", "reference", "policies", "bounds"] {
+    let v = json(&smartmig(&[
+        "compare",
+        "--seeds",
+        "2",
+        "--format",
+        "json",
+        "--no-model",
+    ]));
+    for key in [
+        "scenario",
+        "gpus",
+        "jobs",
+        "seeds",
+        "reference",
+        "policies",
+        "bounds",
+    ] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");
     }
     assert_eq!(v["reference"], "static-cedf");
     let policies = v["policies"].as_array().unwrap();
     let names: Vec<&str> = policies.iter().map(|p| p["name"].as_str().unwrap()).collect();
-    for n in ["none", "static-cedf", "static-edf", "static-met", "static-best", "periodic"] {
+    for n in [
+        "none",
+        "static-cedf",
+        "static-edf",
+        "static-met",
+        "static-best",
+        "periodic",
+    ] {
         assert!(names.contains(&n), "{names:?}");
     }
     for p in policies {
-        for key in ["name", "scheduler", "energy_wmin", "energy_kwh", "avg_tardiness_min", "et", "et_gain", "repartitions"] {
+        for key in [
+            "name",
+            "scheduler",
+            "energy_wmin",
+            "energy_kwh",
+            "avg_tardiness_min",
+            "et",
+            "et_gain",
+            "repartitions",
+        ] {
             assert!(p.get(key).is_some(), "policy lacks {key}: {p}");
         }
     }

@@ -464,11 +464,22 @@ fn sacct_records_the_routed_type_and_limit() {
     let (jobs, stats) = smartmig::workload::sacct::read_sacct(text.as_bytes(), "sacct dump", false)
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(jobs.jobs.len(), 1, "{text}");
-    assert!(stats.total_skipped() >= 1, "the batch step row is skipped: {stats}\n{text}");
+    assert!(
+        stats.total_skipped() >= 1,
+        "the batch step row is skipped: {stats}\n{text}"
+    );
     let j = &jobs.jobs[0];
     assert_eq!(j.release, 0.0);
-    assert!(j.times[1] > 0.0 && j.times[1] < 1.0, "ran about a second on the 2g: {:?}", j.times);
-    assert!((j.times[0] - 2.0 * j.times[1]).abs() < 1e-9, "twice as long on a 1g: {:?}", j.times);
+    assert!(
+        j.times[1] > 0.0 && j.times[1] < 1.0,
+        "ran about a second on the 2g: {:?}",
+        j.times
+    );
+    assert!(
+        (j.times[0] - 2.0 * j.times[1]).abs() < 1e-9,
+        "twice as long on a 1g: {:?}",
+        j.times
+    );
     assert_eq!(jobs.classes[usize::from(j.class)], "bert-infer");
 }
 

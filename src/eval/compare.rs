@@ -84,8 +84,15 @@ impl PolicySpec {
                 };
                 let interval = meta.decision.seconds;
                 Box::new(
-                    MeanField::new(sc, vec![rt], meta.feature_layout, initial.clone(), every, sampling)
-                        .with_interval(interval),
+                    MeanField::new(
+                        sc,
+                        vec![rt],
+                        meta.feature_layout,
+                        initial.clone(),
+                        every,
+                        sampling,
+                    )
+                    .with_interval(interval),
                 )
             }
         })
