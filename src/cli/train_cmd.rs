@@ -32,7 +32,7 @@ pub struct TrainArgs {
     #[arg(long)]
     resume: bool,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 3e-4)]
+    #[arg(long, default_value_t = PpoConfig::default().lr)]
     lr: f64,
     /// Decide every this many arrivals and completions.
     #[arg(long, default_value_t = 5)]

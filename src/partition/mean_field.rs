@@ -155,7 +155,7 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
         Some(self.every)
     }
     fn next_wakeup(&self, now: f64) -> Option<f64> {
-        (self.interval_min > 0.0).then(|| now + self.interval_min)
+        (self.interval_min > 0.0).then_some(now + self.interval_min)
     }
     fn feature_layout(&self) -> Option<FeatureLayout> {
         Some(self.layout.clone())

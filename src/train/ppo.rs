@@ -35,13 +35,16 @@ pub struct PpoConfig {
     pub value_coef: f64,
     /// Initial logit bonus of staying in the current configuration.
     pub stay_bias: f32,
+    /// Stop an update's epochs once the approximate KL divergence from the rollout
+    /// policy (per decision) exceeds this: it keeps rarely sampled moves from drifting.
+    pub target_kl: f64,
 }
 
 impl Default for PpoConfig {
     fn default() -> Self {
         PpoConfig {
             hidden: vec![64, 64],
-            lr: 3e-4,
+            lr: 1e-4,
             gamma: 0.999,
             lambda: 0.95,
             clip: 0.2,
@@ -50,6 +53,7 @@ impl Default for PpoConfig {
             entropy: 1e-3,
             value_coef: 0.5,
             stay_bias: 9.0,
+            target_kl: 0.02,
         }
     }
 }
@@ -284,7 +288,7 @@ impl Learner {
         };
         let mut batches = 0f64;
         let mut order: Vec<u32> = (0..n as u32).collect();
-        for _ in 0..self.cfg.epochs {
+        'epochs: for _ in 0..self.cfg.epochs {
             rand::seq::SliceRandom::shuffle(order.as_mut_slice(), rng);
             for chunk in order.chunks(self.cfg.minibatch.max(1)) {
                 let idx = Tensor::from_slice(chunk, chunk.len(), &self.device)?;
@@ -294,7 +298,11 @@ impl Learner {
                     cnt.index_select(&idx, 0)?,
                 );
                 let (lp, ent) = self.log_probs(&xb, &mb, &cb)?;
-                let log_ratio = (lp - old_lp.index_select(&idx, 0)?)?.clamp(-20.0, 20.0)?;
+                let log_ratio = (&lp - old_lp.index_select(&idx, 0)?)?.clamp(-20.0, 20.0)?;
+                let approx_kl = f64::from(log_ratio.neg()?.mean_all()?.to_scalar::<f32>()?);
+                if approx_kl > self.cfg.target_kl {
+                    break 'epochs;
+                }
                 let ratio = log_ratio.exp()?;
                 let ab = adv.index_select(&idx, 0)?;
                 let s1 = (&ratio * &ab)?;
@@ -311,6 +319,7 @@ impl Learner {
                 batches += 1.0;
             }
         }
+        let batches = batches.max(1.0);
         stats.policy_loss /= batches;
         stats.value_loss /= batches;
         stats.entropy /= batches;
