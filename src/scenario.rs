@@ -459,26 +459,7 @@ impl Scenario {
             }
         }
         let check_layout = |key: &str, names: &[String]| -> Result<(), ScenarioError> {
-            if names.is_empty() {
-                return Err(bad(key, "is empty".into()));
-            }
-            for n in names {
-                for cm in &models {
-                    let c = cm.configurations.iter().find(|c| c.name == *n).ok_or_else(|| {
-                        bad(
-                            key,
-                            format!(
-                                "unknown configuration `{n}` (known: c1..c{})",
-                                cm.configurations.len()
-                            ),
-                        )
-                    })?;
-                    if let Some(why) = &c.unavailable {
-                        return Err(bad(key, format!("{} cannot take {n}: {why}", cm.model.key)));
-                    }
-                }
-            }
-            Ok(())
+            check_layout(&models, names).map_err(|m| bad(key, m))
         };
         check_layout("baselines.reference_layout", &self.baselines.reference_layout)?;
         if let Some(best) = &self.baselines.static_best {
@@ -565,8 +546,37 @@ pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ScenarioError
     Ok(())
 }
 
+/// Checks a layout given as configuration names: not empty, and every name a
+/// configuration every GPU model of the cluster can take.
+fn check_layout(models: &[ClusterModel], names: &[String]) -> Result<(), String> {
+    if names.is_empty() {
+        return Err("is empty".into());
+    }
+    for n in names {
+        for cm in models {
+            let c = cm.configurations.iter().find(|c| c.name == *n).ok_or_else(|| {
+                format!(
+                    "unknown configuration `{n}` (known: c1..c{})",
+                    cm.configurations.len()
+                )
+            })?;
+            if let Some(why) = &c.unavailable {
+                return Err(format!("{} cannot take {n}: {why}", cm.model.key));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl ResolvedScenario {
-    /// The layout named by configuration names, cycled over the GPUs: configuration index per GPU.
+    /// Checks a layout given on the command line, as the scenario's own layouts are checked.
+    pub fn check_layout(&self, names: &[String]) -> Result<(), String> {
+        check_layout(&self.models, names)
+    }
+
+    /// The layout named by configuration names, cycled over the GPUs: configuration index
+    /// per GPU. The names must have passed [`ResolvedScenario::check_layout`] (the
+    /// scenario's own layouts have).
     pub fn layout_indices(&self, names: &[String]) -> Vec<usize> {
         self.gpus
             .iter()

@@ -221,3 +221,14 @@ fn a_bad_set_override_is_refused_naming_the_key() {
     assert_eq!(o.status.code(), Some(3));
     assert!(stderr(&o).contains("multipler"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_static_layout_with_an_unknown_configuration_is_refused() {
+    let o = smartmig(&["simulate", "--layout", "c6,c13"]);
+    assert_eq!(o.status.code(), Some(3));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--layout c6,c13") && e.contains("unknown configuration `c13`"),
+        "{e}"
+    );
+}

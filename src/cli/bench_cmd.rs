@@ -5,7 +5,7 @@ use std::time::Instant;
 use clap::Args;
 
 use super::{table, CliError, CliResult};
-use crate::eval::compare::{baselines, run_baseline, REFERENCE};
+use crate::eval::compare::run_reference;
 use crate::eval::EVAL_SEED_BASE;
 use crate::scenario::Scenario;
 use crate::workload;
@@ -42,10 +42,6 @@ struct Row {
 
 fn measure(name: &str, sets: &[String], reps: u32) -> Result<Row, CliError> {
     let sc = Scenario::reference(sets).map_err(CliError::input)?;
-    let policy = baselines(&sc, None)
-        .into_iter()
-        .find(|p| p.name == REFERENCE)
-        .ok_or_else(|| CliError::failure(anyhow::anyhow!("no reference policy")))?;
     let t0 = Instant::now();
     let jobs = workload::from_scenario(&sc, EVAL_SEED_BASE, false).map_err(CliError::input)?;
     let gen_s = t0.elapsed().as_secs_f64();
@@ -53,7 +49,7 @@ fn measure(name: &str, sets: &[String], reps: u32) -> Result<Row, CliError> {
     let mut events = 0;
     for _ in 0..reps.max(1) {
         let t = Instant::now();
-        let r = run_baseline(&sc, &jobs, &policy, EVAL_SEED_BASE);
+        let r = run_reference(&sc, &jobs, EVAL_SEED_BASE);
         times.push(t.elapsed().as_secs_f64());
         events = r.events;
     }

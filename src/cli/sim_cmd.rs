@@ -220,7 +220,8 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         PolicyArg::None => LayoutSpec::Static(vec!["c1".into()]),
         PolicyArg::Static => {
             let l = a.layout.clone().unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
-            check_layout(&sc, &l)?;
+            sc.check_layout(&l)
+                .map_err(|m| CliError::input(anyhow::anyhow!("--layout {}: {m}", l.join(","))))?;
             LayoutSpec::Static(l)
         }
         PolicyArg::StaticBest => LayoutSpec::Static(sc.scenario.baselines.static_best.clone().ok_or_else(|| {
@@ -294,19 +295,6 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
             Ok(())
         }
     }
-}
-
-fn check_layout(sc: &ResolvedScenario, layout: &[String]) -> Result<(), CliError> {
-    let set = format!("baselines.reference_layout={}", toml_list(layout));
-    let text = toml::to_string(&sc.scenario).map_err(CliError::failure)?;
-    Scenario::parse(&text, "--layout", &[set])
-        .map(|_| ())
-        .map_err(CliError::input)
-}
-
-fn toml_list(v: &[String]) -> String {
-    let quoted: Vec<String> = v.iter().map(|s| format!("\"{s}\"")).collect();
-    format!("[{}]", quoted.join(", "))
 }
 
 fn make_dir(dir: &Path) -> Result<(), CliError> {

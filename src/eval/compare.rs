@@ -54,21 +54,11 @@ impl PolicySpec {
         }
     }
 
-    /// The repartitioner of a fixed-rule policy (static or periodic); `None` for a learned one.
-    fn baseline_repartitioner(&self, sc: &ResolvedScenario) -> Option<Box<dyn Repartitioner>> {
-        match &self.layout {
-            LayoutSpec::Static(l) => Some(Box::new(Static::new(self.name.clone(), l.clone()))),
-            LayoutSpec::Periodic => Some(Box::new(Periodic::new(sc, &sc.scenario.baselines.periodic))),
-            LayoutSpec::MeanField { .. } => None,
-        }
-    }
-
     /// A fresh repartitioner for one run (a learned policy is loaded and checked here).
     pub fn repartitioner(&self, sc: &ResolvedScenario) -> Result<Box<dyn Repartitioner>, RuntimeError> {
         Ok(match &self.layout {
-            LayoutSpec::Static(_) | LayoutSpec::Periodic => self
-                .baseline_repartitioner(sc)
-                .unwrap_or_else(|| Box::new(Static::none())),
+            LayoutSpec::Static(l) => Box::new(Static::new(self.name.clone(), l.clone())),
+            LayoutSpec::Periodic => Box::new(Periodic::new(sc, &sc.scenario.baselines.periodic)),
             LayoutSpec::MeanField { model, initial } => {
                 let expected = scenario_metadata(sc, 0, DEFAULT_EVERY_EVENTS, DEFAULT_TOP_K as u32, 0);
                 let rt = PolicyRuntime::load_with(&OnnxRuntime::init_or_fetch(None)?, model, &expected)?;
@@ -130,7 +120,25 @@ pub fn baselines(sc: &ResolvedScenario, best: Option<&[String]>) -> Vec<PolicySp
     v
 }
 
-/// Runs one policy on one job set.
+/// Runs `policy` with `scheduler` on one job set, under the scenario's semantics.
+fn simulate(
+    sc: &ResolvedScenario,
+    jobs: &JobSet,
+    scheduler: Scheduler,
+    seed: u64,
+    sample: Option<f64>,
+    policy: &mut dyn Repartitioner,
+) -> RunResult {
+    let opts = RunOptions {
+        scheduler,
+        semantics: sc.scenario.repartition.semantics,
+        seed,
+        sample_every: sample,
+    };
+    Simulation::new(sc, &jobs.jobs, opts).run(policy)
+}
+
+/// Runs one policy on one job set (a learned policy is loaded first, which can fail).
 pub fn run_policy(
     sc: &ResolvedScenario,
     jobs: &JobSet,
@@ -138,29 +146,31 @@ pub fn run_policy(
     seed: u64,
     sample: Option<f64>,
 ) -> Result<RunResult, RuntimeError> {
-    let opts = RunOptions {
-        scheduler: p.scheduler,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
-        sample_every: sample,
-    };
     let mut r = p.repartitioner(sc)?;
-    Ok(Simulation::new(sc, &jobs.jobs, opts).run(r.as_mut()))
+    Ok(simulate(sc, jobs, p.scheduler, seed, sample, r.as_mut()))
 }
 
-/// Runs a static or periodic policy; a learned one is not a baseline and runs with no
-/// repartitioning here (use [`run_policy`]).
-pub fn run_baseline(sc: &ResolvedScenario, jobs: &JobSet, p: &PolicySpec, seed: u64) -> RunResult {
-    let opts = RunOptions {
-        scheduler: p.scheduler,
-        semantics: sc.scenario.repartition.semantics,
+/// Runs a static layout (configuration names the scenario has checked) with `scheduler`.
+pub fn run_static(
+    sc: &ResolvedScenario,
+    jobs: &JobSet,
+    scheduler: Scheduler,
+    layout: &[String],
+    seed: u64,
+) -> RunResult {
+    let mut policy = Static::new("static", layout.to_vec());
+    simulate(sc, jobs, scheduler, seed, None, &mut policy)
+}
+
+/// The reference run ET is measured against: static CEDF on the scenario's reference layout.
+pub fn run_reference(sc: &ResolvedScenario, jobs: &JobSet, seed: u64) -> RunResult {
+    run_static(
+        sc,
+        jobs,
+        Scheduler::Cedf,
+        &sc.scenario.baselines.reference_layout,
         seed,
-        sample_every: None,
-    };
-    let mut r = p
-        .baseline_repartitioner(sc)
-        .unwrap_or_else(|| Box::new(Static::none()));
-    Simulation::new(sc, &jobs.jobs, opts).run(r.as_mut())
+    )
 }
 
 /// A comparison that could not run.

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::compare::{run_baseline, LayoutSpec, PolicySpec, REFERENCE};
+use super::compare::{run_reference, run_static};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
 use crate::sim::RunResult;
@@ -65,15 +65,13 @@ impl Search<'_> {
         let scored: Vec<(Counts, f64)> = todo
             .into_par_iter()
             .map(|c| {
-                let p = PolicySpec {
-                    name: "candidate".into(),
-                    scheduler: Scheduler::Cedf,
-                    layout: LayoutSpec::Static(self.names(&c)),
-                };
+                let layout = self.names(&c);
                 let et = self
                     .days
                     .iter()
-                    .map(|(seed, jobs, reference)| run_baseline(self.sc, jobs, &p, *seed).et(reference, a))
+                    .map(|(seed, jobs, reference)| {
+                        run_static(self.sc, jobs, Scheduler::Cedf, &layout, *seed).et(reference, a)
+                    })
                     .sum::<f64>()
                     / self.days.len() as f64;
                 (c, et)
@@ -96,16 +94,11 @@ pub fn tune_static(
     seeds: &[u64],
     progress: &indicatif::ProgressBar,
 ) -> Result<TuneResult, TraceError> {
-    let reference = PolicySpec {
-        name: REFERENCE.into(),
-        scheduler: Scheduler::Cedf,
-        layout: LayoutSpec::Static(sc.scenario.baselines.reference_layout.clone()),
-    };
     let days = seeds
         .par_iter()
         .map(|&seed| {
             let jobs = workload::from_scenario(sc, seed, false)?;
-            let r = run_baseline(sc, &jobs, &reference, seed);
+            let r = run_reference(sc, &jobs, seed);
             Ok((seed, jobs, r))
         })
         .collect::<Result<Vec<_>, TraceError>>()?;
@@ -211,4 +204,47 @@ pub fn tune_static(
         evaluations: s.cache.len(),
         seeds: seeds.to_vec(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    #[test]
+    fn the_search_is_never_worse_than_its_starting_points() {
+        let sc = Scenario::reference(&[
+            "cluster.gpus=[{model=\"a100-40gb\",count=3}]".into(),
+            "workload.days=0.25".into(),
+            "workload.multiplier=6".into(),
+            "baselines.reference_layout=[\"c1\", \"c5\", \"c12\"]".into(),
+        ])
+        .unwrap();
+        let t = tune_static(&sc, &[1, 2], &indicatif::ProgressBar::hidden()).unwrap();
+        assert_eq!(t.layout.len(), 3);
+        assert!(sc.check_layout(&t.layout).is_ok());
+        // The reference scores 1 by definition, and the best uniform layout was a start.
+        assert!(t.et <= 1.0 + 1e-12, "{}", t.et);
+        assert!(
+            t.et <= t.best_uniform.1 + 1e-12,
+            "{} vs {:?}",
+            t.et,
+            t.best_uniform
+        );
+        assert!(t.evaluations > 12, "the search went beyond the uniform layouts");
+        // Re-scoring the result on the same days reproduces the reported ET.
+        let days: Vec<_> = [1u64, 2]
+            .iter()
+            .map(|&s| (s, workload::from_scenario(&sc, s, false).unwrap()))
+            .collect();
+        let a = sc.scenario.objective.energy_weight;
+        let et = days
+            .iter()
+            .map(|(s, j)| {
+                run_static(&sc, j, Scheduler::Cedf, &t.layout, *s).et(&run_reference(&sc, j, *s), a)
+            })
+            .sum::<f64>()
+            / 2.0;
+        assert!((et - t.et).abs() < 1e-9, "{et} vs {}", t.et);
+    }
 }

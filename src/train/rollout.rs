@@ -1,7 +1,7 @@
 //! One training episode: a simulated day under the current policy, turned into the
 //! per-decision samples PPO learns from.
 
-use crate::eval::compare::{baselines, run_baseline, REFERENCE};
+use crate::eval::compare::run_reference;
 use rand_chacha::ChaCha8Rng;
 
 use crate::partition::mean_field::{DecisionRecord, MeanField};
@@ -106,14 +106,8 @@ pub fn run_episode(
 ) -> Result<Episode, TraceError> {
     let jobs = workload::from_scenario(sc, seed, false)?;
     let a = sc.scenario.objective.energy_weight;
-    let reference = baselines(sc, None)
-        .into_iter()
-        .find(|p| p.name == REFERENCE)
-        .map(|p| run_baseline(sc, &jobs, &p, seed));
-    let (e_ref, t_ref) = match &reference {
-        Some(r) => (r.energy_wmin, r.avg_tardiness_min),
-        None => (1.0, 1.0),
-    };
+    let reference = run_reference(sc, &jobs, seed);
+    let (e_ref, t_ref) = (reference.energy_wmin, reference.avg_tardiness_min);
     let n = jobs.jobs.len().max(1) as f64;
     let l_ref = t_ref.max(MIN_T_REF) * n;
     let sampling = SamplingConfig {
