@@ -256,7 +256,7 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         plot::load_over_time(
             &dir.join("load.svg"),
             series,
-            &format!("{}: arrivals and busy slices", sc.scenario.name),
+            &format!("{}: arrivals, busy slices, waiting jobs", sc.scenario.name),
         )
         .map_err(CliError::failure)?;
         plot::configuration_mix(
@@ -358,7 +358,10 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
         plot::load_over_time(
             &dir.join("load.svg"),
             series,
-            &format!("{}: arrivals and busy slices ({})", cmp.scenario, cmp.reference),
+            &format!(
+                "{}: arrivals, busy slices, waiting jobs ({})",
+                cmp.scenario, cmp.reference
+            ),
         )
         .map_err(CliError::failure)?;
     }

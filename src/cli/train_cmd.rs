@@ -48,10 +48,6 @@ pub struct TrainArgs {
 /// Runs `train`.
 pub fn run(a: TrainArgs) -> CliResult {
     let sc = a.scenario.load()?;
-    let cm = sc
-        .models
-        .first()
-        .ok_or_else(|| CliError::input(anyhow::anyhow!("the scenario has no GPU model")))?;
     let cfg = TrainConfig {
         iterations: a.iterations,
         episodes: a.episodes,
@@ -63,7 +59,6 @@ pub fn run(a: TrainArgs) -> CliResult {
             ..PpoConfig::default()
         },
     };
-    let _ = cm;
     let mut metadata = scenario_metadata(&sc, 0, cfg.every_events, cfg.top_k as u32, cfg.seed);
     if let Some(path) = &a.scenario.scenario {
         metadata.training_scenario = path.display().to_string();

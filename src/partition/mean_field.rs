@@ -90,7 +90,8 @@ pub struct MeanField<M: TransitionModel> {
     buf: Vec<f32>,
     /// Decisions, recorded when set (training).
     pub record: Option<Vec<DecisionRecord>>,
-    failures: u64,
+    /// A policy failure was logged (once per run: each one keeps the layouts).
+    failure_logged: bool,
 }
 
 impl<M: TransitionModel> MeanField<M> {
@@ -120,7 +121,7 @@ impl<M: TransitionModel> MeanField<M> {
             layout,
             buf: Vec::new(),
             record: None,
-            failures: 0,
+            failure_logged: false,
         }
     }
 
@@ -128,16 +129,6 @@ impl<M: TransitionModel> MeanField<M> {
     pub fn with_interval(mut self, seconds: f64) -> Self {
         self.interval_min = (seconds / 60.0).max(0.0);
         self
-    }
-
-    /// Decisions where the policy failed and the GPUs kept their layout.
-    pub fn failures(&self) -> u64 {
-        self.failures
-    }
-
-    /// The models, e.g. to read weights back.
-    pub fn into_models(self) -> Vec<M> {
-        self.models
     }
 }
 
@@ -174,10 +165,10 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
                 Ok(t) => t,
                 Err(e) => {
                     // The GPUs keep their layout: a failing policy must not move hardware.
-                    if self.failures == 0 {
+                    if !self.failure_logged {
                         log::error!("mean-field policy failed, keeping layouts: {e}");
                     }
-                    self.failures += 1;
+                    self.failure_logged = true;
                     continue;
                 }
             };

@@ -15,8 +15,6 @@ pub struct DecisionView<'a> {
     pub now: f64,
     /// The cluster: configurations, busy slices, pending drains.
     pub cluster: &'a Cluster,
-    /// Jobs waiting to start.
-    pub waiting: usize,
     /// Queue statistics, when the policy asked for them.
     pub features: Option<&'a FeatureTracker>,
     /// Busy compute slices per GPU model.

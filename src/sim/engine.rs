@@ -359,7 +359,6 @@ impl<'a> Simulation<'a> {
             let view = DecisionView {
                 now: self.now,
                 cluster: &self.cluster,
-                waiting: self.queue.len(),
                 features: self.features.as_ref(),
                 busy_by_model: &self.busy_by_model,
                 energy_wmin: self.meter.energy_wmin(),

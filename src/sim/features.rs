@@ -123,11 +123,6 @@ impl FeatureTracker {
         self.update(job, rem, -1);
     }
 
-    /// Jobs waiting.
-    pub fn waiting(&self) -> u32 {
-        self.waiting
-    }
-
     /// Appends the features of one GPU model to `out`, in the layout's order.
     ///
     /// `config_counts`: the model's GPUs per configuration; `busy_slices`: its busy compute

@@ -38,47 +38,44 @@ const PALETTE: [RGBColor; 12] = [
     RGBColor(173, 73, 74),
 ];
 
-/// Arrivals per hour and busy compute slices over time.
-pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotError> {
+/// One labelled line of a [`line_chart`].
+struct Line {
+    label: String,
+    points: Vec<(f64, f64)>,
+}
+
+/// Lines over a shared x axis, with a legend; axis ranges fit the data.
+fn line_chart(path: &Path, title: &str, axes: (&str, &str), lines: &[Line]) -> Result<(), PlotError> {
     let e = err(path);
-    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    let all = || lines.iter().flat_map(|l| l.points.iter());
+    let x_max = all().map(|p| p.0).fold(1.0, f64::max);
+    let (lo, hi) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let (lo, hi) = if lo > hi { (0.0, 1.0) } else { (lo, hi) };
+    let pad = ((hi - lo).abs() * 0.05).max(0.01);
+    let y0 = if lo >= 0.0 { (lo - pad).max(0.0) } else { lo - pad };
+    let root = SVGBackend::new(path, (900, 440)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    let t_max = s.samples.last().map_or(1.0, |x| x.t).max(1.0) / 60.0;
-    let per_hour = 60.0 / s.every;
-    let arr_max = s.arrivals.iter().copied().max().unwrap_or(1) as f64 * per_hour;
-    let y_max = arr_max.max(f64::from(s.total_slices)).max(1.0) * 1.05;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..x_max, y0..hi + pad)
         .map_err(|x| e(x.to_string()))?;
     chart
         .configure_mesh()
-        .x_desc("hours")
-        .y_desc("arrivals/hour, busy slices")
+        .x_desc(axes.0)
+        .y_desc(axes.1)
         .draw()
         .map_err(|x| e(x.to_string()))?;
-    chart
-        .draw_series(LineSeries::new(
-            s.samples
-                .iter()
-                .zip(&s.arrivals)
-                .map(|(x, &a)| (x.t / 60.0, f64::from(a) * per_hour)),
-            &PALETTE[0],
-        ))
-        .map_err(|x| e(x.to_string()))?
-        .label("arrivals per hour")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PALETTE[0]));
-    chart
-        .draw_series(LineSeries::new(
-            s.samples.iter().map(|x| (x.t / 60.0, f64::from(x.busy_slices))),
-            &PALETTE[1],
-        ))
-        .map_err(|x| e(x.to_string()))?
-        .label("busy compute slices")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PALETTE[1]));
+    for (i, l) in lines.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(LineSeries::new(l.points.iter().copied(), color.stroke_width(2)))
+            .map_err(|x| e(x.to_string()))?
+            .label(l.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -86,6 +83,36 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
         .draw()
         .map_err(|x| e(x.to_string()))?;
     root.present().map_err(|x| e(x.to_string()))
+}
+
+/// Arrivals per hour, busy compute slices and waiting jobs over time.
+pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotError> {
+    let per_hour = 60.0 / s.every;
+    let hours = |t: f64| t / 60.0;
+    let lines = [
+        Line {
+            label: "arrivals per hour".into(),
+            points: s
+                .samples
+                .iter()
+                .zip(&s.arrivals)
+                .map(|(x, &a)| (hours(x.t), f64::from(a) * per_hour))
+                .collect(),
+        },
+        Line {
+            label: format!("busy compute slices (of {})", s.total_slices),
+            points: s
+                .samples
+                .iter()
+                .map(|x| (hours(x.t), f64::from(x.busy_slices)))
+                .collect(),
+        },
+        Line {
+            label: "waiting jobs".into(),
+            points: s.samples.iter().map(|x| (hours(x.t), x.waiting as f64)).collect(),
+        },
+    ];
+    line_chart(path, title, ("hours", "count"), &lines)
 }
 
 /// Share of GPUs in each configuration over time, stacked.
@@ -197,50 +224,63 @@ pub fn learning_curve(
     refs: &[(String, f64)],
     title: &str,
 ) -> Result<(), PlotError> {
-    let e = err(path);
-    let root = SVGBackend::new(path, (900, 450)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
     let x_max = curve.last().map_or(1, |p| p.0 + 1).max(1) as f64;
-    let ys = curve.iter().map(|p| p.1).chain(refs.iter().map(|r| r.1));
-    let (lo, hi) = ys.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
-    let pad = ((hi - lo).abs() * 0.1).max(0.01);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..x_max, (lo - pad)..(hi + pad))
-        .map_err(|x| e(x.to_string()))?;
-    chart
-        .configure_mesh()
-        .x_desc("iteration")
-        .y_desc("ET vs static CEDF (lower is better)")
-        .draw()
-        .map_err(|x| e(x.to_string()))?;
-    chart
-        .draw_series(LineSeries::new(
-            curve.iter().map(|p| (f64::from(p.0), p.1)),
-            &PALETTE[0],
-        ))
-        .map_err(|x| e(x.to_string()))?
-        .label("smart-mig (training days)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PALETTE[0]));
-    for (i, (name, v)) in refs.iter().enumerate() {
-        let color = PALETTE[(i + 1) % PALETTE.len()];
-        chart
-            .draw_series(LineSeries::new(
-                vec![(0.0, *v), (x_max, *v)],
-                color.stroke_width(2),
-            ))
-            .map_err(|x| e(x.to_string()))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    let mut lines = vec![Line {
+        label: "smart-mig (training days)".into(),
+        points: curve.iter().map(|p| (f64::from(p.0), p.1)).collect(),
+    }];
+    lines.extend(refs.iter().map(|(name, v)| Line {
+        label: name.clone(),
+        points: vec![(0.0, *v), (x_max, *v)],
+    }));
+    line_chart(
+        path,
+        title,
+        ("iteration", "ET vs static CEDF (lower is better)"),
+        &lines,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::metrics::Sample;
+
+    fn svg(name: &str, draw: impl FnOnce(&Path) -> Result<(), PlotError>) -> String {
+        let path = std::env::temp_dir().join(format!("smartmig-plot-{}-{name}.svg", std::process::id()));
+        draw(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        text
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(x.to_string()))?;
-    root.present().map_err(|x| e(x.to_string()))
+
+    #[test]
+    fn the_load_plot_shows_arrivals_busy_slices_and_waiting_jobs() {
+        let s = Series {
+            every: 10.0,
+            samples: (0..5)
+                .map(|i| Sample {
+                    t: f64::from(i) * 10.0,
+                    busy_slices: i * 7,
+                    waiting: i as usize,
+                })
+                .collect(),
+            arrivals: vec![1, 2, 3, 4, 5],
+            config_names: vec!["c1".into()],
+            config_counts: vec![vec![1]; 5],
+            total_slices: 56,
+        };
+        let text = svg("load", |p| load_over_time(p, &s, "load"));
+        for label in ["arrivals per hour", "busy compute slices (of 56)", "waiting jobs"] {
+            assert!(text.contains(label), "{label}");
+        }
+    }
+
+    #[test]
+    fn the_learning_curve_shows_its_reference_lines() {
+        let text = svg("curve", |p| {
+            learning_curve(p, &[(0, 0.9), (1, 0.8)], &[("static-best".into(), 0.64)], "t")
+        });
+        assert!(text.contains("smart-mig (training days)") && text.contains("static-best"));
+    }
 }
