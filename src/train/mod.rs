@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::eval::TRAIN_SEED_BASE;
+use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE};
 use crate::policy::{onnx_writer, PolicyMetadata};
 use crate::scenario::ResolvedScenario;
 pub use ppo::{Learner, PpoConfig, UpdateStats};
@@ -125,7 +125,12 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
 /// The seeds of iteration `it`'s days: disjoint across iterations, below the evaluation seeds.
 pub fn iteration_seeds(cfg: &TrainConfig, it: u32) -> Vec<u64> {
     (0..cfg.episodes)
-        .map(|e| TRAIN_SEED_BASE + cfg.seed * 100_000 + u64::from(it * cfg.episodes + e))
+        .map(|e| {
+            let day = u64::from(it) * u64::from(cfg.episodes) + u64::from(e);
+            TRAIN_SEED_BASE
+                .saturating_add(cfg.seed.saturating_mul(100_000))
+                .saturating_add(day)
+        })
         .collect()
 }
 
@@ -145,6 +150,16 @@ pub fn train(
         return Err(TrainError::Scenario(format!(
             "training needs a scenario with one GPU model, this one has {}",
             sc.models.len()
+        )));
+    }
+    let last_seed = iteration_seeds(&cfg, cfg.iterations.saturating_sub(1))
+        .last()
+        .copied()
+        .unwrap_or(0);
+    if last_seed >= EVAL_SEED_BASE {
+        return Err(TrainError::Scenario(format!(
+            "training days up to seed {last_seed} would reach the evaluation seeds ({EVAL_SEED_BASE}..): \
+             use a smaller --seed, --iterations or --episodes"
         )));
     }
     let k = sc.models[0].configurations.len();
@@ -213,4 +228,38 @@ pub fn train(
     }
     onnx_writer::write(out, &learner.policy()?, &metadata)?;
     Ok(progress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn training_days_never_reach_the_evaluation_seeds() {
+        let cfg = TrainConfig {
+            iterations: 50,
+            episodes: 8,
+            seed: 3,
+            ..TrainConfig::default()
+        };
+        let first = iteration_seeds(&cfg, 0);
+        let last = iteration_seeds(&cfg, 49);
+        assert!(first.iter().chain(&last).all(|&s| s < EVAL_SEED_BASE));
+        assert!(
+            first.iter().all(|s| !last.contains(s)),
+            "iterations train on new days"
+        );
+        let sc = crate::scenario::Scenario::reference(&[]).unwrap();
+        let big = TrainConfig { seed: 10, ..cfg };
+        let meta = crate::partition::mean_field::scenario_metadata(&sc, 0, 5, 3, 10);
+        let out = std::env::temp_dir().join(format!("smartmig-seed-{}.onnx", std::process::id()));
+        let err = train(&sc, big, &out, false, meta, |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("evaluation seeds"), "{err}");
+        assert!(
+            !out.exists() && !checkpoint_dir(&out).exists(),
+            "refused before writing anything"
+        );
+    }
 }

@@ -163,3 +163,43 @@ pub fn run_episode(
         repartitions: result.repartitions,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::compare::run_static;
+    use crate::policy::Activation;
+    use rand::SeedableRng;
+
+    #[test]
+    fn a_days_rewards_sum_to_the_et_it_gained_over_keeping_the_start_layout() {
+        let sc = crate::scenario::Scenario::reference(&["workload.days=0.25".into()]).unwrap();
+        let k = sc.models[0].configurations.len();
+        let dim = crate::sim::features::feature_dim(k);
+        // An untrained network with no stay bias moves GPUs often: a day unlike the start.
+        let net = PolicyNetwork::init(
+            &[dim, 16, k * k],
+            Activation::Tanh,
+            &mut ChaCha8Rng::seed_from_u64(3),
+        );
+        let initial = vec!["c2".to_string(), "c6".to_string()];
+        let spec = RolloutSpec {
+            every_events: 5,
+            top_k: 3,
+            initial: initial.clone(),
+        };
+        let ep = run_episode(&sc, &net, &spec, 11).unwrap();
+        assert!(ep.repartitions > 0, "the test needs a policy that moves");
+        assert_eq!(ep.rewards.len(), ep.steps.len());
+        let jobs = workload::from_scenario(&sc, 11, false).unwrap();
+        let a = sc.scenario.objective.energy_weight;
+        let kept =
+            run_static(&sc, &jobs, Scheduler::Cedf, &initial, 11).et(&run_reference(&sc, &jobs, 11), a);
+        let sum: f64 = ep.rewards.iter().map(|&r| f64::from(r)).sum();
+        assert!(
+            (sum - (kept - ep.et)).abs() < 1e-3,
+            "rewards {sum} vs ET gain {}",
+            kept - ep.et
+        );
+    }
+}
