@@ -30,7 +30,7 @@ use std::io::Read;
 
 use super::job::{Job, JobSet};
 use super::trace::{
-    field, line_of, share_times, Columns, ReadStats, RowLog, SkipReason, TraceError, DEADLINE_SLACK,
+    field, line_of, share_times, Columns, CsvTrace, ReadStats, SkipReason, TraceError, DEADLINE_SLACK,
 };
 
 const NUM_GPU: usize = 0;
@@ -66,26 +66,13 @@ struct Pod {
 
 /// Reads an openb pod list; `path` names the source in errors.
 pub fn read_alibaba(input: impl Read, path: &str, skip_bad: bool) -> Result<(JobSet, ReadStats), TraceError> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(input);
-    let mut log = RowLog::new(path, skip_bad);
-    let header = rdr
-        .byte_headers()
-        .map_err(|e| TraceError::from_csv(path, e))?
-        .clone();
-    let cols = Columns::find(&header, &WANTED, &WANTED[..5], &log)?;
+    let mut trace = CsvTrace::open(input, path, skip_bad, b',', &WANTED, &WANTED[..5])?;
     let mut set = JobSet::default();
     let mut pods = Vec::new();
     let mut trace_end = i64::MIN;
-    let mut rec = csv::ByteRecord::new();
-    while rdr
-        .read_byte_record(&mut rec)
-        .map_err(|e| TraceError::from_csv(path, e))?
-    {
-        let line = line_of(&rec);
-        match parse_row(&rec, &cols, line, &mut set) {
+    trace.for_each_row(|rec, cols, log| {
+        let line = line_of(rec);
+        match parse_row(rec, cols, line, &mut set) {
             Ok(Row::Skip(why, deletion)) => {
                 trace_end = trace_end.max(deletion.unwrap_or(i64::MIN));
                 log.skipped(why);
@@ -96,7 +83,9 @@ pub fn read_alibaba(input: impl Read, path: &str, skip_bad: bool) -> Result<(Job
             }
             Err(message) => log.bad(line, message)?,
         }
-    }
+        Ok(())
+    })?;
+    let mut log = trace.log;
     // Censoring needs the trace's end, known only now.
     pods.retain(|p| {
         let censored = p.deletion == trace_end;

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 
 use super::job::{Job, JobSet};
-use super::trace::{field, line_of, Columns, ReadStats, RowLog, TraceError};
+use super::trace::{field, line_of, Columns, CsvTrace, ReadStats, TraceError};
 
 /// The header row, in the order the writer uses.
 pub const HEADER: [&str; 9] = ["id", "release", "deadline", "t1", "t2", "t3", "t4", "t7", "class"];
@@ -23,30 +23,19 @@ pub fn read_jobs_csv(
     path: &str,
     skip_bad: bool,
 ) -> Result<(JobSet, ReadStats), TraceError> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(input);
-    let mut log = RowLog::new(path, skip_bad);
-    let header = rdr
-        .byte_headers()
-        .map_err(|e| TraceError::from_csv(path, e))?
-        .clone();
-    let cols = Columns::find(&header, &HEADER, &HEADER, &log)?;
+    let mut trace = CsvTrace::open(input, path, skip_bad, b',', &HEADER, &HEADER)?;
     let mut set = JobSet::default();
-    let mut rec = csv::ByteRecord::new();
-    while rdr
-        .read_byte_record(&mut rec)
-        .map_err(|e| TraceError::from_csv(path, e))?
-    {
-        match parse_row(&rec, &cols, &mut set) {
+    trace.for_each_row(|rec, cols, log| {
+        match parse_row(rec, cols, &mut set) {
             Ok(job) => {
                 set.jobs.push(job);
                 log.kept();
             }
-            Err(message) => log.bad(line_of(&rec), message)?,
+            Err(message) => log.bad(line_of(rec), message)?,
         }
-    }
+        Ok(())
+    })?;
+    let log = trace.log;
     set.normalise();
     // Number labels by first use in release order, whatever order the file had.
     set.compact_classes();

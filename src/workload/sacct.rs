@@ -47,7 +47,7 @@ use std::io::Read;
 
 use super::job::{Job, JobSet};
 use super::trace::{
-    field, line_of, share_times, Columns, ReadStats, RowLog, SkipReason, TraceError, DEADLINE_SLACK,
+    field, line_of, share_times, Columns, CsvTrace, ReadStats, SkipReason, TraceError, DEADLINE_SLACK,
 };
 
 const JOBID: usize = 0;
@@ -88,38 +88,27 @@ const UNFINISHED: [&str; 11] = [
 
 /// Reads a `sacct --parsable2` dump; `path` names the source in errors.
 pub fn read_sacct(input: impl Read, path: &str, skip_bad: bool) -> Result<(JobSet, ReadStats), TraceError> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .delimiter(b'|')
-        .quoting(false)
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(input);
-    let mut log = RowLog::new(path, skip_bad);
-    let header = rdr
-        .byte_headers()
-        .map_err(|e| TraceError::from_csv(path, e))?
-        .clone();
-    let cols = Columns::find(&header, &WANTED, &WANTED[..5], &log)?;
-    if cols.get(ALLOC).is_none() && cols.get(REQ).is_none() {
-        return Err(log.error(1, "header lacks both AllocTRES and ReqTRES".into()));
+    let mut trace = CsvTrace::open(input, path, skip_bad, b'|', &WANTED, &WANTED[..5])?;
+    if trace.cols.get(ALLOC).is_none() && trace.cols.get(REQ).is_none() {
+        return Err(trace
+            .log
+            .error(1, "header lacks both AllocTRES and ReqTRES".into()));
     }
     let mut set = JobSet::default();
     // (submit in seconds, job with release 0) until the earliest submit is known.
     let mut pending: Vec<(i64, Job)> = Vec::new();
-    let mut rec = csv::ByteRecord::new();
-    while rdr
-        .read_byte_record(&mut rec)
-        .map_err(|e| TraceError::from_csv(path, e))?
-    {
-        match parse_row(&rec, &cols, &mut set) {
+    trace.for_each_row(|rec, cols, log| {
+        match parse_row(rec, cols, &mut set) {
             Ok(Ok(row)) => {
                 pending.push(row);
                 log.kept();
             }
             Ok(Err(why)) => log.skipped(why),
-            Err(message) => log.bad(line_of(&rec), message)?,
+            Err(message) => log.bad(line_of(rec), message)?,
         }
-    }
+        Ok(())
+    })?;
+    let log = trace.log;
     let origin = pending.iter().map(|(s, _)| *s).min().unwrap_or(0);
     set.jobs = pending
         .into_iter()

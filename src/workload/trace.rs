@@ -251,6 +251,64 @@ impl Columns {
     }
 }
 
+/// A delimited trace with its header read and checked: what every reader starts from.
+pub(crate) struct CsvTrace<R: std::io::Read> {
+    rdr: csv::Reader<R>,
+    path: String,
+    /// The outcome of every row.
+    pub log: RowLog,
+    /// Where the wanted columns are.
+    pub cols: Columns,
+}
+
+impl<R: std::io::Read> CsvTrace<R> {
+    /// Opens `input` (fields split by `delimiter`; `|` means sacct's unquoted format) and
+    /// finds the `wanted` columns, failing at line 1 if a `required` one is missing.
+    pub fn open(
+        input: R,
+        path: &str,
+        skip_bad: bool,
+        delimiter: u8,
+        wanted: &[&str],
+        required: &[&str],
+    ) -> Result<CsvTrace<R>, TraceError> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .delimiter(delimiter)
+            .quoting(delimiter != b'|')
+            .has_headers(true)
+            .flexible(true)
+            .from_reader(input);
+        let log = RowLog::new(path, skip_bad);
+        let header = rdr
+            .byte_headers()
+            .map_err(|e| TraceError::from_csv(path, e))?
+            .clone();
+        let cols = Columns::find(&header, wanted, required, &log)?;
+        Ok(CsvTrace {
+            rdr,
+            path: path.to_string(),
+            log,
+            cols,
+        })
+    }
+
+    /// Calls `row` on every record after the header, in order, with the columns and the log.
+    pub fn for_each_row(
+        &mut self,
+        mut row: impl FnMut(&csv::ByteRecord, &Columns, &mut RowLog) -> Result<(), TraceError>,
+    ) -> Result<(), TraceError> {
+        let mut rec = csv::ByteRecord::new();
+        while self
+            .rdr
+            .read_byte_record(&mut rec)
+            .map_err(|e| TraceError::from_csv(&self.path, e))?
+        {
+            row(&rec, &self.cols, &mut self.log)?;
+        }
+        Ok(())
+    }
+}
+
 /// Field `col` of a row as trimmed text; `name` is for the message.
 pub(crate) fn field<'r>(rec: &'r csv::ByteRecord, col: usize, name: &str) -> Result<&'r str, String> {
     let raw = rec
