@@ -1,6 +1,6 @@
 //! End-to-end tests of job_submit_smartmig.so inside a real slurmctld (22.05).
 //!
-//! Needs root and the Slurm packages (`scripts/deps-slurm.sh`); skips with a "skipped:"
+//! Needs root and the Slurm packages (`scripts/deps.sh slurm`); skips with a "skipped:"
 //! line otherwise. The plugin is built by the harness (`cargo build -p
 //! smartmig-slurm-plugin --release`) unless `SMARTMIG_PLUGIN_SO` names a built one.
 //! Run: `cargo test --test plugin_e2e -- --nocapture`.
@@ -16,22 +16,10 @@ mod slurm;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use slurm::{minutes, Cluster, FakeGpu, Options};
+use slurm::{minutes, Cluster, FakeGpu, Options, SMARTMIG_TOML};
 
 /// One cluster at a time: the machine is small and slurmctld is not light.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-const SMARTMIG_TOML: &str = r#"version = 1
-[gpu]
-models = ["a100-40gb"]
-[policy]
-kind = "static"
-static_layout = ["c2", "c7"]
-[controller]
-snapshot_path = "@DIR@/run/snapshot.json"
-[routing]
-on_error = "open"
-"#;
 
 fn options() -> Options {
     Options {
@@ -40,7 +28,7 @@ fn options() -> Options {
             FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
         ],
         more_nodes: Vec::new(),
-        smartmig_toml: SMARTMIG_TOML.to_string(),
+        smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
         job_submit_plugins: "smartmig".into(),
         etc_files: Vec::new(),
         extra_conf: String::new(),
@@ -351,7 +339,7 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     let (id, _) = c.sbatch(&["--wrap", "true"]).expect("CPU job accepted");
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
     // Fixing the file brings routing back without a restart.
-    c.write_smartmig_toml(SMARTMIG_TOML);
+    c.write_smartmig_toml(slurm::SMARTMIG_TOML);
     std::thread::sleep(Duration::from_millis(1100));
     let (id, _) = c
         .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
@@ -407,7 +395,7 @@ fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() 
 fn sacct_records_the_routed_type_and_limit() {
     skip_unless_slurm!();
     if slurm::which("slurmdbd").is_none() || slurm::which("mariadbd").is_none() {
-        eprintln!("skipped: slurmdbd or mariadbd missing (run scripts/deps-slurm.sh)");
+        eprintln!("skipped: slurmdbd or mariadbd missing (run scripts/deps.sh slurm)");
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -13,17 +13,7 @@ mod slurm;
 
 use std::time::Instant;
 
-use slurm::{Cluster, FakeGpu, Options};
-
-const SMARTMIG_TOML: &str = r#"version = 1
-[gpu]
-models = ["a100-40gb"]
-[policy]
-kind = "static"
-static_layout = ["c2", "c7"]
-[controller]
-snapshot_path = "@DIR@/run/snapshot.json"
-"#;
+use slurm::{Cluster, FakeGpu, Options, SMARTMIG_TOML};
 
 /// A Lua rewrite of comparable scope: `gpu:mig:N` → a fixed type, plus a user message.
 const LUA: &str = r#"

@@ -18,6 +18,21 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The Debian plugin directory; tests put theirs first in `PluginDir`.
+
+/// The smartmig.toml the tests start from: a static layout, snapshot in the cluster's
+/// directory (`@DIR@`), and `[routing]` last so a test can append routing keys.
+pub const SMARTMIG_TOML: &str = r#"version = 1
+[gpu]
+models = ["a100-40gb"]
+[policy]
+kind = "static"
+static_layout = ["c2", "c7"]
+[controller]
+snapshot_path = "@DIR@/run/snapshot.json"
+[routing]
+on_error = "open"
+"#;
+
 pub const SYSTEM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
 const BINARIES: [&str; 7] = [
@@ -48,7 +63,7 @@ pub fn skip_reason() -> Option<String> {
     let missing: Vec<&str> = BINARIES.iter().copied().filter(|b| which(b).is_none()).collect();
     if !missing.is_empty() {
         return Some(format!(
-            "Slurm binaries missing: {} (run scripts/deps-slurm.sh)",
+            "Slurm binaries missing: {} (run scripts/deps.sh slurm)",
             missing.join(", ")
         ));
     }
