@@ -17,8 +17,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The Debian plugin directory; tests put theirs first in `PluginDir`.
-
 /// The smartmig.toml the tests start from: a static layout, snapshot in the cluster's
 /// directory (`@DIR@`), and `[routing]` last so a test can append routing keys.
 pub const SMARTMIG_TOML: &str = r#"version = 1
@@ -33,6 +31,7 @@ snapshot_path = "@DIR@/run/snapshot.json"
 on_error = "open"
 "#;
 
+/// The Debian plugin directory; tests put theirs first in `PluginDir`.
 pub const SYSTEM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
 const BINARIES: [&str; 7] = [
