@@ -45,8 +45,12 @@ pub struct Ready {
 #[derive(Default)]
 pub struct SnapshotCache {
     last_read: Option<Instant>,
+    /// The file version `current` was parsed from: an unchanged file is not parsed again.
+    stamp: Option<Stamp>,
     current: Option<Snapshot>,
     last_problem: Option<String>,
+    /// Files parsed so far.
+    parses: u64,
 }
 
 /// What a snapshot refresh found worth logging.
@@ -74,10 +78,15 @@ impl SnapshotCache {
             .is_none_or(|t| now.duration_since(t) >= SNAPSHOT_REREAD)
         {
             self.last_read = Some(now);
-            self.current = None;
-            match read_snapshot(path) {
-                Ok(s) => self.current = Some(s),
-                Err(problem) => return (None, self.note(Some(problem))),
+            let current = stamp(path);
+            if current.is_none() || current != self.stamp || self.current.is_none() {
+                self.stamp = current;
+                self.current = None;
+                self.parses += 1;
+                match read_snapshot(path) {
+                    Ok(s) => self.current = Some(s),
+                    Err(problem) => return (None, self.note(Some(problem))),
+                }
             }
         }
         let problem = match &self.current {
@@ -129,7 +138,7 @@ fn read_snapshot(path: &Path) -> Result<Snapshot, String> {
 /// The config file is checked for changes at most this often.
 pub const CONFIG_RECHECK: Duration = Duration::from_secs(1);
 
-/// What identifies one version of the config file.
+/// What identifies one version of a file (the config, the snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     mtime: Option<SystemTime>,
@@ -312,6 +321,32 @@ mod tests {
         let (s, news) = c.get(&p, 120.0, t0 + Duration::from_millis(1100), 1011.0);
         assert!(s.is_none());
         assert!(matches!(news, SnapshotNews::Problem(m) if m.contains("not valid")));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn an_unchanged_snapshot_is_not_parsed_again_and_a_replaced_one_is() {
+        let d = tmpdir("unchanged");
+        let p = write(&d, "s.json", SNAP);
+        let mut c = SnapshotCache::default();
+        let t0 = Instant::now();
+        for n in 0..5u64 {
+            assert!(c.get(&p, 120.0, t0 + Duration::from_secs(n), 1010.0).0.is_some());
+        }
+        assert_eq!(c.parses, 1, "one parse for five seconds of an unchanged file");
+        // The controller replaces the file atomically: a new inode.
+        let tmp = write(
+            &d,
+            "s.json.tmp",
+            &SNAP.replace("\"queue_pressure\":0", "\"queue_pressure\":3"),
+        );
+        std::fs::rename(&tmp, &p).unwrap();
+        let (s, _) = c.get(&p, 120.0, t0 + Duration::from_secs(6), 1010.0);
+        assert!(
+            s.is_some_and(|s| s.queue_pressure > 0.0),
+            "the new snapshot is used"
+        );
+        assert_eq!(c.parses, 2);
         std::fs::remove_dir_all(&d).ok();
     }
 
