@@ -1,0 +1,3 @@
+//! smartmigd: repartitions MIG GPUs between Slurm allocations (central and node roles).
+
+pub mod channel;
