@@ -43,6 +43,15 @@ pub struct TrainArgs {
     /// Entropy bonus weight.
     #[arg(long, default_value_t = PpoConfig::default().entropy)]
     entropy: f64,
+    /// Validate (and keep the best weights) every this many iterations.
+    #[arg(long, default_value_t = TrainConfig::default().validate_every)]
+    validate_every: u32,
+    /// Days per validation (seeds of their own).
+    #[arg(long, default_value_t = TrainConfig::default().validation_days)]
+    validation_days: u32,
+    /// Adam's ε (see PpoConfig::adam_eps).
+    #[arg(long, default_value_t = PpoConfig::default().adam_eps)]
+    adam_eps: f64,
 }
 
 /// Runs `train`.
@@ -54,8 +63,13 @@ pub fn run(a: TrainArgs) -> CliResult {
         seed: a.seed,
         every_events: a.every_events,
         top_k: 3,
+        validate_every: a.validate_every,
+        validation_days: a.validation_days,
         ppo: PpoConfig {
             lr: a.lr,
+            stay_bias: a.stay_bias,
+            entropy: a.entropy,
+            adam_eps: a.adam_eps,
             ..PpoConfig::default()
         },
     };
@@ -82,23 +96,46 @@ pub fn run(a: TrainArgs) -> CliResult {
         }
         // Not a terminal: one log line per iteration instead of a bar.
         eprintln!(
-            "iteration {} ET {:.4} return {:.4} reparts {:.1}",
-            p.iteration, p.et, p.ret, p.repartitions
+            "iteration {} ET {:.4} return {:.4} reparts {:.1}{}",
+            p.iteration,
+            p.et,
+            p.ret,
+            p.repartitions,
+            p.validation_et
+                .map_or(String::new(), |v| format!(" validation ET {v:.4}"))
         );
     })
     .map_err(CliError::failure)?;
     pb.finish_and_clear();
-    let curve: Vec<(u32, f64)> = progress.curve.iter().map(|p| (p.iteration, p.et)).collect();
+    let training: Vec<(u32, f64)> = progress.curve.iter().map(|p| (p.iteration + 1, p.et)).collect();
+    let validation: Vec<(u32, f64)> = progress
+        .curve
+        .iter()
+        .filter_map(|p| p.validation_et.map(|v| (p.iteration + 1, v)))
+        .collect();
+    let mut refs = vec![("static-cedf".to_string(), 1.0)];
+    if let Some(b) = progress.best {
+        refs.push(("kept: best validation".to_string(), b.validation_et));
+    }
     let plot_path = checkpoint_dir(&a.out).join("learning-curve.svg");
     plot::learning_curve(
         &plot_path,
-        &curve,
-        &[("static-cedf".into(), 1.0)],
+        &[
+            ("training days".to_string(), training),
+            ("validation days".to_string(), validation),
+        ],
+        &refs,
         "smart-mig training",
     )
     .map_err(CliError::failure)?;
+    let kept = progress.best.map_or("the last weights".to_string(), |b| {
+        format!(
+            "the weights after {} iterations (validation ET {:.4})",
+            b.after_iterations, b.validation_et
+        )
+    });
     println!(
-        "wrote {} after {} iterations in {:.0} s; learning curve {}",
+        "wrote {} ({kept}) after {} iterations in {:.0} s; learning curve {}",
         a.out.display(),
         progress.done,
         progress.seconds,

@@ -11,6 +11,9 @@ pub mod tune;
 pub const EVAL_SEED_BASE: u64 = 1_000_000;
 /// First seed of training/search days.
 pub const TRAIN_SEED_BASE: u64 = 1;
+/// First seed of the days training validates on (model selection): above every training
+/// day, below every evaluation day.
+pub const VALIDATION_SEED_BASE: u64 = 500_000;
 
 /// `n` evaluation seeds.
 pub fn eval_seeds(n: u32) -> Vec<u64> {

@@ -220,15 +220,24 @@ pub fn energy_vs_tardiness(path: &Path, points: &[(String, f64, f64)], title: &s
 /// ET per training iteration, with horizontal reference lines (e.g. static-best).
 pub fn learning_curve(
     path: &Path,
-    curve: &[(u32, f64)],
+    series: &[(String, Vec<(u32, f64)>)],
     refs: &[(String, f64)],
     title: &str,
 ) -> Result<(), PlotError> {
-    let x_max = curve.last().map_or(1, |p| p.0 + 1).max(1) as f64;
-    let mut lines = vec![Line {
-        label: "smart-mig (training days)".into(),
-        points: curve.iter().map(|p| (f64::from(p.0), p.1)).collect(),
-    }];
+    let x_max = series
+        .iter()
+        .filter_map(|(_, c)| c.last())
+        .map(|p| p.0 + 1)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let mut lines: Vec<Line> = series
+        .iter()
+        .map(|(label, c)| Line {
+            label: label.clone(),
+            points: c.iter().map(|p| (f64::from(p.0), p.1)).collect(),
+        })
+        .collect();
     lines.extend(refs.iter().map(|(name, v)| Line {
         label: name.clone(),
         points: vec![(0.0, *v), (x_max, *v)],
@@ -279,8 +288,13 @@ mod tests {
     #[test]
     fn the_learning_curve_shows_its_reference_lines() {
         let text = svg("curve", |p| {
-            learning_curve(p, &[(0, 0.9), (1, 0.8)], &[("static-best".into(), 0.64)], "t")
+            let series = [
+                ("training days".to_string(), vec![(0, 0.9), (1, 0.8)]),
+                ("validation days".to_string(), vec![(1, 0.7)]),
+            ];
+            learning_curve(p, &series, &[("static-best".into(), 0.64)], "t")
         });
-        assert!(text.contains("smart-mig (training days)") && text.contains("static-best"));
+        assert!(text.contains("training days") && text.contains("validation days"));
+        assert!(text.contains("static-best"));
     }
 }

@@ -1,7 +1,12 @@
 //! `smartmig train`: PPO for the mean-field controller against the simulator, with
 //! parallel rollouts, checkpoints, a learning curve, and an ONNX policy at the end.
 //!
-//! Determinism: rollouts depend only on the policy weights and the day's seed, and are
+//! Model selection: every `validate_every` iterations (and before the first), the policy
+//! runs on `validation_days` days of their own seeds (`VALIDATION_SEED_BASE..`, never
+//! trained or evaluated on); the ONNX file holds the weights with the best validation ET,
+//! which may be the untrained start (it keeps the starting layout almost always).
+//!
+//! Determinism: weights are initialised from `--seed`; rollouts depend only on the policy weights and the day's seed, and are
 //! collected in seed order; the update's minibatch order comes from a ChaCha8 stream
 //! seeded by `--seed` and the iteration. candle's CPU matrix products may split work by
 //! thread, so results are reproducible for a given seed *and* `RAYON_NUM_THREADS`.
@@ -16,8 +21,8 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE};
-use crate::policy::{onnx_writer, PolicyMetadata};
+use crate::eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
+use crate::policy::{onnx_writer, PolicyMetadata, PolicyNetwork};
 use crate::scenario::ResolvedScenario;
 pub use ppo::{Learner, PpoConfig, UpdateStats};
 pub use rollout::{run_episode, Episode, RolloutSpec};
@@ -65,6 +70,20 @@ pub struct TrainConfig {
     pub top_k: usize,
     /// Learner settings.
     pub ppo: PpoConfig,
+    /// Validate every this many iterations.
+    #[serde(default = "default_validate_every")]
+    pub validate_every: u32,
+    /// Days per validation.
+    #[serde(default = "default_validation_days")]
+    pub validation_days: u32,
+}
+
+fn default_validate_every() -> u32 {
+    5
+}
+
+fn default_validation_days() -> u32 {
+    8
 }
 
 impl Default for TrainConfig {
@@ -76,6 +95,8 @@ impl Default for TrainConfig {
             every_events: 5,
             top_k: 3,
             ppo: PpoConfig::default(),
+            validate_every: default_validate_every(),
+            validation_days: default_validation_days(),
         }
     }
 }
@@ -93,6 +114,18 @@ pub struct CurvePoint {
     pub repartitions: f64,
     /// Learner statistics.
     pub stats: UpdateStats,
+    /// Mean ET on the validation days, when validated after this iteration.
+    #[serde(default)]
+    pub validation_et: Option<f64>,
+}
+
+/// The weights kept for the ONNX file.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Best {
+    /// Iterations trained when they were validated (0: the untrained start).
+    pub after_iterations: u32,
+    /// Their mean validation ET.
+    pub validation_et: f64,
 }
 
 /// Saved progress, for `--resume`.
@@ -106,6 +139,9 @@ pub struct Progress {
     pub curve: Vec<CurvePoint>,
     /// Wall-clock seconds spent.
     pub seconds: f64,
+    /// Best validated weights so far.
+    #[serde(default)]
+    pub best: Option<Best>,
 }
 
 /// Where training keeps its files: `<out>.ckpt/` beside the ONNX output.
@@ -156,10 +192,10 @@ pub fn train(
         .last()
         .copied()
         .unwrap_or(0);
-    if last_seed >= EVAL_SEED_BASE {
+    if last_seed >= VALIDATION_SEED_BASE {
         return Err(TrainError::Scenario(format!(
-            "training days up to seed {last_seed} would reach the evaluation seeds ({EVAL_SEED_BASE}..): \
-             use a smaller --seed, --iterations or --episodes"
+            "training days up to seed {last_seed} would reach the validation and evaluation seeds \
+             ({VALIDATION_SEED_BASE}..): use a smaller --seed, --iterations or --episodes"
         )));
     }
     let k = sc.models[0].configurations.len();
@@ -167,13 +203,15 @@ pub fn train(
     let ckpt = checkpoint_dir(out);
     std::fs::create_dir_all(&ckpt).map_err(io_err(&ckpt))?;
     let weights = ckpt.join("weights.safetensors");
+    let best_weights = ckpt.join("best.safetensors");
     let progress_file = ckpt.join("progress.json");
-    let mut learner = Learner::new(dim, k, cfg.ppo.clone())?;
+    let mut learner = Learner::new(dim, k, cfg.ppo.clone(), cfg.seed)?;
     let mut progress = Progress {
         config: cfg.clone(),
         done: 0,
         curve: Vec::new(),
         seconds: 0.0,
+        best: None,
     };
     if resume {
         learner.load(&weights)?;
@@ -193,6 +231,28 @@ pub fn train(
         top_k: cfg.top_k,
         initial,
     };
+    let validation_seeds: Vec<u64> = (0..u64::from(cfg.validation_days))
+        .map(|d| VALIDATION_SEED_BASE + d)
+        .collect();
+    let validate = |net: &PolicyNetwork| -> Result<f64, TrainError> {
+        let ets: Vec<f64> = validation_seeds
+            .par_iter()
+            .map(|&seed| run_episode(sc, net, &spec, seed).map(|e| e.et))
+            .collect::<Result<_, _>>()?;
+        Ok(ets.iter().sum::<f64>() / ets.len().max(1) as f64)
+    };
+    let save = |learner: &Learner, progress: &Progress| -> Result<(), TrainError> {
+        learner.save(&weights)?;
+        let text = serde_json::to_string_pretty(progress).map_err(|e| TrainError::Internal(e.to_string()))?;
+        std::fs::write(&progress_file, text).map_err(io_err(&progress_file))
+    };
+    if progress.best.is_none() && !validation_seeds.is_empty() {
+        progress.best = Some(Best {
+            after_iterations: progress.done,
+            validation_et: validate(&learner.policy()?)?,
+        });
+        learner.save(&best_weights)?;
+    }
     let started = std::time::Instant::now();
     let already = progress.seconds;
     for it in progress.done..cfg.iterations {
@@ -204,6 +264,23 @@ pub fn train(
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(it)));
         let stats = learner.update(&episodes, &mut rng)?;
         let n = episodes.len().max(1) as f64;
+        progress.done = it + 1;
+        let validation_et = if cfg.validate_every > 0
+            && !validation_seeds.is_empty()
+            && (progress.done % cfg.validate_every == 0 || progress.done == cfg.iterations)
+        {
+            let et = validate(&learner.policy()?)?;
+            if progress.best.is_none_or(|b| et < b.validation_et) {
+                progress.best = Some(Best {
+                    after_iterations: progress.done,
+                    validation_et: et,
+                });
+                learner.save(&best_weights)?;
+            }
+            Some(et)
+        } else {
+            None
+        };
         let point = CurvePoint {
             iteration: it,
             et: episodes.iter().map(|e| e.et).sum::<f64>() / n,
@@ -214,19 +291,24 @@ pub fn train(
                 / n,
             repartitions: episodes.iter().map(|e| e.repartitions as f64).sum::<f64>() / n,
             stats,
+            validation_et,
         };
         on_iteration(&point);
         progress.curve.push(point);
-        progress.done = it + 1;
         progress.seconds = already + started.elapsed().as_secs_f64();
         if progress.done % 5 == 0 || progress.done == cfg.iterations {
-            learner.save(&weights)?;
-            let text =
-                serde_json::to_string_pretty(&progress).map_err(|e| TrainError::Internal(e.to_string()))?;
-            std::fs::write(&progress_file, text).map_err(io_err(&progress_file))?;
+            save(&learner, &progress)?;
         }
     }
-    onnx_writer::write(out, &learner.policy()?, &metadata)?;
+    save(&learner, &progress)?;
+    // The file ships the best validated weights, not merely the last ones.
+    let mut chosen = Learner::new(dim, k, cfg.ppo.clone(), cfg.seed)?;
+    if progress.best.is_some() {
+        chosen.load(&best_weights)?;
+    } else {
+        chosen = learner;
+    }
+    onnx_writer::write(out, &chosen.policy()?, &metadata)?;
     Ok(progress)
 }
 
@@ -244,7 +326,7 @@ mod tests {
         };
         let first = iteration_seeds(&cfg, 0);
         let last = iteration_seeds(&cfg, 49);
-        assert!(first.iter().chain(&last).all(|&s| s < EVAL_SEED_BASE));
+        assert!(first.iter().chain(&last).all(|&s| s < VALIDATION_SEED_BASE));
         assert!(
             first.iter().all(|s| !last.contains(s)),
             "iterations train on new days"
@@ -256,10 +338,63 @@ mod tests {
         let err = train(&sc, big, &out, false, meta, |_| {})
             .unwrap_err()
             .to_string();
-        assert!(err.contains("evaluation seeds"), "{err}");
+        assert!(err.contains("validation and evaluation seeds"), "{err}");
         assert!(
             !out.exists() && !checkpoint_dir(&out).exists(),
             "refused before writing anything"
         );
+    }
+
+    #[test]
+    fn the_written_policy_is_the_best_validated_one() {
+        let sc = crate::scenario::Scenario::reference(&["workload.days=0.1".into()]).unwrap();
+        let cfg = TrainConfig {
+            iterations: 3,
+            episodes: 2,
+            validate_every: 1,
+            validation_days: 2,
+            // A weak stay bias and a large step, so that validation ETs differ.
+            ppo: PpoConfig {
+                stay_bias: 2.0,
+                lr: 1e-2,
+                ..PpoConfig::default()
+            },
+            ..TrainConfig::default()
+        };
+        let meta = crate::partition::mean_field::scenario_metadata(&sc, 0, 5, 3, 0);
+        let expected = meta.clone();
+        let dir = std::env::temp_dir().join(format!("smartmig-best-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("p.onnx");
+        let p = train(&sc, cfg, &out, false, meta, |_| {}).unwrap();
+        let validated: Vec<f64> = p.curve.iter().filter_map(|c| c.validation_et).collect();
+        assert_eq!(validated.len(), 3, "validated after every iteration");
+        let best = p.best.expect("a best entry");
+        assert!(validated.iter().all(|&v| best.validation_et <= v));
+        if best.after_iterations > 0 {
+            let at = p.curve[best.after_iterations as usize - 1].validation_et;
+            assert_eq!(at, Some(best.validation_et));
+        }
+        // The file holds the kept weights: its forward pass matches the saved best ones.
+        let k = sc.models[0].configurations.len();
+        let dim = crate::sim::features::feature_dim(k);
+        let mut kept = Learner::new(dim, k, PpoConfig::default(), 0).unwrap();
+        kept.load(&checkpoint_dir(&out).join("best.safetensors")).unwrap();
+        let mut last = Learner::new(dim, k, PpoConfig::default(), 0).unwrap();
+        last.load(&checkpoint_dir(&out).join("weights.safetensors"))
+            .unwrap();
+        let x = vec![0.3f32; dim];
+        let mut rt = crate::policy::runtime::PolicyRuntime::load(&out, &expected).unwrap();
+        let from_file = rt.infer(&x).unwrap();
+        let want = kept.policy().unwrap().forward(&x, 1).unwrap();
+        assert!(from_file.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-4));
+        if best.after_iterations < 3 {
+            assert_ne!(
+                last.policy().unwrap().forward(&x, 1).unwrap(),
+                want,
+                "the last weights differ"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

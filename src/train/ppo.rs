@@ -19,6 +19,12 @@ pub struct PpoConfig {
     pub hidden: Vec<usize>,
     /// Adam learning rate.
     pub lr: f64,
+    /// Adam's ε. Large on purpose: most decisions keep every GPU where it is, so most
+    /// gradients are tiny noise, which Adam with a small ε would blow up to full-size
+    /// steps (the policy then drifts into random repartitions). A large ε keeps steps
+    /// proportional to the gradient below that scale.
+    #[serde(default = "default_adam_eps")]
+    pub adam_eps: f64,
     /// Discount per decision.
     pub gamma: f64,
     /// GAE λ.
@@ -45,6 +51,7 @@ impl Default for PpoConfig {
         PpoConfig {
             hidden: vec![64, 64],
             lr: 1e-4,
+            adam_eps: default_adam_eps(),
             gamma: 0.999,
             lambda: 0.95,
             clip: 0.2,
@@ -56,6 +63,10 @@ impl Default for PpoConfig {
             target_kl: 0.02,
         }
     }
+}
+
+fn default_adam_eps() -> f64 {
+    1e-3
 }
 
 /// A tanh MLP in candle.
@@ -136,8 +147,9 @@ pub struct UpdateStats {
 }
 
 impl Learner {
-    /// A fresh learner for `dim` features and `k` configurations.
-    pub fn new(dim: usize, k: usize, cfg: PpoConfig) -> Result<Learner, TrainError> {
+    /// A fresh learner for `dim` features and `k` configurations, its weights drawn
+    /// from a stream seeded by `seed` (candle's own initialiser is not seedable on CPU).
+    pub fn new(dim: usize, k: usize, cfg: PpoConfig, seed: u64) -> Result<Learner, TrainError> {
         let device = Device::Cpu;
         let varmap = VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, &device);
@@ -157,6 +169,27 @@ impl Learner {
                 .data()
                 .lock()
                 .map_err(|_| TrainError::Internal("varmap lock".into()))?;
+            let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed);
+            let mut names: Vec<&String> = data.keys().collect();
+            names.sort();
+            for name in names {
+                let var = &data[name];
+                // PyTorch's default: U(±1/√fan_in) for weights and biases alike.
+                let fan_in = if name.ends_with(".weight") {
+                    var.as_tensor().dims2()?.1
+                } else {
+                    let layer = name.trim_end_matches(".bias");
+                    data.get(&format!("{layer}.weight"))
+                        .map(|w| w.as_tensor().dims2())
+                        .transpose()?
+                        .map_or(1, |d| d.1)
+                };
+                let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+                let values: Vec<f32> = (0..var.as_tensor().elem_count())
+                    .map(|_| rand::Rng::random_range(&mut rng, -bound..bound))
+                    .collect();
+                var.set(&Tensor::from_vec(values, var.as_tensor().shape(), &device)?)?;
+            }
             if let Some(w) = data.get(&format!("actor.l{last}.weight")) {
                 w.set(&(w.as_tensor() * 0.1)?)?;
             }
@@ -171,6 +204,7 @@ impl Learner {
             varmap.all_vars(),
             ParamsAdamW {
                 lr: cfg.lr,
+                eps: cfg.adam_eps,
                 weight_decay: 0.0,
                 ..Default::default()
             },
