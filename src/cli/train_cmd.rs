@@ -9,7 +9,7 @@ use super::sim_cmd::ScenarioArgs;
 use super::{CliError, CliResult};
 use crate::partition::mean_field::scenario_metadata;
 use crate::sim::plot;
-use crate::train::{checkpoint_dir, train, PpoConfig, TrainConfig};
+use crate::train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
 
 /// `train`.
 #[derive(Debug, Args)]
@@ -43,6 +43,12 @@ pub struct TrainArgs {
     /// Entropy bonus weight.
     #[arg(long, default_value_t = PpoConfig::default().entropy)]
     entropy: f64,
+    /// Discount per decision.
+    #[arg(long, default_value_t = PpoConfig::default().gamma)]
+    gamma: f64,
+    /// GAE λ (1: Monte Carlo returns).
+    #[arg(long, default_value_t = PpoConfig::default().lambda)]
+    lambda: f64,
     /// Validate (and keep the best weights) every this many iterations.
     #[arg(long, default_value_t = TrainConfig::default().validate_every)]
     validate_every: u32,
@@ -52,6 +58,17 @@ pub struct TrainArgs {
     /// Adam's ε (see PpoConfig::adam_eps).
     #[arg(long, default_value_t = PpoConfig::default().adam_eps)]
     adam_eps: f64,
+}
+
+/// The validation part of a progress line.
+fn validation(p: &CurvePoint) -> String {
+    match (p.validation_et, p.validation_start_et) {
+        (Some(v), Some(s)) => format!(
+            " | validation ET {v:.4} ({:+.1}% vs start layout)",
+            100.0 * (s - v) / s.max(1e-9)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Runs `train`.
@@ -70,6 +87,8 @@ pub fn run(a: TrainArgs) -> CliResult {
             stay_bias: a.stay_bias,
             entropy: a.entropy,
             adam_eps: a.adam_eps,
+            gamma: a.gamma,
+            lambda: a.lambda,
             ..PpoConfig::default()
         },
     };
@@ -85,24 +104,24 @@ pub fn run(a: TrainArgs) -> CliResult {
     let progress = train(&sc, cfg, &a.out, a.resume, metadata, |p| {
         pb.set_position(u64::from(p.iteration + 1));
         pb.set_message(format!(
-            "ET {:.3} (gain {:+.1}%) return {:.3} reparts {:.0}",
+            "ET {:.3} (gain {:+.1}% vs static CEDF, {:+.1}% vs start layout) reparts {:.0}{}",
             p.et,
             100.0 * (1.0 - p.et),
-            p.ret,
-            p.repartitions
+            100.0 * p.ret / (p.et + p.ret).max(1e-9),
+            p.repartitions,
+            validation(p)
         ));
         if !pb.is_hidden() {
             return;
         }
         // Not a terminal: one log line per iteration instead of a bar.
         eprintln!(
-            "iteration {} ET {:.4} return {:.4} reparts {:.1}{}",
+            "iteration {} ET {:.4} (start layout kept: {:.4}) reparts {:.1}{}",
             p.iteration,
             p.et,
-            p.ret,
+            p.et + p.ret,
             p.repartitions,
-            p.validation_et
-                .map_or(String::new(), |v| format!(" validation ET {v:.4}"))
+            validation(p)
         );
     })
     .map_err(CliError::failure)?;

@@ -117,6 +117,9 @@ pub struct CurvePoint {
     /// Mean ET on the validation days, when validated after this iteration.
     #[serde(default)]
     pub validation_et: Option<f64>,
+    /// Mean ET of the validation days with the starting layout kept.
+    #[serde(default)]
+    pub validation_start_et: Option<f64>,
 }
 
 /// The weights kept for the ONNX file.
@@ -234,12 +237,17 @@ pub fn train(
     let validation_seeds: Vec<u64> = (0..u64::from(cfg.validation_days))
         .map(|d| VALIDATION_SEED_BASE + d)
         .collect();
-    let validate = |net: &PolicyNetwork| -> Result<f64, TrainError> {
-        let ets: Vec<f64> = validation_seeds
+    // Mean (policy ET, kept-start ET) over the validation days.
+    let validate = |net: &PolicyNetwork| -> Result<(f64, f64), TrainError> {
+        let ets: Vec<(f64, f64)> = validation_seeds
             .par_iter()
-            .map(|&seed| run_episode(sc, net, &spec, seed).map(|e| e.et))
+            .map(|&seed| run_episode(sc, net, &spec, seed).map(|e| (e.et, e.start_et)))
             .collect::<Result<_, _>>()?;
-        Ok(ets.iter().sum::<f64>() / ets.len().max(1) as f64)
+        let n = ets.len().max(1) as f64;
+        Ok((
+            ets.iter().map(|e| e.0).sum::<f64>() / n,
+            ets.iter().map(|e| e.1).sum::<f64>() / n,
+        ))
     };
     let save = |learner: &Learner, progress: &Progress| -> Result<(), TrainError> {
         learner.save(&weights)?;
@@ -249,7 +257,7 @@ pub fn train(
     if progress.best.is_none() && !validation_seeds.is_empty() {
         progress.best = Some(Best {
             after_iterations: progress.done,
-            validation_et: validate(&learner.policy()?)?,
+            validation_et: validate(&learner.policy()?)?.0,
         });
         learner.save(&best_weights)?;
     }
@@ -269,7 +277,7 @@ pub fn train(
             && !validation_seeds.is_empty()
             && (progress.done % cfg.validate_every == 0 || progress.done == cfg.iterations)
         {
-            let et = validate(&learner.policy()?)?;
+            let (et, start_et) = validate(&learner.policy()?)?;
             if progress.best.is_none_or(|b| et < b.validation_et) {
                 progress.best = Some(Best {
                     after_iterations: progress.done,
@@ -277,7 +285,7 @@ pub fn train(
                 });
                 learner.save(&best_weights)?;
             }
-            Some(et)
+            Some((et, start_et))
         } else {
             None
         };
@@ -291,7 +299,8 @@ pub fn train(
                 / n,
             repartitions: episodes.iter().map(|e| e.repartitions as f64).sum::<f64>() / n,
             stats,
-            validation_et,
+            validation_et: validation_et.map(|v| v.0),
+            validation_start_et: validation_et.map(|v| v.1),
         };
         on_iteration(&point);
         progress.curve.push(point);

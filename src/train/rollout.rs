@@ -24,6 +24,9 @@ pub struct Episode {
     pub rewards: Vec<f32>,
     /// ET of the policy against static CEDF on the same day.
     pub et: f64,
+    /// ET of the same day with the starting layout kept (the rewards sum to
+    /// `start_et - et`).
+    pub start_et: f64,
     /// Energy, W·min.
     pub energy_wmin: f64,
     /// Average tardiness, minutes.
@@ -137,7 +140,7 @@ pub fn run_episode(
         initial: spec.initial.clone(),
         k,
     };
-    Simulation::new(sc, &jobs.jobs, opts).run(&mut kept);
+    let kept_result = Simulation::new(sc, &jobs.jobs, opts).run(&mut kept);
     let total_l = result.avg_tardiness_min * n;
     let mut rewards = Vec::with_capacity(steps.len());
     for (i, s) in steps.iter().enumerate() {
@@ -153,11 +156,19 @@ pub fn run_episode(
         rewards.push((-(dl / l_ref + a * de / e_ref) / (1.0 + a)) as f32);
     }
     let et = crate::sim::et(result.energy_wmin, result.avg_tardiness_min, e_ref, t_ref, a);
+    let start_et = crate::sim::et(
+        kept_result.energy_wmin,
+        kept_result.avg_tardiness_min,
+        e_ref,
+        t_ref,
+        a,
+    );
     Ok(Episode {
         seed,
         steps,
         rewards,
         et,
+        start_et,
         energy_wmin: result.energy_wmin,
         avg_tardiness_min: result.avg_tardiness_min,
         repartitions: result.repartitions,
@@ -196,6 +207,10 @@ mod tests {
         let kept =
             run_static(&sc, &jobs, Scheduler::Cedf, &initial, 11).et(&run_reference(&sc, &jobs, 11), a);
         let sum: f64 = ep.rewards.iter().map(|&r| f64::from(r)).sum();
+        assert!(
+            (ep.start_et - kept).abs() < 1e-9,
+            "the kept run is the static run"
+        );
         assert!(
             (sum - (kept - ep.et)).abs() < 1e-3,
             "rewards {sum} vs ET gain {}",
