@@ -127,6 +127,12 @@ pub fn run(a: TrainArgs) -> CliResult {
     .map_err(CliError::failure)?;
     pb.finish_and_clear();
     let training: Vec<(u32, f64)> = progress.curve.iter().map(|p| (p.iteration + 1, p.et)).collect();
+    // The same days with the start layout kept: the policy learns what lies below it.
+    let kept: Vec<(u32, f64)> = progress
+        .curve
+        .iter()
+        .map(|p| (p.iteration + 1, p.et + p.ret))
+        .collect();
     let validation: Vec<(u32, f64)> = progress
         .curve
         .iter()
@@ -141,6 +147,7 @@ pub fn run(a: TrainArgs) -> CliResult {
         &plot_path,
         &[
             ("training days".to_string(), training),
+            ("training days, start layout kept".to_string(), kept),
             ("validation days".to_string(), validation),
         ],
         &refs,
