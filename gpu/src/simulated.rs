@@ -111,6 +111,9 @@ pub struct FailFault {
     pub gpu: Option<u32>,
     /// NVML error name returned, e.g. `NVML_ERROR_INSUFFICIENT_RESOURCES`.
     pub error: String,
+    /// Matching steps to let through before failing.
+    #[serde(default)]
+    pub skip: u32,
 }
 
 /// What [`Simulated::create`] sets up for one GPU.
@@ -460,14 +463,19 @@ impl GpuBackend for Simulated {
             .iter()
             .position(|f| f.op == op && f.gpu.is_none_or(|g| g == gpu))
         {
-            let f = faults.fail.remove(pos);
-            self.set_faults(&faults)?;
+            if faults.fail[pos].skip > 0 {
+                faults.fail[pos].skip -= 1;
+                self.set_faults(&faults)?;
+            } else {
+                let f = faults.fail.remove(pos);
+                self.set_faults(&faults)?;
             log::info!("simulated GPU {gpu}: injected {} on {call}", f.error);
-            return Err(GpuError::Nvml {
-                gpu,
-                call,
-                code: f.error,
-            });
+                return Err(GpuError::Nvml {
+                    gpu,
+                    call,
+                    code: f.error,
+                });
+            }
         }
         let gi = file
             .gpus
@@ -606,6 +614,7 @@ mod tests {
                 op: "create-gi".into(),
                 gpu: None,
                 error: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
+                skip: 0,
             }],
             abort_after_steps: None,
         })
