@@ -66,8 +66,51 @@ pub struct ProbedProfile {
     pub memory_mb: u64,
     /// Placement starts the device allows.
     pub starts: Vec<u8>,
-    /// Memory slices of one placement.
+    /// Memory slices of one placement (0 when the device listed no placement).
     pub memory_slices: u8,
+}
+
+/// How the device's profiles differ from the catalogue's model, one line per difference.
+pub fn compare(model: &GpuModel, probed: &[ProbedProfile]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in &model.profiles {
+        let Some(d) = probed.iter().find(|d| d.nvml_id == p.nvml_id) else {
+            out.push(format!("{} (NVML profile id {}): not offered by the device", p.name, p.nvml_id));
+            continue;
+        };
+        let mut starts = d.starts.clone();
+        starts.sort_unstable();
+        let checks = [
+            ("compute slices", u64::from(p.compute), u64::from(d.compute)),
+            ("max count", u64::from(p.max_count), u64::from(d.max_count)),
+        ];
+        for (what, cat, dev) in checks {
+            if cat != dev {
+                out.push(format!("{}: {what} {cat} in the catalogue, {dev} on the device", p.name));
+            }
+        }
+        if starts != p.starts {
+            out.push(format!(
+                "{}: placements {:?} in the catalogue, {:?} on the device",
+                p.name, p.starts, starts
+            ));
+        }
+        if d.memory_slices != 0 && d.memory_slices != p.memory_slices {
+            out.push(format!(
+                "{}: {} memory slices in the catalogue, {} on the device",
+                p.name, p.memory_slices, d.memory_slices
+            ));
+        }
+    }
+    for d in probed {
+        if !model.profiles.iter().any(|p| p.nvml_id == d.nvml_id) {
+            out.push(format!(
+                "NVML profile id {} ({} compute slices, {} MB): offered by the device, not in the catalogue",
+                d.nvml_id, d.compute, d.memory_mb
+            ));
+        }
+    }
+    out
 }
 
 /// Why a backend call failed.

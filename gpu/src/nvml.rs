@@ -163,7 +163,7 @@ impl Nvml {
         Ok(out)
     }
 
-    fn placements(&self, gpu: u32, dev: &Device<'_>, profile_id: u32) -> Result<Vec<u8>, GpuError> {
+    fn placements(&self, gpu: u32, dev: &Device<'_>, profile_id: u32) -> Result<(Vec<u8>, u8), GpuError> {
         let lib = self.nvml.lib();
         let f = self.sym(
             gpu,
@@ -175,10 +175,9 @@ impl Nvml {
         // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
         let code = unsafe { f(dev.handle(), profile_id, buf.as_mut_ptr(), &mut count) };
         Self::check(gpu, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", code)?;
-        Ok(buf[..(count as usize).min(MAX_ITEMS)]
-            .iter()
-            .map(|p| p.start as u8)
-            .collect())
+        let found = &buf[..(count as usize).min(MAX_ITEMS)];
+        let size = found.first().map_or(0, |p| p.size as u8);
+        Ok((found.iter().map(|p| p.start as u8).collect(), size))
     }
 
     /// Every GPU instance of the device with its catalogue instance.
@@ -355,14 +354,14 @@ impl GpuBackend for Nvml {
         self.gi_profiles(gpu, &dev)?
             .into_iter()
             .map(|p| {
-                let starts = self.placements(gpu, &dev, p.id)?;
+                let (starts, memory_slices) = self.placements(gpu, &dev, p.id)?;
                 Ok(ProbedProfile {
                     nvml_id: p.id,
                     compute: p.sliceCount,
                     max_count: p.instanceCount,
                     memory_mb: p.memorySizeMB,
                     starts,
-                    memory_slices: 0,
+                    memory_slices,
                 })
             })
             .collect()

@@ -107,7 +107,12 @@ impl Agent {
             return Ok(None);
         };
         if let Some(last) = self.channel.last_report()? {
-            if last.generation > d.generation || (last.generation == d.generation && last.phase == d.phase) {
+            // Within a generation, Apply comes before StartSlurmd.
+            let order = |p: Phase| match p {
+                Phase::Apply => 0,
+                Phase::StartSlurmd => 1,
+            };
+            if (last.generation, order(last.phase)) >= (d.generation, order(d.phase)) {
                 return Ok(None);
             }
         }
