@@ -249,7 +249,14 @@ fn mig_probe_of_a_simulated_node_matches_the_catalogue_and_lists_a_drift() {
     let dir = tempfile::tempdir().unwrap();
     let sim = simulated_node(dir.path());
     let path = dir.path().to_str().unwrap();
-    let v = json(&smartmig(&["mig", "probe", "--simulated", path, "--format", "json"]));
+    let v = json(&smartmig(&[
+        "mig",
+        "probe",
+        "--simulated",
+        path,
+        "--format",
+        "json",
+    ]));
     let gpus = v.as_array().unwrap();
     assert_eq!(gpus.len(), 2);
     assert_eq!(gpus[1]["model"], "a100-40gb");
@@ -265,7 +272,10 @@ fn mig_probe_of_a_simulated_node_matches_the_catalogue_and_lists_a_drift() {
 
     // A driver that no longer offers 3g.20gb at slice 4.
     let mut node = sim.load().unwrap();
-    let m = smartmig_core::mig::Catalogue::embedded().model("a100-40gb").unwrap().clone();
+    let m = smartmig_core::mig::Catalogue::embedded()
+        .model("a100-40gb")
+        .unwrap()
+        .clone();
     node.gpus[1].profiles = Some(
         m.profiles
             .iter()
@@ -275,7 +285,11 @@ fn mig_probe_of_a_simulated_node_matches_the_catalogue_and_lists_a_drift() {
                 max_count: u32::from(p.max_count),
                 memory_mb: 1000,
                 memory_slices: p.memory_slices,
-                starts: if p.name == "3g.20gb" { vec![0] } else { p.starts.clone() },
+                starts: if p.name == "3g.20gb" {
+                    vec![0]
+                } else {
+                    p.starts.clone()
+                },
             })
             .collect(),
     );
@@ -287,7 +301,11 @@ fn mig_probe_of_a_simulated_node_matches_the_catalogue_and_lists_a_drift() {
         out.contains("differs: 3g.20gb: placements [0, 4] in the catalogue, [0] on the device"),
         "{out}"
     );
-    assert!(stderr(&o).contains("1 GPU(s) differ from the catalogue"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 GPU(s) differ from the catalogue"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -85,27 +85,44 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_on_restart() {
     let first = smartmigd(&config);
     assert!(!first.success(), "the injected abort did not kill the agent");
     let st = sim.state(0, &m).unwrap();
-    assert!(st.layout.instances().is_empty(), "killed before the creates: {st:?}");
+    assert!(
+        st.layout.instances().is_empty(),
+        "killed before the creates: {st:?}"
+    );
     assert!(Journal::open(&d.join("state")).unwrap().open_plan().is_some());
-    assert!(SpoolChannel::open(&d.join("spool"), "n1").unwrap().last_report().unwrap().is_none());
+    assert!(SpoolChannel::open(&d.join("spool"), "n1")
+        .unwrap()
+        .last_report()
+        .unwrap()
+        .is_none());
 
     let second = smartmigd(&config);
     assert!(second.success());
     let st = sim.state(0, &m).unwrap();
     assert_eq!(st.layout, Layout::parse(&m, "3g@0 3g@4").unwrap());
     assert!(st.is_settled());
-    assert_eq!(sim.state(1, &m).unwrap().layout, Layout::parse(&m, "4g@0 3g@4").unwrap());
+    assert_eq!(
+        sim.state(1, &m).unwrap().layout,
+        Layout::parse(&m, "4g@0 3g@4").unwrap()
+    );
     let j = Journal::open(&d.join("state")).unwrap();
     assert!(j.is_closed());
     assert!(matches!(j.records().last(), Some(Record::End { generation: 9, result }) if result == "done"));
     let mut spool = SpoolChannel::open(&d.join("spool"), "n1").unwrap();
     let r: Report = spool.last_report().unwrap().unwrap();
-    assert_eq!((r.generation, r.phase, r.outcome.clone()), (9, Phase::Apply, Outcome::Done));
+    assert_eq!(
+        (r.generation, r.phase, r.outcome.clone()),
+        (9, Phase::Apply, Outcome::Done)
+    );
     assert_eq!(r.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
     assert!(!r.slurmd_running);
     assert_eq!(std::fs::read_to_string(d.join("slurmd.log")).unwrap(), "stop\n");
     let gres = std::fs::read_to_string(d.join("gres.conf")).unwrap();
-    assert_eq!(gres.lines().filter(|l| l.starts_with("NodeName=n1")).count(), 4, "{gres}");
+    assert_eq!(
+        gres.lines().filter(|l| l.starts_with("NodeName=n1")).count(),
+        4,
+        "{gres}"
+    );
 }
 
 #[test]

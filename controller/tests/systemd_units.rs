@@ -6,7 +6,9 @@ use std::process::Command;
 const UNITS: [&str; 2] = ["smartmigd-node.service", "smartmigd-central.service"];
 
 fn unit_text(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../etc/systemd").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../etc/systemd")
+        .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -48,10 +50,17 @@ fn systemd_analyze_verify_accepts_the_units() {
         std::fs::write(&p, text).unwrap();
         paths.push(p);
     }
-    let out = Command::new("systemd-analyze").arg("verify").args(&paths).output().unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&paths)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     // verify exits 0 on unknown keys and bad values, only warning: any line about our
     // files is a failure.
     let ours: Vec<&str> = err.lines().filter(|l| l.contains("smartmigd-")).collect();
-    assert!(out.status.success() && ours.is_empty(), "systemd-analyze verify:\n{err}");
+    assert!(
+        out.status.success() && ours.is_empty(),
+        "systemd-analyze verify:\n{err}"
+    );
 }

@@ -75,7 +75,10 @@ pub fn compare(model: &GpuModel, probed: &[ProbedProfile]) -> Vec<String> {
     let mut out = Vec::new();
     for p in &model.profiles {
         let Some(d) = probed.iter().find(|d| d.nvml_id == p.nvml_id) else {
-            out.push(format!("{} (NVML profile id {}): not offered by the device", p.name, p.nvml_id));
+            out.push(format!(
+                "{} (NVML profile id {}): not offered by the device",
+                p.name, p.nvml_id
+            ));
             continue;
         };
         let mut starts = d.starts.clone();
@@ -86,7 +89,10 @@ pub fn compare(model: &GpuModel, probed: &[ProbedProfile]) -> Vec<String> {
         ];
         for (what, cat, dev) in checks {
             if cat != dev {
-                out.push(format!("{}: {what} {cat} in the catalogue, {dev} on the device", p.name));
+                out.push(format!(
+                    "{}: {what} {cat} in the catalogue, {dev} on the device",
+                    p.name
+                ));
             }
         }
         if starts != p.starts {

@@ -135,7 +135,12 @@ impl Nvml {
     }
 
     /// A symbol of the loaded library, or an error naming it when the driver lacks it.
-    fn sym<'a, T, E: std::fmt::Display>(&'a self, gpu: u32, name: &str, s: &'a Result<T, E>) -> Result<&'a T, GpuError> {
+    fn sym<'a, T, E: std::fmt::Display>(
+        &'a self,
+        gpu: u32,
+        name: &str,
+        s: &'a Result<T, E>,
+    ) -> Result<&'a T, GpuError> {
         s.as_ref().map_err(|e| GpuError::Nvml {
             gpu,
             call: name.to_string(),
@@ -144,9 +149,17 @@ impl Nvml {
     }
 
     /// GPU instance profiles the device knows: (NVML profile id, info).
-    fn gi_profiles(&self, gpu: u32, dev: &Device<'_>) -> Result<Vec<sys::nvmlGpuInstanceProfileInfo_t>, GpuError> {
+    fn gi_profiles(
+        &self,
+        gpu: u32,
+        dev: &Device<'_>,
+    ) -> Result<Vec<sys::nvmlGpuInstanceProfileInfo_t>, GpuError> {
         let lib = self.nvml.lib();
-        let f = self.sym(gpu, "nvmlDeviceGetGpuInstanceProfileInfo", &lib.nvmlDeviceGetGpuInstanceProfileInfo)?;
+        let f = self.sym(
+            gpu,
+            "nvmlDeviceGetGpuInstanceProfileInfo",
+            &lib.nvmlDeviceGetGpuInstanceProfileInfo,
+        )?;
         let mut out = Vec::new();
         for p in 0..sys::NVML_GPU_INSTANCE_PROFILE_COUNT {
             // SAFETY: zeroed plain C struct filled by NVML; the handle comes from this library.
@@ -222,20 +235,39 @@ impl Nvml {
     }
 
     /// The compute instances of a GPU instance: (handle, id).
-    fn compute_instances(&self, gpu: u32, gi: &FoundGi) -> Result<Vec<(sys::nvmlComputeInstance_t, u32)>, GpuError> {
+    fn compute_instances(
+        &self,
+        gpu: u32,
+        gi: &FoundGi,
+    ) -> Result<Vec<(sys::nvmlComputeInstance_t, u32)>, GpuError> {
         let lib = self.nvml.lib();
         let pinfo = self.sym(
             gpu,
             "nvmlGpuInstanceGetComputeInstanceProfileInfo",
             &lib.nvmlGpuInstanceGetComputeInstanceProfileInfo,
         )?;
-        let list = self.sym(gpu, "nvmlGpuInstanceGetComputeInstances", &lib.nvmlGpuInstanceGetComputeInstances)?;
-        let cinfo = self.sym(gpu, "nvmlComputeInstanceGetInfo_v2", &lib.nvmlComputeInstanceGetInfo_v2)?;
+        let list = self.sym(
+            gpu,
+            "nvmlGpuInstanceGetComputeInstances",
+            &lib.nvmlGpuInstanceGetComputeInstances,
+        )?;
+        let cinfo = self.sym(
+            gpu,
+            "nvmlComputeInstanceGetInfo_v2",
+            &lib.nvmlComputeInstanceGetInfo_v2,
+        )?;
         let mut out = Vec::new();
         for p in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
             // SAFETY: plain C structs and buffers sized as passed.
             let mut info: sys::nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
-            let code = unsafe { pinfo(gi.handle, p, sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut info) };
+            let code = unsafe {
+                pinfo(
+                    gi.handle,
+                    p,
+                    sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                    &mut info,
+                )
+            };
             if code != sys::nvmlReturn_enum_NVML_SUCCESS {
                 continue;
             }
@@ -252,13 +284,22 @@ impl Nvml {
         Ok(out)
     }
 
-    fn find_gi(&self, gpu: u32, dev: &Device<'_>, model: &GpuModel, inst: Instance) -> Result<FoundGi, GpuError> {
+    fn find_gi(
+        &self,
+        gpu: u32,
+        dev: &Device<'_>,
+        model: &GpuModel,
+        inst: Instance,
+    ) -> Result<FoundGi, GpuError> {
         self.gpu_instances(gpu, dev, model)?
             .into_iter()
             .find(|g| g.instance == inst)
             .ok_or_else(|| GpuError::Nvml {
                 gpu,
-                call: format!("find {}", smartmig_core::mig::layout::display_instance(model, &inst)),
+                call: format!(
+                    "find {}",
+                    smartmig_core::mig::layout::display_instance(model, &inst)
+                ),
                 code: code_name(sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND),
             })
     }
@@ -388,10 +429,13 @@ impl GpuBackend for Nvml {
                 fail(unsafe { f(gi.handle) })?;
             }
             Step::CreateGpu(i) => {
-                let p = model.profiles.get(i.profile).ok_or_else(|| GpuError::Unexpected {
-                    gpu,
-                    what: format!("no profile #{} in {}", i.profile, model.key),
-                })?;
+                let p = model
+                    .profiles
+                    .get(i.profile)
+                    .ok_or_else(|| GpuError::Unexpected {
+                        gpu,
+                        what: format!("no profile #{} in {}", i.profile, model.key),
+                    })?;
                 let f = self.sym(
                     gpu,
                     "nvmlDeviceCreateGpuInstanceWithPlacement",
@@ -423,8 +467,14 @@ impl GpuBackend for Nvml {
                 for p in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
                     // SAFETY: plain C struct filled by NVML.
                     let mut info: sys::nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
-                    let code =
-                        unsafe { pinfo(gi.handle, p, sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut info) };
+                    let code = unsafe {
+                        pinfo(
+                            gi.handle,
+                            p,
+                            sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                            &mut info,
+                        )
+                    };
                     if code == sys::nvmlReturn_enum_NVML_SUCCESS && info.sliceCount == compute {
                         full = Some(info.id);
                         break;
@@ -453,7 +503,10 @@ mod tests {
         let e = Nvml::open_library(OsStr::new("/nonexistent/libnvidia-ml.so.1"))
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("cannot use NVML (/nonexistent/libnvidia-ml.so.1)"), "{e}");
+        assert!(
+            e.starts_with("cannot use NVML (/nonexistent/libnvidia-ml.so.1)"),
+            "{e}"
+        );
         assert!(e.contains("No such file") || e.contains("cannot open"), "{e}");
     }
 

@@ -396,7 +396,11 @@ impl GpuBackend for Simulated {
 
     fn state(&self, gpu: u32, model: &GpuModel) -> Result<GpuState, GpuError> {
         let file = self.load()?;
-        let g = file.gpus.iter().find(|g| g.index == gpu).ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
         self.check_model(g, model)?;
         let path = self.dir.join(NODE_FILE);
         let layout = Layout::new(parse_instances(model, &g.gpu_instances, &path)?);
@@ -420,7 +424,11 @@ impl GpuBackend for Simulated {
 
     fn probe(&self, gpu: u32, model: &GpuModel) -> Result<Vec<ProbedProfile>, GpuError> {
         let file = self.load()?;
-        let g = file.gpus.iter().find(|g| g.index == gpu).ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
         if let Some(ps) = &g.profiles {
             return Ok(ps
                 .iter()
@@ -469,7 +477,7 @@ impl GpuBackend for Simulated {
             } else {
                 let f = faults.fail.remove(pos);
                 self.set_faults(&faults)?;
-            log::info!("simulated GPU {gpu}: injected {} on {call}", f.error);
+                log::info!("simulated GPU {gpu}: injected {} on {call}", f.error);
                 return Err(GpuError::Nvml {
                     gpu,
                     call,
@@ -567,9 +575,18 @@ mod tests {
     #[test]
     fn overlap_and_bad_placements_are_refused_like_the_driver_does() {
         let (_d, mut s, m) = node("4g@0");
-        let e = s.apply(0, &m, Step::CreateGpu(inst(&m, "2g@2"))).unwrap_err().to_string();
-        assert!(e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && e.contains("overlap"), "{e}");
-        let e = s.apply(0, &m, Step::CreateGpu(inst(&m, "3g@2"))).unwrap_err().to_string();
+        let e = s
+            .apply(0, &m, Step::CreateGpu(inst(&m, "2g@2")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && e.contains("overlap"),
+            "{e}"
+        );
+        let e = s
+            .apply(0, &m, Step::CreateGpu(inst(&m, "3g@2")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not an allowed placement"), "{e}");
         assert_eq!(s.state(0, &m).unwrap().layout, Layout::parse(&m, "4g@0").unwrap());
     }
@@ -579,7 +596,10 @@ mod tests {
         let (_d, mut s, m) = node("4g@0 3g@4");
         let three = inst(&m, "3g@4");
         s.set_busy(0, &m, three, true).unwrap();
-        let e = s.apply(0, &m, Step::DestroyCompute(three)).unwrap_err().to_string();
+        let e = s
+            .apply(0, &m, Step::DestroyCompute(three))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("NVML_ERROR_IN_USE"), "{e}");
         assert_eq!(s.state(0, &m).unwrap().busy, vec![three]);
     }

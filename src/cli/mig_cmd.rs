@@ -195,7 +195,12 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
                 .iter()
                 .map(|p| ProbeProfileJson {
                     nvml_id: p.nvml_id,
-                    name: model.and_then(|m| m.profiles.iter().find(|c| c.nvml_id == p.nvml_id).map(|c| c.name.clone())),
+                    name: model.and_then(|m| {
+                        m.profiles
+                            .iter()
+                            .find(|c| c.nvml_id == p.nvml_id)
+                            .map(|c| c.name.clone())
+                    }),
                     compute: p.compute,
                     max_count: p.max_count,
                     memory_mb: p.memory_mb,
@@ -234,7 +239,10 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
                     })
                     .collect();
                 if !rows.is_empty() {
-                    print!("{}", table(&["nvml id", "profile", "slices", "max", "MB", "starts"], &rows));
+                    print!(
+                        "{}",
+                        table(&["nvml id", "profile", "slices", "max", "MB", "starts"], &rows)
+                    );
                 }
                 if g.differences.is_empty() {
                     println!("matches the catalogue");

@@ -116,7 +116,12 @@ impl Agent {
                 return Ok(None);
             }
         }
-        log::info!("generation {}: {:?} on {} GPU(s)", d.generation, d.phase, d.gpus.len());
+        log::info!(
+            "generation {}: {:?} on {} GPU(s)",
+            d.generation,
+            d.phase,
+            d.gpus.len()
+        );
         let outcome = match d.phase {
             Phase::Apply => self.apply(&d)?,
             Phase::StartSlurmd => match run(&self.cfg.slurmd_start) {
@@ -139,7 +144,12 @@ impl Agent {
         gpus.iter()
             .map(|g| {
                 let bad = |e: String| NodeError::Refused(format!("GPU {}: {e}", g.index));
-                let model = self.cfg.catalogue.model(&g.model).map_err(|e| bad(e.to_string()))?.clone();
+                let model = self
+                    .cfg
+                    .catalogue
+                    .model(&g.model)
+                    .map_err(|e| bad(e.to_string()))?
+                    .clone();
                 let from = Layout::parse(&model, &g.from).map_err(|e| bad(e.to_string()))?;
                 let to = Layout::parse(&model, &g.to).map_err(|e| bad(e.to_string()))?;
                 Plan::between(&model, self.cfg.driver, &from, &to).map_err(|e| bad(e.to_string()))?;
@@ -172,7 +182,10 @@ impl Agent {
             }
             let plan = Plan::between(&t.model, self.cfg.driver, &t.from, &t.to)
                 .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", t.index)))?;
-            let busy: Vec<String> = plan.touched(&st.busy).map(|i| display_instance(&t.model, i)).collect();
+            let busy: Vec<String> = plan
+                .touched(&st.busy)
+                .map(|i| display_instance(&t.model, i))
+                .collect();
             if !busy.is_empty() {
                 return Err(NodeError::Refused(format!(
                     "GPU {}: the plan destroys busy instance(s) {}; nothing changed",
@@ -230,7 +243,10 @@ impl Agent {
         let plan = Plan::between(&t.model, self.cfg.driver, &st.layout, goal)
             .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", t.index)))?;
         if plan.touches(&st.busy) {
-            let busy: Vec<String> = plan.touched(&st.busy).map(|i| display_instance(&t.model, i)).collect();
+            let busy: Vec<String> = plan
+                .touched(&st.busy)
+                .map(|i| display_instance(&t.model, i))
+                .collect();
             return Err(NodeError::Refused(format!(
                 "GPU {}: the plan destroys busy instance(s) {}",
                 t.index,
@@ -256,7 +272,12 @@ impl Agent {
         self.journal.append(Record::Done { n })
     }
 
-    fn roll_back(&mut self, generation: u64, targets: &[Target], error: String) -> Result<Outcome, NodeError> {
+    fn roll_back(
+        &mut self,
+        generation: u64,
+        targets: &[Target],
+        error: String,
+    ) -> Result<Outcome, NodeError> {
         log::error!("re-layout {generation}: {error}; rolling back");
         let mut error = error;
         let result = match self.move_all(targets, |t| &t.from) {
@@ -299,7 +320,11 @@ impl Agent {
         let mut out = Vec::new();
         for g in self.backend.gpus()? {
             let Some(key) = g.model.as_ref().filter(|_| g.mig_enabled) else {
-                log::debug!("GPU {} ({}) is not a MIG GPU smartmig knows; left alone", g.index, g.name);
+                log::debug!(
+                    "GPU {} ({}) is not a MIG GPU smartmig knows; left alone",
+                    g.index,
+                    g.name
+                );
                 continue;
             };
             let Ok(model) = self.cfg.catalogue.model(key) else {
@@ -363,10 +388,13 @@ fn run(cmd: &[String]) -> Result<(), NodeError> {
             reason: "empty command".into(),
         });
     };
-    let out = Command::new(prog).args(args).output().map_err(|e| NodeError::Command {
-        command: line.clone(),
-        reason: e.to_string(),
-    })?;
+    let out = Command::new(prog)
+        .args(args)
+        .output()
+        .map_err(|e| NodeError::Command {
+            command: line.clone(),
+            reason: e.to_string(),
+        })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -466,7 +494,12 @@ mod tests {
         assert!(!r.slurmd_running);
         assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
         assert!(a.journal().is_closed());
-        let steps = a.journal().records().iter().filter(|r| matches!(r, Record::Step { .. })).count();
+        let steps = a
+            .journal()
+            .records()
+            .iter()
+            .filter(|r| matches!(r, Record::Step { .. }))
+            .count();
         assert_eq!(steps, 6);
         let gres = std::fs::read_to_string(n.path("gres.conf")).unwrap();
         let files: Vec<&str> = gres
@@ -481,7 +514,10 @@ mod tests {
         assert!(a.poll().unwrap().is_none());
         n.desire(2, Phase::StartSlurmd, &[]);
         let r = a.poll().unwrap().unwrap();
-        assert_eq!((r.generation, r.outcome.clone(), r.slurmd_running), (2, Outcome::Done, true));
+        assert_eq!(
+            (r.generation, r.outcome.clone(), r.slurmd_running),
+            (2, Outcome::Done, true)
+        );
         assert_eq!(n.slurmd_log(), "stop\nstart\n");
     }
 
@@ -494,7 +530,10 @@ mod tests {
         let Outcome::Failed { error } = &r.outcome else {
             panic!("{r:?}")
         };
-        assert!(error.contains("device has `7g.40gb@0`") && error.contains("nothing changed"), "{error}");
+        assert!(
+            error.contains("device has `7g.40gb@0`") && error.contains("nothing changed"),
+            "{error}"
+        );
         assert_eq!(n.layout(0), "7g.40gb@0");
         assert!(a.journal().records().is_empty());
         assert!(!n.path("gres.conf").exists());
@@ -537,11 +576,16 @@ mod tests {
         let Outcome::Failed { error } = &r.outcome else {
             panic!("{r:?}")
         };
-        assert!(error.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && error.contains("create-gi 3g.20gb@4"), "{error}");
+        assert!(
+            error.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && error.contains("create-gi 3g.20gb@4"),
+            "{error}"
+        );
         assert_eq!(n.layout(0), "7g.40gb@0");
         assert_eq!(r.gpus[0].layout, "7g.40gb@0");
         assert!(a.journal().is_closed());
-        assert!(matches!(a.journal().records().last(), Some(Record::End { result, .. }) if result.starts_with("rolled-back")));
+        assert!(
+            matches!(a.journal().records().last(), Some(Record::End { result, .. }) if result.starts_with("rolled-back"))
+        );
         assert!(r.slurmd_running);
         assert_eq!(n.slurmd_log(), "");
     }
@@ -555,7 +599,11 @@ mod tests {
         let mut sim = n.sim.clone();
         let seven = Layout::parse(m, "7g@0").unwrap().instances()[0];
         let three = Layout::parse(m, "3g@0").unwrap().instances()[0];
-        for s in [Step::DestroyCompute(seven), Step::DestroyGpu(seven), Step::CreateGpu(three)] {
+        for s in [
+            Step::DestroyCompute(seven),
+            Step::DestroyGpu(seven),
+            Step::CreateGpu(three),
+        ] {
             sim.apply(0, m, s).unwrap();
         }
         {

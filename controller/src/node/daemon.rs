@@ -25,7 +25,11 @@ pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
     let resolved = cfg.resolve(config.parent())?;
     let c = &resolved.config;
     let n = &c.node;
-    let node = if n.name.is_empty() { short_hostname()? } else { n.name.clone() };
+    let node = if n.name.is_empty() {
+        short_hostname()?
+    } else {
+        n.name.clone()
+    };
     let backend: Box<dyn GpuBackend> = match n.backend {
         Backend::Nvml => Box::new(Nvml::open()?),
         Backend::Simulated => Box::new(

@@ -195,7 +195,10 @@ mod tests {
         })
         .unwrap();
         drop(j);
-        let mut f = OpenOptions::new().append(true).open(dir.path().join(JOURNAL_FILE)).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(JOURNAL_FILE))
+            .unwrap();
         f.write_all(b"{\"rec\":\"do").unwrap();
         let mut j = Journal::open(dir.path()).unwrap();
         assert_eq!(j.open_plan().map(|p| p.0), Some(4));

@@ -58,7 +58,9 @@ impl SpoolChannel {
         write_json(&self.desired_path(), d)
     }
 
-    fn read<T: serde::de::DeserializeOwned + channel::Versioned>(path: &Path) -> Result<Option<T>, NodeError> {
+    fn read<T: serde::de::DeserializeOwned + channel::Versioned>(
+        path: &Path,
+    ) -> Result<Option<T>, NodeError> {
         match std::fs::read_to_string(path) {
             Ok(text) => Ok(Some(channel::parse(&text, &path.display().to_string())?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
