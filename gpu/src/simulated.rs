@@ -188,12 +188,24 @@ impl Simulated {
         Ok(s)
     }
 
-    /// Creates a simulated node in `dir` (made mode 0700) with the given GPUs, MIG on.
+    /// Creates a simulated node in `dir` with the given GPUs, MIG on, device files in
+    /// `<dir>/dev`.
     pub fn create(dir: &Path, driver: Driver, gpus: &[GpuSpec]) -> Result<Simulated, GpuError> {
+        Simulated::create_with_dev_dir(dir, None, driver, gpus)
+    }
+
+    /// Like [`Simulated::create`], with device files in `dev_dir` (e.g. the `dev/` of a
+    /// Slurm test cluster, whose gres.conf then names them).
+    pub fn create_with_dev_dir(
+        dir: &Path,
+        dev_dir: Option<PathBuf>,
+        driver: Driver,
+        gpus: &[GpuSpec],
+    ) -> Result<Simulated, GpuError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let file = NodeFile {
             driver,
-            dev_dir: None,
+            dev_dir,
             latency_ms: BTreeMap::new(),
             gpus: gpus
                 .iter()
@@ -624,6 +636,41 @@ mod tests {
             .collect();
         assert_eq!(files, ["nvidia0", "nvidia4"]);
         assert!(d.path().join("dev/nvidia4").exists());
+    }
+
+    #[test]
+    fn device_files_go_to_the_given_dev_dir_in_physical_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = a100();
+        let devs = dir.path().join("cluster/dev");
+        let s = Simulated::create_with_dev_dir(
+            &dir.path().join("sim"),
+            Some(devs.clone()),
+            Driver::R510,
+            &[
+                GpuSpec {
+                    model: m.clone(),
+                    layout: Layout::parse(&m, "7g@0").unwrap(),
+                },
+                GpuSpec {
+                    model: m.clone(),
+                    layout: Layout::parse(&m, "3g@4 2g@0 1g@2").unwrap(),
+                },
+            ],
+        )
+        .unwrap();
+        let files: Vec<PathBuf> = s
+            .state(1, &m)
+            .unwrap()
+            .devices
+            .iter()
+            .map(|d| d.files[0].clone())
+            .collect();
+        assert_eq!(
+            files,
+            [devs.join("nvidia8"), devs.join("nvidia10"), devs.join("nvidia12")]
+        );
+        assert!(files.iter().all(|f| f.exists()) && devs.join("nvidia0").exists());
     }
 
     #[test]
