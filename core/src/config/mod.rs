@@ -2,6 +2,7 @@
 //! the catalogue, checking cross-field rules) as two separate steps.
 
 mod de;
+pub mod node;
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +55,9 @@ pub struct Config {
     /// The job_submit plugin's routing.
     #[serde(default)]
     pub routing: RoutingConfig,
+    /// The smartmigd node agent.
+    #[serde(default)]
+    pub node: node::NodeConfig,
     /// The file the config came from (set by the loader).
     #[serde(skip)]
     pub origin: String,
