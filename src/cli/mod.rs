@@ -8,6 +8,7 @@ mod bounds_cmd;
 mod config_cmd;
 mod mig_cmd;
 mod policy_cmd;
+mod replay_cmd;
 mod sim_cmd;
 mod train_cmd;
 
@@ -123,6 +124,8 @@ pub enum Command {
     Train(train_cmd::TrainArgs),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),
+    /// What-if on a site's own sacct history: as ran, best static layout, smart-mig, bounds.
+    Replay(replay_cmd::ReplayArgs),
 }
 
 /// Runs a parsed command line.
@@ -137,6 +140,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Policy(c) => policy_cmd::run(c),
         Command::Train(a) => train_cmd::run(a),
         Command::Bounds(a) => bounds_cmd::run(a),
+        Command::Replay(a) => replay_cmd::run(a),
     }
 }
 
