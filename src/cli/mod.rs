@@ -10,6 +10,7 @@ mod mig_cmd;
 mod policy_cmd;
 mod replay_cmd;
 mod sim_cmd;
+mod sweep_cmd;
 mod train_cmd;
 
 use std::fmt::Display;
@@ -126,6 +127,8 @@ pub enum Command {
     Bounds(bounds_cmd::BoundsArgs),
     /// What-if on a site's own sacct history: as ran, best static layout, smart-mig, bounds.
     Replay(replay_cmd::ReplayArgs),
+    /// Run a comparison as a Slurm array job (`--emit-sbatch DIR`) and merge it (`--collect DIR`).
+    Sweep(sweep_cmd::SweepArgs),
 }
 
 /// Runs a parsed command line.
@@ -141,6 +144,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Train(a) => train_cmd::run(a),
         Command::Bounds(a) => bounds_cmd::run(a),
         Command::Replay(a) => replay_cmd::run(a),
+        Command::Sweep(a) => sweep_cmd::run(a),
     }
 }
 

@@ -350,7 +350,7 @@ pub fn replay(sc: &ResolvedScenario, mut input: ReplayInput, progress: &indicati
     }
     let results: Vec<Result<RunResult, String>> = specs
         .par_iter()
-        .map(|p| run_policy(sc, jobs, p, input.seed, input.sample_every).map_err(|e| e.to_string()))
+        .map(|p| run_policy(sc, jobs, p, input.seed, input.sample_every).map_err(|e| chain(&e)))
         .collect();
     let mut runs = Vec::new();
     let mut smart_mig_missing = input.model.as_ref().err().cloned();
@@ -409,6 +409,20 @@ pub fn replay(sc: &ResolvedScenario, mut input: ReplayInput, progress: &indicati
         seed: input.seed,
         runs,
     })
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cause = c.source();
+    }
+    parts.join(": ")
 }
 
 fn inferred(jobs: usize, sources: &[(String, usize)], from_limit: usize, a: &AsRan) -> Vec<Inferred> {
