@@ -21,7 +21,8 @@ const CLUSTER_SETS: [&str; 2] = [
     "baselines.reference_layout=[\"c2\",\"c7\"]",
 ];
 
-const FORMAT: &str = "--format=JobID,JobName,Submit,Start,End,Elapsed,Timelimit,ReqTRES,AllocTRES,State,Comment";
+const FORMAT: &str =
+    "--format=JobID,JobName,Submit,Start,End,Elapsed,Timelimit,ReqTRES,AllocTRES,State,Comment";
 
 /// Seconds since the epoch of sacct's `YYYY-MM-DDTHH:MM:SS` (UTC).
 fn seconds(s: &str) -> i64 {
@@ -78,9 +79,7 @@ fn rows(dump: &str) -> Vec<Row> {
         .map(|l| l.split('|').collect::<Vec<_>>())
         .filter(|f| !f[id].contains('.') && f[state] != "PENDING")
         .filter_map(|f| {
-            let ty = f[alloc]
-                .split(',')
-                .find_map(|e| e.strip_prefix("gres/gpu:"))?;
+            let ty = f[alloc].split(',').find_map(|e| e.strip_prefix("gres/gpu:"))?;
             let slices = ty.split('g').next().unwrap().parse().unwrap();
             Some(Row {
                 submit: seconds(f[sub]),
@@ -155,9 +154,15 @@ fn check_replay(dump: &Path, gpu_jobs: usize, cpu_jobs: u64) {
     );
     let (energy, tardiness) = recompute(&rows, 2);
     let low = v["as_ran"]["energy_wmin_low"].as_f64().unwrap();
-    assert!((low - energy).abs() < 1e-6 * energy, "as-ran energy {low} vs recomputed {energy}");
+    assert!(
+        (low - energy).abs() < 1e-6 * energy,
+        "as-ran energy {low} vs recomputed {energy}"
+    );
     let t = v["as_ran"]["avg_tardiness_min"].as_f64().unwrap();
-    assert!((t - tardiness).abs() < 1e-9, "as-ran tardiness {t} vs recomputed {tardiness}");
+    assert!(
+        (t - tardiness).abs() < 1e-9,
+        "as-ran tardiness {t} vs recomputed {tardiness}"
+    );
     assert!(v["as_ran"]["energy_wmin_high"].as_f64().unwrap() >= low);
 
     // No learned policy is installed here: the column is absent and the report says why.
@@ -188,7 +193,10 @@ fn check_replay(dump: &Path, gpu_jobs: usize, cpu_jobs: u64) {
     assert!(page.starts_with("<!DOCTYPE html>"));
     assert!(page.matches("<svg").count() >= 2, "figures inline");
     for external in ["<script", "src=", "<link", "@import", "url("] {
-        assert!(!page.contains(external), "the report refers outside itself: {external}");
+        assert!(
+            !page.contains(external),
+            "the report refers outside itself: {external}"
+        );
     }
     assert!(page.contains("What is inferred, and how confident each number is"));
     assert!(page.contains(&format!("{gpu_jobs} jobs replayed")));

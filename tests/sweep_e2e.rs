@@ -57,7 +57,10 @@ fn scratch(name: &str) -> PathBuf {
 /// `compare` locally, as table and JSON.
 fn local(seeds: &str) -> (String, String) {
     let table = ok(smartmig(&args(&["compare"], &["--seeds", seeds])));
-    let json = ok(smartmig(&args(&["compare"], &["--seeds", seeds, "--format", "json"])));
+    let json = ok(smartmig(&args(
+        &["compare"],
+        &["--seeds", seeds, "--format", "json"],
+    )));
     (table, json)
 }
 

@@ -6,6 +6,7 @@
 mod bench_cmd;
 mod bounds_cmd;
 mod config_cmd;
+mod doctor_cmd;
 mod mig_cmd;
 mod policy_cmd;
 mod replay_cmd;
@@ -43,6 +44,14 @@ impl CliError {
         CliError {
             code: EXIT_FAILURE,
             error: e.into(),
+        }
+    }
+
+    /// An exit code with nothing more to print (the command printed its own report).
+    pub fn exit(code: u8) -> CliError {
+        CliError {
+            code,
+            error: anyhow::anyhow!(""),
         }
     }
 
@@ -129,6 +138,8 @@ pub enum Command {
     Replay(replay_cmd::ReplayArgs),
     /// Run a comparison as a Slurm array job (`--emit-sbatch DIR`) and merge it (`--collect DIR`).
     Sweep(sweep_cmd::SweepArgs),
+    /// Check an installation: Slurm, plugin, smartmig.toml, snapshot, NVML, ONNX, gres.conf.
+    Doctor(doctor_cmd::DoctorArgs),
 }
 
 /// Runs a parsed command line.
@@ -145,7 +156,16 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Bounds(a) => bounds_cmd::run(a),
         Command::Replay(a) => replay_cmd::run(a),
         Command::Sweep(a) => sweep_cmd::run(a),
+        Command::Doctor(a) => doctor_cmd::run(a),
     }
+}
+
+/// A policy file's contract metadata, read without ONNX Runtime.
+pub(crate) fn policy_metadata(
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> Result<crate::policy::PolicyMetadata, String> {
+    policy_cmd::read_metadata(path, bytes).map_err(|e| e.message())
 }
 
 /// Prints a value as pretty JSON.

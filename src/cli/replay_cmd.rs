@@ -56,10 +56,16 @@ pub fn run(a: ReplayArgs) -> CliResult {
         crate::workload::sacct::read_sacct_runs(std::io::BufReader::new(file), &name, a.skip_bad)
             .map_err(CliError::input)?;
     if jobs.jobs.is_empty() {
-        return Err(CliError::input(crate::workload::TraceError::Empty { path: name, stats }));
+        return Err(CliError::input(crate::workload::TraceError::Empty {
+            path: name,
+            stats,
+        }));
     }
     let classes = match &a.config {
-        Some(p) => Config::from_file(p).map_err(CliError::input)?.routing.all_classes(),
+        Some(p) => Config::from_file(p)
+            .map_err(CliError::input)?
+            .routing
+            .all_classes(),
         None => builtin_classes(),
     };
     let model = if a.no_model {
@@ -124,7 +130,9 @@ fn print_replay(r: &Replay) {
             kwh(c.energy_wmin),
             format!("{:.3}", c.avg_tardiness_min),
             format!("{:.3}", c.et_vs_as_ran),
-            c.layout.as_ref().map_or_else(|| "learned".into(), |l| l.join(" ")),
+            c.layout
+                .as_ref()
+                .map_or_else(|| "learned".into(), |l| l.join(" ")),
         ]);
     }
     rows.push(vec![
@@ -138,7 +146,16 @@ fn print_replay(r: &Replay) {
     ]);
     print!(
         "{}",
-        table(&["schedule", "energy kWh", "tardiness min", "ET vs as ran", "layout"], &rows)
+        table(
+            &[
+                "schedule",
+                "energy kWh",
+                "tardiness min",
+                "ET vs as ran",
+                "layout"
+            ],
+            &rows
+        )
     );
     if let Some(why) = &r.smart_mig_missing {
         println!("no smart-mig column: {why}");

@@ -117,7 +117,9 @@ pub fn run(a: SweepArgs) -> CliResult {
     } else if let Some(dir) = &a.collect {
         collect(dir, a.format)
     } else {
-        Err(CliError::input(anyhow!("sweep needs --emit-sbatch, --collect or --run-task")))
+        Err(CliError::input(anyhow!(
+            "sweep needs --emit-sbatch, --collect or --run-task"
+        )))
     }
 }
 
@@ -176,7 +178,9 @@ fn emit(a: &SweepArgs, dir: &Path) -> CliResult {
         .map_err(CliError::failure)?;
     let n = manifest.seeds.len();
     if n == 0 {
-        return Err(CliError::input(anyhow!("--seeds 0: a sweep needs at least one seed")));
+        return Err(CliError::input(anyhow!(
+            "--seeds 0: a sweep needs at least one seed"
+        )));
     }
     let d = dir.display().to_string();
     let mut script = format!(

@@ -97,7 +97,13 @@ pub struct Column {
 }
 
 impl Column {
-    fn new(name: &str, layout: Option<Vec<String>>, r: &RunResult, sc: &ResolvedScenario, as_ran: &AsRan) -> Column {
+    fn new(
+        name: &str,
+        layout: Option<Vec<String>>,
+        r: &RunResult,
+        sc: &ResolvedScenario,
+        as_ran: &AsRan,
+    ) -> Column {
         let a = sc.scenario.objective.energy_weight;
         Column {
             name: name.to_string(),
@@ -208,7 +214,10 @@ pub fn apply_class_curves(jobs: &mut JobSet, runs: &[Ran], classes: &[JobClass])
     let mut counts: Vec<(String, usize)> = Vec::new();
     let labels = jobs.classes.clone();
     for (job, ran) in jobs.jobs.iter_mut().zip(runs) {
-        let label = labels.get(usize::from(job.class)).map(String::as_str).unwrap_or("");
+        let label = labels
+            .get(usize::from(job.class))
+            .map(String::as_str)
+            .unwrap_or("");
         let source = match classes.iter().find(|c| c.name == label) {
             Some(class) => {
                 let held = ran.end - ran.start;
@@ -237,7 +246,7 @@ fn placement_power(curves: &[[f64; 8]], busy: u32) -> (f64, f64) {
         packed += c[b as usize];
         left -= b;
     }
-    let (base, extra) = if m == 0 { (0, 0) } else { (busy / m, busy % m) };
+    let (base, extra) = busy.checked_div(m).map_or((0, 0), |b| (b, busy % m));
     let spread = curves
         .iter()
         .enumerate()
@@ -247,7 +256,12 @@ fn placement_power(curves: &[[f64; 8]], busy: u32) -> (f64, f64) {
 }
 
 /// Measures the as-ran schedule on the scenario's cluster.
-pub fn as_ran(sc: &ResolvedScenario, source: &str, jobs: &JobSet, runs: &[Ran]) -> Result<AsRan, ReplayError> {
+pub fn as_ran(
+    sc: &ResolvedScenario,
+    source: &str,
+    jobs: &JobSet,
+    runs: &[Ran],
+) -> Result<AsRan, ReplayError> {
     let curves: Vec<[f64; 8]> = sc.gpus.iter().map(|g| sc.models[g.model].model.power_w).collect();
     let capacity = 7 * sc.gpus.len() as u32;
     // Ends before starts at equal times, so back-to-back jobs do not overlap.
@@ -321,7 +335,11 @@ fn capacity_share(sc: &ResolvedScenario, shares: &[(String, f64)]) -> [f64; 5] {
 }
 
 /// Runs the what-if.
-pub fn replay(sc: &ResolvedScenario, mut input: ReplayInput, progress: &indicatif::ProgressBar) -> Result<Replay, ReplayError> {
+pub fn replay(
+    sc: &ResolvedScenario,
+    mut input: ReplayInput,
+    progress: &indicatif::ProgressBar,
+) -> Result<Replay, ReplayError> {
     let deadline_from_timelimit = input
         .jobs
         .jobs
@@ -385,7 +403,12 @@ pub fn replay(sc: &ResolvedScenario, mut input: ReplayInput, progress: &indicati
         tardiness_min: tardiness.as_ref().map(|t| t.avg_tardiness_min),
         tardiness_method: tardiness.map(|t| t.method),
     };
-    let inferred = inferred(jobs.jobs.len(), &speedup_sources, deadline_from_timelimit, &as_ran);
+    let inferred = inferred(
+        jobs.jobs.len(),
+        &speedup_sources,
+        deadline_from_timelimit,
+        &as_ran,
+    );
     Ok(Replay {
         source: input.source,
         scenario: sc.scenario.name.clone(),
@@ -524,13 +547,25 @@ mod tests {
             + 20.0 * (p[6] + p[5])
             + 10.0 * (p[2] + p[2])
             + 30.0 * (p[1] + p[0]);
-        assert!((a.energy_wmin_low - packed).abs() < 1e-6, "{} vs {packed}", a.energy_wmin_low);
-        assert!((a.energy_wmin_high - spread).abs() < 1e-6, "{} vs {spread}", a.energy_wmin_high);
+        assert!(
+            (a.energy_wmin_low - packed).abs() < 1e-6,
+            "{} vs {packed}",
+            a.energy_wmin_low
+        );
+        assert!(
+            (a.energy_wmin_high - spread).abs() < 1e-6,
+            "{} vs {spread}",
+            a.energy_wmin_high
+        );
         assert_eq!(a.peak_busy_slices, 11);
         assert_eq!(a.makespan_min, 90.0);
         // Job 2: deadline 10 + 40 (its limit), ended at 90: 40 late. Job 1: limit 120 >
         // 1.25 × 60, ends 60 ≤ 75. Job 3: 20 + 37.5, ended 50.
-        assert!((a.avg_tardiness_min - 40.0 / 3.0).abs() < 1e-9, "{}", a.avg_tardiness_min);
+        assert!(
+            (a.avg_tardiness_min - 40.0 / 3.0).abs() < 1e-9,
+            "{}",
+            a.avg_tardiness_min
+        );
         assert_eq!(a.slice_minutes, [60.0, 0.0, 180.0, 0.0, 210.0]);
     }
 
@@ -538,7 +573,10 @@ mod tests {
     fn a_cluster_too_small_for_the_history_is_refused_with_the_numbers() {
         let (jobs, _, runs) = input();
         let e = as_ran(&cluster(1), "dump", &jobs, &runs).unwrap_err().to_string();
-        assert!(e.starts_with("dump: up to 11 compute slices were busy at once"), "{e}");
+        assert!(
+            e.starts_with("dump: up to 11 compute slices were busy at once"),
+            "{e}"
+        );
         assert!(e.contains("1 GPUs hold (7)"), "{e}");
     }
 
@@ -547,7 +585,10 @@ mod tests {
         let (mut jobs, _, runs) = input();
         let classes = smartmig_core::routing::builtin_classes();
         let sources = apply_class_curves(&mut jobs, &runs, &classes);
-        assert_eq!(sources, vec![("share model".to_string(), 2), ("bert-train".to_string(), 1)]);
+        assert_eq!(
+            sources,
+            vec![("share model".to_string(), 2), ("bert-train".to_string(), 1)]
+        );
         let j = &jobs.jobs[1];
         assert_eq!(jobs.classes[usize::from(j.class)], "bert-train");
         // 60 min on 1g; bert-train runs 4.773× faster on 7g.

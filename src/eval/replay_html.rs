@@ -40,7 +40,9 @@ pub fn render(r: &Replay) -> Result<String, PlotError> {
     let total: f64 = r.as_ran.slice_minutes.iter().sum();
     let mut mix = vec![(
         "as ran (busy slice-minutes)".to_string(),
-        r.as_ran.slice_minutes.map(|x| if total > 0.0 { x / total } else { 0.0 }),
+        r.as_ran
+            .slice_minutes
+            .map(|x| if total > 0.0 { x / total } else { 0.0 }),
     )];
     mix.extend(
         r.columns
@@ -102,7 +104,8 @@ pub fn render(r: &Replay) -> Result<String, PlotError> {
         r.as_ran.makespan_min
     );
     for c in &r.columns {
-        let _ = writeln!(
+        let _ =
+            writeln!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
             esc(&c.name),
@@ -124,18 +127,17 @@ pub fn render(r: &Replay) -> Result<String, PlotError> {
         }
     );
     if let Some(why) = &r.smart_mig_missing {
-        let _ = writeln!(
-            h,
-            "<p class=\"note\">No smart-mig column: {}.</p>",
-            esc(why)
-        );
+        let _ = writeln!(h, "<p class=\"note\">No smart-mig column: {}.</p>", esc(why));
     }
     let _ = writeln!(
         h,
         "<h2>Slice mix</h2>\n<table><tr><th>schedule</th><th>1g</th><th>2g</th><th>3g</th><th>4g</th><th>7g</th></tr>"
     );
     for (name, shares) in &mix {
-        let cells: String = shares.iter().map(|s| format!("<td>{:.1}%</td>", 100.0 * s)).collect();
+        let cells: String = shares
+            .iter()
+            .map(|s| format!("<td>{:.1}%</td>", 100.0 * s))
+            .collect();
         let _ = writeln!(h, "<tr><td>{}</td>{cells}</tr>", esc(name));
     }
     let _ = writeln!(h, "</table>\n<h2>Figures</h2>");

@@ -241,50 +241,6 @@ pub fn learning_curve(
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sim::metrics::Sample;
-
-    fn svg(name: &str, draw: impl FnOnce(&Path) -> Result<(), PlotError>) -> String {
-        let path = std::env::temp_dir().join(format!("smartmig-plot-{}-{name}.svg", std::process::id()));
-        draw(&path).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        std::fs::remove_file(&path).ok();
-        text
-    }
-
-    #[test]
-    fn the_load_plot_shows_arrivals_busy_slices_and_waiting_jobs() {
-        let s = Series {
-            every: 10.0,
-            samples: (0..5)
-                .map(|i| Sample {
-                    t: f64::from(i) * 10.0,
-                    busy_slices: i * 7,
-                    waiting: i as usize,
-                })
-                .collect(),
-            arrivals: vec![1, 2, 3, 4, 5],
-            config_names: vec!["c1".into()],
-            config_counts: vec![vec![1]; 5],
-            total_slices: 56,
-        };
-        let text = svg("load", |p| load_over_time(p, &s, "load"));
-        for label in ["arrivals per hour", "busy compute slices (of 56)", "waiting jobs"] {
-            assert!(text.contains(label), "{label}");
-        }
-    }
-
-    #[test]
-    fn the_learning_curve_shows_its_reference_lines() {
-        let text = svg("curve", |p| {
-            learning_curve(p, &[(0, 0.9), (1, 0.8)], &[("static-best".into(), 0.64)], "t")
-        });
-        assert!(text.contains("smart-mig (training days)") && text.contains("static-best"));
-    }
-}
-
 /// Shares per slice size (1g, 2g, 3g, 4g, 7g), one group of bars per row.
 pub fn slice_mix(path: &Path, rows: &[(String, [f64; 5])], title: &str) -> Result<(), PlotError> {
     let e = err(path);
@@ -336,10 +292,7 @@ pub fn slice_mix(path: &Path, rows: &[(String, [f64; 5])], title: &str) -> Resul
 
 /// Runs a figure function on a scratch file and returns the SVG text, for reports that
 /// inline their figures (the figure functions draw to paths).
-pub fn svg_text(
-    name: &str,
-    draw: impl FnOnce(&Path) -> Result<(), PlotError>,
-) -> Result<String, PlotError> {
+pub fn svg_text(name: &str, draw: impl FnOnce(&Path) -> Result<(), PlotError>) -> Result<String, PlotError> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("smartmig-plot-{}", std::process::id()));
@@ -352,4 +305,48 @@ pub fn svg_text(
     // Best effort: a scratch file left behind is harmless.
     let _ = std::fs::remove_file(&path);
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::metrics::Sample;
+
+    fn svg(name: &str, draw: impl FnOnce(&Path) -> Result<(), PlotError>) -> String {
+        let path = std::env::temp_dir().join(format!("smartmig-plot-{}-{name}.svg", std::process::id()));
+        draw(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        text
+    }
+
+    #[test]
+    fn the_load_plot_shows_arrivals_busy_slices_and_waiting_jobs() {
+        let s = Series {
+            every: 10.0,
+            samples: (0..5)
+                .map(|i| Sample {
+                    t: f64::from(i) * 10.0,
+                    busy_slices: i * 7,
+                    waiting: i as usize,
+                })
+                .collect(),
+            arrivals: vec![1, 2, 3, 4, 5],
+            config_names: vec!["c1".into()],
+            config_counts: vec![vec![1]; 5],
+            total_slices: 56,
+        };
+        let text = svg("load", |p| load_over_time(p, &s, "load"));
+        for label in ["arrivals per hour", "busy compute slices (of 56)", "waiting jobs"] {
+            assert!(text.contains(label), "{label}");
+        }
+    }
+
+    #[test]
+    fn the_learning_curve_shows_its_reference_lines() {
+        let text = svg("curve", |p| {
+            learning_curve(p, &[(0, 0.9), (1, 0.8)], &[("static-best".into(), 0.64)], "t")
+        });
+        assert!(text.contains("smart-mig (training days)") && text.contains("static-best"));
+    }
 }
