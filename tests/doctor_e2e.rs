@@ -31,7 +31,13 @@ fn snapshot(generated_at: f64) -> String {
 /// Runs doctor on the harness's slurm.conf; returns the exit code and the findings by check.
 fn doctor(c: &Cluster, extra: &[&str]) -> (i32, serde_json::Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_smartmig"))
-        .args(["doctor", "--slurm-conf", c.conf.to_str().unwrap(), "--format", "json"])
+        .args([
+            "doctor",
+            "--slurm-conf",
+            c.conf.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
         .args(extra)
         .output()
         .unwrap();
@@ -91,8 +97,14 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
     for check in ["slurm", "plugin", "config", "snapshot", "gres"] {
         assert_eq!(status(&v, check), "ok", "{check}: {v:#}");
     }
-    assert!(v["plugin"]["message"].as_str().unwrap().contains("matches slurmctld"));
-    assert!(v["gres"]["message"].as_str().unwrap().contains("5 MIG devices"));
+    assert!(v["plugin"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("matches slurmctld"));
+    assert!(
+        v["gres"]["message"].as_str().unwrap().contains("6 MIG devices"),
+        "{v:#}"
+    );
     assert_eq!(status(&v, "onnx"), "skip");
     assert_eq!(status(&v, "nvml"), "absent");
     // Without --skip, a host without NVIDIA driver gets a warning, and exit code 4.
@@ -124,7 +136,10 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
     .unwrap();
     let (code, v) = doctor(&c, &["--skip", "nvml"]);
     assert_eq!((code, status(&v, "plugin")), (FAIL, "fail".into()), "{v:#}");
-    assert!(v["plugin"]["message"].as_str().unwrap().contains("is in none of PluginDir"));
+    assert!(v["plugin"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("is in none of PluginDir"));
     assert!(v["plugin"]["fix"].as_str().unwrap().contains("install"));
 
     // A plugin built for another Slurm release.
@@ -143,7 +158,10 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
     let (code, v) = doctor(&c, &["--skip", "nvml"]);
     assert_eq!((code, status(&v, "plugin")), (FAIL, "fail".into()), "{v:#}");
     assert!(
-        v["plugin"]["message"].as_str().unwrap().contains("built for Slurm 21.08.3"),
+        v["plugin"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("built for Slurm 21.08.3"),
         "{v:#}"
     );
     assert!(v["plugin"]["fix"].as_str().unwrap().contains("rebuild"));
@@ -153,7 +171,10 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
     c.write_smartmig_toml("version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\nbogus_key = 1\n");
     let (code, v) = doctor(&c, &["--skip", "nvml"]);
     assert_eq!((code, status(&v, "config")), (FAIL, "fail".into()), "{v:#}");
-    assert!(v["config"]["message"].as_str().unwrap().contains("bogus_key"), "{v:#}");
+    assert!(
+        v["config"]["message"].as_str().unwrap().contains("bogus_key"),
+        "{v:#}"
+    );
     assert_eq!(status(&v, "snapshot"), "skip");
     c.write_smartmig_toml(slurm::SMARTMIG_TOML);
 

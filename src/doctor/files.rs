@@ -14,7 +14,8 @@ pub struct SlurmConf {
 impl SlurmConf {
     /// Reads a slurm.conf.
     pub fn read(path: &Path) -> Result<SlurmConf, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Ok(SlurmConf::parse(&text))
     }
 
@@ -84,8 +85,12 @@ pub fn expand_brackets(spec: &str) -> Result<Vec<String>, String> {
         let (head, inner, tail) = (&part[..open], &part[open + 1..close], &part[close + 1..]);
         for item in inner.split(',') {
             let (a, b) = item.split_once('-').unwrap_or((item, item));
-            let lo: u32 = a.parse().map_err(|_| format!("`{item}` in `{part}` is not a number or range"))?;
-            let hi: u32 = b.parse().map_err(|_| format!("`{item}` in `{part}` is not a number or range"))?;
+            let lo: u32 = a
+                .parse()
+                .map_err(|_| format!("`{item}` in `{part}` is not a number or range"))?;
+            let hi: u32 = b
+                .parse()
+                .map_err(|_| format!("`{item}` in `{part}` is not a number or range"))?;
             if hi < lo || hi - lo > 4096 {
                 return Err(format!("range `{item}` in `{part}` is backwards or too long"));
             }

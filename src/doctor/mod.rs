@@ -88,7 +88,7 @@ pub fn run(o: &Options) -> Vec<Finding> {
     let mut out = Vec::new();
     let skip = |c: &str| o.skip.iter().any(|s| s == c);
     let conf = SlurmConf::read(&o.slurm_conf);
-    let version = slurm_version(&o.scontrol);
+    let version = slurm_version(&o.scontrol, &o.slurm_conf);
     if !skip("slurm") {
         out.push(check_slurm(&o.slurm_conf, &conf, &version));
     }
@@ -122,7 +122,7 @@ pub fn run(o: &Options) -> Vec<Finding> {
                 Status::Fail,
                 e.clone(),
                 format!(
-                    "correct the key named above (every key is documented in etc/smartmig.toml); `smartmig config check {}`",
+                    "create or correct {} (every key is documented in etc/smartmig.toml; `smartmig config check FILE` names the bad key)",
                     config_path.display()
                 ),
             ),
@@ -150,7 +150,12 @@ pub fn run(o: &Options) -> Vec<Finding> {
         out.push(match (config, &conf) {
             (Some(r), Ok(_)) => check_gres(&o.slurm_conf, r),
             (None, _) => dependent("gres"),
-            (_, Err(e)) => Finding::bad("gres", Status::Skip, format!("not checked: {e}"), "fix the slurm check first"),
+            (_, Err(e)) => Finding::bad(
+                "gres",
+                Status::Skip,
+                format!("not checked: {e}"),
+                "fix the slurm check first",
+            ),
         });
     }
     // Report in the documented order.
@@ -174,9 +179,11 @@ pub fn version_number(version: &str) -> Option<u32> {
 }
 
 /// The version `scontrol --version` prints (`slurm 22.05.8` → `22.05.8`).
-fn slurm_version(scontrol: &Path) -> Result<String, String> {
+fn slurm_version(scontrol: &Path, slurm_conf: &Path) -> Result<String, String> {
+    // scontrol needs a configuration even to print its version.
     let out = std::process::Command::new(scontrol)
         .arg("--version")
+        .env("SLURM_CONF", slurm_conf)
         .output()
         .map_err(|e| format!("cannot run {} --version: {e}", scontrol.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -218,7 +225,10 @@ fn check_slurm(path: &Path, conf: &Result<SlurmConf, String>, version: &Result<S
     if named {
         Finding::ok(
             "slurm",
-            format!("Slurm {version}; {} has JobSubmitPlugins={plugins}", path.display()),
+            format!(
+                "Slurm {version}; {} has JobSubmitPlugins={plugins}",
+                path.display()
+            ),
         )
     } else {
         Finding::bad(
@@ -323,7 +333,11 @@ fn check_snapshot(r: &Resolved, now: f64) -> Finding {
         ),
         Ok(s) if s.is_fresh(now, max_age) => Finding::ok(
             "snapshot",
-            format!("{}: {:.0} s old (limit {max_age} s)", path.display(), s.age_s(now)),
+            format!(
+                "{}: {:.0} s old (limit {max_age} s)",
+                path.display(),
+                s.age_s(now)
+            ),
         ),
         Ok(s) => Finding::bad(
             "snapshot",
@@ -343,22 +357,24 @@ fn check_onnx(r: &Resolved) -> Finding {
         return Finding::bad(
             "onnx",
             Status::Skip,
-            format!("policy.kind is {:?}: no learned policy to load", r.config.policy.kind),
+            format!(
+                "policy.kind is {:?}: no learned policy to load",
+                r.config.policy.kind
+            ),
             "nothing to do",
         );
     }
     let explicit = r.config.controller.onnxruntime.as_deref();
-    let rt = match crate::policy::OnnxRuntime::init(explicit) {
-        Ok(rt) => rt,
-        Err(e) => {
-            return Finding::bad(
+    let rt =
+        match crate::policy::OnnxRuntime::init(explicit) {
+            Ok(rt) => rt,
+            Err(e) => return Finding::bad(
                 "onnx",
                 Status::Fail,
                 e.to_string(),
                 "run `smartmig policy fetch-runtime`, or set controller.onnxruntime to a libonnxruntime.so",
-            )
-        }
-    };
+            ),
+        };
     let mut loaded = Vec::new();
     for m in &r.models {
         let path = r.config.policy.models_dir.join(format!("{}.onnx", m.model.key));
@@ -393,7 +409,11 @@ fn check_onnx(r: &Resolved) -> Finding {
     }
     Finding::ok(
         "onnx",
-        format!("ONNX Runtime {}; loaded {}", rt.library().display(), loaded.join(", ")),
+        format!(
+            "ONNX Runtime {}; loaded {}",
+            rt.library().display(),
+            loaded.join(", ")
+        ),
     )
 }
 
@@ -411,7 +431,14 @@ fn check_nvml() -> Finding {
     };
     let count = match nvml.device_count() {
         Ok(c) => c,
-        Err(e) => return Finding::bad("nvml", Status::Fail, format!("NVML: {e}"), "check the driver: nvidia-smi"),
+        Err(e) => {
+            return Finding::bad(
+                "nvml",
+                Status::Fail,
+                format!("NVML: {e}"),
+                "check the driver: nvidia-smi",
+            )
+        }
     };
     let mut parts = Vec::new();
     let mut off = Vec::new();
@@ -436,7 +463,10 @@ fn check_nvml() -> Finding {
             "nvml",
             Status::Warn,
             format!("{count} GPUs; {}", parts.join(", ")),
-            format!("enable MIG on GPUs {}: `nvidia-smi -i N -mig 1` while idle", off.join(",")),
+            format!(
+                "enable MIG on GPUs {}: `nvidia-smi -i N -mig 1` while idle",
+                off.join(",")
+            ),
         )
     }
 }
@@ -467,15 +497,24 @@ fn check_gres(slurm_conf: &Path, r: &Resolved) -> Finding {
             continue;
         }
         let fields = files::key_values(line);
-        let get = |k: &str| fields.iter().find(|(key, _)| key.eq_ignore_ascii_case(k)).map(|(_, v)| v.as_str());
+        let get = |k: &str| {
+            fields
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.as_str())
+        };
         if get("Name") != Some("gpu") {
             continue;
         }
         let at = format!("{}:{}", path.display(), n + 1);
         match get("Type") {
             Some(t) if profiles.iter().any(|p| p == t) => {}
-            Some(t) => problems.push(format!("{at}: Type={t} is no MIG profile of the configured models")),
-            None => problems.push(format!("{at}: a GPU line without Type= (MIG types cannot be routed)")),
+            Some(t) => problems.push(format!(
+                "{at}: Type={t} is no MIG profile of the configured models"
+            )),
+            None => problems.push(format!(
+                "{at}: a GPU line without Type= (MIG types cannot be routed)"
+            )),
         }
         match get("File") {
             Some(f) => match expand_brackets(f) {
@@ -496,7 +535,10 @@ fn check_gres(slurm_conf: &Path, r: &Resolved) -> Finding {
     if problems.is_empty() {
         Finding::ok(
             "gres",
-            format!("{}: {devices} MIG devices, every type a catalogue profile and every file present", path.display()),
+            format!(
+                "{}: {devices} MIG devices, every type a catalogue profile and every file present",
+                path.display()
+            ),
         )
     } else {
         Finding::bad(
