@@ -14,7 +14,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the error and its causes, each once.
-            eprintln!("smartmig: {}", e.message());
+            let message = e.message();
+            if !message.is_empty() {
+                eprintln!("smartmig: {message}");
+            }
             ExitCode::from(e.code())
         }
     }

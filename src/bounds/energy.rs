@@ -26,7 +26,7 @@ use super::RelaxedJob;
 use crate::scenario::ResolvedScenario;
 
 /// The power side of the bound: what a cluster draws at least.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct EnergyModel {
     /// Machines (GPUs).
     pub machines: usize,
@@ -66,7 +66,7 @@ impl EnergyModel {
 }
 
 /// The energy bound and its parts.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct EnergyBound {
     /// E_LB, W·min.
     pub energy_wmin: f64,

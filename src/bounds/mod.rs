@@ -68,7 +68,7 @@ pub fn relax(jobs: &[Job]) -> Vec<RelaxedJob> {
 }
 
 /// Both bounds for one job set on one scenario's cluster.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DayBounds {
     /// The energy bound.
     pub energy: EnergyBound,

@@ -138,7 +138,7 @@ pub enum TardinessError {
 }
 
 /// The tardiness bound and how it was obtained.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct TardinessBound {
     /// Lower bound on the average tardiness of any schedule, minutes per job.
     pub avg_tardiness_min: f64,

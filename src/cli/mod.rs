@@ -6,9 +6,12 @@
 mod bench_cmd;
 mod bounds_cmd;
 mod config_cmd;
+mod doctor_cmd;
 mod mig_cmd;
 mod policy_cmd;
+mod replay_cmd;
 mod sim_cmd;
+mod sweep_cmd;
 mod train_cmd;
 
 use std::fmt::Display;
@@ -41,6 +44,14 @@ impl CliError {
         CliError {
             code: EXIT_FAILURE,
             error: e.into(),
+        }
+    }
+
+    /// An exit code with nothing more to print (the command printed its own report).
+    pub fn exit(code: u8) -> CliError {
+        CliError {
+            code,
+            error: anyhow::anyhow!(""),
         }
     }
 
@@ -123,6 +134,12 @@ pub enum Command {
     Train(train_cmd::TrainArgs),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),
+    /// What-if on a site's own sacct history: as ran, best static layout, smart-mig, bounds.
+    Replay(replay_cmd::ReplayArgs),
+    /// Run a comparison as a Slurm array job (`--emit-sbatch DIR`) and merge it (`--collect DIR`).
+    Sweep(sweep_cmd::SweepArgs),
+    /// Check an installation: Slurm, plugin, smartmig.toml, snapshot, NVML, ONNX, gres.conf.
+    Doctor(doctor_cmd::DoctorArgs),
 }
 
 /// Runs a parsed command line.
@@ -137,7 +154,18 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Policy(c) => policy_cmd::run(c),
         Command::Train(a) => train_cmd::run(a),
         Command::Bounds(a) => bounds_cmd::run(a),
+        Command::Replay(a) => replay_cmd::run(a),
+        Command::Sweep(a) => sweep_cmd::run(a),
+        Command::Doctor(a) => doctor_cmd::run(a),
     }
+}
+
+/// A policy file's contract metadata, read without ONNX Runtime.
+pub(crate) fn policy_metadata(
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> Result<crate::policy::PolicyMetadata, String> {
+    policy_cmd::read_metadata(path, bytes).map_err(|e| e.message())
 }
 
 /// Prints a value as pretty JSON.

@@ -233,7 +233,7 @@ fn inspect(a: InspectArgs) -> CliResult {
     }
 }
 
-fn read_metadata(path: &Path, bytes: &[u8]) -> Result<PolicyMetadata, CliError> {
+pub(crate) fn read_metadata(path: &Path, bytes: &[u8]) -> Result<PolicyMetadata, CliError> {
     let model = ModelProto::decode(bytes).map_err(|e| {
         CliError::input(anyhow::Error::new(e).context(format!("{} is not an ONNX model", path.display())))
     })?;

@@ -37,6 +37,16 @@ pub struct ScenarioArgs {
 impl ScenarioArgs {
     /// Loads and resolves the scenario with its overrides.
     pub fn load(&self) -> Result<ResolvedScenario, CliError> {
+        let sets = self.all_sets();
+        match &self.scenario {
+            Some(p) => Scenario::load(p, &sets),
+            None => Scenario::reference(&sets),
+        }
+        .map_err(CliError::input)
+    }
+
+    /// The `--set` overrides with the shorthands (`--days`, `--semantics`) folded in.
+    pub fn all_sets(&self) -> Vec<String> {
         let mut sets = self.sets.clone();
         if let Some(d) = self.days {
             sets.push(format!("workload.days={d}"));
@@ -48,11 +58,7 @@ impl ScenarioArgs {
                 .unwrap_or_default();
             sets.push(format!("repartition.semantics=\"{name}\""));
         }
-        match &self.scenario {
-            Some(p) => Scenario::load(p, &sets),
-            None => Scenario::reference(&sets),
-        }
-        .map_err(CliError::input)
+        sets
     }
 }
 
@@ -314,22 +320,12 @@ pub fn compare(a: CompareArgs) -> CliResult {
     } else {
         sc.scenario.baselines.static_best.clone()
     };
-    let mut policies = baselines(&sc, best.as_deref());
     let model = if a.no_model {
         None
     } else {
         a.model.clone().or_else(|| shipped_model(&sc))
     };
-    if let Some(model) = model {
-        policies.push(PolicySpec {
-            name: "smart-mig".into(),
-            scheduler: Scheduler::Cedf,
-            layout: LayoutSpec::MeanField {
-                model,
-                initial: mean_field_start(&sc),
-            },
-        });
-    }
+    let policies = compare_policies(&sc, best.as_deref(), model);
     let seeds = eval_seeds(a.seeds);
     let pb = progress(seeds.len() as u64, "compare");
     let sample = a.plot.as_ref().map(|_| 10.0);
@@ -345,6 +341,26 @@ pub fn compare(a: CompareArgs) -> CliResult {
             Ok(())
         }
     }
+}
+
+/// The policies `compare` runs: the baselines, and `smart-mig` when a model is given.
+pub(crate) fn compare_policies(
+    sc: &ResolvedScenario,
+    best: Option<&[String]>,
+    model: Option<PathBuf>,
+) -> Vec<PolicySpec> {
+    let mut policies = baselines(sc, best);
+    if let Some(model) = model {
+        policies.push(PolicySpec {
+            name: "smart-mig".into(),
+            scheduler: Scheduler::Cedf,
+            layout: LayoutSpec::MeanField {
+                model,
+                initial: mean_field_start(sc),
+            },
+        });
+    }
+    policies
 }
 
 fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
@@ -388,7 +404,7 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
     .map_err(CliError::failure)
 }
 
-fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
+pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
     println!(
         "scenario {} | {} GPUs | {} jobs/day | {} evaluation days (seeds {}..={}) | reference {}",
         cmp.scenario,

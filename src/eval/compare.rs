@@ -243,6 +243,45 @@ pub struct Comparison {
     pub runs: Vec<Vec<RunResult>>,
 }
 
+/// One seed's runs of every policy and its lower bounds: what a sweep task computes.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Day {
+    /// Seed of the job stream.
+    pub seed: u64,
+    /// Jobs in the stream.
+    pub jobs: usize,
+    /// One run per policy, in policy order.
+    pub runs: Vec<RunResult>,
+    /// The day's lower bounds.
+    pub bounds: DayBounds,
+}
+
+/// Runs every policy on one seed's job stream and bounds the day.
+pub fn compare_day(
+    sc: &ResolvedScenario,
+    policies: &[PolicySpec],
+    seed: u64,
+    sample: Option<f64>,
+) -> Result<Day, CompareError> {
+    let jobs = workload::from_scenario(sc, seed, false)?;
+    let runs = policies
+        .iter()
+        .map(|p| run_policy(sc, &jobs, p, seed, sample))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut lbs = energy_day(sc, &jobs.jobs);
+    match tardiness_bound(&relax(&jobs.jobs), sc.gpus.len(), &COMPARE_TARDINESS) {
+        Ok(t) => lbs.tardiness = Some(t),
+        // A solver failure costs one day's tardiness bound, not the comparison.
+        Err(e) => log::warn!("seed {seed}: no tardiness bound: {e}"),
+    }
+    Ok(Day {
+        seed,
+        jobs: jobs.jobs.len(),
+        runs,
+        bounds: lbs,
+    })
+}
+
 /// Runs every policy on every seed's job stream, in parallel over seeds.
 pub fn compare(
     sc: &ResolvedScenario,
@@ -251,27 +290,24 @@ pub fn compare(
     sample: Option<f64>,
     progress: &indicatif::ProgressBar,
 ) -> Result<Comparison, CompareError> {
-    let a = sc.scenario.objective.energy_weight;
-    let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
-    // runs[seed][policy], with each day's lower bounds.
-    let with_bounds: Vec<(usize, Vec<RunResult>, DayBounds)> = seeds
+    let days: Vec<Day> = seeds
         .par_iter()
         .map(|&seed| {
-            let jobs = workload::from_scenario(sc, seed, false)?;
-            let runs = policies
-                .iter()
-                .map(|p| run_policy(sc, &jobs, p, seed, sample))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut lbs = energy_day(sc, &jobs.jobs);
-            match tardiness_bound(&relax(&jobs.jobs), sc.gpus.len(), &COMPARE_TARDINESS) {
-                Ok(t) => lbs.tardiness = Some(t),
-                // A solver failure costs one day's tardiness bound, not the comparison.
-                Err(e) => log::warn!("seed {seed}: no tardiness bound: {e}"),
-            }
+            let day = compare_day(sc, policies, seed, sample);
             progress.inc(1);
-            Ok((jobs.jobs.len(), runs, lbs))
+            day
         })
         .collect::<Result<_, CompareError>>()?;
+    Ok(summarise(sc, policies, days))
+}
+
+/// The comparison table from every day's runs (days in seed order, runs in policy order).
+pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>) -> Comparison {
+    let a = sc.scenario.objective.energy_weight;
+    let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
+    let seeds: Vec<u64> = days.iter().map(|d| d.seed).collect();
+    let with_bounds: Vec<(usize, Vec<RunResult>, DayBounds)> =
+        days.into_iter().map(|d| (d.jobs, d.runs, d.bounds)).collect();
     let day_lbs: Vec<DayBounds> = with_bounds.iter().map(|(_, _, b)| b.clone()).collect();
     let per_seed: Vec<(usize, Vec<RunResult>)> = with_bounds.into_iter().map(|(j, r, _)| (j, r)).collect();
     let n = seeds.len().max(1) as f64;
@@ -323,14 +359,14 @@ pub fn compare(
             }
         })
         .collect();
-    Ok(Comparison {
+    Comparison {
         scenario: sc.scenario.name.clone(),
         gpus: sc.gpus.len(),
         jobs: (per_seed.iter().map(|(j, _)| *j).sum::<usize>() as f64 / n).round() as usize,
-        seeds: seeds.to_vec(),
+        seeds,
         reference: REFERENCE.to_string(),
         policies: summaries,
         bounds: Some(bounds::summary(&day_lbs)),
         runs: per_seed.into_iter().map(|(_, r)| r).collect(),
-    })
+    }
 }

@@ -5,6 +5,8 @@
 //! training) use seeds below it, so they never share a job stream.
 
 pub mod compare;
+pub mod replay;
+pub mod replay_html;
 pub mod tune;
 
 /// First seed of evaluation days.

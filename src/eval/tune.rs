@@ -96,12 +96,26 @@ pub fn tune_static(
 ) -> Result<TuneResult, TraceError> {
     let days = seeds
         .par_iter()
-        .map(|&seed| {
-            let jobs = workload::from_scenario(sc, seed, false)?;
-            let r = run_reference(sc, &jobs, seed);
-            Ok((seed, jobs, r))
-        })
+        .map(|&seed| Ok((seed, workload::from_scenario(sc, seed, false)?)))
         .collect::<Result<Vec<_>, TraceError>>()?;
+    Ok(tune_static_on(sc, days, progress))
+}
+
+/// Searches the best static layout with CEDF on given job sets, each with its run seed
+/// (e.g. one replayed trace).
+pub fn tune_static_on(
+    sc: &ResolvedScenario,
+    days: Vec<(u64, JobSet)>,
+    progress: &indicatif::ProgressBar,
+) -> TuneResult {
+    let seeds: Vec<u64> = days.iter().map(|(s, _)| *s).collect();
+    let days = days
+        .into_par_iter()
+        .map(|(seed, jobs)| {
+            let r = run_reference(sc, &jobs, seed);
+            (seed, jobs, r)
+        })
+        .collect();
     let mut s = Search {
         sc,
         days,
@@ -197,13 +211,13 @@ pub fn tune_static(
             }
         }
     }
-    Ok(TuneResult {
+    TuneResult {
         layout: s.names(&best),
         et: best_et,
         best_uniform,
         evaluations: s.cache.len(),
-        seeds: seeds.to_vec(),
-    })
+        seeds,
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::sched::Scheduler;
 pub const MIN_T_REF: f64 = 0.01;
 
 /// The result of one run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// Repartition policy.
     pub policy: String,

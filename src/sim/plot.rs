@@ -250,6 +250,72 @@ pub fn learning_curve(
     )
 }
 
+/// Shares per slice size (1g, 2g, 3g, 4g, 7g), one group of bars per row.
+pub fn slice_mix(path: &Path, rows: &[(String, [f64; 5])], title: &str) -> Result<(), PlotError> {
+    let e = err(path);
+    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+    let n = rows.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..5.0, 0.0..1.0)
+        .map_err(|x| e(x.to_string()))?;
+    const SIZES: [&str; 5] = ["1g", "2g", "3g", "4g", "7g"];
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(5)
+        .x_label_formatter(&|x: &f64| {
+            let i = x.floor() as usize;
+            SIZES.get(i).copied().unwrap_or("").to_string()
+        })
+        .x_desc("slice size")
+        .y_desc("share")
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    let width = 0.8 / n as f64;
+    for (r, (label, shares)) in rows.iter().enumerate() {
+        let color = PALETTE[r % PALETTE.len()];
+        let bars = shares.iter().enumerate().map(move |(i, &v)| {
+            let x0 = i as f64 + 0.1 + r as f64 * width;
+            Rectangle::new([(x0, 0.0), (x0 + width, v)], color.filled())
+        });
+        chart
+            .draw_series(bars)
+            .map_err(|x| e(x.to_string()))?
+            .label(label.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    root.present().map_err(|x| e(x.to_string()))
+}
+
+/// Runs a figure function on a scratch file and returns the SVG text, for reports that
+/// inline their figures (the figure functions draw to paths).
+pub fn svg_text(name: &str, draw: impl FnOnce(&Path) -> Result<(), PlotError>) -> Result<String, PlotError> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("smartmig-plot-{}", std::process::id()));
+    // Unique per call, so threads drawing at once do not share a file.
+    let path = dir.join(format!("{name}-{n}.svg"));
+    let io = |x: std::io::Error| err(&path)(x.to_string());
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let drawn = draw(&path);
+    let text = drawn.and_then(|()| std::fs::read_to_string(&path).map_err(io));
+    // Best effort: a scratch file left behind is harmless.
+    let _ = std::fs::remove_file(&path);
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

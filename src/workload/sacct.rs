@@ -86,8 +86,29 @@ const UNFINISHED: [&str; 11] = [
     "REQUEUE_",
 ];
 
+/// How a kept job actually ran, in minutes since the earliest kept `Submit`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Ran {
+    /// `Start`, minutes.
+    pub start: f64,
+    /// `End`, minutes.
+    pub end: f64,
+    /// Compute slices of the slice it held (7 for a whole or untyped GPU).
+    pub slices: u8,
+}
+
 /// Reads a `sacct --parsable2` dump; `path` names the source in errors.
 pub fn read_sacct(input: impl Read, path: &str, skip_bad: bool) -> Result<(JobSet, ReadStats), TraceError> {
+    read_sacct_runs(input, path, skip_bad).map(|(set, stats, _)| (set, stats))
+}
+
+/// Like [`read_sacct`], and also how each job ran: `runs[i]` belongs to `jobs[i]`.
+/// The origin (minute 0) is the earliest kept `Submit`, as for the jobs' releases.
+pub fn read_sacct_runs(
+    input: impl Read,
+    path: &str,
+    skip_bad: bool,
+) -> Result<(JobSet, ReadStats, Vec<Ran>), TraceError> {
     let mut trace = CsvTrace::open(input, path, skip_bad, b'|', &WANTED, &WANTED[..5])?;
     if trace.cols.get(ALLOC).is_none() && trace.cols.get(REQ).is_none() {
         return Err(trace
@@ -95,8 +116,8 @@ pub fn read_sacct(input: impl Read, path: &str, skip_bad: bool) -> Result<(JobSe
             .error(1, "header lacks both AllocTRES and ReqTRES".into()));
     }
     let mut set = JobSet::default();
-    // (submit in seconds, job with release 0) until the earliest submit is known.
-    let mut pending: Vec<(i64, Job)> = Vec::new();
+    // Kept rows, until the earliest submit is known.
+    let mut pending: Vec<Row> = Vec::new();
     trace.for_each_row(|rec, cols, log| {
         match parse_row(rec, cols, &mut set) {
             Ok(Ok(row)) => {
@@ -109,31 +130,52 @@ pub fn read_sacct(input: impl Read, path: &str, skip_bad: bool) -> Result<(JobSe
         Ok(())
     })?;
     let log = trace.log;
-    let origin = pending.iter().map(|(s, _)| *s).min().unwrap_or(0);
+    let origin = pending.iter().map(|r| r.submit).min().unwrap_or(0);
+    // Sorted by submit (stable) here, so normalise's stable sort by release keeps this
+    // order and runs[i] stays with jobs[i].
+    pending.sort_by_key(|r| r.submit);
+    let minutes = |t: i64| (t - origin) as f64 / 60.0;
+    let runs = pending
+        .iter()
+        .map(|r| Ran {
+            start: minutes(r.start),
+            end: minutes(r.end),
+            slices: r.slices,
+        })
+        .collect();
     set.jobs = pending
         .into_iter()
-        .map(|(submit, job)| {
+        .map(|r| {
             // The row check passed with release 0; shifting both ends keeps it valid.
-            let release = (submit - origin) as f64 / 60.0;
+            let release = minutes(r.submit);
             Job {
                 release,
-                deadline: release + job.deadline,
-                ..job
+                deadline: release + r.job.deadline,
+                ..r.job
             }
         })
         .collect();
     set.normalise();
     // Number labels by first use in release order, whatever order the file had.
     set.compact_classes();
-    Ok((set, log.stats))
+    Ok((set, log.stats, runs))
 }
 
-/// One row: a job (submit seconds, job released at 0), a skip, or what is wrong.
+/// A kept row: times in seconds, the job released at 0.
+struct Row {
+    submit: i64,
+    start: i64,
+    end: i64,
+    slices: u8,
+    job: Job,
+}
+
+/// One row: a job, a skip, or what is wrong.
 fn parse_row(
     rec: &csv::ByteRecord,
     cols: &Columns,
     set: &mut JobSet,
-) -> Result<Result<(i64, Job), SkipReason>, String> {
+) -> Result<Result<Row, SkipReason>, String> {
     let text = |i: usize| -> Result<&str, String> {
         match cols.get(i) {
             Some(c) => field(rec, c, WANTED[i]),
@@ -207,7 +249,13 @@ fn parse_row(
     } else {
         set.class_index(label)
     };
-    Ok(Ok((submit, Job { class, ..job })))
+    Ok(Ok(Row {
+        submit,
+        start,
+        end,
+        slices,
+        job: Job { class, ..job },
+    }))
 }
 
 /// GPUs a TRES string names.

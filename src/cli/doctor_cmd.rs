@@ -1,0 +1,83 @@
+//! `smartmig doctor`: one line per check, with a fix for each problem.
+//!
+//! Exit code: 0 when every check is ok or skipped, 4 when the worst finding is a
+//! warning, 5 when a check failed.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{print_json, CliError, CliResult, Format};
+use crate::doctor::{self, Status, CHECKS};
+
+/// Exit code when the worst finding is a warning.
+pub const EXIT_WARN: u8 = 4;
+/// Exit code when a check failed.
+pub const EXIT_FAIL: u8 = 5;
+
+/// `doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// slurm.conf (default: $SLURM_CONF, else /etc/slurm/slurm.conf).
+    #[arg(long)]
+    slurm_conf: Option<PathBuf>,
+    /// smartmig.toml (default: beside slurm.conf, else /etc/smartmig/smartmig.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// scontrol to ask for Slurm's version.
+    #[arg(long, default_value = "scontrol")]
+    scontrol: PathBuf,
+    /// Leave a check out, e.g. `--skip nvml` on a host without GPUs (repeatable).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(CHECKS))]
+    skip: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// Runs `doctor`.
+pub fn run(a: DoctorArgs) -> CliResult {
+    let slurm_conf = a
+        .slurm_conf
+        .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let findings = doctor::run(&doctor::Options {
+        slurm_conf,
+        config: a.config,
+        scontrol: a.scontrol,
+        skip: a.skip,
+        now,
+    });
+    let worst = doctor::worst(&findings);
+    match a.format {
+        Format::Json => print_json(&serde_json::json!({
+            "worst": worst,
+            "findings": findings,
+        }))?,
+        Format::Table => {
+            for f in &findings {
+                let tag = match f.status {
+                    Status::Ok => "ok",
+                    Status::Skip => "skip",
+                    Status::Warn => "WARN",
+                    Status::Fail => "FAIL",
+                };
+                match &f.fix {
+                    Some(fix) if f.status >= Status::Warn => {
+                        println!("{tag:<4}  {:<8}  {} — fix: {fix}", f.check, f.message)
+                    }
+                    _ => println!("{tag:<4}  {:<8}  {}", f.check, f.message),
+                }
+            }
+        }
+    }
+    match worst {
+        Status::Ok | Status::Skip => Ok(()),
+        Status::Warn => Err(CliError::exit(EXIT_WARN)),
+        Status::Fail => Err(CliError::exit(EXIT_FAIL)),
+    }
+}

@@ -1,0 +1,167 @@
+//! Reading what doctor checks: slurm.conf and gres.conf lines, and the plugin's ELF file.
+
+use std::path::Path;
+
+use object::{Object, ObjectSection, ObjectSymbol};
+
+/// slurm.conf as key → value (keys case-insensitive, the last setting wins, `Include`
+/// not followed).
+#[derive(Debug, Clone, Default)]
+pub struct SlurmConf {
+    entries: Vec<(String, String)>,
+}
+
+impl SlurmConf {
+    /// Reads a slurm.conf.
+    pub fn read(path: &Path) -> Result<SlurmConf, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(SlurmConf::parse(&text))
+    }
+
+    /// Parses slurm.conf text.
+    pub fn parse(text: &str) -> SlurmConf {
+        let entries = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            // Node and partition lines hold several pairs; their first key names them.
+            .filter(|l| {
+                let lower = l.to_ascii_lowercase();
+                !lower.starts_with("nodename=") && !lower.starts_with("partitionname=")
+            })
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        SlurmConf { entries }
+    }
+
+    /// The value of `key` (case-insensitive).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The `KEY=VALUE` pairs of one gres.conf line.
+pub(crate) fn key_values(line: &str) -> Vec<(String, String)> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Expands Slurm's device ranges: `/dev/nvidia[0-2,5]` → nvidia0, nvidia1, nvidia2, nvidia5;
+/// a comma list of paths is split.
+pub fn expand_brackets(spec: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    // Split on commas outside brackets.
+    let mut depth = 0;
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for (i, ch) in spec.char_indices() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&spec[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&spec[start..]);
+    for part in parts {
+        let Some(open) = part.find('[') else {
+            out.push(part.to_string());
+            continue;
+        };
+        let close = part[open..]
+            .find(']')
+            .map(|c| open + c)
+            .ok_or_else(|| format!("`{part}` has an unclosed ["))?;
+        let (head, inner, tail) = (&part[..open], &part[open + 1..close], &part[close + 1..]);
+        for item in inner.split(',') {
+            let (a, b) = item.split_once('-').unwrap_or((item, item));
+            let lo: u32 = a
+                .parse()
+                .map_err(|_| format!("`{item}` in `{part}` is not a number or range"))?;
+            let hi: u32 = b
+                .parse()
+                .map_err(|_| format!("`{item}` in `{part}` is not a number or range"))?;
+            if hi < lo || hi - lo > 4096 {
+                return Err(format!("range `{item}` in `{part}` is backwards or too long"));
+            }
+            // Keep the width of zero-padded ranges (`[00-03]`).
+            let width = a.len();
+            for n in lo..=hi {
+                out.push(format!("{head}{n:0width$}{tail}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `plugin_version` a job_submit plugin exports, read from its ELF file without
+/// loading it (loading would need slurmctld's symbols).
+pub fn plugin_version(so: &Path) -> Result<u32, String> {
+    let data = std::fs::read(so).map_err(|e| format!("cannot read: {e}"))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("not a shared object: {e}"))?;
+    let sym = file
+        .dynamic_symbols()
+        .chain(file.symbols())
+        .find(|s| s.name() == Ok("plugin_version"))
+        .ok_or("exports no plugin_version: not a Slurm plugin")?;
+    let index = sym
+        .section_index()
+        .ok_or("plugin_version is not defined in the file")?;
+    let section = file
+        .section_by_index(index)
+        .map_err(|e| format!("plugin_version's section: {e}"))?;
+    let bytes = section
+        .data_range(sym.address(), 4)
+        .map_err(|e| format!("plugin_version's bytes: {e}"))?
+        .ok_or("plugin_version lies outside its section")?;
+    let raw: [u8; 4] = bytes.try_into().map_err(|_| "plugin_version is not 4 bytes")?;
+    Ok(if file.is_little_endian() {
+        u32::from_le_bytes(raw)
+    } else {
+        u32::from_be_bytes(raw)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_ranges_expand_like_slurm() {
+        assert_eq!(
+            expand_brackets("/d/nvidia[0-2,5]").unwrap(),
+            ["/d/nvidia0", "/d/nvidia1", "/d/nvidia2", "/d/nvidia5"]
+        );
+        assert_eq!(expand_brackets("/a,/b[01-02]").unwrap(), ["/a", "/b01", "/b02"]);
+        assert!(expand_brackets("/d/nvidia[2-0]").is_err());
+        assert!(expand_brackets("/d/nvidia[0-").is_err());
+    }
+
+    #[test]
+    fn slurm_conf_keys_are_case_insensitive_and_node_lines_ignored() {
+        let c = SlurmConf::parse(
+            "jobsubmitplugins=lua # old\nJobSubmitPlugins=lua,smartmig\nNodeName=n1 PluginDir=/x\n",
+        );
+        assert_eq!(c.get("JOBSUBMITPLUGINS"), Some("lua,smartmig"));
+        assert_eq!(c.get("PluginDir"), None);
+    }
+
+    #[test]
+    fn a_file_that_is_no_elf_is_refused_with_the_reason() {
+        let p = std::env::temp_dir().join(format!("smartmig-notelf-{}", std::process::id()));
+        std::fs::write(&p, b"hello").unwrap();
+        let e = plugin_version(&p).unwrap_err();
+        std::fs::remove_file(&p).unwrap();
+        assert!(e.starts_with("not a shared object"), "{e}");
+    }
+}

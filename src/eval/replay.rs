@@ -1,0 +1,631 @@
+//! A what-if on a site's own history: the jobs of a `sacct` dump as they ran, the same
+//! jobs under the best static layout and under a learned policy, and the lower bounds.
+//!
+//! What sacct records is used as measured: submit, start and end times, and the slice
+//! each job held. Everything else is inferred, and [`Replay::inferred`] says how:
+//! - **Per-slice times**: a job whose `Comment` names a known class
+//!   (`smartmig:class=NAME`: a built-in class or a `[[routing.class]]` of the given
+//!   smartmig.toml) gets that class's speed-up curve, scaled to its run time on the slice
+//!   it held; any other job gets the sacct reader's conservative share model (no saving
+//!   on a smaller slice than its history shows, see `workload::sacct`).
+//! - **Deadlines**: the reader's, `min(Timelimit, 1.25 × the run time as ran)` after submit.
+//! - **As-ran energy**: sacct does not say which GPU a slice was on, so the cluster's draw
+//!   is bracketed by packing the busy slices onto as few GPUs as possible and by spreading
+//!   them evenly (for one GPU model with a concave power curve: the least and the most any
+//!   placement draws); the estimate is the middle of that range. Power comes from the
+//!   model catalogue's curve, not from a meter.
+
+use std::path::PathBuf;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::compare::{run_policy, run_static, LayoutSpec, PolicySpec};
+use super::tune::tune_static_on;
+use crate::bounds::{energy_day, relax, tardiness_bound, COMPARE_TARDINESS};
+use crate::scenario::ResolvedScenario;
+use crate::sched::Scheduler;
+use crate::sim::metrics::et;
+use crate::sim::RunResult;
+use crate::workload::sacct::Ran;
+use crate::workload::{size_index, JobSet, ReadStats, SLICE_SIZES};
+use smartmig_core::routing::JobClass;
+
+/// A replay that cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The dump needs more GPUs than the scenario's cluster has.
+    #[error(
+        "{source_name}: up to {peak} compute slices were busy at once, more than the scenario's \
+         {gpus} GPUs hold ({capacity}); describe the cluster with --set cluster.gpus=[...]"
+    )]
+    ClusterTooSmall {
+        /// The dump.
+        source_name: String,
+        /// Most busy compute slices at one time.
+        peak: u32,
+        /// GPUs of the scenario.
+        gpus: usize,
+        /// Their compute slices.
+        capacity: u32,
+    },
+}
+
+/// The as-ran schedule's metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct AsRan {
+    /// Estimated energy (middle of the placement range), W·min.
+    pub energy_wmin: f64,
+    /// Least energy of any placement (busy slices packed), W·min.
+    pub energy_wmin_low: f64,
+    /// Most energy of any placement (busy slices spread), W·min.
+    pub energy_wmin_high: f64,
+    /// Mean over jobs of max(end − deadline, 0), minutes.
+    pub avg_tardiness_min: f64,
+    /// Last end, minutes after the first submit.
+    pub makespan_min: f64,
+    /// Most compute slices busy at one time.
+    pub peak_busy_slices: u32,
+    /// Busy slice-minutes on 1g, 2g, 3g, 4g, 7g slices.
+    pub slice_minutes: [f64; 5],
+}
+
+/// One simulated column of the what-if.
+#[derive(Debug, Clone, Serialize)]
+pub struct Column {
+    /// `static-best` or `smart-mig`.
+    pub name: String,
+    /// The static layout, for `static-best`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Vec<String>>,
+    /// Energy, W·min.
+    pub energy_wmin: f64,
+    /// Mean tardiness, minutes.
+    pub avg_tardiness_min: f64,
+    /// ET against the as-ran schedule (energy weight of the scenario).
+    pub et_vs_as_ran: f64,
+    /// Last completion, minutes.
+    pub makespan_min: f64,
+    /// Configuration changes.
+    pub repartitions: u64,
+    /// Busy over available compute-slice time.
+    pub utilisation: f64,
+    /// Share of GPU time per configuration.
+    pub config_share: Vec<(String, f64)>,
+    /// Share of compute-slice capacity on 1g, 2g, 3g, 4g, 7g slices.
+    pub slice_capacity_share: [f64; 5],
+}
+
+impl Column {
+    fn new(
+        name: &str,
+        layout: Option<Vec<String>>,
+        r: &RunResult,
+        sc: &ResolvedScenario,
+        as_ran: &AsRan,
+    ) -> Column {
+        let a = sc.scenario.objective.energy_weight;
+        Column {
+            name: name.to_string(),
+            layout,
+            energy_wmin: r.energy_wmin,
+            avg_tardiness_min: r.avg_tardiness_min,
+            et_vs_as_ran: et(
+                r.energy_wmin,
+                r.avg_tardiness_min,
+                as_ran.energy_wmin,
+                as_ran.avg_tardiness_min,
+                a,
+            ),
+            makespan_min: r.makespan_min,
+            repartitions: r.repartitions,
+            utilisation: r.utilisation,
+            config_share: r.config_share.clone(),
+            slice_capacity_share: capacity_share(sc, &r.config_share),
+        }
+    }
+}
+
+/// Lower bounds for the replayed jobs on the scenario's cluster.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayBounds {
+    /// Energy lower bound, W·min.
+    pub energy_wmin: f64,
+    /// Mean tardiness lower bound, minutes (None when the solver failed).
+    pub tardiness_min: Option<f64>,
+    /// How the tardiness bound was obtained.
+    pub tardiness_method: Option<String>,
+}
+
+/// One inferred (or measured) quantity and how far to trust it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inferred {
+    /// What.
+    pub quantity: String,
+    /// Where it comes from.
+    pub source: String,
+    /// `measured`, `high`, `medium` or `low`.
+    pub confidence: &'static str,
+}
+
+/// The whole what-if.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replay {
+    /// The dump.
+    pub source: String,
+    /// Scenario (the cluster) name.
+    pub scenario: String,
+    /// GPUs of the cluster.
+    pub gpus: usize,
+    /// Data rows of the dump.
+    pub rows: u64,
+    /// Jobs replayed.
+    pub jobs: usize,
+    /// Rows left out, by reason.
+    pub skipped: Vec<(String, u64)>,
+    /// Jobs per source of their per-slice times: a class name, or `share model`.
+    pub speedup_sources: Vec<(String, usize)>,
+    /// Jobs whose deadline is their `Timelimit` (the rest: the 1.25 slack).
+    pub deadline_from_timelimit: usize,
+    /// Energy weight of ET.
+    pub energy_weight: f64,
+    /// The jobs as they ran.
+    pub as_ran: AsRan,
+    /// Simulated columns (static-best, and smart-mig when a model was usable).
+    pub columns: Vec<Column>,
+    /// Why there is no smart-mig column, if there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smart_mig_missing: Option<String>,
+    /// Lower bounds.
+    pub bounds: ReplayBounds,
+    /// What is measured and what inferred, with confidence.
+    pub inferred: Vec<Inferred>,
+    /// Seed of the simulated runs.
+    pub seed: u64,
+    /// Runs with time series, for plots: static-best, then smart-mig.
+    #[serde(skip)]
+    pub runs: Vec<RunResult>,
+}
+
+/// What [`replay`] takes.
+#[derive(Debug, Clone)]
+pub struct ReplayInput {
+    /// Name of the dump in reports and errors.
+    pub source: String,
+    /// Jobs from the reader.
+    pub jobs: JobSet,
+    /// How they ran (`runs[i]` for `jobs.jobs[i]`).
+    pub runs: Vec<Ran>,
+    /// Reader statistics.
+    pub stats: ReadStats,
+    /// Classes whose curves apply to labelled jobs.
+    pub classes: Vec<JobClass>,
+    /// Learned policy for the smart-mig column, or why there is none.
+    pub model: Result<PathBuf, String>,
+    /// Seed of the simulated runs.
+    pub seed: u64,
+    /// Sampling interval for time series (minutes), when plots are wanted.
+    pub sample_every: Option<f64>,
+}
+
+/// Replaces the per-slice times of jobs labelled with a known class by that class's
+/// curve through their as-ran time; returns jobs per source of their times.
+pub fn apply_class_curves(jobs: &mut JobSet, runs: &[Ran], classes: &[JobClass]) -> Vec<(String, usize)> {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    let labels = jobs.classes.clone();
+    for (job, ran) in jobs.jobs.iter_mut().zip(runs) {
+        let label = labels
+            .get(usize::from(job.class))
+            .map(String::as_str)
+            .unwrap_or("");
+        let source = match classes.iter().find(|c| c.name == label) {
+            Some(class) => {
+                let held = ran.end - ran.start;
+                let s0 = class.speedup_on(ran.slices);
+                job.times = SLICE_SIZES.map(|k| held * s0 / class.speedup_on(k));
+                class.name.clone()
+            }
+            None => "share model".to_string(),
+        };
+        match counts.iter_mut().find(|(s, _)| *s == source) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((source, 1)),
+        }
+    }
+    counts
+}
+
+/// Power of a cluster with `busy` compute slices packed onto as few GPUs as possible and
+/// spread as evenly as possible, W; GPUs in scenario order with their curves.
+fn placement_power(curves: &[[f64; 8]], busy: u32) -> (f64, f64) {
+    let m = curves.len() as u32;
+    let mut packed = 0.0;
+    let mut left = busy;
+    for c in curves {
+        let b = left.min(7);
+        packed += c[b as usize];
+        left -= b;
+    }
+    let (base, extra) = busy.checked_div(m).map_or((0, 0), |b| (b, busy % m));
+    let spread = curves
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c[(base + u32::from((i as u32) < extra)).min(7) as usize])
+        .sum();
+    (packed, spread)
+}
+
+/// Measures the as-ran schedule on the scenario's cluster.
+pub fn as_ran(
+    sc: &ResolvedScenario,
+    source: &str,
+    jobs: &JobSet,
+    runs: &[Ran],
+) -> Result<AsRan, ReplayError> {
+    let curves: Vec<[f64; 8]> = sc.gpus.iter().map(|g| sc.models[g.model].model.power_w).collect();
+    let capacity = 7 * sc.gpus.len() as u32;
+    // Ends before starts at equal times, so back-to-back jobs do not overlap.
+    let mut events: Vec<(f64, i64)> = runs
+        .iter()
+        .flat_map(|r| [(r.start, i64::from(r.slices)), (r.end, -i64::from(r.slices))])
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let makespan = runs.iter().map(|r| r.end).fold(0.0, f64::max);
+    let (mut low, mut high) = (0.0, 0.0);
+    let (mut t, mut busy, mut peak) = (0.0, 0i64, 0u32);
+    for (at, delta) in events {
+        let (p_low, p_high) = placement_power(&curves, busy as u32);
+        low += p_low * (at - t);
+        high += p_high * (at - t);
+        t = at;
+        busy += delta;
+        peak = peak.max(busy as u32);
+    }
+    if peak > capacity {
+        return Err(ReplayError::ClusterTooSmall {
+            source_name: source.to_string(),
+            peak,
+            gpus: sc.gpus.len(),
+            capacity,
+        });
+    }
+    let mut slice_minutes = [0.0; 5];
+    for r in runs {
+        slice_minutes[size_index(r.slices)] += f64::from(r.slices) * (r.end - r.start);
+    }
+    let n = jobs.jobs.len().max(1) as f64;
+    let tardiness = jobs
+        .jobs
+        .iter()
+        .zip(runs)
+        .map(|(j, r)| (r.end - j.deadline).max(0.0))
+        .sum::<f64>()
+        / n;
+    Ok(AsRan {
+        energy_wmin: (low + high) / 2.0,
+        energy_wmin_low: low,
+        energy_wmin_high: high,
+        avg_tardiness_min: tardiness,
+        makespan_min: makespan,
+        peak_busy_slices: peak,
+        slice_minutes,
+    })
+}
+
+/// Share of compute-slice capacity per slice size from a run's configuration shares.
+fn capacity_share(sc: &ResolvedScenario, shares: &[(String, f64)]) -> [f64; 5] {
+    let mut cap = [0.0; 5];
+    for (name, share) in shares {
+        let (model, config) = match name.split_once('/') {
+            Some((m, c)) => (sc.models.iter().find(|x| x.model.key == m), c),
+            None => (sc.models.first(), name.as_str()),
+        };
+        let Some(c) = model.and_then(|m| m.configurations.iter().find(|c| c.name == config)) else {
+            continue;
+        };
+        for &s in &c.sizes {
+            cap[size_index(s)] += share * f64::from(s);
+        }
+    }
+    let total: f64 = cap.iter().sum();
+    if total > 0.0 {
+        cap.iter_mut().for_each(|x| *x /= total);
+    }
+    cap
+}
+
+/// Runs the what-if.
+pub fn replay(
+    sc: &ResolvedScenario,
+    mut input: ReplayInput,
+    progress: &indicatif::ProgressBar,
+) -> Result<Replay, ReplayError> {
+    let deadline_from_timelimit = input
+        .jobs
+        .jobs
+        .iter()
+        .zip(&input.runs)
+        .filter(|(j, r)| j.deadline - j.release < crate::workload::DEADLINE_SLACK * (r.end - r.start) - 1e-9)
+        .count();
+    let speedup_sources = apply_class_curves(&mut input.jobs, &input.runs, &input.classes);
+    let as_ran = as_ran(sc, &input.source, &input.jobs, &input.runs)?;
+    let jobs = &input.jobs;
+    let tuned = tune_static_on(sc, vec![(input.seed, jobs.clone())], progress);
+    let mut specs = vec![PolicySpec {
+        name: "static-best".into(),
+        scheduler: Scheduler::Cedf,
+        layout: LayoutSpec::Static(tuned.layout.clone()),
+    }];
+    if let Ok(model) = &input.model {
+        specs.push(PolicySpec {
+            name: "smart-mig".into(),
+            scheduler: Scheduler::Cedf,
+            layout: LayoutSpec::MeanField {
+                model: model.clone(),
+                initial: tuned.layout.clone(),
+            },
+        });
+    }
+    let results: Vec<Result<RunResult, String>> = specs
+        .par_iter()
+        .map(|p| run_policy(sc, jobs, p, input.seed, input.sample_every).map_err(|e| chain(&e)))
+        .collect();
+    let mut runs = Vec::new();
+    let mut smart_mig_missing = input.model.as_ref().err().cloned();
+    for (p, r) in specs.iter().zip(results) {
+        match r {
+            Ok(r) => runs.push(r),
+            // Only the learned policy can fail to load; the report says why it is absent.
+            Err(e) => smart_mig_missing = Some(format!("{}: {e}", p.name)),
+        }
+    }
+    if runs.is_empty() {
+        // The static run cannot fail to load; keep the report whole anyway.
+        runs.push(run_static(sc, jobs, Scheduler::Cedf, &tuned.layout, input.seed));
+    }
+    let columns = runs
+        .iter()
+        .map(|r| {
+            let layout = (r.policy == "static-best").then(|| tuned.layout.clone());
+            Column::new(&r.policy, layout, r, sc, &as_ran)
+        })
+        .collect();
+    let energy = energy_day(sc, &jobs.jobs);
+    let tardiness = match tardiness_bound(&relax(&jobs.jobs), sc.gpus.len(), &COMPARE_TARDINESS) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            log::warn!("{}: no tardiness bound: {e}", input.source);
+            None
+        }
+    };
+    let bounds = ReplayBounds {
+        energy_wmin: energy.energy.energy_wmin,
+        tardiness_min: tardiness.as_ref().map(|t| t.avg_tardiness_min),
+        tardiness_method: tardiness.map(|t| t.method),
+    };
+    let inferred = inferred(
+        jobs.jobs.len(),
+        &speedup_sources,
+        deadline_from_timelimit,
+        &as_ran,
+    );
+    Ok(Replay {
+        source: input.source,
+        scenario: sc.scenario.name.clone(),
+        gpus: sc.gpus.len(),
+        rows: input.stats.rows,
+        jobs: jobs.jobs.len(),
+        skipped: input
+            .stats
+            .skipped
+            .iter()
+            .map(|(r, n)| (r.label().to_string(), *n))
+            .collect(),
+        speedup_sources,
+        deadline_from_timelimit,
+        energy_weight: sc.scenario.objective.energy_weight,
+        as_ran,
+        columns,
+        smart_mig_missing,
+        bounds,
+        inferred,
+        seed: input.seed,
+        runs,
+    })
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cause = c.source();
+    }
+    parts.join(": ")
+}
+
+fn inferred(jobs: usize, sources: &[(String, usize)], from_limit: usize, a: &AsRan) -> Vec<Inferred> {
+    let share = sources
+        .iter()
+        .find(|(s, _)| s == "share model")
+        .map_or(0, |(_, n)| *n);
+    let classed = jobs - share;
+    let spread = if a.energy_wmin > 0.0 {
+        100.0 * (a.energy_wmin_high - a.energy_wmin_low) / 2.0 / a.energy_wmin
+    } else {
+        0.0
+    };
+    let item = |q: &str, s: String, c: &'static str| Inferred {
+        quantity: q.into(),
+        source: s,
+        confidence: c,
+    };
+    vec![
+        item(
+            "jobs, submit/start/end times, slice held",
+            "sacct, one-second resolution".into(),
+            "measured",
+        ),
+        item(
+            "as-ran tardiness",
+            format!(
+                "end − deadline; deadline = Timelimit for {from_limit} of {jobs} jobs, 1.25 × run time as ran for the rest (Slurm records no soft deadline)"
+            ),
+            if from_limit * 2 >= jobs { "medium" } else { "low" },
+        ),
+        item(
+            "as-ran energy",
+            format!(
+                "catalogue power curve over busy slice-minutes; which GPU each slice was on is unknown: ±{spread:.1}% between packed and spread placements"
+            ),
+            if spread < 5.0 { "high" } else { "medium" },
+        ),
+        item(
+            "per-slice speed-ups",
+            format!(
+                "class curve for {classed} jobs labelled with a known class; conservative share model (no gain on smaller slices) for {share}"
+            ),
+            if classed * 2 >= jobs { "medium" } else { "low" },
+        ),
+        item(
+            "static-best and smart-mig energy and tardiness",
+            "simulated on the inferred jobs; static-best is searched on this same history (in-sample, so optimistic)".into(),
+            "medium",
+        ),
+        item(
+            "lower bounds",
+            "exact for the inferred jobs under the bounds' relaxations; as good as the per-slice times".into(),
+            "high",
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+    use crate::workload::sacct::read_sacct_runs;
+
+    const DUMP: &str = "JobID|Submit|Start|End|State|AllocTRES|Timelimit|Comment\n\
+        1|2026-11-30T00:00:00|2026-11-30T00:00:00|2026-11-30T01:00:00|COMPLETED|gres/gpu:3g.20gb=1|02:00:00|\n\
+        2|2026-11-30T00:10:00|2026-11-30T00:30:00|2026-11-30T01:30:00|COMPLETED|gres/gpu:1g.5gb=1|00:40:00|smartmig:class=bert-train\n\
+        2.batch|2026-11-30T00:10:00|2026-11-30T00:30:00|2026-11-30T01:30:00|COMPLETED|gres/gpu:1g.5gb=1||\n\
+        3|2026-11-30T00:20:00|2026-11-30T00:20:00|2026-11-30T00:50:00|COMPLETED|gres/gpu=1|UNLIMITED|\n";
+
+    fn cluster(gpus: u32) -> ResolvedScenario {
+        Scenario::reference(&[
+            format!("cluster.gpus=[{{model=\"a100-40gb\",count={gpus}}}]"),
+            "baselines.reference_layout=[\"c1\"]".into(),
+            "baselines.static_best=[\"c1\"]".into(),
+        ])
+        .unwrap()
+    }
+
+    fn input() -> (JobSet, ReadStats, Vec<Ran>) {
+        read_sacct_runs(DUMP.as_bytes(), "dump", false).unwrap()
+    }
+
+    #[test]
+    fn as_ran_energy_and_tardiness_follow_the_busy_slices_and_deadlines() {
+        let sc = cluster(2);
+        let (jobs, _, runs) = input();
+        assert_eq!(runs.len(), 3);
+        let a = as_ran(&sc, "dump", &jobs, &runs).unwrap();
+        let p = sc.models[0].model.power_w;
+        // Minutes 0–20: 3 slices; 20–30: 3+7; 30–50: 3+7+1; 50–60: 3+1; 60–90: 1.
+        let packed = 20.0 * (p[3] + p[0])
+            + 10.0 * (p[7] + p[3])
+            + 20.0 * (p[7] + p[4])
+            + 10.0 * (p[4] + p[0])
+            + 30.0 * (p[1] + p[0]);
+        let spread = 20.0 * (p[2] + p[1])
+            + 10.0 * (p[5] + p[5])
+            + 20.0 * (p[6] + p[5])
+            + 10.0 * (p[2] + p[2])
+            + 30.0 * (p[1] + p[0]);
+        assert!(
+            (a.energy_wmin_low - packed).abs() < 1e-6,
+            "{} vs {packed}",
+            a.energy_wmin_low
+        );
+        assert!(
+            (a.energy_wmin_high - spread).abs() < 1e-6,
+            "{} vs {spread}",
+            a.energy_wmin_high
+        );
+        assert_eq!(a.peak_busy_slices, 11);
+        assert_eq!(a.makespan_min, 90.0);
+        // Job 2: deadline 10 + 40 (its limit), ended at 90: 40 late. Job 1: limit 120 >
+        // 1.25 × 60, ends 60 ≤ 75. Job 3: 20 + 37.5, ended 50.
+        assert!(
+            (a.avg_tardiness_min - 40.0 / 3.0).abs() < 1e-9,
+            "{}",
+            a.avg_tardiness_min
+        );
+        assert_eq!(a.slice_minutes, [60.0, 0.0, 180.0, 0.0, 210.0]);
+    }
+
+    #[test]
+    fn a_cluster_too_small_for_the_history_is_refused_with_the_numbers() {
+        let (jobs, _, runs) = input();
+        let e = as_ran(&cluster(1), "dump", &jobs, &runs).unwrap_err().to_string();
+        assert!(
+            e.starts_with("dump: up to 11 compute slices were busy at once"),
+            "{e}"
+        );
+        assert!(e.contains("1 GPUs hold (7)"), "{e}");
+    }
+
+    #[test]
+    fn a_known_class_gets_its_curve_through_the_time_it_ran() {
+        let (mut jobs, _, runs) = input();
+        let classes = smartmig_core::routing::builtin_classes();
+        let sources = apply_class_curves(&mut jobs, &runs, &classes);
+        assert_eq!(
+            sources,
+            vec![("share model".to_string(), 2), ("bert-train".to_string(), 1)]
+        );
+        let j = &jobs.jobs[1];
+        assert_eq!(jobs.classes[usize::from(j.class)], "bert-train");
+        // 60 min on 1g; bert-train runs 4.773× faster on 7g.
+        assert!((j.times[0] - 60.0).abs() < 1e-9);
+        assert!((j.times[4] - 60.0 / 4.773).abs() < 1e-9, "{:?}", j.times);
+    }
+
+    #[test]
+    fn the_what_if_stays_above_its_bounds_and_skips_a_missing_model() {
+        let sc = cluster(2);
+        let (jobs, stats, runs) = input();
+        let r = replay(
+            &sc,
+            ReplayInput {
+                source: "dump".into(),
+                jobs,
+                runs,
+                stats,
+                classes: smartmig_core::routing::builtin_classes(),
+                model: Err("no shipped model".into()),
+                seed: 1,
+                sample_every: None,
+            },
+            &indicatif::ProgressBar::hidden(),
+        )
+        .unwrap();
+        assert_eq!(r.jobs, 3);
+        assert_eq!(r.rows, 4);
+        assert_eq!(r.deadline_from_timelimit, 1);
+        assert_eq!(r.columns.len(), 1);
+        assert_eq!(r.smart_mig_missing.as_deref(), Some("no shipped model"));
+        let s = &r.columns[0];
+        assert!(s.energy_wmin >= r.bounds.energy_wmin - 1e-6);
+        assert!(r.as_ran.energy_wmin_low >= r.bounds.energy_wmin - 1e-6);
+        if let Some(t) = r.bounds.tardiness_min {
+            assert!(s.avg_tardiness_min >= t - 1e-6);
+        }
+        assert!((s.slice_capacity_share.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+}
