@@ -1,3 +1,4 @@
 //! smartmigd: repartitions MIG GPUs between Slurm allocations (central and node roles).
 
 pub mod channel;
+pub mod slurm;
