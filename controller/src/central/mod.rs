@@ -15,6 +15,7 @@ pub mod decide;
 pub mod fake;
 pub mod relayout;
 pub mod status;
+pub mod run;
 pub mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
