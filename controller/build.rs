@@ -47,7 +47,9 @@ fn main() {
              slurm_requeue|slurm_ping|slurm_hostlist_create|slurm_hostlist_shift|\
              slurm_hostlist_destroy",
         )
-        .allowlist_type("job_info_msg_t|node_info_msg_t|update_node_msg_t|job_desc_msg_t|job_states|node_states")
+        .allowlist_type(
+            "job_info_msg_t|node_info_msg_t|update_node_msg_t|job_desc_msg_t|job_states|node_states",
+        )
         .allowlist_var(
             "SLURM_VERSION_NUMBER|NO_VAL|INFINITE|SLURM_SUCCESS|SHOW_ALL|SHOW_DETAIL|\
              JOB_STATE_BASE|JOB_PENDING|JOB_RUNNING|NODE_RESUME|NODE_STATE_DRAIN|\

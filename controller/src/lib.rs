@@ -1,5 +1,5 @@
 //! smartmigd: repartitions MIG GPUs between Slurm allocations (central and node roles).
 
+pub mod central;
 pub mod channel;
 pub mod slurm;
-pub mod central;

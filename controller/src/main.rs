@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use smartmigd::central::run;
 
 #[derive(Parser)]
-#[command(name = "smartmigd", version, about = "Repartitions MIG GPUs between Slurm allocations")]
+#[command(
+    name = "smartmigd",
+    version,
+    about = "Repartitions MIG GPUs between Slurm allocations"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,8 +68,9 @@ fn main() {
         Command::Bench { gpus, jobs, cycles, fixed } => run::bench(gpus, jobs, cycles, fixed).map(|r| {
             let ms: Vec<f64> = r.cycles.iter().map(|d| d.as_secs_f64() * 1e3).collect();
             let max = ms.iter().copied().fold(0.0, f64::max);
+            let dms: Vec<f64> = r.decide.iter().map(|d| (d.as_secs_f64() * 1e4).round() / 10.0).collect();
             println!(
-                "{} GPUs, {} pending jobs, policy {}: cycle ms {:?} (max {max:.1}), {} GPUs changed in the first, peak RSS {:.0} MB",
+                "{} GPUs, {} pending jobs, policy {}: read+decide+plan ms {dms:?}; whole cycle ms {:?} (max {max:.1}); {} GPUs changed in the first; peak RSS {:.0} MB",
                 r.gpus,
                 r.pending,
                 r.source,

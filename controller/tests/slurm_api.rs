@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use slurm::{Cluster, FakeGpu, Options};
 use smartmigd::channel::{Desired, GpuActual, Outcome, Phase, Report, CHANNEL_VERSION};
 use smartmigd::slurm::{
-    parse_gres, read_desired, read_report, write_desired, write_report, JobState, Libslurm, NodeUpdate, SlurmApi,
+    parse_gres, read_desired, read_report, write_desired, write_report, JobState, Libslurm, NodeUpdate,
+    SlurmApi,
 };
 
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
@@ -52,9 +53,13 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
     assert!(!n.drain && n.extra.is_none() && n.comment.is_none());
 
     // A running job on the 3g and a held (pending) job on a 1g.
-    let (run, _) = c.sbatch(&["--gres=gpu:3g.40gb:1", "--wrap", "sleep 300"]).unwrap();
+    let (run, _) = c
+        .sbatch(&["--gres=gpu:3g.40gb:1", "--wrap", "sleep 300"])
+        .unwrap();
     c.wait_job(run, &["RUNNING"], Duration::from_secs(20));
-    let (held, _) = c.sbatch(&["--hold", "--gres=gpu:1g.10gb:1", "--wrap", "sleep 1"]).unwrap();
+    let (held, _) = c
+        .sbatch(&["--hold", "--gres=gpu:1g.10gb:1", "--wrap", "sleep 1"])
+        .unwrap();
     let jobs = api.jobs().expect("load jobs");
     let r = jobs.iter().find(|j| j.id == run).expect("running job listed");
     assert_eq!(r.state, JobState::Running);
@@ -63,17 +68,33 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
     assert_eq!(detail[0].gpu_type, "3g.40gb");
     // Slurm sorts a node's GPU records by type name: 1g.10gb are 0-2, the 3g is 3.
     assert_eq!(detail[0].indices, vec![3], "gres detail {:?}", r.gres_detail);
-    let used = api.nodes().unwrap().into_iter().find(|n| n.name == c.node).unwrap().gres_used;
-    assert!(parse_gres(&used, "GresUsed").unwrap().iter().any(|g| g.indices == vec![3]), "{used}");
+    let used = api
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.name == c.node)
+        .unwrap()
+        .gres_used;
+    assert!(
+        parse_gres(&used, "GresUsed")
+            .unwrap()
+            .iter()
+            .any(|g| g.indices == vec![3]),
+        "{used}"
+    );
     let h = jobs.iter().find(|j| j.id == held).expect("held job listed");
     assert_eq!(h.state, JobState::Pending);
     assert_eq!(h.tres[0].as_deref(), Some("gres:gpu:1g.10gb:1"));
 
     // Re-route the pending job to the 3g type through the API.
-    api.update_job_tres(held, 0, "gres:gpu:3g.40gb:1").expect("update job");
+    api.update_job_tres(held, 0, "gres:gpu:3g.40gb:1")
+        .expect("update job");
     let h = api.jobs().unwrap().into_iter().find(|j| j.id == held).unwrap();
     assert_eq!(h.tres[0].as_deref(), Some("gres:gpu:3g.40gb:1"));
-    let e = api.update_job_tres(999_999, 0, "gres:gpu:3g.40gb:1").unwrap_err().to_string();
+    let e = api
+        .update_job_tres(999_999, 0, "gres:gpu:3g.40gb:1")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("999999") && e.contains("slurm errno"), "{e}");
 
     // The channel: Desired in Extra, Report in Comment, read back through the API.
@@ -100,7 +121,12 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
         at: 1.5,
     };
     write_report(&mut api, &c.node, &report).unwrap();
-    let n = api.nodes().unwrap().into_iter().find(|n| n.name == c.node).unwrap();
+    let n = api
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.name == c.node)
+        .unwrap();
     assert_eq!(read_desired(&n).unwrap().unwrap(), desired);
     assert_eq!(read_report(&n).unwrap().unwrap(), report);
 
@@ -111,7 +137,12 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
         ..NodeUpdate::default()
     })
     .unwrap();
-    let n = api.nodes().unwrap().into_iter().find(|n| n.name == c.node).unwrap();
+    let n = api
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.name == c.node)
+        .unwrap();
     assert!(n.drain, "drained");
     assert_eq!(n.reason.as_deref(), Some("smartmig: repartition gen 3"));
     assert!(c.node_state(&c.node).contains("DRAIN"));

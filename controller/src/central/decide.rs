@@ -149,7 +149,9 @@ impl Decider {
             None
         };
         for (m, rm) in resolved.models.iter().enumerate() {
-            let gpus: Vec<usize> = (0..view.gpus.len()).filter(|&g| view.gpus[g].model == m).collect();
+            let gpus: Vec<usize> = (0..view.gpus.len())
+                .filter(|&g| view.gpus[g].model == m)
+                .collect();
             let fixed = |why: String, layout: &[usize], targets: &mut Vec<Option<usize>>| {
                 for (i, &g) in gpus.iter().enumerate() {
                     targets[g] = Some(layout[i % layout.len()]);
@@ -176,7 +178,9 @@ impl Decider {
                     let table = policy
                         .infer(&self.features)
                         .map_err(|e| error_chain(&e))
-                        .and_then(|l| TransitionTable::new(&l, &available, self.sampling).map_err(|e| e.to_string()));
+                        .and_then(|l| {
+                            TransitionTable::new(&l, &available, self.sampling).map_err(|e| e.to_string())
+                        });
                     match table {
                         Ok(table) => {
                             for &g in &gpus {
@@ -272,7 +276,10 @@ fn kind_compute(kind: smartmig_core::mig::Kind) -> u8 {
 /// The compute slices of the type a job asks for (None: `gpu:mig`, untyped or unknown).
 fn requested_compute(j: &SlurmJob, compute_of: &HashMap<&str, u8>) -> Option<u8> {
     j.tres.iter().flatten().find_map(|t| {
-        parse_gres(t, "job").ok()?.iter().find_map(|g| compute_of.get(g.gpu_type.as_str()).copied())
+        parse_gres(t, "job")
+            .ok()?
+            .iter()
+            .find_map(|g| compute_of.get(g.gpu_type.as_str()).copied())
     })
 }
 
@@ -295,9 +302,8 @@ fn config_counts(view: &View, m: usize, k: usize) -> Vec<u32> {
 /// The periodic schedule's configurations for model `m` at a minute of the day.
 fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usize> {
     let entries = &resolved.config.policy.periodic;
-    let at = |e: &smartmig_core::config::PeriodicEntry| {
-        parse_time_of_day(e.at.get_ref()).map_or(0.0, f64::from)
-    };
+    let at =
+        |e: &smartmig_core::config::PeriodicEntry| parse_time_of_day(e.at.get_ref()).map_or(0.0, f64::from);
     let entry = entries
         .iter()
         .rev()
@@ -308,7 +314,11 @@ fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usi
         .map(|e| {
             e.layout
                 .iter()
-                .filter_map(|n| configs.iter().position(|c| c.name.eq_ignore_ascii_case(n.get_ref())))
+                .filter_map(|n| {
+                    configs
+                        .iter()
+                        .position(|c| c.name.eq_ignore_ascii_case(n.get_ref()))
+                })
                 .collect()
         })
         .unwrap_or_default();

@@ -14,8 +14,8 @@ pub mod decide;
 #[doc(hidden)]
 pub mod fake;
 pub mod relayout;
-pub mod status;
 pub mod run;
+pub mod status;
 pub mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -24,8 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use smartmig_core::config::{Mode, Resolved};
 use smartmig_core::mig::{Instance, Plan};
 use smartmig_core::routing::{
-    Job as RouteJob, Outcome as RouteOutcome, Router, Snapshot, TresStrings, TypeState,
-    SNAPSHOT_VERSION,
+    Job as RouteJob, Outcome as RouteOutcome, Router, Snapshot, TresStrings, TypeState, SNAPSHOT_VERSION,
 };
 
 use crate::channel::{Desired, GpuTarget, Outcome, Phase, CHANNEL_VERSION};
@@ -78,7 +77,7 @@ pub struct CycleReport {
 
 /// The central role's state between cycles.
 pub struct Central {
-    resolved: Resolved,
+    pub(crate) resolved: Resolved,
     api: Box<dyn SlurmApi>,
     decider: Decider,
     relayout: Box<dyn Relayout>,
@@ -164,7 +163,11 @@ impl Central {
 
     /// Decides and plans on `view` without touching anything: the changes a cycle would
     /// make, and the busy GPUs it would skip. Also the decision step of the benchmark.
-    pub fn plan(&mut self, view: &View, now: f64) -> (Decision, Vec<Change>, Vec<(usize, usize, Vec<Instance>)>) {
+    pub fn plan(
+        &mut self,
+        view: &View,
+        now: f64,
+    ) -> (Decision, Vec<Change>, Vec<(usize, usize, Vec<Instance>)>) {
         let decision = self.decider.decide(&self.resolved, view, now);
         let driver = self.resolved.config.gpu.driver;
         let (mut changes, mut busy) = (Vec::new(), Vec::new());
@@ -180,11 +183,19 @@ impl Central {
             };
             let touched: Vec<Instance> = plan.touched(&gpu.busy).copied().collect();
             if touched.is_empty() {
-                changes.push(Change { gpu: g, target: t, plan });
+                changes.push(Change {
+                    gpu: g,
+                    target: t,
+                    plan,
+                });
             } else {
                 busy.push((g, t, touched));
                 if self.mode == Mode::Preempt {
-                    changes.push(Change { gpu: g, target: t, plan });
+                    changes.push(Change {
+                        gpu: g,
+                        target: t,
+                        plan,
+                    });
                 }
             }
         }
@@ -205,7 +216,9 @@ impl Central {
                 decide::Source::Fixed { why } => why.clone(),
                 decide::Source::None => "none".into(),
             };
-            self.status.sources.insert(self.resolved.models[m].model.key.clone(), text);
+            self.status
+                .sources
+                .insert(self.resolved.models[m].model.key.clone(), text);
         }
         report.wanted = changes.len() + if self.mode == Mode::Preempt { 0 } else { busy.len() };
         report.skipped_busy = busy.len();
@@ -222,8 +235,16 @@ impl Central {
         }
         if dry {
             for c in &changes {
-                let busy_now = !c.plan.touched(&view.gpus[c.gpu].busy).collect::<Vec<_>>().is_empty();
-                let action = if busy_now { "would preempt and apply" } else { "would apply" };
+                let busy_now = !c
+                    .plan
+                    .touched(&view.gpus[c.gpu].busy)
+                    .collect::<Vec<_>>()
+                    .is_empty();
+                let action = if busy_now {
+                    "would preempt and apply"
+                } else {
+                    "would apply"
+                };
                 lines.push(self.line(&view, c.gpu, c.target, 0, now, action.into()));
             }
             report.changed = changes.len();
@@ -259,23 +280,39 @@ impl Central {
             .join(" ")
     }
 
-    fn line(&self, view: &View, g: usize, t: usize, generation: u64, at: f64, action: String) -> DecisionLine {
+    fn line(
+        &self,
+        view: &View,
+        g: usize,
+        t: usize,
+        generation: u64,
+        at: f64,
+        action: String,
+    ) -> DecisionLine {
         let gpu = &view.gpus[g];
         let rm = &self.resolved.models[gpu.model];
         DecisionLine {
             at,
             generation,
             gpu: format!("{}/{}", gpu.node, gpu.index),
-            from: gpu
-                .config
-                .map_or_else(|| gpu.layout.display(&rm.model).to_string(), |c| rm.configurations[c].name.clone()),
+            from: gpu.config.map_or_else(
+                || gpu.layout.display(&rm.model).to_string(),
+                |c| rm.configurations[c].name.clone(),
+            ),
             to: rm.configurations[t].name.clone(),
             action,
         }
     }
 
     /// Drain, re-check, Apply, re-layout, StartSlurmd, resume.
-    fn apply(&mut self, view: &View, changes: Vec<Change>, generation: u64, now: f64, report: &mut CycleReport) {
+    fn apply(
+        &mut self,
+        view: &View,
+        changes: Vec<Change>,
+        generation: u64,
+        now: f64,
+        report: &mut CycleReport,
+    ) {
         let reason = format!("{DRAIN_PREFIX}{generation}");
         // Nodes drained by someone else are left alone.
         let mut by_node: BTreeMap<String, Vec<Change>> = BTreeMap::new();
@@ -286,7 +323,14 @@ impl Central {
                 n.slurm.drain && !n.slurm.reason.as_deref().unwrap_or("").starts_with(DRAIN_PREFIX)
             });
             if foreign {
-                let l = self.line(view, c.gpu, c.target, generation, now, "skip: node drained by an admin".into());
+                let l = self.line(
+                    view,
+                    c.gpu,
+                    c.target,
+                    generation,
+                    now,
+                    "skip: node drained by an admin".into(),
+                );
                 self.status.decided(vec![l]);
                 continue;
             }
@@ -298,7 +342,9 @@ impl Central {
         // 1. Keep new jobs off the changing instances: drain the nodes.
         let mut drained = Vec::new();
         for node in by_node.keys() {
-            self.status.pending_transitions.insert(node.clone(), format!("gen {generation}: drain"));
+            self.status
+                .pending_transitions
+                .insert(node.clone(), format!("gen {generation}: drain"));
             let u = NodeUpdate {
                 node: node.clone(),
                 drain: Some(reason.clone()),
@@ -340,7 +386,9 @@ impl Central {
         };
         if self.mode == Mode::Preempt {
             // Requeued jobs release their instances shortly; wait for that, bounded.
-            while Instant::now() < deadline && by_node.values().flatten().any(|c| touches_now(&fresh, view, c)) {
+            while Instant::now() < deadline
+                && by_node.values().flatten().any(|c| touches_now(&fresh, view, c))
+            {
                 std::thread::sleep(self.poll);
                 if let Ok(v) = self.read_view() {
                     fresh = v;
@@ -352,14 +400,25 @@ impl Central {
             changes.retain(|c| {
                 let busy = touches_now(&fresh, view, c);
                 if busy {
-                    lines.push(self.line(view, c.gpu, c.target, generation, now, "skip: became busy before the drain".into()));
+                    lines.push(self.line(
+                        view,
+                        c.gpu,
+                        c.target,
+                        generation,
+                        now,
+                        "skip: became busy before the drain".into(),
+                    ));
                     report.skipped_busy += 1;
                 }
                 !busy
             });
         }
         self.status.decided(lines);
-        let idle_nodes: Vec<String> = by_node.iter().filter(|(_, c)| c.is_empty()).map(|(n, _)| n.clone()).collect();
+        let idle_nodes: Vec<String> = by_node
+            .iter()
+            .filter(|(_, c)| c.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
         self.resume(&idle_nodes, report);
         by_node.retain(|_, c| !c.is_empty());
         // 4. Hand the plans to the agents.
@@ -384,7 +443,9 @@ impl Central {
                 phase: Phase::Apply,
                 gpus,
             };
-            self.status.pending_transitions.insert(node.clone(), format!("gen {generation}: apply"));
+            self.status
+                .pending_transitions
+                .insert(node.clone(), format!("gen {generation}: apply"));
             match write_desired(self.api.as_mut(), node, &d) {
                 Ok(()) => asked.push(node.clone()),
                 Err(e) => self.fail(report, format!("cannot hand gen {generation} to {node}: {e}")),
@@ -399,7 +460,10 @@ impl Central {
         let mut lines = Vec::new();
         for node in &asked {
             let Some(rep) = answers.get(node) else {
-                self.fail(report, format!("gen {generation}: no report from {node}; it stays drained"));
+                self.fail(
+                    report,
+                    format!("gen {generation}: no report from {node}; it stays drained"),
+                );
                 continue;
             };
             let outcome = match &rep.outcome {
@@ -423,16 +487,24 @@ impl Central {
         let reported: Vec<String> = gres.iter().map(|(n, _)| n.clone()).collect();
         if !gres.is_empty() {
             for n in &reported {
-                self.status.pending_transitions.insert(n.clone(), format!("gen {generation}: relayout"));
+                self.status
+                    .pending_transitions
+                    .insert(n.clone(), format!("gen {generation}: relayout"));
             }
             if let Err(e) = self.relayout.apply(self.api.as_mut(), &gres) {
-                let msg = format!("gen {generation}: {} failed: {}", self.relayout.name(), decide::error_chain(&e));
+                let msg = format!(
+                    "gen {generation}: {} failed: {}",
+                    self.relayout.name(),
+                    decide::error_chain(&e)
+                );
                 self.fail(report, msg);
             }
         }
         // 6. slurmd back on, then resume.
         for node in &reported {
-            self.status.pending_transitions.insert(node.clone(), format!("gen {generation}: start slurmd"));
+            self.status
+                .pending_transitions
+                .insert(node.clone(), format!("gen {generation}: start slurmd"));
             let d = Desired {
                 smartmig: CHANNEL_VERSION,
                 generation,
@@ -444,9 +516,16 @@ impl Central {
             }
         }
         let started = self.wait_reports(&reported, generation, Phase::StartSlurmd, report);
-        let back: Vec<String> = reported.iter().filter(|n| started.contains_key(*n)).cloned().collect();
+        let back: Vec<String> = reported
+            .iter()
+            .filter(|n| started.contains_key(*n))
+            .cloned()
+            .collect();
         for n in reported.iter().filter(|n| !started.contains_key(*n)) {
-            self.fail(report, format!("gen {generation}: {n} did not confirm slurmd; it stays drained"));
+            self.fail(
+                report,
+                format!("gen {generation}: {n} did not confirm slurmd; it stays drained"),
+            );
         }
         self.resume(&back, report);
         report.nodes = back;
@@ -492,7 +571,10 @@ impl Central {
         }
         if got.len() < nodes.len() {
             let missing: Vec<&String> = nodes.iter().filter(|n| !got.contains_key(*n)).collect();
-            log::warn!("gen {generation} {phase:?}: no report within {:?} from {missing:?}", self.report_timeout());
+            log::warn!(
+                "gen {generation} {phase:?}: no report within {:?} from {missing:?}",
+                self.report_timeout()
+            );
             let _ = report;
         }
         got
@@ -546,7 +628,12 @@ impl Central {
                 .iter()
                 .map(|t| t.as_ref().map(|t| to_auto(t, &known)))
                 .collect();
-            let strs = TresStrings([auto[0].as_deref(), auto[1].as_deref(), auto[2].as_deref(), auto[3].as_deref()]);
+            let strs = TresStrings([
+                auto[0].as_deref(),
+                auto[1].as_deref(),
+                auto[2].as_deref(),
+                auto[3].as_deref(),
+            ]);
             let job = RouteJob {
                 tres: strs,
                 name: j.name.as_deref(),
@@ -586,9 +673,20 @@ impl Central {
         let ends: BTreeMap<u32, f64> = view
             .running
             .iter()
-            .map(|j| (j.id, j.time_limit_min.map_or(f64::INFINITY, |t| j.start as f64 + f64::from(t) * 60.0)))
+            .map(|j| {
+                (
+                    j.id,
+                    j.time_limit_min
+                        .map_or(f64::INFINITY, |t| j.start as f64 + f64::from(t) * 60.0),
+                )
+            })
             .collect();
-        let drained: HashSet<&str> = view.nodes.iter().filter(|n| n.slurm.drain || n.slurm.down).map(|n| n.name.as_str()).collect();
+        let drained: HashSet<&str> = view
+            .nodes
+            .iter()
+            .filter(|n| n.slurm.drain || n.slurm.down)
+            .map(|n| n.name.as_str())
+            .collect();
         for g in &view.gpus {
             let model = &self.resolved.models[g.model].model;
             for i in g.layout.instances() {
@@ -600,7 +698,9 @@ impl Central {
                 match g.busy.iter().position(|b| b == i) {
                     None => e.free += 1,
                     Some(p) => {
-                        let soon = g.jobs[p].iter().all(|j| ends.get(j).is_some_and(|end| end - now <= SOON_FREE_S));
+                        let soon = g.jobs[p]
+                            .iter()
+                            .all(|j| ends.get(j).is_some_and(|end| end - now <= SOON_FREE_S));
                         if soon && !g.jobs[p].is_empty() {
                             e.soon_free += 1;
                         }
@@ -629,7 +729,10 @@ impl Central {
                 write_atomically(&path, &json)
             });
         if let Err(e) = result {
-            self.fail(report, format!("cannot publish the snapshot {}: {e}", path.display()));
+            self.fail(
+                report,
+                format!("cannot publish the snapshot {}: {e}", path.display()),
+            );
         }
     }
 
@@ -638,7 +741,9 @@ impl Central {
         for g in &view.gpus {
             let key = format!("{}/{}", g.node, g.index);
             let rm = &self.resolved.models[g.model];
-            let name = g.config.map_or("other".to_string(), |c| rm.configurations[c].name.clone());
+            let name = g
+                .config
+                .map_or("other".to_string(), |c| rm.configurations[c].name.clone());
             if let Some((since, was)) = self.last_config.insert(key, (now, name)) {
                 *self.status.seconds_in_configuration.entry(was).or_default() += (now - since).max(0.0);
             }
@@ -660,12 +765,20 @@ fn touches_now(fresh: &View, old: &View, c: &Change) -> bool {
 pub fn gres_of_report(gpus: &[crate::channel::GpuActual]) -> String {
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     for g in gpus {
-        for part in g.layout.split(|c: char| c == ',' || c.is_whitespace()).filter(|p| !p.is_empty()) {
+        for part in g
+            .layout
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|p| !p.is_empty())
+        {
             let name = part.split('@').next().unwrap_or(part);
             *counts.entry(name.to_string()).or_default() += 1;
         }
     }
-    counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect::<Vec<_>>().join(",")
+    counts
+        .iter()
+        .map(|(t, n)| format!("gpu:{t}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A tres string with every known concrete GPU type replaced by `mig`.
@@ -674,12 +787,16 @@ fn to_auto(tres: &str, known: &HashSet<&str>) -> String {
         .map(|e| {
             let parts: Vec<&str> = e.split(':').collect();
             match parts.as_slice() {
-                [p, "gpu", t, rest @ ..] if known.contains(t) => {
-                    std::iter::once(*p).chain(["gpu", "mig"]).chain(rest.iter().copied()).collect::<Vec<_>>().join(":")
-                }
-                ["gpu", t, rest @ ..] if known.contains(t) => {
-                    ["gpu", "mig"].into_iter().chain(rest.iter().copied()).collect::<Vec<_>>().join(":")
-                }
+                [p, "gpu", t, rest @ ..] if known.contains(t) => std::iter::once(*p)
+                    .chain(["gpu", "mig"])
+                    .chain(rest.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+                ["gpu", t, rest @ ..] if known.contains(t) => ["gpu", "mig"]
+                    .into_iter()
+                    .chain(rest.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(":"),
                 _ => e.to_string(),
             }
         })
@@ -711,7 +828,6 @@ pub fn mode_name(mode: Mode) -> &'static str {
         Mode::Preempt => "preempt",
     }
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -92,10 +92,13 @@ impl Relayout for RestartSlurmctld {
             why: "empty command".into(),
         })?;
         log::info!("restarting slurmctld for {} node(s): {shown}", nodes.len());
-        let status = Command::new(program).args(args).status().map_err(|e| RelayoutError::Command {
-            command: shown.clone(),
-            why: e.to_string(),
-        })?;
+        let status = Command::new(program)
+            .args(args)
+            .status()
+            .map_err(|e| RelayoutError::Command {
+                command: shown.clone(),
+                why: e.to_string(),
+            })?;
         if !status.success() {
             return Err(RelayoutError::Command {
                 command: shown,
@@ -133,7 +136,8 @@ pub fn set_node_gres(text: &str, node: &str, gpu: &str) -> Option<String> {
         }
         found = true;
         let gres_at = words.iter().position(|w| {
-            w.split_once('=').is_some_and(|(k, _)| k.eq_ignore_ascii_case("Gres"))
+            w.split_once('=')
+                .is_some_and(|(k, _)| k.eq_ignore_ascii_case("Gres"))
         });
         let others: Vec<&str> = gres_at
             .map(|i| words[i].split_once('=').map_or("", |(_, v)| v))
@@ -141,7 +145,11 @@ pub fn set_node_gres(text: &str, node: &str, gpu: &str) -> Option<String> {
             .split(',')
             .filter(|e| !e.is_empty() && !e.starts_with("gpu"))
             .collect();
-        let value = std::iter::once(gpu).chain(others).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(",");
+        let value = std::iter::once(gpu)
+            .chain(others)
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(",");
         let token = format!("Gres={value}");
         match gres_at {
             Some(i) => words[i] = token,
@@ -198,12 +206,22 @@ mod tests {
             timeout: Duration::from_secs(1),
         };
         let mut api = crate::central::fake::FakeSlurm::default();
-        let e = r.apply(&mut api, &[("b".into(), "gpu:7g.40gb:1".into())]).unwrap_err().to_string();
+        let e = r
+            .apply(&mut api, &[("b".into(), "gpu:7g.40gb:1".into())])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nodes.conf") && e.contains("NodeName=b"), "{e}");
-        r.apply(&mut api, &[("a".into(), "gpu:1g.10gb:7".into())]).unwrap();
-        assert_eq!(std::fs::read_to_string(&include).unwrap(), "NodeName=a Gres=gpu:1g.10gb:7\n");
+        r.apply(&mut api, &[("a".into(), "gpu:1g.10gb:7".into())])
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "NodeName=a Gres=gpu:1g.10gb:7\n"
+        );
         r.command = vec!["/bin/false".into()];
-        let e = r.apply(&mut api, &[("a".into(), "gpu:7g.40gb:1".into())]).unwrap_err().to_string();
+        let e = r
+            .apply(&mut api, &[("a".into(), "gpu:7g.40gb:1".into())])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/bin/false"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -26,7 +26,11 @@ pub fn load_config(path: &Path) -> anyhow::Result<Resolved> {
 /// `smartmigd central`: the reconcile loop (or one cycle with `once`).
 pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     let resolved = load_config(config)?;
-    let mode = if dry_run { Mode::DryRun } else { resolved.config.controller.mode };
+    let mode = if dry_run {
+        Mode::DryRun
+    } else {
+        resolved.config.controller.mode
+    };
     let cc = resolved.config.controller.central.clone();
     let seed = cc.seed.unwrap_or_else(|| rand::random());
     log::info!(
@@ -55,7 +59,11 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
             "{} GPU(s) to change, {} changed{}, {} skipped (busy), {} job(s) re-routed, {} error(s)",
             r.wanted,
             r.changed,
-            if mode == Mode::DryRun { " (dry-run: would be)" } else { "" },
+            if mode == Mode::DryRun {
+                " (dry-run: would be)"
+            } else {
+                ""
+            },
             r.skipped_busy,
             r.rerouted,
             r.errors.len()
@@ -123,8 +131,10 @@ pub struct BenchResult {
     pub gpus: usize,
     /// Pending jobs.
     pub pending: usize,
-    /// Wall time of each cycle.
+    /// Wall time of each cycle (the in-memory Slurm's copies included).
     pub cycles: Vec<Duration>,
+    /// Wall time of building the view and deciding and planning on it, per cycle.
+    pub decide: Vec<Duration>,
     /// Peak resident memory of the process, bytes (VmHWM).
     pub peak_rss: u64,
     /// GPUs changed in the first cycle.
@@ -151,16 +161,24 @@ pub fn synthetic(gpus: usize, pending: usize) -> FakeSlurm {
     for n in 0..gpus.div_ceil(per_node) {
         let name = format!("gpu{n:05}");
         let count = per_node.min(gpus - n * per_node);
-        let node_gpus: Vec<(&str, &str)> = (0..count).map(|g| ("A100-SXM4-40GB", layouts[(n + g) % 3])).collect();
+        let node_gpus: Vec<(&str, &str)> = (0..count)
+            .map(|g| ("A100-SXM4-40GB", layouts[(n + g) % 3]))
+            .collect();
         s.nodes.push(FakeSlurm::node(&name, &node_gpus));
         if n % 4 == 0 {
             s.jobs.push(FakeSlurm::running(id, &name, "3g.20gb", 0));
             id += 1;
         }
     }
-    let types = ["gres:gpu:1g.5gb:1", "gres:gpu:3g.20gb:1", "gres:gpu:4g.20gb:1", "gres:gpu:2g.10gb:1"];
+    let types = ["gres:gpu:1g.5gb:1", "gres:gpu:3g.20gb:1", "gres:gpu:4g.20gb:1"];
     for j in 0..pending {
-        let mut job = FakeSlurm::pending(id, types[j % types.len()]);
+        // One job in a thousand asks for a type no GPU has: it is re-routed.
+        let ty = if j % 1000 == 999 {
+            "gres:gpu:2g.10gb:1"
+        } else {
+            types[j % types.len()]
+        };
+        let mut job = FakeSlurm::pending(id, ty);
         job.submit = unix_now() as i64 - (j % 3600) as i64;
         job.time_limit_min = Some(1 + (j % 120) as u32);
         s.jobs.push(job);
@@ -177,7 +195,10 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
     let policy = if fixed {
         "kind = \"static\"\nstatic_layout = [\"c8\", \"c2\"]".to_string()
     } else {
-        format!("kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c8\"]", dir.display())
+        format!(
+            "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c8\"]",
+            dir.display()
+        )
     };
     let text = format!(
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy}\n\
@@ -197,11 +218,24 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
     }
     let decider = Decider::new(&resolved, Mode::Drain, 1);
     let fake = synthetic(gpus, pending);
-    let mut c = Central::new(resolved, Box::new(fake), decider, Box::new(NoRelayout), Mode::Drain)
-        .with_poll(Duration::from_millis(0));
+    let mut c = Central::new(
+        resolved,
+        Box::new(fake),
+        decider,
+        Box::new(NoRelayout),
+        Mode::Drain,
+    )
+    .with_poll(Duration::from_millis(0));
     let mut times = Vec::new();
+    let mut decide = Vec::new();
     let mut changed = 0;
     for i in 0..cycles {
+        let (nodes, jobs) = (c.api().nodes()?, c.api().jobs()?);
+        let start = Instant::now();
+        let view = super::view::View::build(&c.resolved, nodes, jobs);
+        let _ = c.plan(&view, unix_now());
+        decide.push(start.elapsed());
+        drop(view);
         let start = Instant::now();
         let r = c.cycle();
         times.push(start.elapsed());
@@ -218,6 +252,7 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
         gpus,
         pending,
         cycles: times,
+        decide,
         peak_rss: peak_rss(),
         changed,
         source,

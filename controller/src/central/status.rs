@@ -97,7 +97,8 @@ impl Status {
     /// Reads the file.
     pub fn read(state_dir: &Path) -> Result<Status, String> {
         let path = state_dir.join(STATUS_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -131,7 +132,11 @@ impl Status {
         }
         let _ = writeln!(s, "\nlast decisions:");
         for d in &self.decisions {
-            let _ = writeln!(s, "  gen {} {} {} -> {}: {}", d.generation, d.gpu, d.from, d.to, d.action);
+            let _ = writeln!(
+                s,
+                "  gen {} {} {} -> {}: {}",
+                d.generation, d.gpu, d.from, d.to, d.action
+            );
         }
         let _ = writeln!(s, "\nerrors:");
         for (at, e) in &self.errors {

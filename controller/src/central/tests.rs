@@ -68,15 +68,28 @@ fn central(r: Resolved, s: FakeSlurm, mode: Mode, rec: Recorder) -> Central {
 }
 
 fn layout_of(c: &mut Central, node: &str) -> String {
-    let n = c.api().nodes().unwrap().into_iter().find(|n| n.name == node).unwrap();
-    crate::slurm::read_report(&n).unwrap().unwrap().gpus[0].layout.clone()
+    let n = c
+        .api()
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.name == node)
+        .unwrap();
+    crate::slurm::read_report(&n).unwrap().unwrap().gpus[0]
+        .layout
+        .clone()
 }
 
 #[test]
 fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     let dir = temp("drain");
     let rec = Recorder::default();
-    let mut c = central(resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"), cluster(), Mode::Drain, rec.clone());
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        cluster(),
+        Mode::Drain,
+        rec.clone(),
+    );
     let r = c.cycle();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.nodes, vec!["b".to_string(), "c".to_string()]);
@@ -100,8 +113,14 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     let s = c.api().nodes().unwrap();
     assert!(s.iter().find(|n| n.name == "a").unwrap().extra.is_none());
     let status = Status::read(&dir.join("state")).unwrap();
-    assert!(status.decisions.iter().any(|d| d.gpu == "a/0" && d.action.starts_with("skip: busy 4g.20gb@0")));
-    assert!(status.decisions.iter().any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c8"));
+    assert!(status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "a/0" && d.action.starts_with("skip: busy 4g.20gb@0")));
+    assert!(status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c8"));
     assert_eq!(status.counters.get("repartitions"), Some(&2));
     assert!(status.pending_transitions.is_empty());
     let snap = Snapshot::parse(&std::fs::read(dir.join("run/snapshot.json")).unwrap()).unwrap();
@@ -114,7 +133,12 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
 #[test]
 fn the_drain_reason_names_the_generation_and_a_second_cycle_changes_nothing() {
     let dir = temp("gen");
-    let mut c = central(resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"), cluster(), Mode::Drain, Recorder::default());
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        cluster(),
+        Mode::Drain,
+        Recorder::default(),
+    );
     c.cycle();
     let gen = c.status.generation;
     assert_eq!(gen, 1);
@@ -127,7 +151,12 @@ fn the_drain_reason_names_the_generation_and_a_second_cycle_changes_nothing() {
 fn dry_run_touches_nothing_and_reports_the_same_decisions() {
     let policy = "kind = \"static\"\nstatic_layout = [\"c8\"]";
     let dir = temp("dry");
-    let mut dry = central(resolved(&dir, policy), cluster(), Mode::DryRun, Recorder::default());
+    let mut dry = central(
+        resolved(&dir, policy),
+        cluster(),
+        Mode::DryRun,
+        Recorder::default(),
+    );
     let r = dry.cycle();
     assert_eq!((r.changed, r.skipped_busy), (2, 1));
     let nodes = dry.api().nodes().unwrap();
@@ -135,19 +164,33 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
     assert!(!dir.join("run/snapshot.json").exists(), "no snapshot in dry-run");
     let dry_status = Status::read(&dir.join("state")).unwrap();
     let dir2 = temp("dry-vs-drain");
-    let mut real = central(resolved(&dir2, policy), cluster(), Mode::Drain, Recorder::default());
+    let mut real = central(
+        resolved(&dir2, policy),
+        cluster(),
+        Mode::Drain,
+        Recorder::default(),
+    );
     real.cycle();
     let key = |s: &Status, prefix: &str| {
         let mut v: Vec<(String, String, bool)> = s
             .decisions
             .iter()
-            .map(|d| (d.gpu.clone(), d.to.clone(), d.action.trim_start_matches(prefix).starts_with("skip")))
+            .map(|d| {
+                (
+                    d.gpu.clone(),
+                    d.to.clone(),
+                    d.action.trim_start_matches(prefix).starts_with("skip"),
+                )
+            })
             .collect();
         v.sort();
         v
     };
     assert_eq!(key(&dry_status, "would "), key(&real.status, ""));
-    assert!(dry_status.decisions.iter().all(|d| d.action.starts_with("would ")));
+    assert!(dry_status
+        .decisions
+        .iter()
+        .all(|d| d.action.starts_with("would ")));
 }
 
 #[test]
@@ -157,13 +200,21 @@ fn pending_jobs_whose_type_vanished_are_rerouted_to_a_present_type() {
     s.jobs.retain(|j| j.id != 1); // a is idle too: every 4g goes away
     s.jobs.push(FakeSlurm::pending(10, "gres:gpu:4g.20gb:1"));
     s.jobs.push(FakeSlurm::pending(11, "gres:gpu:3g.20gb:1"));
-    let mut c = central(resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"), s, Mode::Drain, Recorder::default());
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
     let r = c.cycle();
     assert_eq!(r.rerouted, 1, "{r:?}");
     let jobs = c.api().jobs().unwrap();
     let j10 = jobs.iter().find(|j| j.id == 10).unwrap().tres[0].clone().unwrap();
     assert!(j10 == "gres:gpu:1g.5gb:1" || j10 == "gres:gpu:3g.20gb:1", "{j10}");
-    assert_eq!(jobs.iter().find(|j| j.id == 11).unwrap().tres[0].as_deref(), Some("gres:gpu:3g.20gb:1"));
+    assert_eq!(
+        jobs.iter().find(|j| j.id == 11).unwrap().tres[0].as_deref(),
+        Some("gres:gpu:3g.20gb:1")
+    );
 }
 
 #[test]
@@ -173,7 +224,12 @@ fn a_missing_policy_file_falls_back_to_the_static_layout_and_says_why() {
         "kind = \"mean-field\"\nmodels_dir = \"{}/none\"\nstatic_layout = [\"c8\"]",
         dir.display()
     );
-    let mut c = central(resolved(&dir, &policy), cluster(), Mode::Drain, Recorder::default());
+    let mut c = central(
+        resolved(&dir, &policy),
+        cluster(),
+        Mode::Drain,
+        Recorder::default(),
+    );
     let r = c.cycle();
     assert_eq!(r.changed, 2);
     let src = &c.status.sources["a100-40gb"];
@@ -186,23 +242,43 @@ fn a_failing_agent_is_reported_and_its_node_resumed_with_the_layout_it_reports()
     let mut s = cluster();
     s.agent_fails = Some("IN_USE on 4g.20gb@0".into());
     let rec = Recorder::default();
-    let mut c = central(resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"), s, Mode::Drain, rec.clone());
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Drain,
+        rec.clone(),
+    );
     let r = c.cycle();
     assert_eq!(r.changed, 0);
     assert!(r.errors.iter().any(|e| e.contains("IN_USE")), "{:?}", r.errors);
     assert_eq!(rec.0.lock().unwrap()[0][0].1, "gpu:3g.20gb:1,gpu:4g.20gb:1");
     assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain));
-    assert!(c.status.decisions.iter().any(|d| d.action.starts_with("failed: IN_USE")));
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.action.starts_with("failed: IN_USE")));
 }
 
 #[test]
 fn preempt_mode_requeues_the_jobs_on_changing_instances_only() {
     let dir = temp("preempt");
-    let mut c = central(resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"), cluster(), Mode::Preempt, Recorder::default());
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        cluster(),
+        Mode::Preempt,
+        Recorder::default(),
+    );
     let r = c.cycle();
     assert_eq!(r.changed, 3, "{r:?}");
     assert_eq!(layout_of(&mut c, "a"), C8);
     let jobs = c.api().jobs().unwrap();
-    assert_eq!(jobs.iter().find(|j| j.id == 1).unwrap().state, crate::slurm::JobState::Pending);
-    assert_eq!(jobs.iter().find(|j| j.id == 2).unwrap().state, crate::slurm::JobState::Running);
+    assert_eq!(
+        jobs.iter().find(|j| j.id == 1).unwrap().state,
+        crate::slurm::JobState::Pending
+    );
+    assert_eq!(
+        jobs.iter().find(|j| j.id == 2).unwrap().state,
+        crate::slurm::JobState::Running
+    );
 }

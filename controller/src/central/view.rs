@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use smartmig_core::mig::{identify, Instance, Layout};
 use smartmig_core::config::Resolved;
+use smartmig_core::mig::{identify, Instance, Layout};
 
 use crate::channel::Report;
 use crate::slurm::{parse_gres, read_desired, read_report, JobState, SlurmJob, SlurmNode};
@@ -135,10 +135,15 @@ impl View {
                 .models
                 .iter()
                 .position(|m| m.model.answers_to(&g.model))
-                .ok_or_else(|| fail(format!("GPU {}: model `{}` is not in gpu.models", g.index, g.model)))?;
+                .ok_or_else(|| {
+                    fail(format!(
+                        "GPU {}: model `{}` is not in gpu.models",
+                        g.index, g.model
+                    ))
+                })?;
             let m = &resolved.models[model];
-            let layout = Layout::parse(&m.model, &g.layout)
-                .map_err(|e| fail(format!("GPU {}: {e}", g.index)))?;
+            let layout =
+                Layout::parse(&m.model, &g.layout).map_err(|e| fail(format!("GPU {}: {e}", g.index)))?;
             gpus.push(GpuView {
                 node: name.clone(),
                 index: g.index,
@@ -197,7 +202,9 @@ impl View {
                 mark(&mut gpus, *idx, Some(*job)).map_err(fail)?;
             }
         }
-        let generation = read_desired(&node).and_then(Result::ok).map_or(0, |d| d.generation);
+        let generation = read_desired(&node)
+            .and_then(Result::ok)
+            .map_or(0, |d| d.generation);
         let start = self.gpus.len();
         let n = gpus.len();
         self.gpus.extend(gpus);

@@ -1,10 +1,22 @@
 //! The real [`SlurmApi`]: libslurm through bindgen's types. Every buffer Slurm returns is
 //! freed with Slurm's own free function before the call returns.
 
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, clippy::all)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
 
 mod sys {
-    #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, clippy::all)]
+    #![allow(
+        non_upper_case_globals,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code,
+        clippy::all
+    )]
     include!(concat!(env!("OUT_DIR"), "/slurm_bindings.rs"));
 }
 
@@ -55,11 +67,7 @@ fn last_error(call: String) -> SlurmError {
             CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    SlurmError::Call {
-        call,
-        errno,
-        message,
-    }
+    SlurmError::Call { call, errno, message }
 }
 
 /// A C string owned by Slurm's buffer, copied out.
@@ -120,9 +128,7 @@ impl SlurmApi for Libslurm {
     fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
         let mut msg: *mut sys::job_info_msg_t = ptr::null_mut();
         // SAFETY: on success Slurm allocates *msg; it is freed below on every path.
-        let rc = unsafe {
-            sys::slurm_load_jobs(0, &mut msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16)
-        };
+        let rc = unsafe { sys::slurm_load_jobs(0, &mut msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16) };
         if rc != sys::SLURM_SUCCESS as i32 || msg.is_null() {
             return Err(last_error("slurm_load_jobs".into()));
         }
@@ -221,9 +227,21 @@ impl SlurmApi for Libslurm {
     fn update_node(&mut self, u: &NodeUpdate) -> Result<(), SlurmError> {
         let what = |f: &str| format!("node {} {f}", u.node);
         let name = cstring(&what("name"), &u.node)?;
-        let extra = u.extra.as_deref().map(|e| cstring(&what("Extra"), e)).transpose()?;
-        let comment = u.comment.as_deref().map(|c| cstring(&what("Comment"), c)).transpose()?;
-        let reason = u.drain.as_deref().map(|r| cstring(&what("reason"), r)).transpose()?;
+        let extra = u
+            .extra
+            .as_deref()
+            .map(|e| cstring(&what("Extra"), e))
+            .transpose()?;
+        let comment = u
+            .comment
+            .as_deref()
+            .map(|c| cstring(&what("Comment"), c))
+            .transpose()?;
+        let reason = u
+            .drain
+            .as_deref()
+            .map(|r| cstring(&what("reason"), r))
+            .transpose()?;
         let mut msg = MaybeUninit::<sys::update_node_msg_t>::uninit();
         // SAFETY: slurm_init_update_node_msg fills every field; the strings outlive the call
         // and Slurm only reads them.

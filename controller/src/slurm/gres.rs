@@ -25,7 +25,10 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, String> {
             Some((m, p)) => (m, Some(p.trim_end_matches(')'))),
             None => (entry, None),
         };
-        let main = main.strip_prefix("gres/").or(main.strip_prefix("gres:")).unwrap_or(main);
+        let main = main
+            .strip_prefix("gres/")
+            .or(main.strip_prefix("gres:"))
+            .unwrap_or(main);
         let mut parts = main.split(':');
         if parts.next() != Some("gpu") {
             continue;

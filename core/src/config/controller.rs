@@ -70,10 +70,7 @@ impl CentralConfig {
         if self.nodes_include.as_os_str().is_empty() || self.nodes_include.is_relative() {
             return Err((
                 "nodes_include".into(),
-                format!(
-                    "must be an absolute path, got `{}`",
-                    self.nodes_include.display()
-                ),
+                format!("must be an absolute path, got `{}`", self.nodes_include.display()),
             ));
         }
         Ok(())
