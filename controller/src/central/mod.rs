@@ -47,6 +47,10 @@ pub fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A GPU left alone because its change destroys busy instances: (GPU, target, the busy
+/// instances it would destroy).
+pub type Busy = (usize, usize, Vec<Instance>);
+
 /// One GPU that should change, with its plan.
 #[derive(Debug, Clone)]
 pub struct Change {
@@ -167,7 +171,7 @@ impl Central {
         &mut self,
         view: &View,
         now: f64,
-    ) -> (Decision, Vec<Change>, Vec<(usize, usize, Vec<Instance>)>) {
+    ) -> (Decision, Vec<Change>, Vec<Busy>) {
         let decision = self.decider.decide(&self.resolved, view, now);
         let driver = self.resolved.config.gpu.driver;
         let (mut changes, mut busy) = (Vec::new(), Vec::new());

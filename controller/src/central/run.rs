@@ -32,7 +32,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         resolved.config.controller.mode
     };
     let cc = resolved.config.controller.central.clone();
-    let seed = cc.seed.unwrap_or_else(|| rand::random());
+    let seed = cc.seed.unwrap_or_else(rand::random);
     log::info!(
         "central role: mode {}, policy {:?}, seed {seed}, re-layout {:?}",
         mode_name(mode),

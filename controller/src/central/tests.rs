@@ -33,8 +33,10 @@ fn resolved(dir: &std::path::Path, policy: &str) -> Resolved {
 }
 
 /// Records what Slurm was asked to learn.
+type Batches = Arc<Mutex<Vec<Vec<(String, String)>>>>;
+
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Vec<(String, String)>>>>);
+struct Recorder(Batches);
 
 impl Relayout for Recorder {
     fn name(&self) -> &str {
