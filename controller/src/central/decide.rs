@@ -340,3 +340,33 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+/// Writes a policy file for `model` that moves every GPU to configuration `to` with
+/// probability ≈ 1 (one linear layer: zero weights, a bias of 20 on column `to` of
+/// every row). For trials and tests that need a known decision through the real ONNX
+/// path.
+pub fn write_preferring(
+    resolved: &Resolved,
+    model: usize,
+    mode: Mode,
+    to: usize,
+) -> Result<PathBuf, smartmig::policy::WriteError> {
+    let meta = expected_metadata(resolved, model, mode);
+    let (d, k) = (meta.input_dim(), meta.k());
+    let mut b = vec![0.0f32; k * k];
+    for row in 0..k {
+        b[row * k + to] = 20.0;
+    }
+    let net = smartmig::policy::PolicyNetwork {
+        layers: vec![smartmig::policy::Dense {
+            in_dim: d,
+            out_dim: k * k,
+            w: vec![0.0; d * k * k],
+            b,
+        }],
+        hidden: smartmig::policy::Activation::Tanh,
+    };
+    let path = policy_path(resolved, model, mode);
+    smartmig::policy::onnx_writer::write(&path, &net, &meta)?;
+    Ok(path)
+}

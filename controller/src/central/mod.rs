@@ -167,11 +167,7 @@ impl Central {
 
     /// Decides and plans on `view` without touching anything: the changes a cycle would
     /// make, and the busy GPUs it would skip. Also the decision step of the benchmark.
-    pub fn plan(
-        &mut self,
-        view: &View,
-        now: f64,
-    ) -> (Decision, Vec<Change>, Vec<Busy>) {
+    pub fn plan(&mut self, view: &View, now: f64) -> (Decision, Vec<Change>, Vec<Busy>) {
         let decision = self.decider.decide(&self.resolved, view, now);
         let driver = self.resolved.config.gpu.driver;
         let (mut changes, mut busy) = (Vec::new(), Vec::new());

@@ -284,3 +284,68 @@ fn preempt_mode_requeues_the_jobs_on_changing_instances_only() {
         crate::slurm::JobState::Running
     );
 }
+
+#[test]
+fn an_onnx_policy_decides_through_onnx_runtime() {
+    let dir = temp("onnx");
+    let policy = format!(
+        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c1\"]",
+        dir.display()
+    );
+    let r = resolved(&dir, &policy);
+    decide::write_preferring(&r, 0, Mode::Drain, 7).unwrap();
+    let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
+    let rep = c.cycle();
+    let src = &c.status.sources["a100-40gb"];
+    if src.starts_with("static (fallback: ONNX Runtime library not found") {
+        eprintln!("skipped: no ONNX Runtime here ({src})");
+        return;
+    }
+    assert!(
+        src.starts_with("onnx ") && src.ends_with("a100-40gb-drain.onnx"),
+        "{src}"
+    );
+    assert_eq!((rep.changed, rep.skipped_busy), (2, 1), "every GPU asked for c8");
+    assert_eq!(layout_of(&mut c, "c"), C8);
+}
+
+#[test]
+fn a_corrupt_policy_file_falls_back_to_the_static_layout_with_the_reason_logged() {
+    let dir = temp("corrupt");
+    let policy = format!(
+        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c8\"]",
+        dir.display()
+    );
+    let r = resolved(&dir, &policy);
+    std::fs::write(decide::policy_path(&r, 0, Mode::Drain), b"not an onnx file").unwrap();
+    let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
+    let rep = c.cycle();
+    let src = &c.status.sources["a100-40gb"];
+    assert!(src.starts_with("static (fallback:"), "{src}");
+    assert_eq!(rep.changed, 2, "the static layout applies");
+}
+
+#[test]
+fn an_unwritable_snapshot_is_an_error_and_the_cycle_still_completes() {
+    let dir = temp("snapshot");
+    // `run` is a file, so `run/snapshot.json` cannot be written.
+    std::fs::write(dir.join("run"), b"").unwrap();
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        cluster(),
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let rep = c.cycle();
+    assert_eq!(rep.changed, 2);
+    assert!(
+        rep.errors.iter().any(|e| e.contains("snapshot")),
+        "{:?}",
+        rep.errors
+    );
+    let status = Status::read(&dir.join("state")).unwrap();
+    assert!(status
+        .errors
+        .iter()
+        .any(|(_, e)| e.contains("cannot publish the snapshot")));
+}
