@@ -307,13 +307,14 @@ impl Cluster {
         for (i, gpus) in layouts.iter().enumerate() {
             let node = &self.nodes[i];
             let mut node_gres: BTreeMap<&str, u32> = BTreeMap::new();
+            let mut node_gres_conf = String::new();
             for gpu in gpus.iter() {
                 for &(ty, count) in &gpu.0 {
                     for _ in 0..count {
                         let p = d.join(format!("dev/nvidia{dev}"));
                         run_ok(Command::new("mknod").arg(&p).args(["c", "1", "3"]));
                         writeln!(
-                            gres_conf,
+                            node_gres_conf,
                             "NodeName={node} Name=gpu Type={ty} File={}",
                             p.display()
                         )
@@ -324,6 +325,10 @@ impl Cluster {
                     }
                 }
             }
+            // One gres file per node, included from gres.conf: each node's agent owns its own.
+            let own = d.join(format!("etc/gres-{node}.conf"));
+            std::fs::write(&own, node_gres_conf).unwrap();
+            writeln!(gres_conf, "Include {}", own.display()).unwrap();
             let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
             writeln!(
                 node_lines,
