@@ -432,6 +432,37 @@ impl Cluster {
         path
     }
 
+    /// Scripts that stop and start node `i`'s slurmd the way a node agent's
+    /// `slurmd_stop`/`slurmd_start` commands would on a real node (`systemctl stop
+    /// slurmd`). The started slurmd carries our SLURM_CONF, so `Drop` stops it too.
+    pub fn slurmd_scripts(&self, i: usize) -> (PathBuf, PathBuf) {
+        let node = &self.nodes[i];
+        let enter = match self.netns.get(i + 1) {
+            Some(ns) => format!("nsenter --net=/run/netns/{ns} -- "),
+            None => String::new(),
+        };
+        let pidfile = self.path(&format!("run/slurmd-{node}.pid"));
+        let stop = self.path(&format!("etc/stop-slurmd-{node}.sh"));
+        let start = self.path(&format!("etc/start-slurmd-{node}.sh"));
+        let stop_text = format!(
+            "#!/bin/sh\n\
+             pid=$(cat {pid} 2>/dev/null)\n\
+             [ -n \"$pid\" ] || exit 0\n\
+             kill -TERM \"$pid\" 2>/dev/null\n\
+             while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n",
+            pid = pidfile.display()
+        );
+        let start_text = format!(
+            "#!/bin/sh\nSLURM_CONF={conf} exec {enter}slurmd -f {conf} -N {node}\n",
+            conf = self.conf.display()
+        );
+        for (p, t) in [(&stop, stop_text), (&start, start_text)] {
+            std::fs::write(p, t).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        (stop, start)
+    }
+
     /// A command run in the controller's network namespace (the host's for one node).
     pub fn in_ctl_ns(&self, bin: &str) -> Command {
         let mut c = Self::in_ns(self.ctl_ns(), bin);

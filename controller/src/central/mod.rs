@@ -13,6 +13,7 @@
 pub mod decide;
 #[doc(hidden)]
 pub mod fake;
+pub mod metrics;
 pub mod relayout;
 pub mod run;
 pub mod status;

@@ -52,6 +52,16 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(resolved.config.policy.decision_interval_s);
     let events_needed = resolved.config.policy.decision_events;
     let poll = Duration::from_secs_f64(cc.poll_interval_s);
+    let metrics = if once {
+        None
+    } else {
+        let listen = resolved.config.controller.metrics_listen.clone();
+        super::metrics::serve(&listen, resolved.config.controller.state_dir.clone())
+            .with_context(|| format!("controller.metrics_listen = \"{listen}\""))?
+    };
+    if let Some(addr) = metrics {
+        log::info!("metrics on http://{addr}/metrics");
+    }
     let mut c = Central::new(resolved, Box::new(api), decider, Box::new(relayout), mode);
     if once {
         let r = c.cycle();
