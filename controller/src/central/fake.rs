@@ -22,6 +22,10 @@ pub struct FakeSlurm {
     pub auto_agent: bool,
     /// Make the agent fail every Apply with this message.
     pub agent_fails: Option<String>,
+    /// Reads (`nodes`, `jobs`) numbered in this range fail as if slurmctld were down.
+    pub outage: std::ops::Range<u32>,
+    /// Reads so far.
+    pub reads: u32,
 }
 
 fn err(call: &str) -> SlurmError {
@@ -128,11 +132,28 @@ impl FakeSlurm {
     }
 }
 
+impl FakeSlurm {
+    fn read(&mut self, call: &str) -> Result<(), SlurmError> {
+        let n = self.reads;
+        self.reads += 1;
+        if self.outage.contains(&n) {
+            return Err(SlurmError::Call {
+                call: call.into(),
+                errno: 1800,
+                message: "Unable to contact slurm controller (connect failure)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl SlurmApi for FakeSlurm {
     fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
+        self.read("slurm_load_jobs")?;
         Ok(self.jobs.clone())
     }
     fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError> {
+        self.read("slurm_load_node")?;
         Ok(self.nodes.clone())
     }
     fn update_node(&mut self, u: &NodeUpdate) -> Result<(), SlurmError> {

@@ -349,3 +349,43 @@ fn an_unwritable_snapshot_is_an_error_and_the_cycle_still_completes() {
         .iter()
         .any(|(_, e)| e.contains("cannot publish the snapshot")));
 }
+
+#[test]
+fn slurmctld_down_while_waiting_for_reports_delays_the_cycle_but_does_not_break_it() {
+    let dir = temp("outage");
+    let mut s = cluster();
+    // Reads 0-3 are the cycle's and the post-drain views; 4-7 fail while waiting for reports.
+    s.outage = 4..8;
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let r = c.cycle();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.changed, 2);
+    assert_eq!(layout_of(&mut c, "c"), C8);
+}
+
+#[test]
+fn slurmctld_down_at_the_start_of_a_cycle_is_an_error_and_the_next_cycle_recovers() {
+    let dir = temp("down");
+    let mut s = cluster();
+    s.outage = 0..1;
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let r = c.cycle();
+    assert!(
+        r.errors[0].contains("Unable to contact slurm controller"),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!(r.changed, 0);
+    let r = c.cycle();
+    assert_eq!(r.changed, 2, "{r:?}");
+}
