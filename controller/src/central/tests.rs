@@ -389,3 +389,32 @@ fn slurmctld_down_at_the_start_of_a_cycle_is_an_error_and_the_next_cycle_recover
     let r = c.cycle();
     assert_eq!(r.changed, 2, "{r:?}");
 }
+
+#[test]
+fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_busy() {
+    let dir = temp("shifted");
+    let mut s = cluster();
+    // After a re-layout to c8, Slurm still says job 2 holds index 0 — now a 1g.5gb.
+    s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", C8)]);
+    s.jobs[1].gres_detail = vec!["gpu:3g.20gb:1(IDX:0)".into()];
+    let r = resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]");
+    let nodes = s.nodes.clone();
+    let jobs = s.jobs.clone();
+    let v = View::build(&r, nodes, jobs);
+    let b = v.gpus.iter().find(|g| g.node == "b").unwrap();
+    let m = &r.models[0].model;
+    let busy: Vec<String> = b
+        .busy
+        .iter()
+        .map(|i| smartmig_core::mig::layout::display_instance(m, i))
+        .collect();
+    assert_eq!(
+        busy,
+        vec!["3g.20gb@4".to_string()],
+        "the 3g, not the 1g at index 0"
+    );
+    // c5 (3g + 3g) would destroy the 3g@4? No: it keeps 3g@4 and destroys the four 1g.
+    let mut c = central(r, s, Mode::Drain, Recorder::default());
+    let rep = c.cycle();
+    assert_eq!(layout_of(&mut c, "b"), "3g.20gb@0 3g.20gb@4", "{rep:?}");
+}

@@ -198,8 +198,37 @@ impl View {
         }
         for (job, detail) in on_node.get(name.as_str()).into_iter().flatten() {
             let gres = parse_gres(detail, &format!("job {job} on {name}")).map_err(fail)?;
-            for idx in gres.iter().flat_map(|g| g.indices.iter()) {
-                mark(&mut gpus, *idx, Some(*job)).map_err(fail)?;
+            for g in &gres {
+                for &idx in &g.indices {
+                    let named = order.get(idx as usize).map(|&(gi, inst)| {
+                        names[gi][gpus[gi]
+                            .layout
+                            .instances()
+                            .iter()
+                            .position(|i| *i == inst)
+                            .unwrap_or(0)]
+                        .as_str()
+                    });
+                    if g.gpu_type.is_empty() || named == Some(g.gpu_type.as_str()) {
+                        mark(&mut gpus, idx, Some(*job)).map_err(fail)?;
+                        continue;
+                    }
+                    // Slurm keeps a running job's device index across a re-layout, so after
+                    // one the index may name another type. Which instance of its type the job
+                    // holds is then unknown: every instance of that type on the node counts
+                    // as busy (never wrongly idle).
+                    for (p, &(gi, inst)) in order.iter().enumerate() {
+                        let pos = gpus[gi]
+                            .layout
+                            .instances()
+                            .iter()
+                            .position(|i| *i == inst)
+                            .unwrap_or(0);
+                        if names[gi][pos] == g.gpu_type {
+                            mark(&mut gpus, p as u32, Some(*job)).map_err(fail)?;
+                        }
+                    }
+                }
             }
         }
         let generation = read_desired(&node)
