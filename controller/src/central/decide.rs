@@ -229,11 +229,15 @@ impl Decider {
             .iter()
             .find(|c| c.name == routing.default_class)
             .or(self.classes.last());
+        // Queues hold many jobs with the same request text: parse each text once.
+        let mut compute_cache: HashMap<&[Option<String>; 4], u8> = HashMap::new();
         for j in &view.pending {
             let Some(class) = job_class(j, &self.classes).or(default_class) else {
                 continue;
             };
-            let compute = requested_compute(j, &compute_of).unwrap_or(7);
+            let compute = *compute_cache
+                .entry(&j.tres)
+                .or_insert_with(|| requested_compute(j, &compute_of).unwrap_or(7));
             let run_own = j.time_limit_min.map_or(routing.default_runtime_min, f64::from);
             // times[i]: minutes on SIZES[i], from the time on the requested slice.
             let own = class.speedup_on(compute);

@@ -19,11 +19,11 @@ pub mod run;
 pub mod status;
 pub mod view;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use smartmig_core::config::{Mode, Resolved};
-use smartmig_core::mig::{Instance, Plan};
+use smartmig_core::mig::{Instance, Layout, Plan};
 use smartmig_core::routing::{
     Job as RouteJob, Outcome as RouteOutcome, Router, Snapshot, TresStrings, TypeState, SNAPSHOT_VERSION,
 };
@@ -172,6 +172,8 @@ impl Central {
         let decision = self.decider.decide(&self.resolved, view, now);
         let driver = self.resolved.config.gpu.driver;
         let (mut changes, mut busy) = (Vec::new(), Vec::new());
+        // GPUs share few layouts: plan each (model, layout, target) once.
+        let mut plans: HashMap<(usize, &Layout, usize), Option<Plan>> = HashMap::new();
         for (g, target) in decision.targets.iter().enumerate() {
             let Some(t) = *target else { continue };
             let gpu = &view.gpus[g];
@@ -179,7 +181,10 @@ impl Central {
                 continue;
             }
             let rm = &self.resolved.models[gpu.model];
-            let Ok(plan) = Plan::between(&rm.model, driver, &gpu.layout, &rm.configurations[t].layout) else {
+            let plan = plans.entry((gpu.model, &gpu.layout, t)).or_insert_with(|| {
+                Plan::between(&rm.model, driver, &gpu.layout, &rm.configurations[t].layout).ok()
+            });
+            let Some(plan) = plan.clone() else {
                 continue;
             };
             let touched: Vec<Instance> = plan.touched(&gpu.busy).copied().collect();
@@ -317,9 +322,15 @@ impl Central {
         let reason = format!("{DRAIN_PREFIX}{generation}");
         // Nodes drained by someone else are left alone.
         let mut by_node: BTreeMap<String, Vec<Change>> = BTreeMap::new();
+        let node_index: HashMap<&str, usize> = view
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
         for c in changes {
             let node = &view.gpus[c.gpu].node;
-            let nv = view.nodes.iter().find(|n| &n.name == node);
+            let nv = node_index.get(node.as_str()).map(|&i| &view.nodes[i]);
             let foreign = nv.is_some_and(|n| {
                 n.slurm.drain && !n.slurm.reason.as_deref().unwrap_or("").starts_with(DRAIN_PREFIX)
             });
@@ -356,7 +367,8 @@ impl Central {
                 Err(e) => self.fail(report, format!("cannot drain {node}: {e}")),
             }
         }
-        by_node.retain(|n, _| drained.contains(n));
+        let drained_set: HashSet<&String> = drained.iter().collect();
+        by_node.retain(|n, _| drained_set.contains(n));
         // 2. Preempt mode: requeue the jobs on instances about to change.
         if self.mode == Mode::Preempt {
             let mut jobs = BTreeSet::new();
@@ -388,7 +400,10 @@ impl Central {
         if self.mode == Mode::Preempt {
             // Requeued jobs release their instances shortly; wait for that, bounded.
             while Instant::now() < deadline
-                && by_node.values().flatten().any(|c| touches_now(&fresh, view, c))
+                && by_node
+                    .values()
+                    .flatten()
+                    .any(|c| touches_now(&fresh, &fresh.gpu_index(), view, c))
             {
                 std::thread::sleep(self.poll);
                 if let Ok(v) = self.read_view() {
@@ -397,9 +412,10 @@ impl Central {
             }
         }
         let mut lines = Vec::new();
+        let fresh_index = fresh.gpu_index();
         for changes in by_node.values_mut() {
             changes.retain(|c| {
-                let busy = touches_now(&fresh, view, c);
+                let busy = touches_now(&fresh, &fresh_index, view, c);
                 if busy {
                     lines.push(self.line(
                         view,
@@ -452,7 +468,12 @@ impl Central {
                 Err(e) => self.fail(report, format!("cannot hand gen {generation} to {node}: {e}")),
             }
         }
-        let failed_handoff: Vec<String> = by_node.keys().filter(|n| !asked.contains(n)).cloned().collect();
+        let asked_set: HashSet<&String> = asked.iter().collect();
+        let failed_handoff: Vec<String> = by_node
+            .keys()
+            .filter(|n| !asked_set.contains(n))
+            .cloned()
+            .collect();
         self.resume(&failed_handoff, report);
         let answers = self.wait_reports(&asked, generation, Phase::Apply, report);
         // 5. Slurm learns the layouts the agents report, done or failed (a failed agent
@@ -545,11 +566,12 @@ impl Central {
         report: &mut CycleReport,
     ) -> BTreeMap<String, crate::channel::Report> {
         let mut got = BTreeMap::new();
+        let wanted: HashSet<&str> = nodes.iter().map(String::as_str).collect();
         let deadline = Instant::now() + self.report_timeout();
         while got.len() < nodes.len() {
             match self.api.nodes() {
                 Ok(all) => {
-                    for n in all.iter().filter(|n| nodes.contains(&n.name)) {
+                    for n in all.iter().filter(|n| wanted.contains(n.name.as_str())) {
                         if got.contains_key(&n.name) {
                             continue;
                         }
@@ -753,12 +775,11 @@ impl Central {
 }
 
 /// Whether change `c` (planned on `old`) destroys an instance that is busy in `fresh`.
-fn touches_now(fresh: &View, old: &View, c: &Change) -> bool {
+fn touches_now(fresh: &View, index: &HashMap<(&str, u32), usize>, old: &View, c: &Change) -> bool {
     let g = &old.gpus[c.gpu];
-    fresh
-        .gpus
-        .iter()
-        .find(|f| f.node == g.node && f.index == g.index)
+    index
+        .get(&(g.node.as_str(), g.index))
+        .map(|&i| &fresh.gpus[i])
         .is_none_or(|f| f.layout != g.layout || c.plan.touches(&f.busy))
 }
 

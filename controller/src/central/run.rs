@@ -243,8 +243,10 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
         let (nodes, jobs) = (c.api().nodes()?, c.api().jobs()?);
         let start = Instant::now();
         let view = super::view::View::build(&c.resolved, nodes, jobs);
+        let built = start.elapsed();
         let _ = c.plan(&view, unix_now());
         decide.push(start.elapsed());
+        log::info!("view {built:?}, decide+plan {:?}", start.elapsed() - built);
         drop(view);
         let start = Instant::now();
         let r = c.cycle();

@@ -81,14 +81,14 @@ impl View {
     /// a smartmig agent are not managed (listed in `problems` when they carry a broken one).
     pub fn build(resolved: &Resolved, nodes: Vec<SlurmNode>, jobs: Vec<SlurmJob>) -> View {
         let mut view = View::default();
-        let (mut pending, mut running) = (Vec::new(), Vec::new());
-        for j in jobs {
-            match j.state {
-                JobState::Pending => pending.push(j),
-                JobState::Running => running.push(j),
-                JobState::Other => {}
-            }
-        }
+        // The queue can be long: keep its records in place, copy out the few running.
+        let running: Vec<SlurmJob> = jobs
+            .iter()
+            .filter(|j| j.state == JobState::Running)
+            .cloned()
+            .collect();
+        let mut pending = jobs;
+        pending.retain(|j| j.state == JobState::Pending);
         // Running jobs by node: (job id, the node's gres detail).
         let mut on_node: HashMap<&str, Vec<(u32, &str)>> = HashMap::new();
         for j in &running {
@@ -245,6 +245,15 @@ impl View {
             gpus: (start..start + n).collect(),
         });
         Ok(())
+    }
+
+    /// Position in `gpus` of each (node, GPU index).
+    pub fn gpu_index(&self) -> HashMap<(&str, u32), usize> {
+        self.gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| ((g.node.as_str(), g.index), i))
+            .collect()
     }
 
     /// Instances per Slurm type over all managed GPUs: (total, idle).
