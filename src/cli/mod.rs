@@ -9,6 +9,7 @@ mod config_cmd;
 mod mig_cmd;
 mod policy_cmd;
 mod sim_cmd;
+mod status_cmd;
 mod train_cmd;
 
 use std::fmt::Display;
@@ -123,6 +124,8 @@ pub enum Command {
     Train(train_cmd::TrainArgs),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),
+    /// The controller's status: layouts, pending transitions, last decisions, errors.
+    Status(status_cmd::StatusArgs),
 }
 
 /// Runs a parsed command line.
@@ -137,6 +140,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Policy(c) => policy_cmd::run(c),
         Command::Train(a) => train_cmd::run(a),
         Command::Bounds(a) => bounds_cmd::run(a),
+        Command::Status(a) => status_cmd::run(a),
     }
 }
 

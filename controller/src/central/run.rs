@@ -246,7 +246,7 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
         let built = start.elapsed();
         let _ = c.plan(&view, unix_now());
         decide.push(start.elapsed());
-        log::info!("view {built:?}, decide+plan {:?}", start.elapsed() - built);
+        log::debug!("view {built:?}, decide+plan {:?}", start.elapsed() - built);
         drop(view);
         let start = Instant::now();
         let r = c.cycle();
