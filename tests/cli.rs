@@ -232,3 +232,91 @@ fn a_static_layout_with_an_unknown_configuration_is_refused() {
         "{e}"
     );
 }
+
+fn simulated_node(dir: &std::path::Path) -> smartmig_gpu::simulated::Simulated {
+    use smartmig_core::mig::{Catalogue, Driver, Layout};
+    use smartmig_gpu::simulated::{GpuSpec, Simulated};
+    let m = Catalogue::embedded().model("a100-40gb").unwrap().clone();
+    let spec = |l: &str| GpuSpec {
+        model: m.clone(),
+        layout: Layout::parse(&m, l).unwrap(),
+    };
+    Simulated::create(dir, Driver::R510, &[spec("7g@0"), spec("4g@0 3g@4")]).unwrap()
+}
+
+#[test]
+fn mig_probe_of_a_simulated_node_matches_the_catalogue_and_lists_a_drift() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = simulated_node(dir.path());
+    let path = dir.path().to_str().unwrap();
+    let v = json(&smartmig(&[
+        "mig",
+        "probe",
+        "--simulated",
+        path,
+        "--format",
+        "json",
+    ]));
+    let gpus = v.as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert_eq!(gpus[1]["model"], "a100-40gb");
+    assert_eq!(gpus[1]["mig_enabled"], true);
+    let three = gpus[1]["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "3g.20gb")
+        .unwrap();
+    assert_eq!(three["starts"], serde_json::json!([0, 4]));
+    assert_eq!(gpus[1]["differences"], serde_json::json!([]));
+
+    // A driver that no longer offers 3g.20gb at slice 4.
+    let mut node = sim.load().unwrap();
+    let m = smartmig_core::mig::Catalogue::embedded()
+        .model("a100-40gb")
+        .unwrap()
+        .clone();
+    node.gpus[1].profiles = Some(
+        m.profiles
+            .iter()
+            .map(|p| smartmig_gpu::simulated::SimProfile {
+                nvml_id: p.nvml_id,
+                compute: u32::from(p.compute),
+                max_count: u32::from(p.max_count),
+                memory_mb: 1000,
+                memory_slices: p.memory_slices,
+                starts: if p.name == "3g.20gb" {
+                    vec![0]
+                } else {
+                    p.starts.clone()
+                },
+            })
+            .collect(),
+    );
+    sim.save(&node).unwrap();
+    let o = smartmig(&["mig", "probe", "--simulated", path]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(
+        out.contains("differs: 3g.20gb: placements [0, 4] in the catalogue, [0] on the device"),
+        "{out}"
+    );
+    assert!(
+        stderr(&o).contains("1 GPU(s) differ from the catalogue"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn mig_probe_without_nvml_is_a_clean_error_naming_the_library() {
+    if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists() {
+        eprintln!("skipped: this machine has NVML");
+        return;
+    }
+    let o = smartmig(&["mig", "probe"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("cannot use NVML (libnvidia-ml.so.1)"), "{e}");
+}

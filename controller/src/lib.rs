@@ -2,4 +2,5 @@
 
 pub mod central;
 pub mod channel;
+pub mod node;
 pub mod slurm;

@@ -3,28 +3,35 @@
 //! Exit codes: 0 success, 1 error (printed once with its causes), 2 bad command line.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use smartmigd::central::run;
 
-#[derive(Parser)]
-#[command(
-    name = "smartmigd",
-    version,
-    about = "Repartitions MIG GPUs between Slurm allocations"
-)]
+/// smartmigd: repartitions MIG GPUs between Slurm allocations.
+#[derive(Debug, Parser)]
+#[command(version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    role: Role,
 }
 
-#[derive(Subcommand)]
-enum Command {
-    /// The central role, on the Slurm controller host: decide, plan, hand plans to node
-    /// agents, make Slurm see the new layouts.
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// The node agent (root on each GPU node): applies layouts, writes gres.conf.
+    Node {
+        /// smartmig.toml.
+        #[arg(long, default_value = smartmig_core::config::DEFAULT_PATH)]
+        config: PathBuf,
+        /// Recover, handle the current desired state once, and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// The central role (on the Slurm controller host): decide layouts, hand plans to the
+    /// node agents, make Slurm see the new layouts.
     Central {
-        /// Config file.
-        #[arg(long, default_value_os_t = run::default_config())]
+        /// smartmig.toml.
+        #[arg(long, default_value = smartmig_core::config::DEFAULT_PATH)]
         config: PathBuf,
         /// Run one cycle and exit.
         #[arg(long)]
@@ -33,10 +40,10 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Show the central role's status: layouts, pending transitions, last decisions, errors.
+    /// The central role's status: layouts, pending transitions, last decisions, errors.
     Status {
-        /// Config file (for `[controller] state_dir`).
-        #[arg(long, default_value_os_t = run::default_config())]
+        /// smartmig.toml (for `[controller] state_dir`).
+        #[arg(long, default_value = smartmig_core::config::DEFAULT_PATH)]
         config: PathBuf,
         /// Print the status file's JSON.
         #[arg(long)]
@@ -59,29 +66,51 @@ enum Command {
     },
 }
 
-fn main() {
+fn node(config: PathBuf, once: bool) -> anyhow::Result<()> {
+    smartmigd::node::daemon::run(&config, once)
+}
+
+fn bench(gpus: usize, jobs: usize, cycles: usize, fixed: bool) -> anyhow::Result<()> {
+    let r = run::bench(gpus, jobs, cycles, fixed)?;
+    let ms = |d: &[std::time::Duration]| -> Vec<f64> {
+        d.iter().map(|d| (d.as_secs_f64() * 1e4).round() / 10.0).collect()
+    };
+    println!(
+        "{} GPUs, {} pending jobs, policy {}: read+decide+plan ms {:?}; whole cycle ms {:?}; {} GPUs changed in the first; peak RSS {:.0} MB",
+        r.gpus,
+        r.pending,
+        r.source,
+        ms(&r.decide),
+        ms(&r.cycles),
+        r.changed,
+        r.peak_rss as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Central { config, once, dry_run } => run::central(&config, once, dry_run),
-        Command::Status { config, json } => run::status(&config, json),
-        Command::Bench { gpus, jobs, cycles, fixed } => run::bench(gpus, jobs, cycles, fixed).map(|r| {
-            let ms: Vec<f64> = r.cycles.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-            let max = ms.iter().copied().fold(0.0, f64::max);
-            let dms: Vec<f64> = r.decide.iter().map(|d| (d.as_secs_f64() * 1e4).round() / 10.0).collect();
-            println!(
-                "{} GPUs, {} pending jobs, policy {}: read+decide+plan ms {dms:?}; whole cycle ms {:?} (max {max:.1}); {} GPUs changed in the first; peak RSS {:.0} MB",
-                r.gpus,
-                r.pending,
-                r.source,
-                ms.iter().map(|m| (m * 10.0).round() / 10.0).collect::<Vec<_>>(),
-                r.changed,
-                r.peak_rss as f64 / 1e6
-            );
-        }),
+    let result = match cli.role {
+        Role::Node { config, once } => node(config, once),
+        Role::Central {
+            config,
+            once,
+            dry_run,
+        } => run::central(&config, once, dry_run),
+        Role::Status { config, json } => run::status(&config, json),
+        Role::Bench {
+            gpus,
+            jobs,
+            cycles,
+            fixed,
+        } => bench(gpus, jobs, cycles, fixed),
     };
-    if let Err(e) = result {
-        eprintln!("smartmigd: {e:#}");
-        std::process::exit(1);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("smartmigd: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -21,6 +21,20 @@ pub enum MigCommand {
     Layouts(LayoutsArgs),
     /// Plan the driver calls from one layout to another.
     Plan(PlanArgs),
+    /// Read every local GPU's MIG mode, profiles and placements through NVML (read-only)
+    /// and compare them with the catalogue; exits 1 when a GPU differs.
+    Probe(ProbeArgs),
+}
+
+/// `mig probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Probe a simulated node (a smartmigd simulated-backend directory) instead of NVML.
+    #[arg(long, value_name = "DIR")]
+    pub simulated: Option<std::path::PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
 }
 
 /// `mig layouts`.
@@ -125,7 +139,127 @@ pub fn run(cmd: MigCommand) -> CliResult {
             }
         }
         MigCommand::Plan(a) => plan(&cat, a),
+        MigCommand::Probe(a) => probe(&cat, a),
     }
+}
+
+#[derive(Serialize)]
+struct ProbeJson {
+    index: u32,
+    uuid: String,
+    name: String,
+    model: Option<String>,
+    mig_enabled: bool,
+    profiles: Vec<ProbeProfileJson>,
+    differences: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct ProbeProfileJson {
+    nvml_id: u32,
+    name: Option<String>,
+    compute: u32,
+    max_count: u32,
+    memory_mb: u64,
+    starts: Vec<u8>,
+}
+
+fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
+    use smartmig_gpu::GpuBackend;
+    let backend: Box<dyn GpuBackend> = match &a.simulated {
+        Some(dir) => Box::new(smartmig_gpu::simulated::Simulated::open(dir).map_err(CliError::input)?),
+        None => Box::new(smartmig_gpu::nvml::Nvml::open().map_err(CliError::failure)?),
+    };
+    let mut gpus = Vec::new();
+    for g in backend.gpus().map_err(CliError::failure)? {
+        let model = g.model.as_deref().and_then(|k| cat.model(k).ok());
+        let (profiles, differences) = match model {
+            Some(m) => {
+                let probed = backend.probe(g.index, m).map_err(CliError::failure)?;
+                let diff = if g.mig_enabled {
+                    smartmig_gpu::compare(m, &probed)
+                } else {
+                    Vec::new()
+                };
+                (probed, diff)
+            }
+            None => (Vec::new(), vec![format!("`{}` is not a catalogue model", g.name)]),
+        };
+        gpus.push(ProbeJson {
+            index: g.index,
+            uuid: g.uuid,
+            name: g.name,
+            model: g.model,
+            mig_enabled: g.mig_enabled,
+            profiles: profiles
+                .iter()
+                .map(|p| ProbeProfileJson {
+                    nvml_id: p.nvml_id,
+                    name: model.and_then(|m| {
+                        m.profiles
+                            .iter()
+                            .find(|c| c.nvml_id == p.nvml_id)
+                            .map(|c| c.name.clone())
+                    }),
+                    compute: p.compute,
+                    max_count: p.max_count,
+                    memory_mb: p.memory_mb,
+                    starts: p.starts.clone(),
+                })
+                .collect(),
+            differences,
+        });
+    }
+    let differing = gpus.iter().filter(|g| !g.differences.is_empty()).count();
+    match a.format {
+        Format::Json => print_json(&gpus)?,
+        Format::Table => {
+            for g in &gpus {
+                println!(
+                    "GPU {} {} ({}): {}, MIG {}",
+                    g.index,
+                    g.name,
+                    g.uuid,
+                    g.model.as_deref().unwrap_or("not in the catalogue"),
+                    if g.mig_enabled { "on" } else { "off" }
+                );
+                let rows: Vec<Vec<String>> = g
+                    .profiles
+                    .iter()
+                    .map(|p| {
+                        let starts: Vec<String> = p.starts.iter().map(u8::to_string).collect();
+                        vec![
+                            p.nvml_id.to_string(),
+                            p.name.clone().unwrap_or_else(|| "?".into()),
+                            p.compute.to_string(),
+                            p.max_count.to_string(),
+                            p.memory_mb.to_string(),
+                            starts.join(","),
+                        ]
+                    })
+                    .collect();
+                if !rows.is_empty() {
+                    print!(
+                        "{}",
+                        table(&["nvml id", "profile", "slices", "max", "MB", "starts"], &rows)
+                    );
+                }
+                if g.differences.is_empty() {
+                    println!("matches the catalogue");
+                } else {
+                    for d in &g.differences {
+                        println!("differs: {d}");
+                    }
+                }
+            }
+        }
+    }
+    if differing > 0 {
+        return Err(CliError::failure(anyhow::anyhow!(
+            "{differing} GPU(s) differ from the catalogue"
+        )));
+    }
+    Ok(())
 }
 
 fn models(cat: &Catalogue, format: Format) -> CliResult {

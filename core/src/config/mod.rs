@@ -3,6 +3,7 @@
 
 mod controller;
 mod de;
+pub mod node;
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,9 @@ pub struct Config {
     /// The job_submit plugin's routing.
     #[serde(default)]
     pub routing: RoutingConfig,
+    /// The smartmigd node agent.
+    #[serde(default)]
+    pub node: node::NodeConfig,
     /// The file the config came from (set by the loader).
     #[serde(skip)]
     pub origin: String,

@@ -1,0 +1,82 @@
+//! `smartmigd node`: the agent loop, built from `smartmig.toml`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use smartmig_core::config::node::{Backend, ChannelKind};
+use smartmig_core::config::Config;
+use smartmig_gpu::nvml::Nvml;
+use smartmig_gpu::simulated::Simulated;
+use smartmig_gpu::GpuBackend;
+
+use super::slurm_channel::SlurmChannel;
+use super::spool::SpoolChannel;
+use super::{Agent, AgentConfig, NodeChannel};
+
+/// The short host name (`/proc/sys/kernel/hostname` up to the first dot).
+fn short_hostname() -> anyhow::Result<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the host name")?;
+    Ok(h.trim().split('.').next().unwrap_or_default().to_string())
+}
+
+/// Builds the agent that `config` describes.
+pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
+    let cfg = Config::from_file(config)?;
+    let resolved = cfg.resolve(config.parent())?;
+    let c = &resolved.config;
+    let n = &c.node;
+    let node = if n.name.is_empty() {
+        short_hostname()?
+    } else {
+        n.name.clone()
+    };
+    let backend: Box<dyn GpuBackend> = match n.backend {
+        Backend::Nvml => Box::new(Nvml::open()?),
+        Backend::Simulated => Box::new(
+            Simulated::open(&n.simulated_dir)
+                .with_context(|| format!("opening the simulated node in {}", n.simulated_dir.display()))?,
+        ),
+    };
+    let channel: Box<dyn NodeChannel> = match n.channel {
+        ChannelKind::Spool => Box::new(SpoolChannel::open(&n.spool_dir, &node)?),
+        ChannelKind::Slurm => Box::new(SlurmChannel::new(&node)),
+    };
+    let agent = Agent::new(
+        AgentConfig {
+            node,
+            driver: c.gpu.driver,
+            catalogue: resolved.catalogue.clone(),
+            state_dir: c.controller.state_dir.clone(),
+            gres_conf: n.gres_conf.clone(),
+            slurmd_stop: n.slurmd_stop.clone(),
+            slurmd_start: n.slurmd_start.clone(),
+        },
+        backend,
+        channel,
+    )?;
+    Ok((agent, Duration::from_secs_f64(n.poll_interval_s)))
+}
+
+/// Runs the node role: recover what a previous run left open, then poll the channel
+/// (once with `once`). Errors of one poll are logged and the loop goes on.
+pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
+    let (mut agent, interval) = agent_from_config(config)?;
+    if let Some(r) = agent.recover().context("recovering from the journal")? {
+        log::info!("recovered generation {}: {:?}", r.generation, r.outcome);
+    }
+    if let Err(e) = agent.announce() {
+        log::error!("cannot announce the node's layouts: {e}");
+    }
+    loop {
+        match agent.poll() {
+            Ok(_) => {}
+            Err(e) if once => return Err(e.into()),
+            Err(e) => log::error!("{e}"),
+        }
+        if once {
+            return Ok(());
+        }
+        std::thread::sleep(interval);
+    }
+}

@@ -1,0 +1,649 @@
+//! A simulated node: MIG GPUs whose driver rules come from the core `DriverModel`, with
+//! state kept in a directory so that a killed agent finds the devices as it left them.
+//!
+//! Files in the directory:
+//! - `node.json`: the GPUs and their instances ([`NodeFile`]), rewritten atomically after
+//!   every step;
+//! - `faults.json` (optional): faults to inject ([`Faults`]); each fires once and is
+//!   removed from the file;
+//! - device files, one per instance with a compute instance, in `dev_dir` (default
+//!   `<dir>/dev`), named `nvidia<gpu*8 + start>` like the Slurm test harness's fake MIG
+//!   devices (character devices with /dev/null's numbers when run as root).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use smartmig_core::mig::layout::display_instance;
+use smartmig_core::mig::{Catalogue, Driver, DriverError, DriverModel, GpuModel, Instance, Layout, Step};
+
+use crate::{GpuBackend, GpuError, GpuInfo, GpuState, MigDevice, ProbedProfile};
+
+/// The state file's name.
+pub const NODE_FILE: &str = "node.json";
+/// The fault file's name.
+pub const FAULTS_FILE: &str = "faults.json";
+
+/// `node.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    /// Driver rules the simulated driver enforces.
+    #[serde(default)]
+    pub driver: Driver,
+    /// Where device files are made (default `<dir>/dev`).
+    #[serde(default)]
+    pub dev_dir: Option<PathBuf>,
+    /// Milliseconds each kind of step takes (`destroy-ci`, `destroy-gi`, `create-gi`, `create-ci`).
+    #[serde(default)]
+    pub latency_ms: BTreeMap<String, u64>,
+    /// The GPUs.
+    pub gpus: Vec<SimGpu>,
+}
+
+/// One simulated GPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimGpu {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Product name (matched against the catalogue).
+    pub name: String,
+    /// MIG mode.
+    pub mig_enabled: bool,
+    /// GPU instances, `name@start`.
+    pub gpu_instances: Vec<String>,
+    /// GPU instances without a compute instance.
+    #[serde(default)]
+    pub without_compute: Vec<String>,
+    /// Instances with processes.
+    #[serde(default)]
+    pub busy: Vec<String>,
+    /// Profiles the probe reports instead of the catalogue's (to simulate a driver that
+    /// differs from the catalogue).
+    #[serde(default)]
+    pub profiles: Option<Vec<SimProfile>>,
+}
+
+/// A profile as a simulated driver reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimProfile {
+    /// NVML profile id.
+    pub nvml_id: u32,
+    /// Compute slices.
+    pub compute: u32,
+    /// Most instances.
+    pub max_count: u32,
+    /// Memory in MB.
+    pub memory_mb: u64,
+    /// Memory slices per placement.
+    pub memory_slices: u8,
+    /// Allowed starts.
+    pub starts: Vec<u8>,
+}
+
+/// `faults.json`: faults the next steps meet.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    /// Step failures, each used once by the first matching step.
+    #[serde(default)]
+    pub fail: Vec<FailFault>,
+    /// Abort the process (as a kill would) right after this many more steps have run and
+    /// been saved.
+    #[serde(default)]
+    pub abort_after_steps: Option<u32>,
+}
+
+/// A step that fails with an NVML error.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailFault {
+    /// Step kind: `destroy-ci`, `destroy-gi`, `create-gi` or `create-ci`.
+    pub op: String,
+    /// GPU index; any GPU when absent.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// NVML error name returned, e.g. `NVML_ERROR_INSUFFICIENT_RESOURCES`.
+    pub error: String,
+    /// Matching steps to let through before failing.
+    #[serde(default)]
+    pub skip: u32,
+}
+
+/// What [`Simulated::create`] sets up for one GPU.
+#[derive(Debug, Clone)]
+pub struct GpuSpec {
+    /// Catalogue model.
+    pub model: GpuModel,
+    /// Initial layout (with compute instances).
+    pub layout: Layout,
+}
+
+/// The simulated backend over a state directory.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    dir: PathBuf,
+    catalogue: Catalogue,
+}
+
+fn op_name(step: &Step) -> &'static str {
+    match step {
+        Step::DestroyCompute(_) => "destroy-ci",
+        Step::DestroyGpu(_) => "destroy-gi",
+        Step::CreateGpu(_) => "create-gi",
+        Step::CreateCompute(_) => "create-ci",
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GpuError + '_ {
+    move |source| GpuError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file, fsync and rename, so a crash leaves
+/// either the old or the new content.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GpuError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(bytes).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            // Makes the rename itself durable; not all file systems allow it on directories.
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+fn parse_instances(model: &GpuModel, names: &[String], path: &Path) -> Result<Vec<Instance>, GpuError> {
+    let layout = Layout::parse(model, &names.join(",")).map_err(|e| GpuError::State {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(layout.instances().to_vec())
+}
+
+fn names(model: &GpuModel, insts: &[Instance]) -> Vec<String> {
+    insts.iter().map(|i| display_instance(model, i)).collect()
+}
+
+impl Simulated {
+    /// Opens an existing simulated node.
+    pub fn open(dir: &Path) -> Result<Simulated, GpuError> {
+        let s = Simulated {
+            dir: dir.to_path_buf(),
+            catalogue: Catalogue::embedded(),
+        };
+        s.load()?;
+        Ok(s)
+    }
+
+    /// Creates a simulated node in `dir` (made mode 0700) with the given GPUs, MIG on.
+    pub fn create(dir: &Path, driver: Driver, gpus: &[GpuSpec]) -> Result<Simulated, GpuError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let file = NodeFile {
+            driver,
+            dev_dir: None,
+            latency_ms: BTreeMap::new(),
+            gpus: gpus
+                .iter()
+                .enumerate()
+                .map(|(i, g)| SimGpu {
+                    index: i as u32,
+                    uuid: format!("GPU-5e000000-0000-0000-0000-{i:012}"),
+                    name: g.model.name.clone(),
+                    mig_enabled: true,
+                    gpu_instances: names(&g.model, g.layout.instances()),
+                    without_compute: Vec::new(),
+                    busy: Vec::new(),
+                    profiles: None,
+                })
+                .collect(),
+        };
+        let s = Simulated {
+            dir: dir.to_path_buf(),
+            catalogue: Catalogue::embedded(),
+        };
+        s.save(&file)?;
+        for (i, g) in gpus.iter().enumerate() {
+            for inst in g.layout.instances() {
+                s.make_device(&file, i as u32, inst)?;
+            }
+        }
+        Ok(s)
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads `node.json`.
+    pub fn load(&self) -> Result<NodeFile, GpuError> {
+        let path = self.dir.join(NODE_FILE);
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        serde_json::from_str(&text).map_err(|e| GpuError::State {
+            path,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Writes `node.json` atomically.
+    pub fn save(&self, file: &NodeFile) -> Result<(), GpuError> {
+        let text = serde_json::to_vec_pretty(file).map_err(|e| GpuError::State {
+            path: self.dir.join(NODE_FILE),
+            reason: e.to_string(),
+        })?;
+        write_atomic(&self.dir.join(NODE_FILE), &text)
+    }
+
+    /// Reads `faults.json` (none when absent).
+    pub fn faults(&self) -> Result<Faults, GpuError> {
+        let path = self.dir.join(FAULTS_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| GpuError::State {
+                path,
+                reason: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Faults::default()),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// Writes `faults.json` atomically.
+    pub fn set_faults(&self, faults: &Faults) -> Result<(), GpuError> {
+        let path = self.dir.join(FAULTS_FILE);
+        let text = serde_json::to_vec_pretty(faults).map_err(|e| GpuError::State {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_atomic(&path, &text)
+    }
+
+    /// Marks an instance as used by a process, or not.
+    pub fn set_busy(&self, gpu: u32, model: &GpuModel, inst: Instance, busy: bool) -> Result<(), GpuError> {
+        let mut file = self.load()?;
+        let g = file
+            .gpus
+            .iter_mut()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let name = display_instance(model, &inst);
+        g.busy.retain(|b| *b != name);
+        if busy {
+            g.busy.push(name);
+        }
+        self.save(&file)
+    }
+
+    /// Sets the time one kind of step takes.
+    pub fn set_latency(&self, op: &str, ms: u64) -> Result<(), GpuError> {
+        let mut file = self.load()?;
+        file.latency_ms.insert(op.to_string(), ms);
+        self.save(&file)
+    }
+
+    fn dev_dir(&self, file: &NodeFile) -> PathBuf {
+        file.dev_dir.clone().unwrap_or_else(|| self.dir.join("dev"))
+    }
+
+    /// The device file of an instance: `nvidia<gpu*8 + start>`, so that file order is
+    /// physical order.
+    pub fn device_path(&self, file: &NodeFile, gpu: u32, inst: &Instance) -> PathBuf {
+        self.dev_dir(file)
+            .join(format!("nvidia{}", gpu * 8 + u32::from(inst.start)))
+    }
+
+    fn make_device(&self, file: &NodeFile, gpu: u32, inst: &Instance) -> Result<(), GpuError> {
+        let dir = self.dev_dir(file);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let path = self.device_path(file, gpu, inst);
+        if path.exists() {
+            return Ok(());
+        }
+        // As root, a character device with /dev/null's numbers (what slurmd accepts as a GPU
+        // file); otherwise a plain file stands in.
+        let made = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .ok()
+            .is_some_and(|c| {
+                // SAFETY: `c` is a valid NUL-terminated path; mknod only reads it.
+                unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) == 0 }
+            });
+        if !made {
+            std::fs::write(&path, b"").map_err(io(&path))?;
+        }
+        Ok(())
+    }
+
+    fn gpu_model(&self, g: &SimGpu) -> Result<GpuModel, GpuError> {
+        self.catalogue
+            .models
+            .iter()
+            .find(|m| m.answers_to(&g.name))
+            .cloned()
+            .ok_or_else(|| GpuError::UnknownModel {
+                gpu: g.index,
+                name: g.name.clone(),
+            })
+    }
+
+    fn check_model(&self, g: &SimGpu, model: &GpuModel) -> Result<(), GpuError> {
+        if model.answers_to(&g.name) {
+            Ok(())
+        } else {
+            Err(GpuError::Unexpected {
+                gpu: g.index,
+                what: format!("is a `{}`, not a {}", g.name, model.key),
+            })
+        }
+    }
+
+    fn driver_model(&self, file: &NodeFile, g: &SimGpu, model: &GpuModel) -> Result<DriverModel, GpuError> {
+        let path = self.dir.join(NODE_FILE);
+        let gis = Layout::new(parse_instances(model, &g.gpu_instances, &path)?);
+        let mut d = DriverModel::new(model.clone(), file.driver, gis).map_err(|e| GpuError::State {
+            path: path.clone(),
+            reason: format!("GPU {}: {e}", g.index),
+        })?;
+        for i in parse_instances(model, &g.without_compute, &path)? {
+            d.apply(Step::DestroyCompute(i)).map_err(|e| GpuError::State {
+                path: path.clone(),
+                reason: format!("GPU {}: {e}", g.index),
+            })?;
+        }
+        for i in parse_instances(model, &g.busy, &path)? {
+            d.set_busy(i, true);
+        }
+        Ok(d)
+    }
+}
+
+/// The NVML error name the driver would return for a refused step.
+fn nvml_code(e: &DriverError) -> &'static str {
+    match e {
+        DriverError::NotFound(_) => "NVML_ERROR_NOT_FOUND",
+        DriverError::Exists(_) | DriverError::Layout(_) => "NVML_ERROR_INSUFFICIENT_RESOURCES",
+        DriverError::InUse(_) => "NVML_ERROR_IN_USE",
+        DriverError::ComputeState(..) => "NVML_ERROR_INVALID_ARGUMENT",
+    }
+}
+
+impl GpuBackend for Simulated {
+    fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
+        let file = self.load()?;
+        Ok(file
+            .gpus
+            .iter()
+            .map(|g| GpuInfo {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                name: g.name.clone(),
+                model: crate::model_key(&self.catalogue, &g.name),
+                mig_enabled: g.mig_enabled,
+            })
+            .collect())
+    }
+
+    fn state(&self, gpu: u32, model: &GpuModel) -> Result<GpuState, GpuError> {
+        let file = self.load()?;
+        let g = file
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        self.check_model(g, model)?;
+        let path = self.dir.join(NODE_FILE);
+        let layout = Layout::new(parse_instances(model, &g.gpu_instances, &path)?);
+        let without_compute = parse_instances(model, &g.without_compute, &path)?;
+        let devices = layout
+            .instances()
+            .iter()
+            .filter(|i| !without_compute.contains(i))
+            .map(|i| MigDevice {
+                instance: *i,
+                files: vec![self.device_path(&file, gpu, i)],
+            })
+            .collect();
+        Ok(GpuState {
+            layout,
+            without_compute,
+            busy: parse_instances(model, &g.busy, &path)?,
+            devices,
+        })
+    }
+
+    fn probe(&self, gpu: u32, model: &GpuModel) -> Result<Vec<ProbedProfile>, GpuError> {
+        let file = self.load()?;
+        let g = file
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        if let Some(ps) = &g.profiles {
+            return Ok(ps
+                .iter()
+                .map(|p| ProbedProfile {
+                    nvml_id: p.nvml_id,
+                    compute: p.compute,
+                    max_count: p.max_count,
+                    memory_mb: p.memory_mb,
+                    starts: p.starts.clone(),
+                    memory_slices: p.memory_slices,
+                })
+                .collect());
+        }
+        let own = self.gpu_model(g)?;
+        let _ = model;
+        Ok(own
+            .profiles
+            .iter()
+            .map(|p| ProbedProfile {
+                nvml_id: p.nvml_id,
+                compute: u32::from(p.compute),
+                max_count: u32::from(p.max_count),
+                memory_mb: (p.memory_gb * 1024.0).round() as u64,
+                starts: p.starts.clone(),
+                memory_slices: p.memory_slices,
+            })
+            .collect())
+    }
+
+    fn apply(&mut self, gpu: u32, model: &GpuModel, step: Step) -> Result<(), GpuError> {
+        let mut file = self.load()?;
+        let op = op_name(&step);
+        if let Some(ms) = file.latency_ms.get(op) {
+            std::thread::sleep(Duration::from_millis(*ms));
+        }
+        let call = step.describe(model);
+        let mut faults = self.faults()?;
+        if let Some(pos) = faults
+            .fail
+            .iter()
+            .position(|f| f.op == op && f.gpu.is_none_or(|g| g == gpu))
+        {
+            if faults.fail[pos].skip > 0 {
+                faults.fail[pos].skip -= 1;
+                self.set_faults(&faults)?;
+            } else {
+                let f = faults.fail.remove(pos);
+                self.set_faults(&faults)?;
+                log::info!("simulated GPU {gpu}: injected {} on {call}", f.error);
+                return Err(GpuError::Nvml {
+                    gpu,
+                    call,
+                    code: f.error,
+                });
+            }
+        }
+        let gi = file
+            .gpus
+            .iter()
+            .position(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        self.check_model(&file.gpus[gi], model)?;
+        if !file.gpus[gi].mig_enabled {
+            return Err(GpuError::Nvml {
+                gpu,
+                call,
+                code: "NVML_ERROR_NOT_SUPPORTED".into(),
+            });
+        }
+        let mut d = self.driver_model(&file, &file.gpus[gi], model)?;
+        d.apply(step).map_err(|e| {
+            log::info!("simulated GPU {gpu}: driver refused {call}: {e}");
+            GpuError::Nvml {
+                gpu,
+                call: format!("{call} ({e})"),
+                code: nvml_code(&e).into(),
+            }
+        })?;
+        let path = self.dir.join(NODE_FILE);
+        let mut without = parse_instances(model, &file.gpus[gi].without_compute, &path)?;
+        match step {
+            Step::DestroyCompute(i) => {
+                without.push(i);
+                let dev = self.device_path(&file, gpu, &i);
+                if let Err(e) = std::fs::remove_file(&dev) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        return Err(io(&dev)(e));
+                    }
+                }
+            }
+            Step::DestroyGpu(i) => without.retain(|w| *w != i),
+            Step::CreateGpu(i) => without.push(i),
+            Step::CreateCompute(i) => {
+                without.retain(|w| *w != i);
+                self.make_device(&file, gpu, &i)?;
+            }
+        }
+        without.sort();
+        file.gpus[gi].gpu_instances = names(model, d.layout().instances());
+        file.gpus[gi].without_compute = names(model, &without);
+        self.save(&file)?;
+        if let Some(n) = faults.abort_after_steps {
+            if n <= 1 {
+                faults.abort_after_steps = None;
+                self.set_faults(&faults)?;
+                log::warn!("simulated GPU {gpu}: injected abort after {call}");
+                std::process::abort();
+            }
+            faults.abort_after_steps = Some(n - 1);
+            self.set_faults(&faults)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a100() -> GpuModel {
+        Catalogue::embedded().model("a100-40gb").unwrap().clone()
+    }
+
+    fn node(layout: &str) -> (tempfile::TempDir, Simulated, GpuModel) {
+        let dir = tempfile::tempdir().unwrap();
+        let m = a100();
+        let l = Layout::parse(&m, layout).unwrap();
+        let s = Simulated::create(
+            dir.path(),
+            Driver::R510,
+            &[GpuSpec {
+                model: m.clone(),
+                layout: l,
+            }],
+        )
+        .unwrap();
+        (dir, s, m)
+    }
+
+    fn inst(m: &GpuModel, text: &str) -> Instance {
+        Layout::parse(m, text).unwrap().instances()[0]
+    }
+
+    #[test]
+    fn overlap_and_bad_placements_are_refused_like_the_driver_does() {
+        let (_d, mut s, m) = node("4g@0");
+        let e = s
+            .apply(0, &m, Step::CreateGpu(inst(&m, "2g@2")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && e.contains("overlap"),
+            "{e}"
+        );
+        let e = s
+            .apply(0, &m, Step::CreateGpu(inst(&m, "3g@2")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an allowed placement"), "{e}");
+        assert_eq!(s.state(0, &m).unwrap().layout, Layout::parse(&m, "4g@0").unwrap());
+    }
+
+    #[test]
+    fn a_busy_instance_cannot_be_destroyed() {
+        let (_d, mut s, m) = node("4g@0 3g@4");
+        let three = inst(&m, "3g@4");
+        s.set_busy(0, &m, three, true).unwrap();
+        let e = s
+            .apply(0, &m, Step::DestroyCompute(three))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("NVML_ERROR_IN_USE"), "{e}");
+        assert_eq!(s.state(0, &m).unwrap().busy, vec![three]);
+    }
+
+    #[test]
+    fn a_plan_runs_end_to_end_and_the_state_survives_reopening() {
+        let (d, mut s, m) = node("7g@0");
+        let from = Layout::parse(&m, "7g@0").unwrap();
+        let to = Layout::parse(&m, "3g@0 3g@4").unwrap();
+        let plan = smartmig_core::mig::Plan::between(&m, Driver::R510, &from, &to).unwrap();
+        for step in &plan.steps {
+            s.apply(0, &m, *step).unwrap();
+        }
+        let again = Simulated::open(d.path()).unwrap();
+        let st = again.state(0, &m).unwrap();
+        assert_eq!(st.layout, to);
+        assert!(st.is_settled());
+        let files: Vec<String> = st
+            .devices
+            .iter()
+            .map(|dv| dv.files[0].file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(files, ["nvidia0", "nvidia4"]);
+        assert!(d.path().join("dev/nvidia4").exists());
+    }
+
+    #[test]
+    fn an_injected_create_error_fires_once_and_changes_nothing() {
+        let (_d, mut s, m) = node("");
+        s.set_faults(&Faults {
+            fail: vec![FailFault {
+                op: "create-gi".into(),
+                gpu: None,
+                error: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
+                skip: 0,
+            }],
+            abort_after_steps: None,
+        })
+        .unwrap();
+        let seven = inst(&m, "7g@0");
+        let e = s.apply(0, &m, Step::CreateGpu(seven)).unwrap_err().to_string();
+        assert!(e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{e}");
+        assert!(s.state(0, &m).unwrap().layout.instances().is_empty());
+        s.apply(0, &m, Step::CreateGpu(seven)).unwrap();
+        assert!(!s.state(0, &m).unwrap().is_settled());
+    }
+}
