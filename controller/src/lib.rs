@@ -1,4 +1,6 @@
 //! smartmigd: repartitions MIG GPUs between Slurm allocations (central and node roles).
 
+pub mod central;
 pub mod channel;
 pub mod node;
+pub mod slurm;

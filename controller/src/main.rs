@@ -1,9 +1,12 @@
 //! smartmigd: the MIG repartitioning daemon (central and node roles).
+//!
+//! Exit codes: 0 success, 1 error (printed once with its causes), 2 bad command line.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use smartmigd::central::run;
 
 /// smartmigd: repartitions MIG GPUs between Slurm allocations.
 #[derive(Debug, Parser)]
@@ -24,11 +27,42 @@ enum Role {
         #[arg(long)]
         once: bool,
     },
-    /// The central role (on the Slurm controller host): decides layouts.
+    /// The central role (on the Slurm controller host): decide layouts, hand plans to the
+    /// node agents, make Slurm see the new layouts.
     Central {
         /// smartmig.toml.
         #[arg(long, default_value = smartmig_core::config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Run one cycle and exit.
+        #[arg(long)]
+        once: bool,
+        /// Decide, log and report what would change; touch nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// The central role's status: layouts, pending transitions, last decisions, errors.
+    Status {
+        /// smartmig.toml (for `[controller] state_dir`).
+        #[arg(long, default_value = smartmig_core::config::DEFAULT_PATH)]
+        config: PathBuf,
+        /// Print the status file's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time central cycles on a synthetic Slurm state (Slurm's own response time excluded).
+    Bench {
+        /// GPUs in the synthetic cluster.
+        #[arg(long, default_value_t = 10_000)]
+        gpus: usize,
+        /// Pending jobs.
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        /// Cycles to run.
+        #[arg(long, default_value_t = 5)]
+        cycles: usize,
+        /// Use the static layout instead of a (random) ONNX policy.
+        #[arg(long)]
+        fixed: bool,
     },
 }
 
@@ -36,8 +70,22 @@ fn node(config: PathBuf, once: bool) -> anyhow::Result<()> {
     smartmigd::node::daemon::run(&config, once)
 }
 
-fn central(_config: PathBuf) -> anyhow::Result<()> {
-    anyhow::bail!("the central role is not built yet")
+fn bench(gpus: usize, jobs: usize, cycles: usize, fixed: bool) -> anyhow::Result<()> {
+    let r = run::bench(gpus, jobs, cycles, fixed)?;
+    let ms = |d: &[std::time::Duration]| -> Vec<f64> {
+        d.iter().map(|d| (d.as_secs_f64() * 1e4).round() / 10.0).collect()
+    };
+    println!(
+        "{} GPUs, {} pending jobs, policy {}: read+decide+plan ms {:?}; whole cycle ms {:?}; {} GPUs changed in the first; peak RSS {:.0} MB",
+        r.gpus,
+        r.pending,
+        r.source,
+        ms(&r.decide),
+        ms(&r.cycles),
+        r.changed,
+        r.peak_rss as f64 / 1e6
+    );
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -45,7 +93,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.role {
         Role::Node { config, once } => node(config, once),
-        Role::Central { config } => central(config),
+        Role::Central {
+            config,
+            once,
+            dry_run,
+        } => run::central(&config, once, dry_run),
+        Role::Status { config, json } => run::status(&config, json),
+        Role::Bench {
+            gpus,
+            jobs,
+            cycles,
+            fixed,
+        } => bench(gpus, jobs, cycles, fixed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,3 +7,4 @@ pub mod config;
 pub mod error;
 pub mod mig;
 pub mod routing;
+pub mod status;

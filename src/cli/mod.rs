@@ -12,6 +12,7 @@ mod policy_cmd;
 mod replay_cmd;
 mod sim_cmd;
 mod sweep_cmd;
+mod status_cmd;
 mod train_cmd;
 
 use std::fmt::Display;
@@ -140,6 +141,8 @@ pub enum Command {
     Sweep(sweep_cmd::SweepArgs),
     /// Check an installation: Slurm, plugin, smartmig.toml, snapshot, NVML, ONNX, gres.conf.
     Doctor(doctor_cmd::DoctorArgs),
+    /// The controller's status: layouts, pending transitions, last decisions, errors.
+    Status(status_cmd::StatusArgs),
 }
 
 /// Runs a parsed command line.
@@ -157,6 +160,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Replay(a) => replay_cmd::run(a),
         Command::Sweep(a) => sweep_cmd::run(a),
         Command::Doctor(a) => doctor_cmd::run(a),
+        Command::Status(a) => status_cmd::run(a),
     }
 }
 

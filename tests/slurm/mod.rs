@@ -307,13 +307,14 @@ impl Cluster {
         for (i, gpus) in layouts.iter().enumerate() {
             let node = &self.nodes[i];
             let mut node_gres: BTreeMap<&str, u32> = BTreeMap::new();
+            let mut node_gres_conf = String::new();
             for gpu in gpus.iter() {
                 for &(ty, count) in &gpu.0 {
                     for _ in 0..count {
                         let p = d.join(format!("dev/nvidia{dev}"));
                         run_ok(Command::new("mknod").arg(&p).args(["c", "1", "3"]));
                         writeln!(
-                            gres_conf,
+                            node_gres_conf,
                             "NodeName={node} Name=gpu Type={ty} File={}",
                             p.display()
                         )
@@ -324,6 +325,10 @@ impl Cluster {
                     }
                 }
             }
+            // One gres file per node, included from gres.conf: each node's agent owns its own.
+            let own = d.join(format!("etc/gres-{node}.conf"));
+            std::fs::write(&own, node_gres_conf).unwrap();
+            writeln!(gres_conf, "Include {}", own.display()).unwrap();
             let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
             writeln!(
                 node_lines,
@@ -334,7 +339,12 @@ impl Cluster {
             .unwrap();
         }
         std::fs::write(d.join("etc/gres.conf"), gres_conf).unwrap();
-        std::fs::copy(plugin_so(), d.join("plugins/job_submit_smartmig.so")).expect("copy plugin");
+        // Node definitions in an included file, as smartmigd's central role expects them.
+        std::fs::write(d.join("etc/nodes.conf"), &node_lines).unwrap();
+        // Tests without the plugin (the controller's) need not build it.
+        if !opts.job_submit_plugins.is_empty() {
+            std::fs::copy(plugin_so(), d.join("plugins/job_submit_smartmig.so")).expect("copy plugin");
+        }
         let (ctl_port, d_port) = (free_port(), free_port());
         let conf = format!(
             "ClusterName=smartmig{n}\n\
@@ -354,7 +364,7 @@ impl Cluster {
              MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              SchedulerType=sched/backfill\nMinJobAge=600\n\
-             {node_lines}\
+             Include {d}/etc/nodes.conf\n\
              PartitionName=gpu Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n\
              {extra}\n",
             n = self.node.trim_start_matches("smnode").replace('x', "n"),
@@ -394,6 +404,82 @@ impl Cluster {
     pub fn write_smartmig_toml(&self, text: &str) {
         let text = text.replace("@DIR@", &self.dir.display().to_string());
         std::fs::write(self.path("etc/smartmig.toml"), text).unwrap();
+    }
+
+    /// A script that restarts slurmctld the way an admin's `systemctl restart` would:
+    /// stop it (SIGTERM, wait), start it again without `-c` (state kept) in its network
+    /// namespace. The new slurmctld carries our SLURM_CONF, so `Drop` stops it too.
+    pub fn restart_slurmctld_script(&self) -> PathBuf {
+        let path = self.path("etc/restart-slurmctld.sh");
+        let enter = match self.ctl_ns() {
+            Some(ns) => format!("nsenter --net=/run/netns/{ns} -- "),
+            None => String::new(),
+        };
+        let text = format!(
+            "#!/bin/sh\n\
+             pid=$(cat {d}/run/slurmctld.pid 2>/dev/null)\n\
+             if [ -n \"$pid\" ]; then\n\
+               kill -TERM \"$pid\" 2>/dev/null\n\
+               # A zombie (the test has not reaped it yet) counts as gone.\n\
+               while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n\
+             fi\n\
+             SLURM_CONF={conf} exec {enter}slurmctld -f {conf}\n",
+            d = self.dir.display(),
+            conf = self.conf.display(),
+        );
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// Scripts that stop and start node `i`'s slurmd the way a node agent's
+    /// `slurmd_stop`/`slurmd_start` commands would on a real node (`systemctl stop
+    /// slurmd`). The started slurmd carries our SLURM_CONF, so `Drop` stops it too.
+    pub fn slurmd_scripts(&self, i: usize) -> (PathBuf, PathBuf) {
+        let node = &self.nodes[i];
+        let enter = match self.netns.get(i + 1) {
+            Some(ns) => format!("nsenter --net=/run/netns/{ns} -- "),
+            None => String::new(),
+        };
+        let pidfile = self.path(&format!("run/slurmd-{node}.pid"));
+        let stop = self.path(&format!("etc/stop-slurmd-{node}.sh"));
+        let start = self.path(&format!("etc/start-slurmd-{node}.sh"));
+        let stop_text = format!(
+            "#!/bin/sh\n\
+             pid=$(cat {pid} 2>/dev/null)\n\
+             [ -n \"$pid\" ] || exit 0\n\
+             kill -TERM \"$pid\" 2>/dev/null\n\
+             while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n",
+            pid = pidfile.display()
+        );
+        let start_text = format!(
+            "#!/bin/sh\nSLURM_CONF={conf} exec {enter}slurmd -f {conf} -N {node}\n",
+            conf = self.conf.display()
+        );
+        for (p, t) in [(&stop, stop_text), (&start, start_text)] {
+            std::fs::write(p, t).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        (stop, start)
+    }
+
+    /// A command run in the controller's network namespace (the host's for one node).
+    pub fn in_ctl_ns(&self, bin: &str) -> Command {
+        let mut c = Self::in_ns(self.ctl_ns(), bin);
+        c.env("SLURM_CONF", &self.conf);
+        c
+    }
+
+    /// A command run in node `i`'s network namespace (the host's for one node).
+    pub fn in_node_ns(&self, i: usize, bin: &str) -> Command {
+        let mut c = Self::in_ns(self.netns.get(i + 1), bin);
+        c.env("SLURM_CONF", &self.conf);
+        c
+    }
+
+    /// Starts a daemon of the test (logs in `log/<name>.out`); `Drop` stops it.
+    pub fn spawn_daemon(&mut self, name: &str, cmd: &mut Command) {
+        self.spawn(name, cmd);
     }
 
     /// Where the snapshot lives in these tests (point `controller.snapshot_path` here).

@@ -101,6 +101,18 @@ impl Agent {
         Ok(Some(report))
     }
 
+    /// Publishes the node's layouts when it has never reported (generation 0, a finished
+    /// StartSlurmd): the central role manages a node only once it knows its layouts.
+    pub fn announce(&mut self) -> Result<Option<Report>, NodeError> {
+        if self.channel.last_report()?.is_some() {
+            return Ok(None);
+        }
+        let report = self.report(0, Phase::StartSlurmd, Outcome::Done);
+        self.channel.write_report(&report)?;
+        log::info!("announced {} GPU(s) to the central role", report.gpus.len());
+        Ok(Some(report))
+    }
+
     /// Reads the desired state and handles it unless it was answered already.
     pub fn poll(&mut self) -> Result<Option<Report>, NodeError> {
         let Some(d) = self.channel.read_desired()? else {

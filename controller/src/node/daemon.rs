@@ -3,13 +3,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use smartmig_core::config::node::{Backend, ChannelKind};
 use smartmig_core::config::Config;
 use smartmig_gpu::nvml::Nvml;
 use smartmig_gpu::simulated::Simulated;
 use smartmig_gpu::GpuBackend;
 
+use super::slurm_channel::SlurmChannel;
 use super::spool::SpoolChannel;
 use super::{Agent, AgentConfig, NodeChannel};
 
@@ -39,10 +40,7 @@ pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
     };
     let channel: Box<dyn NodeChannel> = match n.channel {
         ChannelKind::Spool => Box::new(SpoolChannel::open(&n.spool_dir, &node)?),
-        ChannelKind::Slurm => bail!(
-            "{}: node.channel = \"slurm\" is not available in this build of smartmigd; use \"spool\"",
-            config.display()
-        ),
+        ChannelKind::Slurm => Box::new(SlurmChannel::new(&node)),
     };
     let agent = Agent::new(
         AgentConfig {
@@ -66,6 +64,9 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
     let (mut agent, interval) = agent_from_config(config)?;
     if let Some(r) = agent.recover().context("recovering from the journal")? {
         log::info!("recovered generation {}: {:?}", r.generation, r.outcome);
+    }
+    if let Err(e) = agent.announce() {
+        log::error!("cannot announce the node's layouts: {e}");
     }
     loop {
         match agent.poll() {

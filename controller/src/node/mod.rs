@@ -6,6 +6,7 @@ pub mod agent;
 pub mod daemon;
 pub mod gres;
 pub mod journal;
+pub mod slurm_channel;
 pub mod spool;
 
 use std::path::{Path, PathBuf};
@@ -58,6 +59,9 @@ pub enum NodeError {
     /// The GPU backend failed.
     #[error(transparent)]
     Gpu(#[from] smartmig_gpu::GpuError),
+    /// Slurm (the channel's carrier) failed.
+    #[error(transparent)]
+    Slurm(#[from] crate::slurm::SlurmError),
     /// The re-layout cannot be done as asked (bad layout, busy instance, wrong device state).
     #[error("{0}")]
     Refused(String),

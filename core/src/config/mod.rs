@@ -1,6 +1,7 @@
 //! `smartmig.toml`: strict parsing (no I/O but reading the file) and resolving (loading
 //! the catalogue, checking cross-field rules) as two separate steps.
 
+mod controller;
 mod de;
 pub mod node;
 
@@ -13,6 +14,7 @@ use crate::error::{line_col, toml_error, SourceError};
 use crate::mig::{resolve_configurations, Catalogue, Configuration, Driver, GpuModel};
 use crate::routing::RoutingConfig;
 
+pub use controller::{CentralConfig, RelayoutKind};
 pub use de::{non_negative, positive};
 
 /// The configuration format version this build reads.
@@ -224,6 +226,9 @@ pub struct ControllerConfig {
     /// Path of libonnxruntime.so; empty means ORT_DYLIB_PATH, then discovery.
     #[serde(default)]
     pub onnxruntime: Option<PathBuf>,
+    /// The central role.
+    #[serde(default)]
+    pub central: CentralConfig,
 }
 
 impl Default for ControllerConfig {
@@ -235,6 +240,7 @@ impl Default for ControllerConfig {
             state_dir: default_state_dir(),
             metrics_listen: default_metrics(),
             onnxruntime: None,
+            central: CentralConfig::default(),
         }
     }
 }
@@ -309,6 +315,9 @@ impl Config {
                 .error_at_key("policy.top_k", "top_k", "must be at least 1")
                 .into());
         }
+        cfg.controller.central.check().map_err(|(key, message)| {
+            cfg.error_at_key(&format!("controller.central.{key}"), &key, &message)
+        })?;
         cfg.routing
             .check()
             .map_err(|(key, message)| cfg.error_at_key(&format!("routing.{key}"), &key, &message))?;

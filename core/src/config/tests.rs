@@ -110,3 +110,34 @@ fn time_of_day_is_strict() {
     assert!(parse_time_of_day("24:00").is_err());
     assert!(parse_time_of_day("8h").is_err());
 }
+
+#[test]
+fn central_settings_are_checked_and_name_their_key() {
+    let base = "version = 1\n[controller.central]\n";
+    let c = Config::parse(&format!("{base}poll_interval_s = 2\nseed = 4\n"), "t.toml").unwrap();
+    assert_eq!(c.controller.central.poll_interval_s, 2.0);
+    assert_eq!(c.controller.central.seed, Some(4));
+    let e = Config::parse(&format!("{base}restart_slurmctld = []\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("controller.central.restart_slurmctld") && e.contains("t.toml:3"),
+        "{e}"
+    );
+    let e = Config::parse(&format!("{base}nodes_include = \"nodes.conf\"\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nodes_include") && e.contains("absolute"), "{e}");
+    let e = Config::parse(&format!("{base}report_timeout_s = 0\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("report_timeout_s") && e.contains("positive"), "{e}");
+    let e = Config::parse(&format!("{base}relayout = \"reconfigure\"\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("relayout"), "{e}");
+    let e = Config::parse(&format!("{base}typo = 1\n"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("typo"), "{e}");
+}

@@ -1,0 +1,74 @@
+//! Generates Rust bindings for the parts of libslurm's public API the central role and
+//! the node agents use (reading jobs and nodes, updating nodes and pending jobs), and
+//! links libslurm.
+//!
+//! Headers are looked up in `$SLURM_INCLUDE_DIR`, then in `/usr/include`; the directory
+//! must contain `slurm/slurm.h` (Debian: libslurm-dev, which also ships `libslurm.so`).
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    println!("cargo:rerun-if-env-changed=SLURM_LIB_DIR");
+    println!("cargo:rerun-if-changed=build.rs");
+    let mut tried = Vec::new();
+    let include = env::var("SLURM_INCLUDE_DIR")
+        .ok()
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([PathBuf::from("/usr/include")])
+        .find(|d| {
+            tried.push(d.display().to_string());
+            d.join("slurm/slurm.h").is_file()
+        });
+    let Some(include) = include else {
+        eprintln!(
+            "error: Slurm headers not found (looked for slurm/slurm.h in: {}).\n\
+             Install them (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR.",
+            tried.join(", ")
+        );
+        std::process::exit(1);
+    };
+    let slurm_h = include.join("slurm/slurm.h");
+    println!("cargo:rerun-if-changed={}", slurm_h.display());
+    if let Ok(dir) = env::var("SLURM_LIB_DIR") {
+        println!("cargo:rustc-link-search=native={dir}");
+    }
+    println!("cargo:rustc-link-lib=dylib=slurm");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let bindings = bindgen::Builder::default()
+        .header(slurm_h.display().to_string())
+        .clang_arg(format!("-I{}", include.display()))
+        .allowlist_function(
+            "slurm_init|slurm_load_jobs|slurm_free_job_info_msg|slurm_load_node|\
+             slurm_free_node_info_msg|slurm_update_node|slurm_init_update_node_msg|\
+             slurm_update_job|slurm_init_job_desc_msg|slurm_strerror|slurm_get_errno|\
+             slurm_requeue|slurm_ping|slurm_hostlist_create|slurm_hostlist_shift|\
+             slurm_hostlist_destroy",
+        )
+        .allowlist_type(
+            "job_info_msg_t|node_info_msg_t|update_node_msg_t|job_desc_msg_t|job_states|node_states",
+        )
+        .allowlist_var(
+            "SLURM_VERSION_NUMBER|NO_VAL|INFINITE|SLURM_SUCCESS|SHOW_ALL|SHOW_DETAIL|\
+             JOB_STATE_BASE|JOB_PENDING|JOB_RUNNING|NODE_RESUME|NODE_STATE_DRAIN|\
+             NODE_STATE_BASE|NODE_STATE_DOWN|NODE_STATE_IDLE|NODE_STATE_ALLOCATED|NODE_STATE_MIXED",
+        )
+        // NODE_RESUME and NODE_STATE_DRAIN are SLURM_BIT(n): let clang evaluate them.
+        .clang_macro_fallback()
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .opaque_type("list|List|xlist|cron_entry_t|.*_t_cron|dynamic_plugin_data_t|hostlist|job_resources")
+        .derive_default(false)
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .unwrap_or_else(|e| {
+            eprintln!("error: bindgen failed on {}: {e}", slurm_h.display());
+            std::process::exit(1);
+        });
+    bindings
+        .write_to_file(out.join("slurm_bindings.rs"))
+        .expect("write bindings to OUT_DIR");
+}

@@ -1,0 +1,376 @@
+//! The decision of one cycle: mean-field features per GPU model, one inference per model
+//! through ONNX Runtime, top-k sampling of each GPU's next configuration — or the
+//! configured static/periodic layout, which is also the fallback when a model's policy
+//! file is missing or refused.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use rand_chacha::ChaCha8Rng;
+use smartmig::policy::contract::CONTRACT_VERSION;
+use smartmig::policy::{
+    DecisionInterval, OnnxRuntime, PolicyMetadata, PolicyRuntime, SamplingConfig, Semantics, TransitionTable,
+};
+use smartmig::sim::features::{layout as feature_layout, FeatureTracker};
+use smartmig::workload::Job;
+use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved};
+use smartmig_core::routing::{parse_hints, JobClass, SIZES};
+
+use super::view::View;
+use crate::slurm::{parse_gres, SlurmJob};
+
+/// Deadlines further ahead than this count as this far (bounds the feature tracker).
+const HORIZON_MIN: f64 = 7.0 * 1440.0;
+
+/// Where one model's decision came from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Source {
+    /// The learned policy in this file.
+    Onnx {
+        /// The policy file.
+        file: String,
+    },
+    /// The static or periodic layout of the config.
+    Fixed {
+        /// `static`, `periodic`, or `static (fallback: <why>)`.
+        why: String,
+    },
+    /// `policy.kind = "none"`: nothing changes.
+    None,
+}
+
+/// What the policy wants, per GPU of the view.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Target configuration of each GPU in `View::gpus` (None: leave it as it is).
+    pub targets: Vec<Option<usize>>,
+    /// Per model (in `Resolved::models` order), where the decision came from.
+    pub sources: Vec<Source>,
+}
+
+/// Per-model policies, loaded once at start.
+pub struct Decider {
+    kind: PolicyKind,
+    policies: Vec<Result<PolicyRuntime, String>>,
+    sampling: SamplingConfig,
+    classes: Vec<JobClass>,
+    rng: ChaCha8Rng,
+    features: Vec<f32>,
+}
+
+/// The policy file of a model: `<models_dir>/<model key>-<semantics>.onnx`.
+pub fn policy_path(resolved: &Resolved, model: usize, mode: Mode) -> PathBuf {
+    let semantics = match mode {
+        Mode::Preempt => Semantics::Preempt,
+        Mode::Drain | Mode::DryRun => Semantics::Drain,
+    };
+    resolved.config.policy.models_dir.join(format!(
+        "{}-{}.onnx",
+        resolved.models[model].model.key,
+        semantics.as_str()
+    ))
+}
+
+/// The metadata a policy for `model` must carry to be used by this configuration.
+pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> PolicyMetadata {
+    let m = &resolved.models[model];
+    let p = &resolved.config.policy;
+    PolicyMetadata {
+        contract_version: CONTRACT_VERSION,
+        gpu_model: m.model.key.clone(),
+        configurations: m.configurations.iter().map(|c| c.name.clone()).collect(),
+        feature_layout: feature_layout(m.configurations.len()),
+        decision: DecisionInterval {
+            events: p.decision_events,
+            seconds: p.decision_interval_s,
+        },
+        top_k: p.top_k,
+        training_scenario: String::new(),
+        training_seed: 0,
+        semantics: match mode {
+            Mode::Preempt => Semantics::Preempt,
+            _ => Semantics::Drain,
+        },
+    }
+}
+
+impl Decider {
+    /// Loads each model's policy when the kind is `mean-field`; a model whose file is
+    /// missing or refused falls back to the static layout (logged, and in every decision's
+    /// source).
+    pub fn new(resolved: &Resolved, mode: Mode, seed: u64) -> Decider {
+        let p = &resolved.config.policy;
+        let runtime = if p.kind == PolicyKind::MeanField {
+            OnnxRuntime::init(resolved.config.controller.onnxruntime.as_deref()).map_err(|e| e.to_string())
+        } else {
+            Err(String::new())
+        };
+        let policies = (0..resolved.models.len())
+            .map(|m| {
+                if p.kind != PolicyKind::MeanField {
+                    return Err(String::new());
+                }
+                let rt = runtime.as_ref().map_err(Clone::clone)?;
+                let path = policy_path(resolved, m, mode);
+                let loaded = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, mode))
+                    .map_err(|e| error_chain(&e));
+                match &loaded {
+                    Ok(_) => log::info!("policy for {}: {}", resolved.models[m].model.key, path.display()),
+                    Err(e) => log::error!(
+                        "policy for {} unusable, static layout instead: {e}",
+                        resolved.models[m].model.key
+                    ),
+                }
+                loaded
+            })
+            .collect();
+        Decider {
+            kind: p.kind,
+            policies,
+            sampling: SamplingConfig {
+                top_k: p.top_k as usize,
+                stay_threshold: p.stay_threshold,
+            },
+            classes: resolved.config.routing.all_classes(),
+            rng: rand::SeedableRng::seed_from_u64(seed),
+            features: Vec::new(),
+        }
+    }
+
+    /// Decides the target configuration of every GPU of `view` at `now` (Unix seconds).
+    pub fn decide(&mut self, resolved: &Resolved, view: &View, now: f64) -> Decision {
+        let mut targets = vec![None; view.gpus.len()];
+        let mut sources = Vec::with_capacity(resolved.models.len());
+        let minute_of_day = (now.rem_euclid(86_400.0)) / 60.0;
+        let tracker = if self.policies.iter().any(Result::is_ok) {
+            Some(self.tracker(resolved, view, now, minute_of_day))
+        } else {
+            None
+        };
+        for (m, rm) in resolved.models.iter().enumerate() {
+            let gpus: Vec<usize> = (0..view.gpus.len())
+                .filter(|&g| view.gpus[g].model == m)
+                .collect();
+            let fixed = |why: String, layout: &[usize], targets: &mut Vec<Option<usize>>| {
+                for (i, &g) in gpus.iter().enumerate() {
+                    targets[g] = Some(layout[i % layout.len()]);
+                }
+                Source::Fixed { why }
+            };
+            let source = match (self.kind, &mut self.policies[m], &tracker) {
+                (PolicyKind::None, _, _) => Source::None,
+                (PolicyKind::Periodic, _, _) => {
+                    let layout = periodic_layout(resolved, m, minute_of_day);
+                    fixed("periodic".into(), &layout, &mut targets)
+                }
+                (PolicyKind::Static, _, _) => fixed("static".into(), &rm.static_layout, &mut targets),
+                (PolicyKind::MeanField, Ok(policy), Some(tracker)) => {
+                    let counts = config_counts(view, m, rm.configurations.len());
+                    let busy: u32 = gpus
+                        .iter()
+                        .flat_map(|&g| view.gpus[g].busy.iter())
+                        .map(|i| u32::from(rm.model.profiles[i.profile].compute))
+                        .sum();
+                    self.features.clear();
+                    tracker.write(minute_of_day, &counts, busy, view.gpus.len(), &mut self.features);
+                    let available: Vec<bool> = rm.configurations.iter().map(|c| c.is_available()).collect();
+                    let table = policy
+                        .infer(&self.features)
+                        .map_err(|e| error_chain(&e))
+                        .and_then(|l| {
+                            TransitionTable::new(&l, &available, self.sampling).map_err(|e| e.to_string())
+                        });
+                    match table {
+                        Ok(table) => {
+                            for &g in &gpus {
+                                // A GPU outside the configurations is left alone.
+                                if let Some(c) = view.gpus[g].config {
+                                    targets[g] = table.sample(c, &mut self.rng).ok().map(usize::from);
+                                }
+                            }
+                            Source::Onnx {
+                                file: policy.origin().to_string(),
+                            }
+                        }
+                        Err(e) => {
+                            log::error!("policy for {} failed, static layout instead: {e}", rm.model.key);
+                            fixed(format!("static (fallback: {e})"), &rm.static_layout, &mut targets)
+                        }
+                    }
+                }
+                (PolicyKind::MeanField, Err(e), _) => {
+                    fixed(format!("static (fallback: {e})"), &rm.static_layout, &mut targets)
+                }
+                (PolicyKind::MeanField, Ok(_), None) => Source::None,
+            };
+            sources.push(source);
+        }
+        Decision { targets, sources }
+    }
+
+    /// The queue statistics of the pending jobs, in minutes on a time axis whose `now`
+    /// is `minute_of_day` (so the time-of-day features come out right).
+    fn tracker(&self, resolved: &Resolved, view: &View, now: f64, minute_of_day: f64) -> FeatureTracker {
+        let routing = &resolved.config.routing;
+        let mut tracker = match FeatureTracker::new(feature_layout(12), minute_of_day + HORIZON_MIN) {
+            Ok(t) => t,
+            // The default layout is always supported; an empty tracker keeps the loop alive.
+            Err(_) => return empty_tracker(),
+        };
+        let compute_of: HashMap<&str, u8> = resolved
+            .models
+            .iter()
+            .flat_map(|m| m.model.profiles.iter())
+            .map(|p| (p.name.as_str(), p.compute))
+            .collect();
+        let default_class = self
+            .classes
+            .iter()
+            .find(|c| c.name == routing.default_class)
+            .or(self.classes.last());
+        // Queues hold many jobs with the same request text: parse each text once.
+        let mut compute_cache: HashMap<&[Option<String>; 4], u8> = HashMap::new();
+        for j in &view.pending {
+            let Some(class) = job_class(j, &self.classes).or(default_class) else {
+                continue;
+            };
+            let compute = *compute_cache
+                .entry(&j.tres)
+                .or_insert_with(|| requested_compute(j, &compute_of).unwrap_or(7));
+            let run_own = j.time_limit_min.map_or(routing.default_runtime_min, f64::from);
+            // times[i]: minutes on SIZES[i], from the time on the requested slice.
+            let own = class.speedup_on(compute);
+            let mut times = [0.0; 5];
+            for (i, kind) in SIZES.iter().enumerate() {
+                let c = kind_compute(*kind);
+                times[i] = (run_own * own / class.speedup_on(c)).max(1e-3);
+            }
+            for i in 1..5 {
+                times[i] = times[i].min(times[i - 1]);
+            }
+            let ahead = |t: i64| ((t as f64 - now) / 60.0).clamp(-HORIZON_MIN, HORIZON_MIN);
+            let release = minute_of_day + ahead(j.submit);
+            let deadline = match j.deadline {
+                Some(d) => minute_of_day + ahead(d),
+                None => release + routing.slack * times[4],
+            };
+            let job = Job {
+                id: j.id,
+                release,
+                deadline: deadline.max(release),
+                times,
+                class: 0,
+            };
+            tracker.enqueue(&job, 1.0);
+        }
+        tracker
+    }
+}
+
+fn empty_tracker() -> FeatureTracker {
+    // Unreachable in practice (see `tracker`); a one-minute horizon is always valid.
+    FeatureTracker::new(feature_layout(12), 1.0).unwrap_or_else(|_| unreachable!("default layout"))
+}
+
+fn kind_compute(kind: smartmig_core::mig::Kind) -> u8 {
+    kind.as_str().trim_end_matches(['g', '*']).parse().unwrap_or(1)
+}
+
+/// The compute slices of the type a job asks for (None: `gpu:mig`, untyped or unknown).
+fn requested_compute(j: &SlurmJob, compute_of: &HashMap<&str, u8>) -> Option<u8> {
+    j.tres.iter().flatten().find_map(|t| {
+        parse_gres(t, "job")
+            .ok()?
+            .iter()
+            .find_map(|g| compute_of.get(g.gpu_type.as_str()).copied())
+    })
+}
+
+fn job_class<'a>(j: &SlurmJob, classes: &'a [JobClass]) -> Option<&'a JobClass> {
+    let name = parse_hints(j.comment.as_deref()?).ok()?.class?;
+    classes.iter().find(|c| c.name == name)
+}
+
+/// GPUs of model `m` in each configuration.
+fn config_counts(view: &View, m: usize, k: usize) -> Vec<u32> {
+    let mut counts = vec![0u32; k];
+    for g in view.gpus.iter().filter(|g| g.model == m) {
+        if let Some(c) = g.config {
+            counts[c] += 1;
+        }
+    }
+    counts
+}
+
+/// The periodic schedule's configurations for model `m` at a minute of the day.
+fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usize> {
+    let entries = &resolved.config.policy.periodic;
+    let at =
+        |e: &smartmig_core::config::PeriodicEntry| parse_time_of_day(e.at.get_ref()).map_or(0.0, f64::from);
+    let entry = entries
+        .iter()
+        .rev()
+        .find(|e| at(e) <= minute_of_day)
+        .or(entries.last());
+    let configs = &resolved.models[m].configurations;
+    let layout: Vec<usize> = entry
+        .map(|e| {
+            e.layout
+                .iter()
+                .filter_map(|n| {
+                    configs
+                        .iter()
+                        .position(|c| c.name.eq_ignore_ascii_case(n.get_ref()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if layout.is_empty() {
+        resolved.models[m].static_layout.clone()
+    } else {
+        layout
+    }
+}
+
+/// An error and its causes on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Writes a policy file for `model` that moves every GPU to configuration `to` with
+/// probability ≈ 1 (one linear layer: zero weights, a bias of 20 on column `to` of
+/// every row). For trials and tests that need a known decision through the real ONNX
+/// path.
+pub fn write_preferring(
+    resolved: &Resolved,
+    model: usize,
+    mode: Mode,
+    to: usize,
+) -> Result<PathBuf, smartmig::policy::WriteError> {
+    let meta = expected_metadata(resolved, model, mode);
+    let (d, k) = (meta.input_dim(), meta.k());
+    let mut b = vec![0.0f32; k * k];
+    for row in 0..k {
+        b[row * k + to] = 20.0;
+    }
+    let net = smartmig::policy::PolicyNetwork {
+        layers: vec![smartmig::policy::Dense {
+            in_dim: d,
+            out_dim: k * k,
+            w: vec![0.0; d * k * k],
+            b,
+        }],
+        hidden: smartmig::policy::Activation::Tanh,
+    };
+    let path = policy_path(resolved, model, mode);
+    smartmig::policy::onnx_writer::write(&path, &net, &meta)?;
+    Ok(path)
+}

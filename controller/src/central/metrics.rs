@@ -1,0 +1,134 @@
+//! Prometheus metrics of the central role on `[controller] metrics_listen` (loopback by
+//! default): a thread answers each scrape from the status file, so the endpoint shares
+//! no state with the loop and shows what `smartmigd status` shows.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::status::Status;
+
+/// Renders the status as Prometheus text exposition.
+pub fn render(s: &Status) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let counter = |out: &mut String, name: &str, help: &str, key: &str| {
+        let v = s.counters.get(key).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "# HELP smartmig_{name} {help}\n# TYPE smartmig_{name} counter\nsmartmig_{name} {v}"
+        );
+    };
+    counter(
+        &mut out,
+        "decisions_total",
+        "GPU decisions made by the central role.",
+        "decisions",
+    );
+    counter(
+        &mut out,
+        "repartitions_total",
+        "GPUs re-laid out.",
+        "repartitions",
+    );
+    counter(
+        &mut out,
+        "failures_total",
+        "Errors met by the central role.",
+        "failures",
+    );
+    counter(
+        &mut out,
+        "reroutes_total",
+        "Pending jobs re-routed after their type vanished.",
+        "reroutes",
+    );
+    let _ = writeln!(
+        out,
+        "# HELP smartmig_configuration_seconds_total Seconds GPUs spent in each configuration.\n\
+         # TYPE smartmig_configuration_seconds_total counter"
+    );
+    for (c, secs) in &s.seconds_in_configuration {
+        let _ = writeln!(
+            out,
+            "smartmig_configuration_seconds_total{{configuration=\"{c}\"}} {secs}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP smartmig_cycles_total Central cycles run.\n# TYPE smartmig_cycles_total counter\nsmartmig_cycles_total {}\n\
+         # HELP smartmig_pending_transitions Nodes in the middle of a re-layout.\n# TYPE smartmig_pending_transitions gauge\nsmartmig_pending_transitions {}\n\
+         # HELP smartmig_last_update_seconds When the status was last written (Unix seconds).\n# TYPE smartmig_last_update_seconds gauge\nsmartmig_last_update_seconds {}",
+        s.cycles,
+        s.pending_transitions.len(),
+        s.updated_at
+    );
+    out
+}
+
+fn answer(stream: TcpStream, state_dir: &Path) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request = String::new();
+    reader.read_line(&mut request)?;
+    let (status, body) = if request.starts_with("GET /metrics") {
+        match Status::read(state_dir) {
+            Ok(s) => ("200 OK", render(&s)),
+            // No cycle yet: an empty exposition, not an error.
+            Err(_) => ("200 OK", String::new()),
+        }
+    } else {
+        ("404 Not Found", "only /metrics\n".to_string())
+    };
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Starts the endpoint on `listen` in a background thread (nothing when empty).
+pub fn serve(listen: &str, state_dir: PathBuf) -> std::io::Result<Option<std::net::SocketAddr>> {
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let listener = TcpListener::bind(listen)?;
+    let addr = listener.local_addr()?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            if let Err(e) = answer(stream, &state_dir) {
+                log::debug!("metrics request: {e}");
+            }
+        }
+    });
+    Ok(Some(addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_scrape_shows_the_status_counters_and_time_per_configuration() {
+        let dir = std::env::temp_dir().join(format!("smartmig-metrics-{}", std::process::id()));
+        let mut s = Status::default();
+        s.counters.insert("repartitions".into(), 3);
+        s.seconds_in_configuration.insert("c8".into(), 120.0);
+        s.write(&dir).unwrap();
+        let addr = serve("127.0.0.1:0", dir.clone()).unwrap().unwrap();
+        let mut conn = TcpStream::connect(addr).unwrap();
+        conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        conn.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+        assert!(text.contains("smartmig_repartitions_total 3"), "{text}");
+        assert!(
+            text.contains("smartmig_configuration_seconds_total{configuration=\"c8\"} 120"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,318 @@
+//! The real [`SlurmApi`]: libslurm through bindgen's types. Every buffer Slurm returns is
+//! freed with Slurm's own free function before the call returns.
+
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
+
+mod sys {
+    #![allow(
+        non_upper_case_globals,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code,
+        clippy::all
+    )]
+    include!(concat!(env!("OUT_DIR"), "/slurm_bindings.rs"));
+}
+
+use std::ffi::{c_char, CStr, CString};
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::Once;
+
+use super::{JobState, NodeUpdate, SlurmApi, SlurmError, SlurmJob, SlurmNode};
+
+/// Slurm's API, through `libslurm.so`, configured from `$SLURM_CONF` (or Slurm's default).
+#[derive(Debug)]
+pub struct Libslurm {
+    _private: (),
+}
+
+static INIT: Once = Once::new();
+
+impl Libslurm {
+    /// Loads Slurm's configuration once per process (`slurm_init`).
+    pub fn new() -> Libslurm {
+        // SAFETY: slurm_init(NULL) reads $SLURM_CONF or the default path; Once makes it
+        // run a single time, before any other call.
+        INIT.call_once(|| unsafe { sys::slurm_init(ptr::null()) });
+        Libslurm { _private: () }
+    }
+
+    /// The Slurm release the bindings were generated for (`SLURM_VERSION_NUMBER`).
+    pub fn version() -> u32 {
+        sys::SLURM_VERSION_NUMBER
+    }
+}
+
+impl Default for Libslurm {
+    fn default() -> Self {
+        Libslurm::new()
+    }
+}
+
+fn last_error(call: String) -> SlurmError {
+    // SAFETY: slurm_get_errno reads a thread-local; slurm_strerror returns a static string.
+    let errno = unsafe { sys::slurm_get_errno() };
+    let message = unsafe {
+        let p = sys::slurm_strerror(errno);
+        if p.is_null() {
+            format!("errno {errno}")
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    SlurmError::Call { call, errno, message }
+}
+
+/// A C string owned by Slurm's buffer, copied out.
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string valid for the call.
+unsafe fn text(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        None
+    } else {
+        Some(CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
+}
+
+fn cstring(what: &str, value: &str) -> Result<CString, SlurmError> {
+    CString::new(value).map_err(|_| SlurmError::Value {
+        what: what.to_string(),
+        why: "contains a NUL byte".into(),
+    })
+}
+
+/// Expands a host list (`n[1-3],m`) with Slurm's own parser.
+fn expand_hostlist(list: &str) -> Vec<String> {
+    let Ok(c) = CString::new(list) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // SAFETY: the hostlist is created, drained and destroyed here; each shifted name is
+    // malloc'ed by Slurm and freed with free().
+    unsafe {
+        let hl = sys::slurm_hostlist_create(c.as_ptr());
+        if hl.is_null() {
+            return out;
+        }
+        loop {
+            let h = sys::slurm_hostlist_shift(hl);
+            if h.is_null() {
+                break;
+            }
+            out.push(CStr::from_ptr(h).to_string_lossy().into_owned());
+            libc_free(h.cast());
+        }
+        sys::slurm_hostlist_destroy(hl);
+    }
+    out
+}
+
+extern "C" {
+    #[link_name = "free"]
+    fn libc_free(p: *mut std::ffi::c_void);
+}
+
+fn limit(v: u32) -> Option<u32> {
+    (v != sys::NO_VAL && v != sys::INFINITE).then_some(v)
+}
+
+impl SlurmApi for Libslurm {
+    fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
+        let mut msg: *mut sys::job_info_msg_t = ptr::null_mut();
+        // SAFETY: on success Slurm allocates *msg; it is freed below on every path.
+        let rc = unsafe { sys::slurm_load_jobs(0, &mut msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16) };
+        if rc != sys::SLURM_SUCCESS as i32 || msg.is_null() {
+            return Err(last_error("slurm_load_jobs".into()));
+        }
+        let mut jobs = Vec::new();
+        // SAFETY: job_array holds record_count records owned by msg.
+        unsafe {
+            let m = &*msg;
+            let records = if m.job_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(m.job_array, m.record_count as usize)
+            };
+            for j in records {
+                let tres = [
+                    text(j.tres_per_node),
+                    text(j.tres_per_job),
+                    text(j.tres_per_task),
+                    text(j.tres_per_socket),
+                ];
+                if !tres.iter().flatten().any(|t| t.contains("gpu")) {
+                    continue;
+                }
+                let state = match j.job_state & sys::JOB_STATE_BASE {
+                    s if s == sys::JOB_PENDING => JobState::Pending,
+                    s if s == sys::JOB_RUNNING => JobState::Running,
+                    _ => JobState::Other,
+                };
+                if state == JobState::Other {
+                    continue;
+                }
+                let gres_detail = if j.gres_detail_str.is_null() {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(j.gres_detail_str, j.gres_detail_cnt as usize)
+                        .iter()
+                        .map(|p| text(*p).unwrap_or_default())
+                        .collect()
+                };
+                jobs.push(SlurmJob {
+                    id: j.job_id,
+                    state,
+                    tres,
+                    nodes: text(j.nodes).map(|n| expand_hostlist(&n)).unwrap_or_default(),
+                    gres_detail,
+                    submit: j.submit_time,
+                    start: j.start_time,
+                    time_limit_min: limit(j.time_limit),
+                    deadline: (j.deadline > 0).then_some(j.deadline),
+                    comment: text(j.comment).filter(|c| !c.is_empty()),
+                    name: text(j.name),
+                    account: text(j.account),
+                    partition: text(j.partition),
+                });
+            }
+            sys::slurm_free_job_info_msg(msg);
+        }
+        Ok(jobs)
+    }
+
+    fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError> {
+        let mut msg: *mut sys::node_info_msg_t = ptr::null_mut();
+        // SAFETY: as in jobs().
+        let rc = unsafe { sys::slurm_load_node(0, &mut msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16) };
+        if rc != sys::SLURM_SUCCESS as i32 || msg.is_null() {
+            return Err(last_error("slurm_load_node".into()));
+        }
+        let mut nodes = Vec::new();
+        // SAFETY: node_array holds record_count records owned by msg.
+        unsafe {
+            let m = &*msg;
+            let records = if m.node_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(m.node_array, m.record_count as usize)
+            };
+            for n in records {
+                let Some(name) = text(n.name) else {
+                    continue;
+                };
+                nodes.push(SlurmNode {
+                    name,
+                    gres: text(n.gres).unwrap_or_default(),
+                    gres_used: text(n.gres_used).unwrap_or_default(),
+                    drain: n.node_state & sys::NODE_STATE_DRAIN != 0,
+                    down: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_DOWN,
+                    reason: text(n.reason).filter(|r| !r.is_empty()),
+                    extra: text(n.extra).filter(|r| !r.is_empty()),
+                    comment: text(n.comment).filter(|r| !r.is_empty()),
+                });
+            }
+            sys::slurm_free_node_info_msg(msg);
+        }
+        Ok(nodes)
+    }
+
+    fn update_node(&mut self, u: &NodeUpdate) -> Result<(), SlurmError> {
+        let what = |f: &str| format!("node {} {f}", u.node);
+        let name = cstring(&what("name"), &u.node)?;
+        let extra = u
+            .extra
+            .as_deref()
+            .map(|e| cstring(&what("Extra"), e))
+            .transpose()?;
+        let comment = u
+            .comment
+            .as_deref()
+            .map(|c| cstring(&what("Comment"), c))
+            .transpose()?;
+        let reason = u
+            .drain
+            .as_deref()
+            .map(|r| cstring(&what("reason"), r))
+            .transpose()?;
+        let mut msg = MaybeUninit::<sys::update_node_msg_t>::uninit();
+        // SAFETY: slurm_init_update_node_msg fills every field; the strings outlive the call
+        // and Slurm only reads them.
+        let rc = unsafe {
+            sys::slurm_init_update_node_msg(msg.as_mut_ptr());
+            let m = msg.assume_init_mut();
+            m.node_names = name.as_ptr().cast_mut();
+            if let Some(e) = &extra {
+                m.extra = e.as_ptr().cast_mut();
+            }
+            if let Some(c) = &comment {
+                m.comment = c.as_ptr().cast_mut();
+            }
+            if let Some(r) = &reason {
+                m.node_state = sys::NODE_STATE_DRAIN;
+                m.reason = r.as_ptr().cast_mut();
+                m.reason_uid = libc_getuid();
+            } else if u.resume {
+                m.node_state = sys::NODE_RESUME;
+            }
+            sys::slurm_update_node(m)
+        };
+        if rc != sys::SLURM_SUCCESS as i32 {
+            return Err(last_error(format!("slurm_update_node({})", u.node)));
+        }
+        Ok(())
+    }
+
+    fn update_job_tres(&mut self, job: u32, field: usize, value: &str) -> Result<(), SlurmError> {
+        let v = cstring(&format!("job {job} tres"), value)?;
+        let mut msg = MaybeUninit::<sys::job_desc_msg_t>::uninit();
+        // SAFETY: slurm_init_job_desc_msg fills every field; `v` outlives the call.
+        let rc = unsafe {
+            sys::slurm_init_job_desc_msg(msg.as_mut_ptr());
+            let m = msg.assume_init_mut();
+            m.job_id = job;
+            let p = v.as_ptr().cast_mut();
+            match field {
+                0 => m.tres_per_node = p,
+                1 => m.tres_per_job = p,
+                2 => m.tres_per_task = p,
+                _ => m.tres_per_socket = p,
+            }
+            sys::slurm_update_job(m)
+        };
+        if rc != sys::SLURM_SUCCESS as i32 {
+            return Err(last_error(format!("slurm_update_job({job}, {value})")));
+        }
+        Ok(())
+    }
+
+    fn requeue(&mut self, job: u32) -> Result<(), SlurmError> {
+        // SAFETY: plain call with a job id.
+        let rc = unsafe { sys::slurm_requeue(job, 0) };
+        if rc != sys::SLURM_SUCCESS as i32 {
+            return Err(last_error(format!("slurm_requeue({job})")));
+        }
+        Ok(())
+    }
+
+    fn ping(&mut self) -> Result<(), SlurmError> {
+        // SAFETY: plain call; 0 is the primary controller.
+        let rc = unsafe { sys::slurm_ping(0) };
+        if rc != sys::SLURM_SUCCESS as i32 {
+            return Err(last_error("slurm_ping".into()));
+        }
+        Ok(())
+    }
+}
+
+extern "C" {
+    #[link_name = "getuid"]
+    fn libc_getuid() -> u32;
+}

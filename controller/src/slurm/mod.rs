@@ -1,0 +1,129 @@
+//! Slurm as the daemon sees it: jobs and nodes read through libslurm's API (bindgen
+//! types, never parsed command output), node and job updates, behind [`SlurmApi`] so the
+//! central cycle runs unchanged on a synthetic state.
+
+mod carrier;
+mod ffi;
+mod gres;
+
+pub use carrier::{read_desired, read_report, write_desired, write_report};
+pub use ffi::Libslurm;
+pub use gres::{parse_gres, GresCount};
+
+/// A job's state, as far as smartmig cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting in the queue.
+    Pending,
+    /// Running (or suspended) on its nodes.
+    Running,
+    /// Anything else (completing, finished, ...).
+    Other,
+}
+
+/// One job with a GPU request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmJob {
+    /// Job id.
+    pub id: u32,
+    /// State.
+    pub state: JobState,
+    /// `tres_per_node`, `tres_per_job`, `tres_per_task`, `tres_per_socket` (in
+    /// [`smartmig_core::routing::TresField`] order).
+    pub tres: [Option<String>; 4],
+    /// Allocated nodes, expanded (running jobs).
+    pub nodes: Vec<String>,
+    /// Per allocated node, the GRES it got: `gpu:1g.10gb:1(IDX:0)`.
+    pub gres_detail: Vec<String>,
+    /// Submission time, Unix seconds.
+    pub submit: i64,
+    /// Start time, Unix seconds (running jobs).
+    pub start: i64,
+    /// Time limit in minutes (None: unlimited or unset).
+    pub time_limit_min: Option<u32>,
+    /// `--deadline`, Unix seconds.
+    pub deadline: Option<i64>,
+    /// `--comment`.
+    pub comment: Option<String>,
+    /// `--job-name`.
+    pub name: Option<String>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// Partition.
+    pub partition: Option<String>,
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SlurmNode {
+    /// Node name.
+    pub name: String,
+    /// Configured GRES: `gpu:1g.10gb:3,gpu:3g.40gb:1`.
+    pub gres: String,
+    /// GRES in use: `gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:0(IDX:N/A)`.
+    pub gres_used: String,
+    /// Whether the node is drained or draining.
+    pub drain: bool,
+    /// Whether the node is down.
+    pub down: bool,
+    /// The drain/down reason.
+    pub reason: Option<String>,
+    /// `Extra`: the central role's desired state for the node.
+    pub extra: Option<String>,
+    /// `Comment`: the node agent's report.
+    pub comment: Option<String>,
+}
+
+/// A change to one node's record.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeUpdate {
+    /// Node name.
+    pub node: String,
+    /// New `Extra` (Some("") clears it).
+    pub extra: Option<String>,
+    /// New `Comment` (Some("") clears it).
+    pub comment: Option<String>,
+    /// Drain with this reason.
+    pub drain: Option<String>,
+    /// Resume (undrain).
+    pub resume: bool,
+}
+
+/// A Slurm call that failed, with Slurm's own message.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// An API call returned an error.
+    #[error("{call}: {message} (slurm errno {errno})")]
+    Call {
+        /// What was asked (e.g. `slurm_update_node(gpu1)`).
+        call: String,
+        /// Slurm's errno.
+        errno: i32,
+        /// `slurm_strerror` of it.
+        message: String,
+    },
+    /// A value cannot go to Slurm (e.g. it contains a NUL byte).
+    #[error("{what}: {why}")]
+    Value {
+        /// Which value.
+        what: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The Slurm operations smartmigd needs.
+pub trait SlurmApi {
+    /// Pending and running jobs that ask for GPUs.
+    fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError>;
+    /// Every node.
+    fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError>;
+    /// Changes a node's record.
+    fn update_node(&mut self, update: &NodeUpdate) -> Result<(), SlurmError>;
+    /// Replaces one tres field of a pending job (`field` as in [`SlurmJob::tres`]).
+    fn update_job_tres(&mut self, job: u32, field: usize, value: &str) -> Result<(), SlurmError>;
+    /// Requeues a running job.
+    fn requeue(&mut self, job: u32) -> Result<(), SlurmError>;
+    /// Whether slurmctld answers.
+    fn ping(&mut self) -> Result<(), SlurmError>;
+}

@@ -1,0 +1,160 @@
+//! The central role's status file (`<[controller] state_dir>/central-status.json`): what
+//! `smartmig status` and `smartmigd status` show and the metrics endpoint exports.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Name of the status file inside `state_dir`.
+pub const STATUS_FILE: &str = "central-status.json";
+
+/// Decisions and errors kept in the status file.
+pub const KEEP: usize = 50;
+
+/// One GPU's decision in a cycle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionLine {
+    /// Unix seconds.
+    pub at: f64,
+    /// The re-layout generation (0 in dry-run).
+    pub generation: u64,
+    /// `node/gpu-index`.
+    pub gpu: String,
+    /// Configuration (or layout) now.
+    pub from: String,
+    /// Configuration chosen.
+    pub to: String,
+    /// What was (or, in dry-run, would be) done: `apply`, `applied`, `skip: ...`,
+    /// `failed: ...`, `would apply`, `would skip: ...`.
+    pub action: String,
+}
+
+/// One GPU as last seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuLine {
+    /// `node/gpu-index`.
+    pub gpu: String,
+    /// Model key.
+    pub model: String,
+    /// Layout.
+    pub layout: String,
+    /// Configuration name, if the layout is one.
+    pub configuration: Option<String>,
+    /// Busy instances.
+    pub busy: usize,
+}
+
+/// The status file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Status {
+    /// Unix seconds of the last write.
+    pub updated_at: f64,
+    /// `dry-run`, `drain` or `preempt`.
+    pub mode: String,
+    /// Cycles run since start.
+    pub cycles: u64,
+    /// Last re-layout generation.
+    pub generation: u64,
+    /// Where each model's last decision came from.
+    pub sources: BTreeMap<String, String>,
+    /// Every managed GPU.
+    pub gpus: Vec<GpuLine>,
+    /// Nodes in the middle of a re-layout (drained by smartmig), with the step.
+    pub pending_transitions: BTreeMap<String, String>,
+    /// The latest decisions, newest last.
+    pub decisions: Vec<DecisionLine>,
+    /// The latest errors, newest last: (Unix seconds, message).
+    pub errors: Vec<(f64, String)>,
+    /// Counters: decisions, repartitions, failures, reroutes.
+    pub counters: BTreeMap<String, u64>,
+    /// Seconds spent by GPUs in each configuration (summed over GPUs).
+    pub seconds_in_configuration: BTreeMap<String, f64>,
+}
+
+impl Status {
+    /// Adds an error (logged by the caller), keeping the last [`KEEP`].
+    pub fn error(&mut self, at: f64, message: String) {
+        self.errors.push((at, message));
+        trim(&mut self.errors);
+        *self.counters.entry("failures".into()).or_default() += 1;
+    }
+
+    /// Adds decisions, keeping the last [`KEEP`].
+    pub fn decided(&mut self, lines: Vec<DecisionLine>) {
+        *self.counters.entry("decisions".into()).or_default() += lines.len() as u64;
+        self.decisions.extend(lines);
+        trim(&mut self.decisions);
+    }
+
+    /// Writes the file atomically.
+    pub fn write(&self, state_dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(state_dir)?;
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let path = state_dir.join(STATUS_FILE);
+        let tmp = state_dir.join(format!(".{STATUS_FILE}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, &path)
+    }
+
+    /// Reads the file.
+    pub fn read(state_dir: &Path) -> Result<Status, String> {
+        let path = state_dir.join(STATUS_FILE);
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// A human-readable summary.
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "mode {}, {} cycles, generation {}, updated at {:.0}",
+            self.mode, self.cycles, self.generation, self.updated_at
+        );
+        for (m, src) in &self.sources {
+            let _ = writeln!(s, "policy {m}: {src}");
+        }
+        let _ = writeln!(s, "\nGPUs:");
+        for g in &self.gpus {
+            let _ = writeln!(
+                s,
+                "  {:<20} {:<12} {:<4} busy {}  {}",
+                g.gpu,
+                g.model,
+                g.configuration.as_deref().unwrap_or("-"),
+                g.busy,
+                g.layout
+            );
+        }
+        let _ = writeln!(s, "\npending transitions:");
+        for (n, step) in &self.pending_transitions {
+            let _ = writeln!(s, "  {n}: {step}");
+        }
+        let _ = writeln!(s, "\nlast decisions:");
+        for d in &self.decisions {
+            let _ = writeln!(
+                s,
+                "  gen {} {} {} -> {}: {}",
+                d.generation, d.gpu, d.from, d.to, d.action
+            );
+        }
+        let _ = writeln!(s, "\nerrors:");
+        for (at, e) in &self.errors {
+            let _ = writeln!(s, "  {at:.0} {e}");
+        }
+        let _ = writeln!(s, "\ncounters:");
+        for (k, v) in &self.counters {
+            let _ = writeln!(s, "  {k}: {v}");
+        }
+        s
+    }
+}
+
+fn trim<T>(v: &mut Vec<T>) {
+    if v.len() > KEEP {
+        v.drain(..v.len() - KEEP);
+    }
+}
