@@ -50,7 +50,7 @@ pub fn unix_now() -> f64 {
 
 /// A GPU left alone because its change destroys busy instances: (GPU, target, the busy
 /// instances it would destroy).
-pub type Busy = (usize, usize, Vec<Instance>);
+pub type Busy = (usize, usize, String);
 
 /// One GPU that should change, with its plan.
 #[derive(Debug, Clone)]
@@ -195,7 +195,7 @@ impl Central {
                     plan,
                 });
             } else {
-                busy.push((g, t, touched));
+                busy.push((g, t, format!("skip: busy {}", self.instances(view, g, &touched))));
                 if self.mode == Mode::Preempt {
                     changes.push(Change {
                         gpu: g,
@@ -204,6 +204,39 @@ impl Central {
                     });
                 }
             }
+        }
+        // Slurm 22.05 kills a running job when its node's GPU count changes at the restart
+        // (`_validate_node_gres_cnt`): on nodes with running jobs only count-preserving
+        // changes go ahead; the others wait for the node to be idle.
+        if self.mode != Mode::Preempt {
+            let mut delta: HashMap<&str, i64> = HashMap::new();
+            for c in &changes {
+                *delta.entry(view.gpus[c.gpu].node.as_str()).or_default() +=
+                    c.plan.create.len() as i64 - c.plan.destroy.len() as i64;
+            }
+            let has_jobs: HashSet<&str> = view
+                .gpus
+                .iter()
+                .filter(|g| !g.busy.is_empty())
+                .map(|g| g.node.as_str())
+                .collect();
+            let blocked: HashSet<String> = delta
+                .iter()
+                .filter(|(n, d)| **d != 0 && has_jobs.contains(*n))
+                .map(|(n, _)| n.to_string())
+                .collect();
+            changes.retain(|c| {
+                let node = &view.gpus[c.gpu].node;
+                if blocked.contains(node) {
+                    busy.push((
+                        c.gpu,
+                        c.target,
+                        "skip: the node's GPU count would change under running jobs".into(),
+                    ));
+                    return false;
+                }
+                true
+            });
         }
         (decision, changes, busy)
     }
@@ -231,11 +264,11 @@ impl Central {
         let generation = view.max_generation.max(self.status.generation) + 1;
         let dry = self.mode == Mode::DryRun;
         let mut lines = Vec::new();
-        for (g, t, touched) in &busy {
+        for (g, t, what) in &busy {
             if self.mode == Mode::Preempt {
                 continue;
             }
-            let what = format!("skip: busy {}", self.instances(&view, *g, touched));
+            let what = what.clone();
             let action = if dry { format!("would {what}") } else { what };
             lines.push(self.line(&view, *g, *t, if dry { 0 } else { generation }, now, action));
         }

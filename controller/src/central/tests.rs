@@ -14,6 +14,7 @@ use crate::slurm::SlurmApi;
 
 const C2: &str = "4g.20gb@0 3g.20gb@4";
 const C8: &str = "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 3g.20gb@4";
+const C5: &str = "3g.20gb@0 3g.20gb@4";
 
 fn temp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("smartmig-central-{tag}-{}", std::process::id()));
@@ -48,8 +49,8 @@ impl Relayout for Recorder {
     }
 }
 
-/// Node a: c2 with a job on its 4g (which c8 destroys); node b: c2 with a job on its 3g
-/// (which c8 keeps); node c: c2, idle. Slurm numbers devices by type name: 3g.20gb is
+/// Node a: c2 with a job on its 4g (which c5 and c8 destroy); node b: c2 with a job on its 3g
+/// (which c5 and c8 keep); node c: c2, idle. Slurm numbers devices by type name: 3g.20gb is
 /// IDX 0, 4g.20gb IDX 1.
 fn cluster() -> FakeSlurm {
     let mut s = FakeSlurm {
@@ -87,7 +88,7 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     let dir = temp("drain");
     let rec = Recorder::default();
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         cluster(),
         Mode::Drain,
         rec.clone(),
@@ -97,16 +98,16 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     assert_eq!(r.nodes, vec!["b".to_string(), "c".to_string()]);
     assert_eq!((r.changed, r.skipped_busy), (2, 1));
     assert_eq!(layout_of(&mut c, "a"), C2, "a's 4g is busy: a keeps its layout");
-    assert_eq!(layout_of(&mut c, "b"), C8);
-    assert_eq!(layout_of(&mut c, "c"), C8);
+    assert_eq!(layout_of(&mut c, "b"), C5);
+    assert_eq!(layout_of(&mut c, "c"), C5);
     // One refresh for the batch, with the reported layouts.
     let batches = rec.0.lock().unwrap().clone();
     assert_eq!(batches.len(), 1);
     assert_eq!(
         batches[0],
         vec![
-            ("b".to_string(), "gpu:1g.5gb:4,gpu:3g.20gb:1".to_string()),
-            ("c".to_string(), "gpu:1g.5gb:4,gpu:3g.20gb:1".to_string())
+            ("b".to_string(), "gpu:3g.20gb:2".to_string()),
+            ("c".to_string(), "gpu:3g.20gb:2".to_string())
         ]
     );
     let nodes = c.api().nodes().unwrap();
@@ -122,13 +123,13 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     assert!(status
         .decisions
         .iter()
-        .any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c8"));
+        .any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c5"));
     assert_eq!(status.counters.get("repartitions"), Some(&2));
     assert!(status.pending_transitions.is_empty());
     let snap = Snapshot::parse(&std::fs::read(dir.join("run/snapshot.json")).unwrap()).unwrap();
     // 8 new 1g instances; the fake keeps job 2's device index 0 across the re-layout as
     // Slurm does, which now names a 1g (see the admin guide's note on device indices).
-    assert!(snap.state("1g.5gb").free >= 7, "{snap:?}");
+    assert!(snap.state("3g.20gb").free >= 2, "{snap:?}");
     assert_eq!(snap.state("4g.20gb").free, 0, "a's 4g is busy");
 }
 
@@ -136,7 +137,7 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
 fn the_drain_reason_names_the_generation_and_a_second_cycle_changes_nothing() {
     let dir = temp("gen");
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         cluster(),
         Mode::Drain,
         Recorder::default(),
@@ -151,7 +152,7 @@ fn the_drain_reason_names_the_generation_and_a_second_cycle_changes_nothing() {
 
 #[test]
 fn dry_run_touches_nothing_and_reports_the_same_decisions() {
-    let policy = "kind = \"static\"\nstatic_layout = [\"c8\"]";
+    let policy = "kind = \"static\"\nstatic_layout = [\"c5\"]";
     let dir = temp("dry");
     let mut dry = central(
         resolved(&dir, policy),
@@ -203,7 +204,7 @@ fn pending_jobs_whose_type_vanished_are_rerouted_to_a_present_type() {
     s.jobs.push(FakeSlurm::pending(10, "gres:gpu:4g.20gb:1"));
     s.jobs.push(FakeSlurm::pending(11, "gres:gpu:3g.20gb:1"));
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         s,
         Mode::Drain,
         Recorder::default(),
@@ -223,7 +224,7 @@ fn pending_jobs_whose_type_vanished_are_rerouted_to_a_present_type() {
 fn a_missing_policy_file_falls_back_to_the_static_layout_and_says_why() {
     let dir = temp("fallback");
     let policy = format!(
-        "kind = \"mean-field\"\nmodels_dir = \"{}/none\"\nstatic_layout = [\"c8\"]",
+        "kind = \"mean-field\"\nmodels_dir = \"{}/none\"\nstatic_layout = [\"c5\"]",
         dir.display()
     );
     let mut c = central(
@@ -245,7 +246,7 @@ fn a_failing_agent_is_reported_and_its_node_resumed_with_the_layout_it_reports()
     s.agent_fails = Some("IN_USE on 4g.20gb@0".into());
     let rec = Recorder::default();
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         s,
         Mode::Drain,
         rec.clone(),
@@ -293,7 +294,7 @@ fn an_onnx_policy_decides_through_onnx_runtime() {
         dir.display()
     );
     let r = resolved(&dir, &policy);
-    decide::write_preferring(&r, 0, Mode::Drain, 7).unwrap();
+    decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
     let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
     let rep = c.cycle();
     let src = &c.status.sources["a100-40gb"];
@@ -306,14 +307,14 @@ fn an_onnx_policy_decides_through_onnx_runtime() {
         "{src}"
     );
     assert_eq!((rep.changed, rep.skipped_busy), (2, 1), "every GPU asked for c8");
-    assert_eq!(layout_of(&mut c, "c"), C8);
+    assert_eq!(layout_of(&mut c, "c"), C5);
 }
 
 #[test]
 fn a_corrupt_policy_file_falls_back_to_the_static_layout_with_the_reason_logged() {
     let dir = temp("corrupt");
     let policy = format!(
-        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c8\"]",
+        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c5\"]",
         dir.display()
     );
     let r = resolved(&dir, &policy);
@@ -331,7 +332,7 @@ fn an_unwritable_snapshot_is_an_error_and_the_cycle_still_completes() {
     // `run` is a file, so `run/snapshot.json` cannot be written.
     std::fs::write(dir.join("run"), b"").unwrap();
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         cluster(),
         Mode::Drain,
         Recorder::default(),
@@ -357,7 +358,7 @@ fn slurmctld_down_while_waiting_for_reports_delays_the_cycle_but_does_not_break_
     // Reads 0-3 are the cycle's and the post-drain views; 4-7 fail while waiting for reports.
     s.outage = 4..8;
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         s,
         Mode::Drain,
         Recorder::default(),
@@ -365,7 +366,7 @@ fn slurmctld_down_while_waiting_for_reports_delays_the_cycle_but_does_not_break_
     let r = c.cycle();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.changed, 2);
-    assert_eq!(layout_of(&mut c, "c"), C8);
+    assert_eq!(layout_of(&mut c, "c"), C5);
 }
 
 #[test]
@@ -374,7 +375,7 @@ fn slurmctld_down_at_the_start_of_a_cycle_is_an_error_and_the_next_cycle_recover
     let mut s = cluster();
     s.outage = 0..1;
     let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
         s,
         Mode::Drain,
         Recorder::default(),
@@ -413,8 +414,13 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
         vec!["3g.20gb@4".to_string()],
         "the 3g, not the 1g at index 0"
     );
-    // c5 (3g + 3g) would destroy the 3g@4? No: it keeps 3g@4 and destroys the four 1g.
     let mut c = central(r, s, Mode::Drain, Recorder::default());
     let rep = c.cycle();
-    assert_eq!(layout_of(&mut c, "b"), "3g.20gb@0 3g.20gb@4", "{rep:?}");
+    // c8 → c5 changes b's GPU count under a running job: Slurm 22.05 would kill it.
+    assert_eq!(layout_of(&mut c, "b"), C8, "{rep:?}");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "b/0" && d.action.contains("GPU count would change")));
 }
