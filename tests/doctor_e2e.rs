@@ -196,7 +196,7 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
     assert_eq!((code, status(&v, "onnx")), (FAIL, "fail".into()), "{v:#}");
     let msg = v["onnx"]["message"].as_str().unwrap();
     assert!(
-        msg.contains("a100-40gb.onnx") || msg.contains("ONNX Runtime"),
+        msg.contains("a100-40gb-drain.onnx") || msg.contains("ONNX Runtime"),
         "names the missing model (or runtime): {msg}"
     );
     c.write_smartmig_toml(slurm::SMARTMIG_TOML);

@@ -11,8 +11,8 @@ mod mig_cmd;
 mod policy_cmd;
 mod replay_cmd;
 mod sim_cmd;
-mod sweep_cmd;
 mod status_cmd;
+mod sweep_cmd;
 mod train_cmd;
 
 use std::fmt::Display;

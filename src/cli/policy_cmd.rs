@@ -84,7 +84,8 @@ fn fetch() -> CliResult {
 }
 
 /// The metadata of a model the paper's way for a catalogue GPU model: its configurations,
-/// the paper's feature layout, 5-event decisions, top-3, preempt semantics.
+/// the simulator's feature layout (what `compare` and `smartmigd` expect), 5-event
+/// decisions, top-3, preempt semantics.
 fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata, CliError> {
     let cat = Catalogue::embedded();
     let model = cat.model(gpu).map_err(CliError::input)?;
@@ -96,7 +97,7 @@ fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata
     Ok(PolicyMetadata {
         contract_version: CONTRACT_VERSION,
         gpu_model: model.key.clone(),
-        feature_layout: FeatureLayout::paper(configurations.len()),
+        feature_layout: crate::sim::features::layout(configurations.len()),
         configurations,
         decision: DecisionInterval {
             events: 5,

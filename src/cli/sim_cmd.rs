@@ -149,11 +149,7 @@ pub struct CompareArgs {
 /// The shipped policy for a scenario's GPU model and semantics, if one is installed.
 pub fn shipped_model(sc: &ResolvedScenario) -> Option<PathBuf> {
     let cm = sc.models.first()?;
-    let name = format!(
-        "{}-{}.onnx",
-        cm.model.key,
-        sc.scenario.repartition.semantics.as_str()
-    );
+    let name = crate::policy::policy_file_name(&cm.model.key, sc.scenario.repartition.semantics);
     [PathBuf::from("onnx"), PathBuf::from("/usr/share/smartmig/onnx")]
         .into_iter()
         .map(|d| d.join(&name))

@@ -377,7 +377,10 @@ fn check_onnx(r: &Resolved) -> Finding {
         };
     let mut loaded = Vec::new();
     for m in &r.models {
-        let path = r.config.policy.models_dir.join(format!("{}.onnx", m.model.key));
+        let path = r.config.policy.models_dir.join(crate::policy::policy_file_name(
+            &m.model.key,
+            crate::policy::mode_semantics(r.config.controller.mode),
+        ));
         let fix = format!(
             "install the policy for {} as {} (`smartmig train --out ...`), or set policy.kind = \"static\"",
             m.model.key,

@@ -24,3 +24,20 @@ pub use onnx_writer::WriteError;
 pub use provision::{fetch_runtime, ProvisionError, ORT_VERSION};
 pub use runtime::{OnnxRuntime, PolicyRuntime, RuntimeError};
 pub use sampling::{SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
+
+/// The file name of the policy for a GPU model and repartition semantics:
+/// `<model key>-<semantics>.onnx`, as `smartmig train` ships them in `onnx/` and
+/// `smartmigd` loads them from `policy.models_dir`.
+pub fn policy_file_name(gpu_key: &str, semantics: crate::scenario::Semantics) -> String {
+    format!("{gpu_key}-{}.onnx", semantics.as_str())
+}
+
+/// The semantics a controller mode repartitions with (a dry run trials the default, drain).
+pub fn mode_semantics(mode: smartmig_core::config::Mode) -> crate::scenario::Semantics {
+    match mode {
+        smartmig_core::config::Mode::Preempt => crate::scenario::Semantics::Preempt,
+        smartmig_core::config::Mode::Drain | smartmig_core::config::Mode::DryRun => {
+            crate::scenario::Semantics::Drain
+        }
+    }
+}

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use rand_chacha::ChaCha8Rng;
 use smartmig::policy::contract::CONTRACT_VERSION;
 use smartmig::policy::{
-    DecisionInterval, OnnxRuntime, PolicyMetadata, PolicyRuntime, SamplingConfig, Semantics, TransitionTable,
+    mode_semantics, policy_file_name, DecisionInterval, OnnxRuntime, PolicyMetadata, PolicyRuntime,
+    SamplingConfig, TransitionTable,
 };
 use smartmig::sim::features::{layout as feature_layout, FeatureTracker};
 use smartmig::workload::Job;
@@ -61,14 +62,9 @@ pub struct Decider {
 
 /// The policy file of a model: `<models_dir>/<model key>-<semantics>.onnx`.
 pub fn policy_path(resolved: &Resolved, model: usize, mode: Mode) -> PathBuf {
-    let semantics = match mode {
-        Mode::Preempt => Semantics::Preempt,
-        Mode::Drain | Mode::DryRun => Semantics::Drain,
-    };
-    resolved.config.policy.models_dir.join(format!(
-        "{}-{}.onnx",
-        resolved.models[model].model.key,
-        semantics.as_str()
+    resolved.config.policy.models_dir.join(policy_file_name(
+        &resolved.models[model].model.key,
+        mode_semantics(mode),
     ))
 }
 
@@ -88,10 +84,7 @@ pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> Polic
         top_k: p.top_k,
         training_scenario: String::new(),
         training_seed: 0,
-        semantics: match mode {
-            Mode::Preempt => Semantics::Preempt,
-            _ => Semantics::Drain,
-        },
+        semantics: mode_semantics(mode),
     }
 }
 
