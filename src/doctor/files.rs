@@ -1,11 +1,67 @@
 //! Reading what doctor checks: slurm.conf and gres.conf lines, and the plugin's ELF file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// One line of a Slurm config file, with where it came from.
+#[derive(Debug, Clone)]
+pub struct ConfLine {
+    /// The file it is in (an `Include`d one, maybe).
+    pub file: PathBuf,
+    /// 1-based line number.
+    pub number: usize,
+    /// The text, without the newline.
+    pub text: String,
+}
+
+/// Includes deeper than this are refused (Slurm's own limit is similar; it stops loops).
+const MAX_INCLUDE_DEPTH: usize = 8;
+
+/// The lines of a slurm.conf or gres.conf with `Include FILE` lines replaced by the
+/// file's lines (a relative FILE is taken from the including file's directory).
+pub fn read_lines(path: &Path) -> Result<Vec<ConfLine>, String> {
+    let mut out = Vec::new();
+    read_into(path, 0, &mut out)?;
+    Ok(out)
+}
+
+fn read_into(path: &Path, depth: usize, out: &mut Vec<ConfLine>) -> Result<(), String> {
+    if depth > MAX_INCLUDE_DEPTH {
+        return Err(format!(
+            "{}: Include nested deeper than {MAX_INCLUDE_DEPTH}",
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    for (n, line) in text.lines().enumerate() {
+        let bare = line.split('#').next().unwrap_or("").trim();
+        let include = bare
+            .split_once(char::is_whitespace)
+            .filter(|(k, _)| k.eq_ignore_ascii_case("include"))
+            .map(|(_, f)| f.trim());
+        match include {
+            Some(file) => {
+                let file = Path::new(file);
+                let file = match path.parent() {
+                    Some(dir) if file.is_relative() => dir.join(file),
+                    _ => file.to_path_buf(),
+                };
+                read_into(&file, depth + 1, out)
+                    .map_err(|e| format!("{} (included from {}:{})", e, path.display(), n + 1))?;
+            }
+            None => out.push(ConfLine {
+                file: path.to_path_buf(),
+                number: n + 1,
+                text: line.to_string(),
+            }),
+        }
+    }
+    Ok(())
+}
 
 use object::{Object, ObjectSection, ObjectSymbol};
 
 /// slurm.conf as key → value (keys case-insensitive, the last setting wins, `Include`
-/// not followed).
+/// files read in place).
 #[derive(Debug, Clone, Default)]
 pub struct SlurmConf {
     entries: Vec<(String, String)>,
@@ -14,9 +70,8 @@ pub struct SlurmConf {
 impl SlurmConf {
     /// Reads a slurm.conf.
     pub fn read(path: &Path) -> Result<SlurmConf, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Ok(SlurmConf::parse(&text))
+        let text: Vec<String> = read_lines(path)?.into_iter().map(|l| l.text).collect();
+        Ok(SlurmConf::parse(&text.join("\n")))
     }
 
     /// Parses slurm.conf text.
@@ -154,6 +209,41 @@ mod tests {
         );
         assert_eq!(c.get("JOBSUBMITPLUGINS"), Some("lua,smartmig"));
         assert_eq!(c.get("PluginDir"), None);
+    }
+
+    #[test]
+    fn include_lines_are_read_in_place_and_a_loop_is_refused() {
+        let d = std::env::temp_dir().join(format!("smartmig-include-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("nodes")).unwrap();
+        std::fs::write(
+            d.join("gres.conf"),
+            "AutoDetect=off\nInclude nodes/n1.conf\nName=gpu Type=x\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("nodes/n1.conf"),
+            "# n1\nNodeName=n1 Name=gpu Type=1g.5gb File=/dev/x\n",
+        )
+        .unwrap();
+        let lines = read_lines(&d.join("gres.conf")).unwrap();
+        let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "AutoDetect=off",
+                "# n1",
+                "NodeName=n1 Name=gpu Type=1g.5gb File=/dev/x",
+                "Name=gpu Type=x"
+            ]
+        );
+        assert_eq!(
+            (lines[2].file.clone(), lines[2].number),
+            (d.join("nodes/n1.conf"), 2)
+        );
+        std::fs::write(d.join("loop.conf"), "Include loop.conf\n").unwrap();
+        let e = read_lines(&d.join("loop.conf")).unwrap_err();
+        assert!(e.contains("nested deeper"), "{e}");
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

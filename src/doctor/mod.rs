@@ -476,13 +476,13 @@ fn check_nvml() -> Finding {
 
 fn check_gres(slurm_conf: &Path, r: &Resolved) -> Finding {
     let path = slurm_conf.with_file_name("gres.conf");
-    let text = match std::fs::read_to_string(&path) {
+    let lines = match files::read_lines(&path) {
         Ok(t) => t,
         Err(e) => {
             return Finding::bad(
                 "gres",
                 Status::Fail,
-                format!("{}: {e}", path.display()),
+                e,
                 "write gres.conf beside slurm.conf with one line per MIG instance (docs/admin-guide.md)",
             )
         }
@@ -494,8 +494,8 @@ fn check_gres(slurm_conf: &Path, r: &Resolved) -> Finding {
         .collect();
     let mut problems = Vec::new();
     let mut devices = 0;
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
+    for conf_line in &lines {
+        let line = conf_line.text.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
@@ -509,7 +509,7 @@ fn check_gres(slurm_conf: &Path, r: &Resolved) -> Finding {
         if get("Name") != Some("gpu") {
             continue;
         }
-        let at = format!("{}:{}", path.display(), n + 1);
+        let at = format!("{}:{}", conf_line.file.display(), conf_line.number);
         match get("Type") {
             Some(t) if profiles.iter().any(|p| p == t) => {}
             Some(t) => problems.push(format!(
