@@ -37,11 +37,7 @@ pub enum DocsError {
 
 /// Writes the man page of `cmd` and of every visible subcommand (recursively) into `dir`,
 /// in manual `section`; returns the files written. `help` gets no page of its own.
-pub fn write_man_pages(
-    cmd: clap::Command,
-    section: &str,
-    dir: &Path,
-) -> Result<Vec<PathBuf>, DocsError> {
+pub fn write_man_pages(cmd: clap::Command, section: &str, dir: &Path) -> Result<Vec<PathBuf>, DocsError> {
     fn generate(
         cmd: clap::Command,
         section: &str,
@@ -85,11 +81,7 @@ pub fn write_config_man_page(dir: &Path) -> Result<PathBuf, DocsError> {
 }
 
 /// Writes the completion script of `cmd` for `shell` to `out`.
-pub fn write_completions(
-    cmd: &mut clap::Command,
-    shell: clap_complete::Shell,
-    out: &mut dyn Write,
-) {
+pub fn write_completions(cmd: &mut clap::Command, shell: clap_complete::Shell, out: &mut dyn Write) {
     let name = cmd.get_name().to_owned();
     clap_complete::generate(shell, cmd, name, out);
 }
@@ -285,9 +277,7 @@ pub fn config_man_page(text: &str, version: &str) -> Result<String, DocsError> {
                 Item::Prose(lines) => {
                     // The title line is the NAME section already.
                     let lines = match lines.split_first() {
-                        Some((first, rest)) if n == 0 && first.starts_with("smartmig.toml:") => {
-                            rest
-                        }
+                        Some((first, rest)) if n == 0 && first.starts_with("smartmig.toml:") => rest,
                         _ => lines,
                     };
                     if lines.is_empty() {
@@ -298,11 +288,7 @@ pub fn config_man_page(text: &str, version: &str) -> Result<String, DocsError> {
                 }
                 Item::Key(key) => {
                     roff.control("TP", []);
-                    roff.text([
-                        bold(key.name.as_str()),
-                        roman(" = "),
-                        italic(key.value.as_str()),
-                    ]);
+                    roff.text([bold(key.name.as_str()), roman(" = "), italic(key.value.as_str())]);
                     paragraph(&mut roff, &key.doc);
                     if key.commented {
                         roff.control("br", []);
@@ -352,7 +338,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cmd = crate::cli::Cli::command();
         let written = write_man_pages(cmd.clone(), "1", dir.path()).unwrap();
-        let main = std::fs::read_to_string(dir.path().join("smartmig.1")).unwrap();
+        // roff writes `-` as `\\-`.
+        let main = std::fs::read_to_string(dir.path().join("smartmig.1"))
+            .unwrap()
+            .replace("\\-", "-");
         let mut paths = Vec::new();
         subcommand_paths(&cmd, "smartmig", &mut paths);
         assert!(paths.len() > 10, "command tree too small: {paths:?}");
@@ -420,10 +409,7 @@ mod tests {
     #[test]
     fn config_man_page_rejects_a_line_it_cannot_place() {
         let err = config_man_page("version = 1\nthis is not toml\n", "0").unwrap_err();
-        assert!(
-            matches!(err, DocsError::Config { line: 2, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, DocsError::Config { line: 2, .. }), "{err}");
     }
 
     #[test]
