@@ -63,7 +63,10 @@ done
 # The plugin loads only into the slurmctld of the Slurm it was compiled against
 # (plugin_version must equal SLURM_VERSION_NUMBER: major.minor.micro), so depend on that
 # upstream version, any Debian revision: slurmctld (>= 22.05.8), slurmctld (<< 22.05.9~).
-slurm=$(dpkg-query -W -f='${Version}' libslurm-dev)
+if ! slurm=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null) || [ -z "$slurm" ]; then
+    echo "package.sh: libslurm-dev is not installed; the plugin's Slurm dependency comes from its version (scripts/deps.sh slurm)" >&2
+    exit 1
+fi
 upstream="${slurm#*:}"
 upstream="${upstream%-*}"
 next="${upstream%.*}.$(( ${upstream##*.} + 1 ))"
