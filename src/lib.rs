@@ -4,6 +4,7 @@ pub use smartmig_core::{config, error, mig};
 
 pub mod bounds;
 pub mod cli;
+pub mod docs;
 pub mod doctor;
 pub mod energy;
 pub mod eval;

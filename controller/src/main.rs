@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use smartmigd::central::run;
 
 /// smartmigd: repartitions MIG GPUs between Slurm allocations.
@@ -64,6 +64,18 @@ enum Role {
         #[arg(long)]
         fixed: bool,
     },
+    /// Write smartmigd(8) and its subcommand pages into DIR (packaging).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory (created if missing).
+        dir: PathBuf,
+    },
+    /// Print a shell completion script on stdout (packaging).
+    #[command(hide = true)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn node(config: PathBuf, once: bool) -> anyhow::Result<()> {
@@ -88,6 +100,14 @@ fn bench(gpus: usize, jobs: usize, cycles: usize, fixed: bool) -> anyhow::Result
     Ok(())
 }
 
+/// `smartmigd manpages DIR`: section 8, the daemon's manual section.
+fn manpages(dir: PathBuf) -> anyhow::Result<()> {
+    for page in smartmig::docs::write_man_pages(Cli::command(), "8", &dir)? {
+        println!("{}", page.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
@@ -105,6 +125,11 @@ fn main() -> ExitCode {
             cycles,
             fixed,
         } => bench(gpus, jobs, cycles, fixed),
+        Role::Manpages { dir } => manpages(dir),
+        Role::Completions { shell } => {
+            smartmig::docs::write_completions(&mut Cli::command(), shell, &mut std::io::stdout());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -143,6 +143,18 @@ pub enum Command {
     Doctor(doctor_cmd::DoctorArgs),
     /// The controller's status: layouts, pending transitions, last decisions, errors.
     Status(status_cmd::StatusArgs),
+    /// Write smartmig(1), its subcommand pages and smartmig.toml(5) into DIR (packaging).
+    #[command(hide = true)]
+    Manpages {
+        /// Output directory (created if missing).
+        dir: std::path::PathBuf,
+    },
+    /// Print a shell completion script on stdout (packaging).
+    #[command(hide = true)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Runs a parsed command line.
@@ -161,7 +173,24 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Sweep(a) => sweep_cmd::run(a),
         Command::Doctor(a) => doctor_cmd::run(a),
         Command::Status(a) => status_cmd::run(a),
+        Command::Manpages { dir } => manpages(&dir),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            crate::docs::write_completions(&mut Cli::command(), shell, &mut std::io::stdout());
+            Ok(())
+        }
     }
+}
+
+/// `smartmig manpages DIR`: the command pages and smartmig.toml(5).
+fn manpages(dir: &std::path::Path) -> CliResult {
+    use clap::CommandFactory;
+    let mut pages = crate::docs::write_man_pages(Cli::command(), "1", dir).map_err(CliError::failure)?;
+    pages.push(crate::docs::write_config_man_page(dir).map_err(CliError::failure)?);
+    for p in pages {
+        println!("{}", p.display());
+    }
+    Ok(())
 }
 
 /// A policy file's contract metadata, read without ONNX Runtime.
