@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use object::{Object, ObjectSection, ObjectSymbol};
-use slurm::{Cluster, FakeGpu, Options};
+use slurm::{Cluster, Options};
 
 /// Doctor's exit codes: warning, failure.
 const WARN: i32 = 4;
@@ -74,18 +74,7 @@ fn patch_version(from: &Path, to: &Path, version: u32) {
 #[test]
 fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix() {
     skip_unless_slurm!();
-    let c = Cluster::start(&Options {
-        gpus: vec![
-            FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
-            FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
-        ],
-        more_nodes: Vec::new(),
-        smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
-        job_submit_plugins: "smartmig".into(),
-        etc_files: Vec::new(),
-        extra_conf: String::new(),
-        accounting: false,
-    });
+    let c = Cluster::start(&Options::two_nodes());
     let snap = c.snapshot_path();
     std::fs::write(&snap, snapshot(now())).unwrap();
     let conf_text = std::fs::read_to_string(&c.conf).unwrap();

@@ -21,24 +21,9 @@ use slurm::{minutes, Cluster, FakeGpu, Options, SMARTMIG_TOML};
 /// One cluster at a time: the machine is small and slurmctld is not light.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn options() -> Options {
-    Options {
-        gpus: vec![
-            FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
-            FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
-        ],
-        more_nodes: Vec::new(),
-        smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
-        job_submit_plugins: "smartmig".into(),
-        etc_files: Vec::new(),
-        extra_conf: String::new(),
-        accounting: false,
-    }
-}
-
 fn start() -> (std::sync::MutexGuard<'static, ()>, Cluster) {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    (guard, Cluster::start(&options()))
+    (guard, Cluster::start(&Options::two_nodes()))
 }
 
 /// A submission and where it must land.
@@ -324,7 +309,7 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
 fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     skip_unless_slurm!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut opts = options();
+    let mut opts = Options::two_nodes();
     opts.smartmig_toml = format!("{SMARTMIG_TOML}slak = 2\n");
     let c = Cluster::start(&opts);
     let e = c.sbatch(&["--gres=gpu:mig:1", "--wrap", "true"]).unwrap_err();
@@ -399,7 +384,7 @@ fn sacct_records_the_routed_type_and_limit() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut opts = options();
+    let mut opts = Options::two_nodes();
     opts.accounting = true;
     let c = Cluster::start(&opts);
     let (id, _) = c
@@ -481,7 +466,7 @@ fn two_nodes_in_network_namespaces_take_routed_jobs() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut opts = options();
+    let mut opts = Options::two_nodes();
     opts.gpus = vec![FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)])];
     opts.more_nodes = vec![vec![FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)])]];
     let c = Cluster::start(&opts);

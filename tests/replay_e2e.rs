@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use slurm::{Cluster, FakeGpu, Options};
+use slurm::{Cluster, Options};
 
 /// The harness node: two A100-40GB in c2 (4g + 3g) and c7 (2g + 1g + 1g + 3g).
 const CLUSTER_SETS: [&str; 2] = [
@@ -218,16 +218,8 @@ fn replay_of_a_live_harness_dump_matches_an_independent_recompute() {
     // sacct prints local time; the reader and the recompute take it as UTC.
     std::env::set_var("TZ", "UTC");
     let c = Cluster::start(&Options {
-        gpus: vec![
-            FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
-            FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
-        ],
-        more_nodes: Vec::new(),
-        smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
-        job_submit_plugins: "smartmig".into(),
-        etc_files: Vec::new(),
-        extra_conf: String::new(),
         accounting: true,
+        ..Options::two_nodes()
     });
     let jobs: &[&[&str]] = &[
         // Four jobs on the two 1g.5gb instances: some wait, and are late.

@@ -141,6 +141,25 @@ pub struct Options {
     pub accounting: bool,
 }
 
+impl Options {
+    /// Two nodes with a mix of MIG types, the plugin loaded, no accounting: what most
+    /// end-to-end tests start from.
+    pub fn two_nodes() -> Options {
+        Options {
+            gpus: vec![
+                FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]),
+                FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)]),
+            ],
+            more_nodes: Vec::new(),
+            smartmig_toml: SMARTMIG_TOML.to_string(),
+            job_submit_plugins: "smartmig".into(),
+            etc_files: Vec::new(),
+            extra_conf: String::new(),
+            accounting: false,
+        }
+    }
+}
+
 /// A running throwaway cluster.
 pub struct Cluster {
     /// Its temp dir (config, state, logs, sockets, devices).
