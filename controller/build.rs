@@ -2,33 +2,30 @@
 //! the node agents use (reading jobs and nodes, updating nodes and pending jobs), and
 //! links libslurm.
 //!
-//! Headers are looked up in `$SLURM_INCLUDE_DIR`, then in `/usr/include`; the directory
-//! must contain `slurm/slurm.h` (Debian: libslurm-dev, which also ships `libslurm.so`).
+//! Headers are found as for the plugin (`$SLURM_INCLUDE_DIR`, pkg-config, `/usr/include`;
+//! Debian: libslurm-dev, which also ships `libslurm.so`).
 
 use std::env;
 use std::path::PathBuf;
+
+// The plugin's header lookup, so both crates build against the same Slurm.
+#[path = "../slurm-plugin/slurm_headers.rs"]
+mod slurm_headers;
+use slurm_headers::find_include_dir;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=SLURM_LIB_DIR");
     println!("cargo:rerun-if-changed=build.rs");
-    let mut tried = Vec::new();
-    let include = env::var("SLURM_INCLUDE_DIR")
-        .ok()
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([PathBuf::from("/usr/include")])
-        .find(|d| {
-            tried.push(d.display().to_string());
-            d.join("slurm/slurm.h").is_file()
-        });
-    let Some(include) = include else {
-        eprintln!(
-            "error: Slurm headers not found (looked for slurm/slurm.h in: {}).\n\
-             Install them (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR.",
-            tried.join(", ")
-        );
-        std::process::exit(1);
+    let include = match find_include_dir() {
+        Ok(dir) => dir,
+        Err(tried) => {
+            eprintln!(
+                "error: Slurm headers not found (looked for slurm/slurm.h in: {tried}).\n\
+                 Install them (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR."
+            );
+            std::process::exit(1);
+        }
     };
     let slurm_h = include.join("slurm/slurm.h");
     println!("cargo:rerun-if-changed={}", slurm_h.display());
