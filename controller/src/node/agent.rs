@@ -29,6 +29,8 @@ pub struct AgentConfig {
     pub slurmd_stop: Vec<String>,
     /// Command that starts slurmd.
     pub slurmd_start: Vec<String>,
+    /// Seconds between re-announcements of the last report with the current layouts.
+    pub announce_interval_s: f64,
 }
 
 /// One GPU of a re-layout, resolved against the catalogue.
@@ -45,9 +47,22 @@ pub struct Agent {
     backend: Box<dyn GpuBackend>,
     channel: Box<dyn NodeChannel>,
     journal: Journal,
+    /// The last report this agent wrote (or found on the channel at start).
+    last: Option<Report>,
+    /// When `last` was written (Unix seconds).
+    last_at: f64,
 }
 
-fn now() -> f64 {
+/// Order of the phases within a generation: Apply comes before StartSlurmd.
+fn phase_order(p: Phase) -> u8 {
+    match p {
+        Phase::Apply => 0,
+        Phase::StartSlurmd => 1,
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -66,6 +81,8 @@ impl Agent {
             backend,
             channel,
             journal,
+            last: None,
+            last_at: 0.0,
         })
     }
 
@@ -97,36 +114,92 @@ impl Agent {
             },
         };
         let report = self.report(generation, Phase::Apply, outcome);
+        self.publish(report).map(Some)
+    }
+
+    /// Writes `report` to the channel and remembers it as the last one.
+    fn publish(&mut self, report: Report) -> Result<Report, NodeError> {
         self.channel.write_report(&report)?;
-        Ok(Some(report))
+        self.last = Some(report.clone());
+        self.last_at = report.at;
+        Ok(report)
     }
 
     /// Publishes the node's layouts when it has never reported (generation 0, a finished
     /// StartSlurmd): the central role manages a node only once it knows its layouts.
     pub fn announce(&mut self) -> Result<Option<Report>, NodeError> {
-        if self.channel.last_report()?.is_some() {
+        if let Some(r) = self.channel.last_report()? {
+            self.last_at = unix_now();
+            self.last = Some(r);
             return Ok(None);
         }
-        let report = self.report(0, Phase::StartSlurmd, Outcome::Done);
-        self.channel.write_report(&report)?;
+        let report = self.publish(self.report(0, Phase::StartSlurmd, Outcome::Done))?;
         log::info!("announced {} GPU(s) to the central role", report.gpus.len());
         Ok(Some(report))
     }
 
     /// Reads the desired state and handles it unless it was answered already.
     pub fn poll(&mut self) -> Result<Option<Report>, NodeError> {
-        let Some(d) = self.channel.read_desired()? else {
+        let (desired, on_channel) = self.channel.read()?;
+        self.handle(desired, on_channel.as_ref())
+    }
+
+    /// One turn of the agent's loop at `now` (Unix seconds): handles the desired state
+    /// like [`Agent::poll`]; when there is nothing to do, re-announces the last report with
+    /// the devices' current layouts if the channel lost it, if a layout differs from it,
+    /// or every `announce_interval_s`.
+    pub fn tick(&mut self, now: f64) -> Result<Option<Report>, NodeError> {
+        let (desired, on_channel) = self.channel.read()?;
+        if let Some(r) = self.handle(desired, on_channel.as_ref())? {
+            return Ok(Some(r));
+        }
+        self.reannounce(on_channel, now)
+    }
+
+    fn reannounce(&mut self, on_channel: Option<Report>, now: f64) -> Result<Option<Report>, NodeError> {
+        let gpus = self.actual()?;
+        let why = match &on_channel {
+            None => "the node's report is gone",
+            Some(r) if r.gpus != gpus => "a device's layout differs from the last report",
+            Some(_) if now - self.last_at >= self.cfg.announce_interval_s => "periodic",
+            Some(_) => return Ok(None),
+        };
+        // The channel's report is what the central role sees; without it, the last one
+        // this agent wrote keeps the answered generation; else a first announcement.
+        let base = on_channel
+            .or_else(|| self.last.clone())
+            .unwrap_or_else(|| self.report(0, Phase::StartSlurmd, Outcome::Done));
+        let report = self.publish(Report {
+            gpus,
+            slurmd_running: self.journal.slurmd_running(),
+            at: now,
+            ..base
+        })?;
+        let text = format!(
+            "re-announced generation {} {:?} with {} GPU(s): {why}",
+            report.generation,
+            report.phase,
+            report.gpus.len()
+        );
+        if why == "periodic" {
+            log::debug!("{text}");
+        } else {
+            log::info!("{text}");
+        }
+        Ok(Some(report))
+    }
+
+    /// Handles desired state `d` unless it was answered already (on the channel, or by
+    /// this agent when the channel lost its report).
+    fn handle(&mut self, d: Option<Desired>, on_channel: Option<&Report>) -> Result<Option<Report>, NodeError> {
+        let Some(d) = d else {
             return Ok(None);
         };
-        if let Some(last) = self.channel.last_report()? {
-            // Within a generation, Apply comes before StartSlurmd.
-            let order = |p: Phase| match p {
-                Phase::Apply => 0,
-                Phase::StartSlurmd => 1,
-            };
-            if (last.generation, order(last.phase)) >= (d.generation, order(d.phase)) {
-                return Ok(None);
-            }
+        let answered = |r: &Report| {
+            (r.generation, phase_order(r.phase)) >= (d.generation, phase_order(d.phase))
+        };
+        if on_channel.into_iter().chain(&self.last).any(answered) {
+            return Ok(None);
         }
         log::info!(
             "generation {}: {:?} on {} GPU(s)",
@@ -148,8 +221,7 @@ impl Agent {
             log::error!("generation {}: {:?} failed: {error}", d.generation, d.phase);
         }
         let report = self.report(d.generation, d.phase, outcome);
-        self.channel.write_report(&report)?;
-        Ok(Some(report))
+        self.publish(report).map(Some)
     }
 
     fn resolve(&self, gpus: &[GpuTarget]) -> Result<Vec<Target>, NodeError> {
@@ -357,21 +429,24 @@ impl Agent {
         write_in_place(&self.cfg.gres_conf, text.as_bytes())
     }
 
+    /// Every MIG GPU's actual layout, as reports carry it.
+    fn actual(&self) -> Result<Vec<GpuActual>, NodeError> {
+        Ok(self
+            .mig_gpus()?
+            .iter()
+            .map(|(index, model, st)| GpuActual {
+                index: *index,
+                model: model.key.clone(),
+                layout: st.layout.display(model).to_string().replace("(empty)", ""),
+            })
+            .collect())
+    }
+
     fn report(&self, generation: u64, phase: Phase, outcome: Outcome) -> Report {
-        let gpus = match self.mig_gpus() {
-            Ok(g) => g
-                .iter()
-                .map(|(index, model, st)| GpuActual {
-                    index: *index,
-                    model: model.key.clone(),
-                    layout: st.layout.display(model).to_string().replace("(empty)", ""),
-                })
-                .collect(),
-            Err(e) => {
-                log::error!("cannot read the GPUs for the report: {e}");
-                Vec::new()
-            }
-        };
+        let gpus = self.actual().unwrap_or_else(|e| {
+            log::error!("cannot read the GPUs for the report: {e}");
+            Vec::new()
+        });
         Report {
             smartmig: CHANNEL_VERSION,
             generation,
@@ -379,7 +454,7 @@ impl Agent {
             outcome,
             gpus,
             slurmd_running: self.journal.slurmd_running(),
-            at: now(),
+            at: unix_now(),
         }
     }
 }
@@ -458,6 +533,7 @@ mod tests {
                 gres_conf: self.path("gres.conf"),
                 slurmd_stop: vec!["sh".into(), "-c".into(), format!("echo stop >> {log}")],
                 slurmd_start: vec!["sh".into(), "-c".into(), format!("echo start >> {log}")],
+                announce_interval_s: 300.0,
             };
             let ch = SpoolChannel::open(&self.path("spool"), "n1").unwrap();
             Agent::new(cfg, Box::new(self.sim.clone()), Box::new(ch)).unwrap()
@@ -651,5 +727,59 @@ mod tests {
         assert_eq!(n.layout(0), "7g.40gb@0");
         assert!(a.journal().is_closed());
         assert!(a.recover().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_lost_report_is_reannounced_with_the_answered_generation_and_not_applied_again() {
+        let n = Node::new(&["7g@0"]);
+        let mut a = n.agent();
+        a.announce().unwrap().unwrap();
+        n.desire(3, Phase::Apply, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
+        let r = a.tick(unix_now()).unwrap().unwrap();
+        assert_eq!((r.generation, r.phase, r.outcome), (3, Phase::Apply, Outcome::Done));
+        assert!(a.tick(unix_now()).unwrap().is_none(), "nothing new to say");
+        // slurmctld forgets the node's Comment (here: the spool loses the report).
+        let spool = SpoolChannel::open(&n.path("spool"), "n1").unwrap();
+        std::fs::remove_file(spool.report_path()).unwrap();
+        let again = a.tick(unix_now()).unwrap().unwrap();
+        assert_eq!(
+            (again.generation, again.phase, again.outcome.clone()),
+            (3, Phase::Apply, Outcome::Done)
+        );
+        assert_eq!(again.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
+        let mut spool = spool;
+        assert_eq!(spool.last_report().unwrap(), Some(again));
+        // Generation 3 was answered already: no second apply, no second slurmd stop.
+        assert_eq!(n.slurmd_log(), "stop\n");
+        assert_eq!(
+            a.journal()
+                .records()
+                .iter()
+                .filter(|r| matches!(r, Record::Begin { .. }))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_layout_changed_behind_the_agents_back_is_reannounced_at_once_else_only_periodically() {
+        let n = Node::new(&["4g@0 3g@4"]);
+        let mut a = n.agent();
+        let first = a.announce().unwrap().unwrap();
+        let t = unix_now();
+        assert!(a.tick(t).unwrap().is_none());
+        assert!(a.tick(t + 290.0).unwrap().is_none(), "not before the interval");
+        let periodic = a.tick(t + 301.0).unwrap().unwrap();
+        assert_eq!((periodic.generation, &periodic.gpus), (0, &first.gpus));
+        assert_eq!(periodic.at, t + 301.0);
+        assert!(a.tick(t + 302.0).unwrap().is_none(), "the interval restarts");
+        // Someone destroys the 4g by hand.
+        let four = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
+        let mut sim = n.sim.clone();
+        sim.apply(0, &n.model, Step::DestroyCompute(four)).unwrap();
+        sim.apply(0, &n.model, Step::DestroyGpu(four)).unwrap();
+        let changed = a.tick(t + 303.0).unwrap().unwrap();
+        assert_eq!(changed.gpus[0].layout, "3g.20gb@4");
+        assert!(a.tick(t + 304.0).unwrap().is_none());
     }
 }

@@ -51,6 +51,7 @@ pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
             gres_conf: n.gres_conf.clone(),
             slurmd_stop: n.slurmd_stop.clone(),
             slurmd_start: n.slurmd_start.clone(),
+            announce_interval_s: n.announce_interval_s,
         },
         backend,
         channel,
@@ -58,8 +59,9 @@ pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
     Ok((agent, Duration::from_secs_f64(n.poll_interval_s)))
 }
 
-/// Runs the node role: recover what a previous run left open, then poll the channel
-/// (once with `once`). Errors of one poll are logged and the loop goes on.
+/// Runs the node role: recover what a previous run left open, announce, then poll the
+/// channel (once with `once`), re-announcing the layouts when needed ([`Agent::tick`]).
+/// Errors of one poll are logged and the loop goes on.
 pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
     let (mut agent, interval) = agent_from_config(config)?;
     if let Some(r) = agent.recover().context("recovering from the journal")? {
@@ -69,7 +71,7 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
         log::error!("cannot announce the node's layouts: {e}");
     }
     loop {
-        match agent.poll() {
+        match agent.tick(super::agent::unix_now()) {
             Ok(_) => {}
             Err(e) if once => return Err(e.into()),
             Err(e) => log::error!("{e}"),

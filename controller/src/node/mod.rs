@@ -24,6 +24,11 @@ pub trait NodeChannel {
     fn last_report(&mut self) -> Result<Option<Report>, NodeError>;
     /// Publishes a report.
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError>;
+    /// The desired state and the last report together (one read of the carrier where the
+    /// carrier allows it).
+    fn read(&mut self) -> Result<(Option<Desired>, Option<Report>), NodeError> {
+        Ok((self.read_desired()?, self.last_report()?))
+    }
 }
 
 /// Why the node agent could not do its work.

@@ -47,6 +47,13 @@ impl NodeChannel for SlurmChannel {
         let node = self.node.clone();
         Ok(write_report(self.api.as_mut(), &node, report)?)
     }
+    fn read(&mut self) -> Result<(Option<Desired>, Option<Report>), NodeError> {
+        let n = self.record()?;
+        Ok((
+            read_desired(&n).transpose()?,
+            read_report(&n).transpose()?,
+        ))
+    }
 }
 
 #[cfg(test)]

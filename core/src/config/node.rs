@@ -57,6 +57,10 @@ pub struct NodeConfig {
     /// Seconds between polls of the channel.
     #[serde(default = "default_poll", deserialize_with = "positive")]
     pub poll_interval_s: f64,
+    /// Seconds between re-announcements of the node's layouts (its last report, with the
+    /// devices' current layouts), so the central role recovers a forgotten `Comment`.
+    #[serde(default = "default_announce", deserialize_with = "positive")]
+    pub announce_interval_s: f64,
 }
 
 impl Default for NodeConfig {
@@ -71,6 +75,7 @@ impl Default for NodeConfig {
             slurmd_stop: default_stop(),
             slurmd_start: default_start(),
             poll_interval_s: default_poll(),
+            announce_interval_s: default_announce(),
         }
     }
 }
@@ -98,6 +103,9 @@ fn default_start() -> Vec<String> {
 }
 fn default_poll() -> f64 {
     2.0
+}
+fn default_announce() -> f64 {
+    300.0
 }
 
 /// A command line as a list: a program and its arguments, the program not empty.
@@ -127,6 +135,7 @@ mod tests {
         assert_eq!(c.node.spool_dir, std::path::PathBuf::from("/s"));
         assert_eq!(c.node.slurmd_stop, ["systemctl", "stop", "slurmd"]);
         assert_eq!(c.node.poll_interval_s, 0.5);
+        assert_eq!(c.node.announce_interval_s, 300.0);
     }
 
     #[test]
@@ -140,6 +149,10 @@ mod tests {
             .to_string();
         assert!(e.starts_with("t.toml:4:") && e.contains("program"), "{e}");
         let e = Config::parse("version = 1\n[node]\npoll_interval_s = 0\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.toml:3:") && e.contains("positive"), "{e}");
+        let e = Config::parse("version = 1\n[node]\nannounce_interval_s = -1\n", "t.toml")
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("t.toml:3:") && e.contains("positive"), "{e}");
