@@ -18,119 +18,13 @@
 
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;
+mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use slurm::{Cluster, FakeGpu, Options};
-use smartmig_core::config::{Config, Mode};
-use smartmig_core::mig::{Catalogue, Driver, Layout};
-use smartmig_gpu::simulated::{GpuSpec, Simulated};
-use smartmigd::central::decide::write_preferring;
+use common::{node_field, run_central, start_agent, two_nodes, Policy, C1, C2};
+use slurm::Cluster;
 use smartmigd::central::status::Status;
-
-const BIN: &str = env!("CARGO_BIN_EXE_smartmigd");
-const C2: &str = "4g.20gb@0 3g.20gb@4";
-
-fn two_nodes() -> Options {
-    Options {
-        gpus: vec![FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)])],
-        more_nodes: vec![vec![FakeGpu(vec![("7g.40gb", 1)])]],
-        smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
-        job_submit_plugins: String::new(),
-        etc_files: Vec::new(),
-        extra_conf: String::new(),
-        accounting: false,
-    }
-}
-
-/// Starts node `i`'s agent on a simulated GPU in `layout` (the 3g busy when `busy_3g`).
-fn start_agent(c: &mut Cluster, i: usize, layout: &str, busy_3g: bool) {
-    let node = c.nodes[i].clone();
-    let dir = c.dir.clone();
-    let model = Catalogue::embedded().model("a100-40gb").unwrap().clone();
-    let sim_dir = dir.join(format!("sim-{node}"));
-    let sim = Simulated::create(
-        &sim_dir,
-        Driver::R510,
-        &[GpuSpec {
-            layout: Layout::parse(&model, layout).unwrap(),
-            model,
-        }],
-    )
-    .unwrap();
-    if busy_3g {
-        let mut f = sim.load().unwrap();
-        f.gpus[0].busy = vec!["3g.20gb@4".into()];
-        sim.save(&f).unwrap();
-    }
-    let (stop, start) = c.slurmd_scripts(i);
-    let toml = format!(
-        "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n\
-         [controller]\nstate_dir = \"{d}/agent-{node}\"\n\
-         [node]\nname = \"{node}\"\nbackend = \"simulated\"\nsimulated_dir = \"{sim}\"\n\
-         channel = \"slurm\"\ngres_conf = \"{d}/etc/gres-{node}.conf\"\n\
-         slurmd_stop = [\"{stop}\"]\nslurmd_start = [\"{start}\"]\npoll_interval_s = 0.2\n",
-        d = dir.display(),
-        sim = sim_dir.display(),
-        stop = stop.display(),
-        start = start.display(),
-    );
-    let conf = dir.join(format!("etc/smartmig-{node}.toml"));
-    std::fs::write(&conf, toml).unwrap();
-    let mut cmd = c.in_node_ns(i, BIN);
-    cmd.args(["node", "--config"]).arg(&conf).env("RUST_LOG", "debug");
-    c.spawn_daemon(&format!("agent-{node}"), &mut cmd);
-}
-
-fn central_config(c: &Cluster) -> std::path::PathBuf {
-    let d = c.dir.display();
-    let text = format!(
-        "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n\
-         [policy]\nkind = \"mean-field\"\nmodels_dir = \"{d}/policy\"\nstatic_layout = [\"c2\"]\n\
-         [controller]\nmode = \"drain\"\nstate_dir = \"{d}/central\"\nsnapshot_path = \"{d}/run/snapshot.json\"\n\
-         [controller.central]\nseed = 1\nreport_timeout_s = 60\nslurmctld_timeout_s = 30\n\
-         nodes_include = \"{d}/etc/nodes.conf\"\nrestart_slurmctld = [\"{script}\"]\n",
-        script = c.restart_slurmctld_script().display()
-    );
-    let path = c.dir.join("etc/central.toml");
-    std::fs::write(&path, text).unwrap();
-    std::fs::create_dir_all(c.dir.join("policy")).unwrap();
-    let resolved = Config::from_file(&path).unwrap().resolve(None).unwrap();
-    write_preferring(&resolved, 0, Mode::Drain, 4).unwrap();
-    path
-}
-
-fn run_central(c: &Cluster, config: &Path, extra: &[&str]) -> String {
-    let out = c
-        .in_ctl_ns(BIN)
-        .args(["central", "--once", "--config"])
-        .arg(config)
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "smartmigd central failed:\n{text}\n{}",
-        c.log_tails()
-    );
-    text
-}
-
-fn node_field(c: &Cluster, node: &str, key: &str) -> String {
-    let out = c.scontrol(&["show", "node", node, "-o"]);
-    slurm::fields(&String::from_utf8_lossy(&out.stdout))
-        .get(key)
-        .cloned()
-        .unwrap_or_default()
-}
 
 fn decisions(s: &Status) -> Vec<(String, String, String)> {
     let mut v: Vec<_> = s
@@ -144,11 +38,7 @@ fn decisions(s: &Status) -> Vec<(String, String, String)> {
 
 #[test]
 fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive() {
-    skip_unless_slurm!();
-    if Command::new("nsenter").arg("--version").output().is_err() {
-        eprintln!("skipped: nsenter missing");
-        return;
-    }
+    skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());
     let nodes = c.nodes.clone();
     // The job on node 0's 3g, which c5 keeps.
@@ -157,14 +47,17 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         .unwrap();
     c.wait_job(keep, &["RUNNING"], Duration::from_secs(20));
     let started = c.job(keep).get("StartTime").cloned().unwrap_or_default();
-    start_agent(&mut c, 0, C2, true);
-    start_agent(&mut c, 1, "7g.40gb@0", false);
-    c.wait_for("the agents' first reports", Duration::from_secs(30), |c| {
-        nodes
-            .iter()
-            .all(|n| node_field(c, n, "Comment").contains("\"smartmig\""))
-    });
-    let config = central_config(&c);
+    start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    start_agent(&mut c, 1, C1, &[]);
+    common::wait_announced(&c);
+    let config = common::central_config(
+        &c,
+        &Policy::Onnx {
+            prefer: 4,
+            fallback: "\"c2\"",
+        },
+        "run/snapshot.json",
+    );
     let nodes_conf = std::fs::read_to_string(c.dir.join("etc/nodes.conf")).unwrap();
 
     // Dry-run: the decisions, and nothing touched.

@@ -26,6 +26,9 @@ pub struct FakeSlurm {
     pub outage: std::ops::Range<u32>,
     /// Reads so far.
     pub reads: u32,
+    /// Nodes whose base state is UNKNOWN (slurmctld restarted, slurmd not registered
+    /// yet): a resume clears their drain flag and then fails, as in Slurm 22.05.
+    pub unknown_state: Vec<String>,
 }
 
 fn err(call: &str) -> SlurmError {
@@ -111,8 +114,8 @@ impl FakeSlurm {
         report.phase = d.phase;
         match (d.phase, &self.agent_fails) {
             (Phase::Apply, Some(e)) => {
+                // A failed agent rolls back and never stopped slurmd.
                 report.outcome = Outcome::Failed { error: e.clone() };
-                report.slurmd_running = false;
             }
             (Phase::Apply, None) => {
                 for t in &d.gpus {
@@ -177,6 +180,13 @@ impl SlurmApi for FakeSlurm {
         if u.resume {
             n.drain = false;
             n.reason = None;
+            if self.unknown_state.contains(&u.node) {
+                return Err(SlurmError::Call {
+                    call: format!("slurm_update_node({})", u.node),
+                    errno: 2028,
+                    message: "Invalid node state specified".into(),
+                });
+            }
         }
         if self.auto_agent && u.extra.is_some() {
             self.answer(i);

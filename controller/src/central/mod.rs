@@ -510,8 +510,16 @@ impl Central {
         self.resume(&failed_handoff, report);
         let answers = self.wait_reports(&asked, generation, Phase::Apply, report);
         // 5. Slurm learns the layouts the agents report, done or failed (a failed agent
-        // restores a valid layout and reports it).
+        // restores a valid layout and reports it); only changed ones need the restart.
+        let configured: HashMap<&str, &str> = view
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.slurm.gres.as_str()))
+            .collect();
         let mut gres = Vec::new();
+        // Nodes whose slurmd must be started: stopped by the agent, or told a new layout.
+        let mut restart: Vec<String> = Vec::new();
+        let mut reported: Vec<String> = Vec::new();
         let mut lines = Vec::new();
         for node in &asked {
             let Some(rep) = answers.get(node) else {
@@ -536,12 +544,19 @@ impl Central {
                     *self.status.counters.entry("repartitions".into()).or_default() += 1;
                 }
             }
-            gres.push((node.clone(), gres_of_report(&rep.gpus)));
+            let new = gres_of_report(&rep.gpus);
+            let changed = !same_gpu_gres(configured.get(node.as_str()).copied().unwrap_or(""), &new);
+            if changed {
+                gres.push((node.clone(), new));
+            }
+            if changed || !rep.slurmd_running {
+                restart.push(node.clone());
+            }
+            reported.push(node.clone());
         }
         self.status.decided(lines);
-        let reported: Vec<String> = gres.iter().map(|(n, _)| n.clone()).collect();
         if !gres.is_empty() {
-            for n in &reported {
+            for (n, _) in &gres {
                 self.status
                     .pending_transitions
                     .insert(n.clone(), format!("gen {generation}: relayout"));
@@ -555,8 +570,8 @@ impl Central {
                 self.fail(report, msg);
             }
         }
-        // 6. slurmd back on, then resume.
-        for node in &reported {
+        // 6. slurmd back on where the agent stopped it, then resume.
+        for node in &restart {
             self.status
                 .pending_transitions
                 .insert(node.clone(), format!("gen {generation}: start slurmd"));
@@ -570,13 +585,13 @@ impl Central {
                 self.fail(report, format!("cannot ask {node} to start slurmd: {e}"));
             }
         }
-        let started = self.wait_reports(&reported, generation, Phase::StartSlurmd, report);
+        let started = self.wait_reports(&restart, generation, Phase::StartSlurmd, report);
         let back: Vec<String> = reported
             .iter()
-            .filter(|n| started.contains_key(*n))
+            .filter(|n| !restart.contains(n) || started.contains_key(*n))
             .cloned()
             .collect();
-        for n in reported.iter().filter(|n| !started.contains_key(*n)) {
+        for n in restart.iter().filter(|n| !started.contains_key(*n)) {
             self.fail(
                 report,
                 format!("gen {generation}: {n} did not confirm slurmd; it stays drained"),
@@ -647,9 +662,23 @@ impl Central {
                 Ok(()) => {
                     self.status.pending_transitions.remove(node);
                 }
+                // slurmctld 22.05 clears the drain flag and then refuses a node whose
+                // base state is still UNKNOWN (restarted slurmctld, slurmd not yet
+                // registered): what counts is whether the node is still drained.
+                Err(e) if self.undrained(node) => {
+                    log::info!("resume {node}: slurmctld answered `{e}`, but the node is no longer drained");
+                    self.status.pending_transitions.remove(node);
+                }
                 Err(e) => self.fail(report, format!("cannot resume {node}: {e}")),
             }
         }
+    }
+
+    /// Whether Slurm shows `node` and it is not drained.
+    fn undrained(&mut self, node: &str) -> bool {
+        self.api
+            .nodes()
+            .is_ok_and(|all| all.iter().any(|n| n.name == node && !n.drain))
     }
 
     /// Pending jobs asking for a type no managed GPU has any more get a new type through
@@ -814,6 +843,19 @@ fn touches_now(fresh: &View, index: &HashMap<(&str, u32), usize>, old: &View, c:
         .get(&(g.node.as_str(), g.index))
         .map(|&i| &fresh.gpus[i])
         .is_none_or(|f| f.layout != g.layout || c.plan.touches(&f.busy))
+}
+
+/// Whether two GRES strings have the same GPU counts per type (order, socket and index
+/// annotations aside); an unreadable one counts as different.
+fn same_gpu_gres(a: &str, b: &str) -> bool {
+    let counts = |t: &str| -> Option<BTreeMap<String, u32>> {
+        let mut m = BTreeMap::new();
+        for g in parse_gres(t, "GRES").ok()? {
+            *m.entry(g.gpu_type).or_default() += g.count;
+        }
+        Some(m)
+    };
+    matches!((counts(a), counts(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// `gpu:1g.10gb:3,gpu:3g.40gb:1` for a node's reported GPUs.

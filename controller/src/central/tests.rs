@@ -424,3 +424,50 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
         .iter()
         .any(|d| d.gpu == "b/0" && d.action.contains("GPU count would change")));
 }
+
+#[test]
+fn a_resume_refused_for_a_not_yet_registered_node_that_is_undrained_anyway_is_no_error() {
+    let dir = temp("unknown");
+    let mut s = cluster();
+    // After the re-layout's restart, c's slurmd has not registered when it is resumed.
+    s.unknown_state = vec!["c".into()];
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let r = c.cycle();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.changed, 2);
+    assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
+    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain));
+}
+
+#[test]
+fn failed_agents_that_kept_their_layout_and_slurmd_cost_no_slurmctld_restart() {
+    let dir = temp("fail-unchanged");
+    let mut s = cluster();
+    for n in &mut s.nodes {
+        n.gres = "gpu:3g.20gb:1(S:0),gpu:4g.20gb:1(S:0)".into();
+    }
+    s.agent_fails = Some("NVML_ERROR_INSUFFICIENT_RESOURCES".into());
+    let rec = Recorder::default();
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
+        s,
+        Mode::Drain,
+        rec.clone(),
+    );
+    let r = c.cycle();
+    assert_eq!(r.changed, 0);
+    assert!(rec.0.lock().unwrap().is_empty(), "Slurm already has these layouts");
+    let nodes = c.api().nodes().unwrap();
+    assert!(nodes.iter().all(|n| !n.drain), "resumed");
+    for n in &nodes {
+        if let Some(Ok(d)) = crate::slurm::read_desired(n) {
+            assert_eq!(d.phase, crate::channel::Phase::Apply, "{}: slurmd was never stopped", n.name);
+        }
+    }
+    assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
+}

@@ -1,0 +1,332 @@
+//! Shared set-up of the central role's end-to-end tests: a real Slurm 22.05 with two
+//! slurmd nodes in network namespaces (the harness in tests/slurm/mod.rs), a `smartmigd
+//! node` agent per node on a simulated A100 using the Slurm-node-record channel, and
+//! `smartmigd central --once` in the controller's namespace; plus the checks every fault
+//! test makes afterwards (valid layouts, Slurm agrees with the devices, no job lost).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::slurm::{self, Cluster, FakeGpu, Options};
+use smartmig_core::config::{Config, Mode};
+use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout};
+use smartmig_gpu::simulated::{GpuSpec, Simulated};
+use smartmig_gpu::GpuBackend;
+use smartmigd::central::decide::write_preferring;
+
+/// The daemon under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_smartmigd");
+/// Configuration c2 of the A100-40GB.
+pub const C2: &str = "4g.20gb@0 3g.20gb@4";
+/// Configuration c1 (one 7g).
+pub const C1: &str = "7g.40gb@0";
+
+/// Why the namespace tests cannot run here, or None.
+pub fn netns_skip_reason() -> Option<String> {
+    if let Some(why) = slurm::skip_reason() {
+        return Some(why);
+    }
+    if Command::new("nsenter").arg("--version").output().is_err() {
+        return Some("nsenter missing".into());
+    }
+    None
+}
+
+/// Skips the calling test when the two-node harness cannot run.
+#[macro_export]
+macro_rules! skip_unless_netns {
+    () => {
+        if let Some(why) = $crate::common::netns_skip_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+/// Node 0 in c2 (4g.20gb + 3g.20gb), node 1 in c1 (7g.40gb); no plugin, no accounting.
+pub fn two_nodes() -> Options {
+    Options {
+        gpus: vec![FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)])],
+        more_nodes: vec![vec![FakeGpu(vec![("7g.40gb", 1)])]],
+        smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
+        job_submit_plugins: String::new(),
+        etc_files: Vec::new(),
+        extra_conf: String::new(),
+        accounting: false,
+    }
+}
+
+/// The A100-40GB of the catalogue.
+pub fn a100() -> GpuModel {
+    Catalogue::embedded().model("a100-40gb").unwrap().clone()
+}
+
+/// Creates node `i`'s simulated GPU in `layout` with `busy` instances marked in use.
+pub fn make_sim(c: &Cluster, i: usize, layout: &str, busy: &[&str]) -> Simulated {
+    let model = a100();
+    let sim = Simulated::create(
+        &c.dir.join(format!("sim-{}", c.nodes[i])),
+        Driver::R510,
+        &[GpuSpec {
+            layout: Layout::parse(&model, layout).unwrap(),
+            model,
+        }],
+    )
+    .unwrap();
+    if !busy.is_empty() {
+        let mut f = sim.load().unwrap();
+        f.gpus[0].busy = busy.iter().map(|b| b.to_string()).collect();
+        sim.save(&f).unwrap();
+    }
+    sim
+}
+
+/// Writes node `i`'s agent config (simulated backend, Slurm channel, short polls).
+pub fn agent_config(c: &Cluster, i: usize) -> PathBuf {
+    let node = &c.nodes[i];
+    let d = c.dir.display();
+    let (stop, start) = c.slurmd_scripts(i);
+    let toml = format!(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n\
+         [controller]\nstate_dir = \"{d}/agent-{node}\"\n\
+         [node]\nname = \"{node}\"\nbackend = \"simulated\"\nsimulated_dir = \"{d}/sim-{node}\"\n\
+         channel = \"slurm\"\ngres_conf = \"{d}/etc/gres-{node}.conf\"\n\
+         slurmd_stop = [\"{stop}\"]\nslurmd_start = [\"{start}\"]\npoll_interval_s = 0.2\n\
+         announce_interval_s = 2\n",
+        stop = stop.display(),
+        start = start.display(),
+    );
+    let conf = c.dir.join(format!("etc/smartmig-{node}.toml"));
+    std::fs::write(&conf, toml).unwrap();
+    conf
+}
+
+/// Starts node `i`'s agent as daemon `name` (its log is `log/<name>.out`).
+pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) {
+    let conf = agent_config(c, i);
+    let mut cmd = c.in_node_ns(i, BIN);
+    cmd.args(["node", "--config"]).arg(&conf).env("RUST_LOG", "debug");
+    c.spawn_daemon(name, &mut cmd);
+}
+
+/// Creates node `i`'s simulated GPU and starts its agent.
+pub fn start_agent(c: &mut Cluster, i: usize, layout: &str, busy: &[&str]) -> Simulated {
+    let sim = make_sim(c, i, layout, busy);
+    let name = format!("agent-{}", c.nodes[i]);
+    start_agent_named(c, i, &name);
+    sim
+}
+
+/// Waits until every node's record carries its agent's report.
+pub fn wait_announced(c: &Cluster) {
+    let nodes = c.nodes.clone();
+    c.wait_for("the agents' first reports", Duration::from_secs(30), |c| {
+        nodes
+            .iter()
+            .all(|n| node_field(c, n, "Comment").contains("\"smartmig\""))
+    });
+}
+
+/// The central role's policy in a test.
+pub enum Policy {
+    /// `kind = "static"` with these configurations.
+    Static(&'static str),
+    /// `kind = "mean-field"`, an ONNX file (written here) that sends every GPU to
+    /// configuration `prefer`; `static_layout` is the fallback.
+    Onnx { prefer: usize, fallback: &'static str },
+}
+
+/// Writes the central role's config (`etc/central.toml`); `snapshot` is the snapshot
+/// path relative to the cluster dir.
+pub fn central_config(c: &Cluster, policy: &Policy, snapshot: &str) -> PathBuf {
+    let d = c.dir.display();
+    let policy_text = match policy {
+        Policy::Static(layout) => format!("kind = \"static\"\nstatic_layout = [{layout}]\n"),
+        Policy::Onnx { fallback, .. } => {
+            format!("kind = \"mean-field\"\nmodels_dir = \"{d}/policy\"\nstatic_layout = [{fallback}]\n")
+        }
+    };
+    let text = format!(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy_text}\
+         [controller]\nmode = \"drain\"\nstate_dir = \"{d}/central\"\nsnapshot_path = \"{d}/{snapshot}\"\n\
+         [controller.central]\nseed = 1\nreport_timeout_s = 40\nslurmctld_timeout_s = 30\n\
+         poll_interval_s = 0.2\n\
+         nodes_include = \"{d}/etc/nodes.conf\"\nrestart_slurmctld = [\"{script}\"]\n",
+        script = c.restart_slurmctld_script().display()
+    );
+    let path = c.dir.join("etc/central.toml");
+    std::fs::write(&path, text).unwrap();
+    if let Policy::Onnx { prefer, .. } = policy {
+        std::fs::create_dir_all(c.dir.join("policy")).unwrap();
+        let resolved = Config::from_file(&path).unwrap().resolve(None).unwrap();
+        write_preferring(&resolved, 0, Mode::Drain, *prefer).unwrap();
+    }
+    path
+}
+
+/// The central role's command for one cycle.
+pub fn central_command(c: &Cluster, config: &Path, extra: &[&str]) -> Command {
+    let mut cmd = c.in_ctl_ns(BIN);
+    cmd.args(["central", "--once", "--config"])
+        .arg(config)
+        .args(extra)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+/// Runs one central cycle; returns its output (stdout and log). Panics when it fails.
+pub fn run_central(c: &Cluster, config: &Path, extra: &[&str]) -> String {
+    let out = central_command(c, config, extra).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "smartmigd central failed:\n{text}\n{}",
+        c.log_tails()
+    );
+    text
+}
+
+/// One field of `scontrol show node`.
+pub fn node_field(c: &Cluster, node: &str, key: &str) -> String {
+    let out = c.scontrol(&["show", "node", node, "-o"]);
+    slurm::fields(&String::from_utf8_lossy(&out.stdout))
+        .get(key)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// GPU type → count of a GRES string (`gpu:3g.20gb:2(S:0),gpu:...`).
+pub fn gres_counts(gres: &str) -> BTreeMap<String, u32> {
+    let mut m = BTreeMap::new();
+    for e in gres.split(',').filter(|e| !e.is_empty() && *e != "(null)") {
+        let e = e.split('(').next().unwrap_or(e);
+        let parts: Vec<&str> = e.split(':').collect();
+        if let ["gpu", ty, n] = parts.as_slice() {
+            *m.entry(ty.to_string()).or_default() += n.parse::<u32>().unwrap_or(0);
+        }
+    }
+    m
+}
+
+/// The layout of a node's simulated GPU.
+pub fn sim_layout(sim: &Simulated) -> String {
+    let m = a100();
+    let layout = sim.state(0, &m).unwrap().layout;
+    let text = layout.display(&m).to_string();
+    text
+}
+
+/// Jobs submitted by a test, with what each was for.
+pub struct Workload {
+    /// Running on node 0's 3g.20gb@4 (which c2 and c5 both keep).
+    pub running: u32,
+    /// Waiting for a 3g.20gb on node 0 (busy now; c5 adds one).
+    pub waiting: u32,
+    /// Held: stays pending whatever happens.
+    pub held: u32,
+}
+
+impl Workload {
+    /// Every job id.
+    pub fn all(&self) -> Vec<u32> {
+        vec![self.running, self.waiting, self.held]
+    }
+}
+
+/// Submits the workload: a running job on node 0's 3g, a job pending behind it, and a
+/// held job. Call before the agents start (node 0's simulated 3g is then marked busy).
+pub fn submit_workload(c: &Cluster) -> Workload {
+    let n0 = c.nodes[0].clone();
+    let (running, _) = c
+        .sbatch(&["-w", &n0, "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+        .unwrap();
+    c.wait_job(running, &["RUNNING"], Duration::from_secs(20));
+    let (waiting, _) = c
+        .sbatch(&["-w", &n0, "--gres=gpu:3g.20gb:1", "--wrap", "sleep 1"])
+        .unwrap();
+    let (held, _) = c
+        .sbatch(&["--hold", "--gres=gpu:3g.20gb:1", "--wrap", "sleep 1"])
+        .unwrap();
+    // Behind the running job (the only 3g on node 0), it cannot start yet.
+    std::thread::sleep(Duration::from_millis(300));
+    let s = c.job(waiting).get("JobState").cloned().unwrap_or_default();
+    assert_eq!(s, "PENDING", "{:?}", c.job(waiting));
+    Workload {
+        running,
+        waiting,
+        held,
+    }
+}
+
+/// Waits until no node is drained, down or invalid (a cycle ends by resuming them, and a
+/// restarted slurmd needs a moment to register).
+pub fn wait_nodes_in_service(c: &Cluster) {
+    let nodes = c.nodes.clone();
+    c.wait_for("the nodes back in service", Duration::from_secs(30), |c| {
+        nodes.iter().all(|n| {
+            let s = c.node_state(n);
+            !s.contains("DRAIN") && !s.contains("DOWN") && !s.contains("INVAL") && !s.contains('*')
+        })
+    });
+}
+
+/// What every fault test checks after the fault: each simulated GPU is settled in a valid
+/// layout; Slurm's node Gres and the node's gres.conf both match the device's instances;
+/// no node is drained or down; and every job is COMPLETED, RUNNING or PENDING, never
+/// restarted (none failed, requeued or lost because of smartmig).
+pub fn assert_consistent(c: &Cluster, sims: &[&Simulated], jobs: &[u32]) {
+    wait_nodes_in_service(c);
+    let m = a100();
+    for (i, sim) in sims.iter().enumerate() {
+        let node = &c.nodes[i];
+        let st = sim.state(0, &m).unwrap();
+        assert!(st.is_settled(), "{node}: GPU left unsettled: {st:?}");
+        st.layout
+            .validate(&m, Driver::R510)
+            .unwrap_or_else(|e| panic!("{node}: invalid layout {st:?}: {e}"));
+        let mut device: BTreeMap<String, u32> = BTreeMap::new();
+        for inst in st.layout.instances() {
+            *device.entry(m.profiles[inst.profile].name.clone()).or_default() += 1;
+        }
+        let gres = node_field(c, node, "Gres");
+        assert_eq!(
+            gres_counts(&gres),
+            device,
+            "{node}: Slurm has Gres={gres}, the device {}\n{}",
+            st.layout.display(&m),
+            c.log_tails()
+        );
+        let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{node}.conf"))).unwrap();
+        let mut in_conf: BTreeMap<String, u32> = BTreeMap::new();
+        for l in conf.lines().filter(|l| l.starts_with("NodeName=")) {
+            let ty = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("Type="))
+                .unwrap_or_default();
+            *in_conf.entry(ty.to_string()).or_default() += 1;
+        }
+        assert_eq!(in_conf, device, "{node}: gres.conf\n{conf}");
+    }
+    for &j in jobs {
+        let job = c.job(j);
+        let state = job.get("JobState").cloned().unwrap_or_default();
+        assert!(
+            ["COMPLETED", "RUNNING", "PENDING"].contains(&state.as_str()),
+            "job {j} is {state}: {job:?}\n{}",
+            c.log_tails()
+        );
+        assert_eq!(
+            job.get("Restarts").map(String::as_str),
+            Some("0"),
+            "job {j} was requeued: {job:?}"
+        );
+    }
+}
