@@ -196,6 +196,44 @@ fn slurmctld_restarted_while_the_central_role_waits_for_reports_delays_the_cycle
 }
 
 #[test]
+fn a_node_whose_agent_answers_after_the_report_timeout_stays_drained_and_the_next_cycle_finishes_it() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let jobs = submit_workload(&c);
+    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let s1 = start_agent(&mut c, 1, C1, &[]);
+    // Node 1 needs about 5 s; the central role waits 2 s.
+    s1.set_latency("create-gi", 2500).unwrap();
+    wait_announced(&c);
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("report_timeout_s = 40", "report_timeout_s = 2")).unwrap();
+
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    assert!(
+        out.contains(&format!("no report from {}; it stays drained", c.nodes[1])),
+        "{out}"
+    );
+    let n1 = c.nodes[1].clone();
+    assert!(c.node_state(&n1).contains("DRAIN"), "{}", c.node_state(&n1));
+    // The agent finishes and answers late.
+    c.wait_for("node 1's late report", Duration::from_secs(30), |c| {
+        common::node_field(c, &n1, "Comment").contains("\"generation\":1")
+    });
+    assert_eq!(sim_layout(&s1), C5);
+
+    let out = run_central(&c, &config, &[]);
+    assert!(
+        out.contains("finishing the re-layout an earlier cycle left on") && out.contains("0 error(s)"),
+        "{out}"
+    );
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    assert!(status(&c).pending_transitions.is_empty(), "{:?}", status(&c));
+}
+
+#[test]
 fn a_policy_file_replaced_by_a_corrupt_one_falls_back_to_the_static_layout_and_says_why() {
     skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());

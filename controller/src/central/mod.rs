@@ -29,7 +29,7 @@ use smartmig_core::routing::{
 };
 
 use crate::channel::{Desired, GpuTarget, Outcome, Phase, CHANNEL_VERSION};
-use crate::slurm::{parse_gres, read_report, write_desired, NodeUpdate, SlurmApi, SlurmError};
+use crate::slurm::{parse_gres, read_desired, read_report, write_desired, NodeUpdate, SlurmApi, SlurmError};
 use decide::{Decider, Decision};
 use relayout::{write_atomically, Relayout};
 use status::{DecisionLine, GpuLine, Status};
@@ -241,7 +241,24 @@ impl Central {
         (decision, changes, busy)
     }
 
-    fn reconcile(&mut self, view: View, report: &mut CycleReport) {
+    fn reconcile(&mut self, mut view: View, report: &mut CycleReport) {
+        if self.mode != Mode::DryRun {
+            let left = self.leftovers(&view, report);
+            if !left.is_empty() {
+                let generation = view.max_generation.max(self.status.generation) + 1;
+                self.status.generation = generation;
+                log::info!(
+                    "gen {generation}: finishing the re-layout an earlier cycle left on {:?}",
+                    left.keys().collect::<Vec<_>>()
+                );
+                let back = self.finish(&view, generation, &left, report);
+                report.nodes.extend(back);
+                view = match self.read_view() {
+                    Ok(v) => v,
+                    Err(e) => return self.fail(report, format!("cannot re-read Slurm's state: {e}")),
+                };
+            }
+        }
         let now = unix_now();
         self.account_time(&view, now);
         for (node, why) in &view.problems {
@@ -509,17 +526,6 @@ impl Central {
             .collect();
         self.resume(&failed_handoff, report);
         let answers = self.wait_reports(&asked, generation, Phase::Apply, report);
-        // 5. Slurm learns the layouts the agents report, done or failed (a failed agent
-        // restores a valid layout and reports it); only changed ones need the restart.
-        let configured: HashMap<&str, &str> = view
-            .nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.slurm.gres.as_str()))
-            .collect();
-        let mut gres = Vec::new();
-        // Nodes whose slurmd must be started: stopped by the agent, or told a new layout.
-        let mut restart: Vec<String> = Vec::new();
-        let mut reported: Vec<String> = Vec::new();
         let mut lines = Vec::new();
         for node in &asked {
             let Some(rep) = answers.get(node) else {
@@ -544,6 +550,33 @@ impl Central {
                     *self.status.counters.entry("repartitions".into()).or_default() += 1;
                 }
             }
+        }
+        self.status.decided(lines);
+        let back = self.finish(view, generation, &answers, report);
+        report.nodes.extend(back);
+    }
+
+    /// Steps 5 and 6 for the nodes whose agents answered (`answers`): Slurm learns the
+    /// layouts they report, done or failed (a failed agent restores a valid layout and
+    /// reports it; only changed layouts need the restart), slurmd is started again where
+    /// the agent stopped it or the layout changed, and the nodes are resumed. Returns the
+    /// nodes back in service.
+    fn finish(
+        &mut self,
+        view: &View,
+        generation: u64,
+        answers: &BTreeMap<String, crate::channel::Report>,
+        report: &mut CycleReport,
+    ) -> Vec<String> {
+        let configured: HashMap<&str, &str> = view
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.slurm.gres.as_str()))
+            .collect();
+        let mut gres = Vec::new();
+        // Nodes whose slurmd must be started: stopped by the agent, or told a new layout.
+        let mut restart: Vec<String> = Vec::new();
+        for (node, rep) in answers {
             let new = gres_of_report(&rep.gpus);
             let changed = !same_gpu_gres(configured.get(node.as_str()).copied().unwrap_or(""), &new);
             if changed {
@@ -552,9 +585,7 @@ impl Central {
             if changed || !rep.slurmd_running {
                 restart.push(node.clone());
             }
-            reported.push(node.clone());
         }
-        self.status.decided(lines);
         if !gres.is_empty() {
             for (n, _) in &gres {
                 self.status
@@ -570,7 +601,6 @@ impl Central {
                 self.fail(report, msg);
             }
         }
-        // 6. slurmd back on where the agent stopped it, then resume.
         for node in &restart {
             self.status
                 .pending_transitions
@@ -586,8 +616,8 @@ impl Central {
             }
         }
         let started = self.wait_reports(&restart, generation, Phase::StartSlurmd, report);
-        let back: Vec<String> = reported
-            .iter()
+        let back: Vec<String> = answers
+            .keys()
             .filter(|n| !restart.contains(n) || started.contains_key(*n))
             .cloned()
             .collect();
@@ -598,7 +628,50 @@ impl Central {
             );
         }
         self.resume(&back, report);
-        report.nodes = back;
+        back
+    }
+
+    /// Nodes an earlier cycle drained and left (its agent answered after the report
+    /// timeout, slurmctld was unreachable, the central role stopped mid-cycle): each
+    /// whose agent has answered its last desired state, with that answer. The others are
+    /// errors, and stay drained.
+    fn leftovers(&mut self, view: &View, report: &mut CycleReport) -> BTreeMap<String, crate::channel::Report> {
+        let order = |p: Phase| match p {
+            Phase::Apply => 0,
+            Phase::StartSlurmd => 1,
+        };
+        let mut out = BTreeMap::new();
+        for nv in &view.nodes {
+            let ours = nv.slurm.drain
+                && nv
+                    .slurm
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with(DRAIN_PREFIX));
+            if !ours {
+                continue;
+            }
+            let r = &nv.report;
+            let answered = match read_desired(&nv.slurm) {
+                Some(Ok(d)) => {
+                    (r.generation, order(r.phase)) >= (d.generation, order(d.phase))
+                        && !matches!(r.outcome, Outcome::InProgress)
+                }
+                // Drained, but never handed a plan: its report is current.
+                None => true,
+                Some(Err(_)) => false,
+            };
+            if answered {
+                out.insert(nv.name.clone(), r.clone());
+            } else {
+                let msg = format!(
+                    "{}: drained by smartmig, its agent has not answered gen {}; it stays drained",
+                    nv.name, nv.generation
+                );
+                self.fail(report, msg);
+            }
+        }
+        out
     }
 
     fn report_timeout(&self) -> Duration {

@@ -471,3 +471,83 @@ fn failed_agents_that_kept_their_layout_and_slurmd_cost_no_slurmctld_restart() {
     }
     assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
 }
+
+#[test]
+fn a_node_an_earlier_cycle_left_drained_after_its_agent_answered_is_finished_and_resumed() {
+    let dir = temp("leftover");
+    let mut s = cluster();
+    // An earlier cycle (gen 3) drained c and handed it c5; c's agent answered after that
+    // cycle had given up: Slurm still has c2, slurmd is stopped.
+    let c_node = &mut s.nodes[2];
+    c_node.gres = "gpu:3g.20gb:1,gpu:4g.20gb:1".into();
+    c_node.drain = true;
+    c_node.reason = Some(format!("{DRAIN_PREFIX}3"));
+    let desired = Desired {
+        smartmig: CHANNEL_VERSION,
+        generation: 3,
+        phase: Phase::Apply,
+        gpus: vec![GpuTarget {
+            index: 0,
+            model: "A100-SXM4-40GB".into(),
+            from: C2.into(),
+            to: C5.into(),
+        }],
+    };
+    c_node.extra = Some(serde_json::to_string(&desired).unwrap());
+    let mut answer = crate::slurm::read_report(c_node).unwrap().unwrap();
+    answer.generation = 3;
+    answer.phase = Phase::Apply;
+    answer.gpus[0].layout = C5.into();
+    answer.slurmd_running = false;
+    c_node.comment = Some(serde_json::to_string(&answer).unwrap());
+    let rec = Recorder::default();
+    let mut c = central(
+        resolved(&dir, "kind = \"none\""),
+        s,
+        Mode::Drain,
+        rec.clone(),
+    );
+    let r = c.cycle();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.nodes, vec!["c".to_string()]);
+    assert_eq!(
+        rec.0.lock().unwrap().clone(),
+        vec![vec![("c".to_string(), "gpu:3g.20gb:2".to_string())]]
+    );
+    let nodes = c.api().nodes().unwrap();
+    let c_now = nodes.iter().find(|n| n.name == "c").unwrap();
+    assert!(!c_now.drain);
+    let rep = crate::slurm::read_report(c_now).unwrap().unwrap();
+    assert_eq!((rep.generation, rep.phase, rep.slurmd_running), (4, Phase::StartSlurmd, true));
+    assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
+}
+
+#[test]
+fn a_node_left_drained_whose_agent_has_not_answered_stays_drained_and_is_named() {
+    let dir = temp("leftover-silent");
+    let mut s = cluster();
+    s.auto_agent = false;
+    let c_node = &mut s.nodes[2];
+    c_node.drain = true;
+    c_node.reason = Some(format!("{DRAIN_PREFIX}3"));
+    let desired = Desired {
+        smartmig: CHANNEL_VERSION,
+        generation: 3,
+        phase: Phase::Apply,
+        gpus: Vec::new(),
+    };
+    c_node.extra = Some(serde_json::to_string(&desired).unwrap());
+    let mut c = central(
+        resolved(&dir, "kind = \"none\""),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let r = c.cycle();
+    assert!(
+        r.errors.iter().any(|e| e.contains("c: drained by smartmig") && e.contains("gen 3")),
+        "{:?}",
+        r.errors
+    );
+    assert!(c.api().nodes().unwrap().iter().find(|n| n.name == "c").unwrap().drain);
+}
