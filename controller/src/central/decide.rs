@@ -50,10 +50,25 @@ pub struct Decision {
     pub sources: Vec<Source>,
 }
 
-/// Per-model policies, loaded once at start.
+/// What identifies one version of a policy file: modification time, size, inode
+/// (None: the file cannot be read).
+type Stamp = Option<(Option<std::time::SystemTime>, u64, u64)>;
+
+fn stamp(path: &std::path::Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.modified().ok(), m.len(), m.ino()))
+}
+
+/// Per-model policies, loaded at start and again whenever a policy file changes.
 pub struct Decider {
     kind: PolicyKind,
+    mode: Mode,
+    runtime: Result<OnnxRuntime, String>,
     policies: Vec<Result<PolicyRuntime, String>>,
+    /// The version of each model's policy file that `policies` holds.
+    stamps: Vec<Stamp>,
     sampling: SamplingConfig,
     classes: Vec<JobClass>,
     rng: ChaCha8Rng,
@@ -99,28 +114,13 @@ impl Decider {
         } else {
             Err(String::new())
         };
-        let policies = (0..resolved.models.len())
-            .map(|m| {
-                if p.kind != PolicyKind::MeanField {
-                    return Err(String::new());
-                }
-                let rt = runtime.as_ref().map_err(Clone::clone)?;
-                let path = policy_path(resolved, m, mode);
-                let loaded = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, mode))
-                    .map_err(|e| error_chain(&e));
-                match &loaded {
-                    Ok(_) => log::info!("policy for {}: {}", resolved.models[m].model.key, path.display()),
-                    Err(e) => log::error!(
-                        "policy for {} unusable, static layout instead: {e}",
-                        resolved.models[m].model.key
-                    ),
-                }
-                loaded
-            })
-            .collect();
-        Decider {
+        let n = resolved.models.len();
+        let mut d = Decider {
             kind: p.kind,
-            policies,
+            mode,
+            runtime,
+            policies: (0..n).map(|_| Err(String::new())).collect(),
+            stamps: vec![None; n],
             sampling: SamplingConfig {
                 top_k: p.top_k as usize,
                 stay_threshold: p.stay_threshold,
@@ -128,11 +128,49 @@ impl Decider {
             classes: resolved.config.routing.all_classes(),
             rng: rand::SeedableRng::seed_from_u64(seed),
             features: Vec::new(),
+        };
+        if p.kind == PolicyKind::MeanField {
+            for m in 0..n {
+                d.load(resolved, m);
+            }
+        }
+        d
+    }
+
+    /// (Re)loads model `m`'s policy file; a failure is logged and kept as the reason.
+    fn load(&mut self, resolved: &Resolved, m: usize) {
+        let path = policy_path(resolved, m, self.mode);
+        self.stamps[m] = stamp(&path);
+        let key = &resolved.models[m].model.key;
+        let loaded = self.runtime.as_ref().map_err(Clone::clone).and_then(|rt| {
+            PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
+                .map_err(|e| error_chain(&e))
+        });
+        match &loaded {
+            Ok(_) => log::info!("policy for {key}: {}", path.display()),
+            Err(e) => log::error!("policy for {key} unusable, static layout instead: {e}"),
+        }
+        self.policies[m] = loaded;
+    }
+
+    /// Reloads the policy files replaced since they were loaded (a retrained policy, or
+    /// a broken file, which then falls back to the static layout).
+    fn reload_changed(&mut self, resolved: &Resolved) {
+        if self.kind != PolicyKind::MeanField || self.runtime.is_err() {
+            return;
+        }
+        for m in 0..self.policies.len() {
+            let path = policy_path(resolved, m, self.mode);
+            if stamp(&path) != self.stamps[m] {
+                log::info!("policy file {} changed; reloading it", path.display());
+                self.load(resolved, m);
+            }
         }
     }
 
     /// Decides the target configuration of every GPU of `view` at `now` (Unix seconds).
     pub fn decide(&mut self, resolved: &Resolved, view: &View, now: f64) -> Decision {
+        self.reload_changed(resolved);
         let mut targets = vec![None; view.gpus.len()];
         let mut sources = Vec::with_capacity(resolved.models.len());
         let minute_of_day = (now.rem_euclid(86_400.0)) / 60.0;

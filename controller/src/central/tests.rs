@@ -551,3 +551,33 @@ fn a_node_left_drained_whose_agent_has_not_answered_stays_drained_and_is_named()
     );
     assert!(c.api().nodes().unwrap().iter().find(|n| n.name == "c").unwrap().drain);
 }
+
+#[test]
+fn a_policy_file_replaced_while_the_central_role_runs_is_reloaded_and_a_corrupt_one_falls_back() {
+    let dir = temp("reload");
+    let policy = format!(
+        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c2\"]",
+        dir.display()
+    );
+    let r = resolved(&dir, &policy);
+    let path = decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
+    c.cycle();
+    let src = c.status.sources["a100-40gb"].clone();
+    if src.starts_with("static (fallback: ONNX Runtime library not found") {
+        eprintln!("skipped: no ONNX Runtime here ({src})");
+        return;
+    }
+    assert!(src.starts_with("onnx "), "{src}");
+    std::fs::write(&path, b"garbage, not ONNX").unwrap();
+    c.cycle();
+    let src = c.status.sources["a100-40gb"].clone();
+    assert!(
+        src.starts_with("static (fallback: ") && src.contains("a100-40gb-drain.onnx"),
+        "{src}"
+    );
+    let r = resolved(&dir, &policy);
+    decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    c.cycle();
+    assert!(c.status.sources["a100-40gb"].starts_with("onnx "), "a fixed file is used again");
+}
