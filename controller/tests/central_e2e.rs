@@ -16,9 +16,9 @@
 //!
 //! Needs root, Slurm and the node agent's simulated backend; skipped otherwise.
 
+mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;
-mod common;
 
 use std::time::Duration;
 

@@ -12,11 +12,14 @@
 //! COMPLETED, RUNNING or PENDING and never requeued. Each also checks the behaviour
 //! particular to its fault.
 //!
+//! A last test clears a node's `Comment` (slurmctld losing the agent's report) and shows
+//! the agent re-announce it so the central role manages the node again.
+//!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the policy test); skipped otherwise.
 
+mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;
-mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,8 +29,8 @@ use common::{
     start_agent_named, submit_workload, two_nodes, wait_announced, Policy, C1, C2,
 };
 use slurm::Cluster;
-use smartmig_core::config::Mode;
 use smartmig_core::config::Config;
+use smartmig_core::config::Mode;
 use smartmig_gpu::simulated::{FailFault, Faults};
 use smartmigd::central::decide::policy_path;
 use smartmigd::central::status::Status;
@@ -94,7 +97,10 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_a
     });
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(sim_layout(&s1), "(empty)", "killed between destroy and create");
-    assert!(central.try_wait().unwrap().is_none(), "the central role waits for node 1");
+    assert!(
+        central.try_wait().unwrap().is_none(),
+        "the central role waits for node 1"
+    );
     // systemd would restart it; the new agent finishes the journaled plan.
     start_agent_named(&mut c, 1, "agent-1-restarted");
     let out = finish(&c, central);
@@ -207,7 +213,11 @@ fn a_node_whose_agent_answers_after_the_report_timeout_stays_drained_and_the_nex
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
     let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("report_timeout_s = 40", "report_timeout_s = 2")).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("report_timeout_s = 40", "report_timeout_s = 2"),
+    )
+    .unwrap();
 
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
@@ -260,11 +270,18 @@ fn a_policy_file_replaced_by_a_corrupt_one_falls_back_to_the_static_layout_and_s
     assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
 
     let resolved = Config::from_file(&config).unwrap().resolve(None).unwrap();
-    std::fs::write(policy_path(&resolved, 0, Mode::Drain), b"\x08\x07garbage, not ONNX").unwrap();
+    std::fs::write(
+        policy_path(&resolved, 0, Mode::Drain),
+        b"\x08\x07garbage, not ONNX",
+    )
+    .unwrap();
     let out = run_central(&c, &config, &[]);
     let source = status(&c).sources["a100-40gb"].clone();
     assert!(source.starts_with("static (fallback: "), "{source}");
-    assert!(source.contains("a100-40gb-drain.onnx"), "names the file: {source}");
+    assert!(
+        source.contains("a100-40gb-drain.onnx"),
+        "names the file: {source}"
+    );
     assert!(
         out.contains("policy for a100-40gb unusable, static layout instead"),
         "{out}"
@@ -272,7 +289,11 @@ fn a_policy_file_replaced_by_a_corrupt_one_falls_back_to_the_static_layout_and_s
     // Node 1 goes to the fallback's c2. Node 0 stays: Slurm keeps the running job's device
     // index 0, which in c5 names 3g.20gb@0, the instance c2 would destroy (the admin
     // guide's known limit on device indices), so smartmig counts it busy.
-    assert!(out.contains("1 changed, 1 skipped (busy)"), "{out}\n{}", c.log_tails());
+    assert!(
+        out.contains("1 changed, 1 skipped (busy)"),
+        "{out}\n{}",
+        c.log_tails()
+    );
     assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C2.into()));
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
@@ -310,4 +331,29 @@ fn an_unwritable_snapshot_is_an_error_the_cycle_still_completes_and_a_later_cycl
     let snap = std::fs::read_to_string(c.dir.join("blocked/snapshot.json")).unwrap();
     assert!(snap.contains("3g.20gb") && !snap.contains("7g.40gb"), "{snap}");
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
+}
+
+#[test]
+fn a_node_report_slurmctld_lost_is_reannounced_and_the_central_role_manages_the_node_again() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let s0 = start_agent(&mut c, 0, C2, &[]);
+    let s1 = start_agent(&mut c, 1, C1, &[]);
+    wait_announced(&c);
+    let n1 = c.nodes[1].clone();
+    let out = c.scontrol(&["update", &format!("NodeName={n1}"), "Comment="]);
+    assert!(out.status.success(), "{out:?}");
+    wait_announced(&c);
+    // Each GPU already has its static configuration: nothing to change, both managed.
+    let config = central_config(&c, &Policy::Static("\"c2\", \"c1\""), "run/snapshot.json");
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("0 changed") && out.contains("0 error(s)"), "{out}");
+    let gpus: Vec<String> = status(&c).gpus.iter().map(|g| g.gpu.clone()).collect();
+    assert_eq!(gpus, vec![format!("{}/0", c.nodes[0]), format!("{n1}/0")]);
+    let log = std::fs::read_to_string(c.dir.join(format!("log/agent-{n1}.out"))).unwrap();
+    assert!(
+        log.contains("re-announced generation 0") && log.contains("report is gone"),
+        "{log}"
+    );
+    assert_consistent(&c, &[&s0, &s1], &[]);
 }

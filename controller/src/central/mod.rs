@@ -635,7 +635,11 @@ impl Central {
     /// timeout, slurmctld was unreachable, the central role stopped mid-cycle): each
     /// whose agent has answered its last desired state, with that answer. The others are
     /// errors, and stay drained.
-    fn leftovers(&mut self, view: &View, report: &mut CycleReport) -> BTreeMap<String, crate::channel::Report> {
+    fn leftovers(
+        &mut self,
+        view: &View,
+        report: &mut CycleReport,
+    ) -> BTreeMap<String, crate::channel::Report> {
         let order = |p: Phase| match p {
             Phase::Apply => 0,
             Phase::StartSlurmd => 1,

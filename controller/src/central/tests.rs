@@ -461,12 +461,20 @@ fn failed_agents_that_kept_their_layout_and_slurmd_cost_no_slurmctld_restart() {
     );
     let r = c.cycle();
     assert_eq!(r.changed, 0);
-    assert!(rec.0.lock().unwrap().is_empty(), "Slurm already has these layouts");
+    assert!(
+        rec.0.lock().unwrap().is_empty(),
+        "Slurm already has these layouts"
+    );
     let nodes = c.api().nodes().unwrap();
     assert!(nodes.iter().all(|n| !n.drain), "resumed");
     for n in &nodes {
         if let Some(Ok(d)) = crate::slurm::read_desired(n) {
-            assert_eq!(d.phase, crate::channel::Phase::Apply, "{}: slurmd was never stopped", n.name);
+            assert_eq!(
+                d.phase,
+                crate::channel::Phase::Apply,
+                "{}: slurmd was never stopped",
+                n.name
+            );
         }
     }
     assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
@@ -501,12 +509,7 @@ fn a_node_an_earlier_cycle_left_drained_after_its_agent_answered_is_finished_and
     answer.slurmd_running = false;
     c_node.comment = Some(serde_json::to_string(&answer).unwrap());
     let rec = Recorder::default();
-    let mut c = central(
-        resolved(&dir, "kind = \"none\""),
-        s,
-        Mode::Drain,
-        rec.clone(),
-    );
+    let mut c = central(resolved(&dir, "kind = \"none\""), s, Mode::Drain, rec.clone());
     let r = c.cycle();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.nodes, vec!["c".to_string()]);
@@ -518,7 +521,10 @@ fn a_node_an_earlier_cycle_left_drained_after_its_agent_answered_is_finished_and
     let c_now = nodes.iter().find(|n| n.name == "c").unwrap();
     assert!(!c_now.drain);
     let rep = crate::slurm::read_report(c_now).unwrap().unwrap();
-    assert_eq!((rep.generation, rep.phase, rep.slurmd_running), (4, Phase::StartSlurmd, true));
+    assert_eq!(
+        (rep.generation, rep.phase, rep.slurmd_running),
+        (4, Phase::StartSlurmd, true)
+    );
     assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
 }
 
@@ -545,11 +551,21 @@ fn a_node_left_drained_whose_agent_has_not_answered_stays_drained_and_is_named()
     );
     let r = c.cycle();
     assert!(
-        r.errors.iter().any(|e| e.contains("c: drained by smartmig") && e.contains("gen 3")),
+        r.errors
+            .iter()
+            .any(|e| e.contains("c: drained by smartmig") && e.contains("gen 3")),
         "{:?}",
         r.errors
     );
-    assert!(c.api().nodes().unwrap().iter().find(|n| n.name == "c").unwrap().drain);
+    assert!(
+        c.api()
+            .nodes()
+            .unwrap()
+            .iter()
+            .find(|n| n.name == "c")
+            .unwrap()
+            .drain
+    );
 }
 
 #[test]
@@ -579,5 +595,8 @@ fn a_policy_file_replaced_while_the_central_role_runs_is_reloaded_and_a_corrupt_
     let r = resolved(&dir, &policy);
     decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
     c.cycle();
-    assert!(c.status.sources["a100-40gb"].starts_with("onnx "), "a fixed file is used again");
+    assert!(
+        c.status.sources["a100-40gb"].starts_with("onnx "),
+        "a fixed file is used again"
+    );
 }

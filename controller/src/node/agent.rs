@@ -191,13 +191,16 @@ impl Agent {
 
     /// Handles desired state `d` unless it was answered already (on the channel, or by
     /// this agent when the channel lost its report).
-    fn handle(&mut self, d: Option<Desired>, on_channel: Option<&Report>) -> Result<Option<Report>, NodeError> {
+    fn handle(
+        &mut self,
+        d: Option<Desired>,
+        on_channel: Option<&Report>,
+    ) -> Result<Option<Report>, NodeError> {
         let Some(d) = d else {
             return Ok(None);
         };
-        let answered = |r: &Report| {
-            (r.generation, phase_order(r.phase)) >= (d.generation, phase_order(d.phase))
-        };
+        let answered =
+            |r: &Report| (r.generation, phase_order(r.phase)) >= (d.generation, phase_order(d.phase));
         if on_channel.into_iter().chain(&self.last).any(answered) {
             return Ok(None);
         }
@@ -736,7 +739,10 @@ mod tests {
         a.announce().unwrap().unwrap();
         n.desire(3, Phase::Apply, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
         let r = a.tick(unix_now()).unwrap().unwrap();
-        assert_eq!((r.generation, r.phase, r.outcome), (3, Phase::Apply, Outcome::Done));
+        assert_eq!(
+            (r.generation, r.phase, r.outcome),
+            (3, Phase::Apply, Outcome::Done)
+        );
         assert!(a.tick(unix_now()).unwrap().is_none(), "nothing new to say");
         // slurmctld forgets the node's Comment (here: the spool loses the report).
         let spool = SpoolChannel::open(&n.path("spool"), "n1").unwrap();

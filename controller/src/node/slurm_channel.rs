@@ -49,10 +49,7 @@ impl NodeChannel for SlurmChannel {
     }
     fn read(&mut self) -> Result<(Option<Desired>, Option<Report>), NodeError> {
         let n = self.record()?;
-        Ok((
-            read_desired(&n).transpose()?,
-            read_report(&n).transpose()?,
-        ))
+        Ok((read_desired(&n).transpose()?, read_report(&n).transpose()?))
     }
 }
 
