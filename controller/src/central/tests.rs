@@ -600,3 +600,22 @@ fn a_policy_file_replaced_while_the_central_role_runs_is_reloaded_and_a_corrupt_
         "a fixed file is used again"
     );
 }
+
+#[test]
+fn generations_continue_after_the_highest_an_agent_reports_when_extra_was_lost() {
+    let dir = temp("gen-from-report");
+    let mut s = cluster();
+    // slurmctld lost every Extra (`slurmctld -c`); c's agent re-announced gen 7.
+    let mut r = crate::slurm::read_report(&s.nodes[2]).unwrap().unwrap();
+    r.generation = 7;
+    s.nodes[2].comment = Some(serde_json::to_string(&r).unwrap());
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let rep = c.cycle();
+    assert_eq!(rep.changed, 2, "{rep:?}");
+    assert_eq!(c.status.generation, 8, "an agent ignores generations it answered");
+}

@@ -57,7 +57,8 @@ pub struct View {
     pub running: Vec<SlurmJob>,
     /// Problems met while reading (node and why); those nodes are left alone.
     pub problems: Vec<(String, String)>,
-    /// Highest generation found in any node's `Extra`.
+    /// Highest generation found in any node's `Extra` or `Comment` (an agent re-announces
+    /// the generation it answered even when slurmctld lost the `Extra`).
     pub max_generation: u64,
 }
 
@@ -110,6 +111,7 @@ impl View {
                 }
                 Some(Ok(r)) => r,
             };
+            view.max_generation = view.max_generation.max(report.generation);
             match view.add_node(resolved, node, report, &on_node) {
                 Ok(()) => {}
                 Err((name, why)) => view.problems.push((name, why)),
