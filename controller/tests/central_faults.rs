@@ -12,8 +12,10 @@
 //! COMPLETED, RUNNING or PENDING and never requeued. Each also checks the behaviour
 //! particular to its fault.
 //!
-//! A last test clears a node's `Comment` (slurmctld losing the agent's report) and shows
-//! the agent re-announce it so the central role manages the node again.
+//! Two more tests: an agent that answers after `report_timeout_s` leaves its node drained
+//! until the next cycle finishes the re-layout; and a node's `Comment` cleared (slurmctld
+//! losing the agent's report) is re-announced by the agent, so the central role manages
+//! the node again.
 //!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the policy test); skipped otherwise.
 
