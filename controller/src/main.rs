@@ -84,19 +84,17 @@ fn node(config: PathBuf, once: bool) -> anyhow::Result<()> {
 
 fn bench(gpus: usize, jobs: usize, cycles: usize, fixed: bool) -> anyhow::Result<()> {
     let r = run::bench(gpus, jobs, cycles, fixed)?;
-    let ms = |d: &[std::time::Duration]| -> Vec<f64> {
-        d.iter().map(|d| (d.as_secs_f64() * 1e4).round() / 10.0).collect()
-    };
+    let ms = |d: &std::time::Duration| d.as_secs_f64() * 1e3;
     println!(
-        "{} GPUs, {} pending jobs, policy {}: read+decide+plan ms {:?}; whole cycle ms {:?}; {} GPUs changed in the first; peak RSS {:.0} MB",
-        r.gpus,
-        r.pending,
-        r.source,
-        ms(&r.decide),
-        ms(&r.cycles),
-        r.changed,
-        r.peak_rss as f64 / 1e6
+        "{} GPUs, {} pending jobs, policy {}; {} GPUs changed in the first cycle",
+        r.gpus, r.pending, r.source, r.changed
     );
+    println!("| cycle | read + decide + plan (ms) | whole cycle (ms) |");
+    println!("|---|---|---|");
+    for (i, (d, c)) in r.decide.iter().zip(&r.cycles).enumerate() {
+        println!("| {} | {:.1} | {:.1} |", i + 1, ms(d), ms(c));
+    }
+    println!("peak RSS: {:.0} MB", r.peak_rss as f64 / 1e6);
     Ok(())
 }
 
@@ -109,8 +107,14 @@ fn manpages(dir: PathBuf) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    // The benchmark's table is its output; its cycles' routine log lines would bury it.
+    let level = if matches!(cli.role, Role::Bench { .. }) {
+        "warn"
+    } else {
+        "info"
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.role {
         Role::Node { config, once } => node(config, once),
         Role::Central {
