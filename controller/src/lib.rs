@@ -2,5 +2,6 @@
 
 pub mod central;
 pub mod channel;
+pub mod metrics;
 pub mod node;
 pub mod slurm;

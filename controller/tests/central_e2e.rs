@@ -114,4 +114,23 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     }
     let snap = std::fs::read_to_string(c.snapshot_path()).unwrap();
     assert!(snap.contains("3g.20gb") && !snap.contains("7g.40gb"), "{snap}");
+    // Node 1's agent serves its metrics on the default loopback port of its own host
+    // (network namespace): the new layout, read from the device at scrape time.
+    let out = c
+        .in_node_ns(1, "bash")
+        .args([
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/9818; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",
+        ])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("smartmig_gpu_instances{gpu=\"0\"")
+                && l.ends_with("profile=\"3g.20gb\"} 2")),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("7g.40gb"), "{metrics}");
 }

@@ -119,6 +119,15 @@ pub fn compare(model: &GpuModel, probed: &[ProbedProfile]) -> Vec<String> {
     out
 }
 
+/// A GPU's power draw and energy counter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PowerReading {
+    /// Power draw now, watts.
+    pub watts: f64,
+    /// Energy used since the driver was loaded, joules (None: the GPU has no counter).
+    pub energy_joules: Option<f64>,
+}
+
 /// Why a backend call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -187,6 +196,8 @@ pub trait GpuBackend {
     fn probe(&self, gpu: u32, model: &GpuModel) -> Result<Vec<ProbedProfile>, GpuError>;
     /// Runs one driver call.
     fn apply(&mut self, gpu: u32, model: &GpuModel, step: Step) -> Result<(), GpuError>;
+    /// The GPU's power draw and energy counter (read-only; None: the device reports none).
+    fn power(&self, gpu: u32) -> Result<Option<PowerReading>, GpuError>;
 }
 
 /// The catalogue key of the model a product name answers to.

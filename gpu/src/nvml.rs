@@ -12,7 +12,7 @@ use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings as sys;
 use smartmig_core::mig::{Catalogue, GpuModel, Instance, Layout, Step};
 
-use crate::{GpuBackend, GpuError, GpuInfo, GpuState, MigDevice, ProbedProfile};
+use crate::{GpuBackend, GpuError, GpuInfo, GpuState, MigDevice, PowerReading, ProbedProfile};
 
 /// The library NVML is loaded from unless told otherwise.
 pub const LIBRARY: &str = "libnvidia-ml.so.1";
@@ -491,6 +491,23 @@ impl GpuBackend for Nvml {
             }
         }
         Ok(())
+    }
+    fn power(&self, gpu: u32) -> Result<Option<PowerReading>, GpuError> {
+        use nvml_wrapper::error::NvmlError;
+        let dev = self.device(gpu)?;
+        // milliwatts; a GPU without power readings answers NOT_SUPPORTED.
+        let watts = match dev.power_usage() {
+            Ok(mw) => f64::from(mw) / 1e3,
+            Err(NvmlError::NotSupported) => return Ok(None),
+            Err(e) => return Err(wrapper_error(gpu, "nvmlDeviceGetPowerUsage", e)),
+        };
+        // millijoules since the driver loaded; Volta and newer only.
+        let energy_joules = match dev.total_energy_consumption() {
+            Ok(mj) => Some(mj as f64 / 1e3),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => return Err(wrapper_error(gpu, "nvmlDeviceGetTotalEnergyConsumption", e)),
+        };
+        Ok(Some(PowerReading { watts, energy_joules }))
     }
 }
 

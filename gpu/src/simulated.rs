@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Catalogue, Driver, DriverError, DriverModel, GpuModel, Instance, Layout, Step};
 
-use crate::{GpuBackend, GpuError, GpuInfo, GpuState, MigDevice, ProbedProfile};
+use crate::{GpuBackend, GpuError, GpuInfo, GpuState, MigDevice, PowerReading, ProbedProfile};
 
 /// The state file's name.
 pub const NODE_FILE: &str = "node.json";
@@ -67,6 +67,13 @@ pub struct SimGpu {
     /// differs from the catalogue).
     #[serde(default)]
     pub profiles: Option<Vec<SimProfile>>,
+    /// Power draw the device reports, watts (None: no power reading, as on a GPU whose
+    /// driver does not support it). Set by whoever drives the simulation; never invented.
+    #[serde(default)]
+    pub power_w: Option<f64>,
+    /// Energy counter the device reports, joules (None: none).
+    #[serde(default)]
+    pub energy_j: Option<f64>,
 }
 
 /// A profile as a simulated driver reports it.
@@ -219,6 +226,8 @@ impl Simulated {
                     without_compute: Vec::new(),
                     busy: Vec::new(),
                     profiles: None,
+                    power_w: None,
+                    energy_j: None,
                 })
                 .collect(),
         };
@@ -554,6 +563,18 @@ impl GpuBackend for Simulated {
         }
         Ok(())
     }
+    fn power(&self, gpu: u32) -> Result<Option<PowerReading>, GpuError> {
+        let file = self.load()?;
+        let g = file
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        Ok(g.power_w.map(|watts| PowerReading {
+            watts,
+            energy_joules: g.energy_j,
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -601,6 +622,19 @@ mod tests {
             .to_string();
         assert!(e.contains("not an allowed placement"), "{e}");
         assert_eq!(s.state(0, &m).unwrap().layout, Layout::parse(&m, "4g@0").unwrap());
+    }
+
+    #[test]
+    fn power_is_what_the_state_file_says_and_absent_by_default() {
+        let (_d, s, _m) = node("7g@0");
+        assert_eq!(s.power(0).unwrap(), None);
+        let mut f = s.load().unwrap();
+        f.gpus[0].power_w = Some(212.5);
+        f.gpus[0].energy_j = Some(3.6e6);
+        s.save(&f).unwrap();
+        let r = s.power(0).unwrap().unwrap();
+        assert_eq!((r.watts, r.energy_joules), (212.5, Some(3.6e6)));
+        assert!(matches!(s.power(3), Err(GpuError::NoSuchGpu(3))));
     }
 
     #[test]

@@ -1,11 +1,8 @@
 //! Prometheus metrics of the central role on `[controller] metrics_listen` (loopback by
-//! default): a thread answers each scrape from the status file, so the endpoint shares
-//! no state with the loop and shows what `smartmigd status` shows.
+//! default): each scrape is answered from the status file, so the endpoint shares no
+//! state with the loop and shows what `smartmigd status` shows.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use super::status::Status;
 
@@ -67,49 +64,19 @@ pub fn render(s: &Status) -> String {
     out
 }
 
-fn answer(stream: TcpStream, state_dir: &Path) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request = String::new();
-    reader.read_line(&mut request)?;
-    let (status, body) = if request.starts_with("GET /metrics") {
-        match Status::read(state_dir) {
-            Ok(s) => ("200 OK", render(&s)),
-            // No cycle yet: an empty exposition, not an error.
-            Err(_) => ("200 OK", String::new()),
-        }
-    } else {
-        ("404 Not Found", "only /metrics\n".to_string())
-    };
-    let mut stream = stream;
-    write!(
-        stream,
-        "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// Starts the endpoint on `listen` in a background thread (nothing when empty).
+/// Starts the endpoint on `listen` (nothing when empty); each scrape renders the status
+/// file in `state_dir` (an empty exposition before the first cycle).
 pub fn serve(listen: &str, state_dir: PathBuf) -> std::io::Result<Option<std::net::SocketAddr>> {
-    if listen.is_empty() {
-        return Ok(None);
-    }
-    let listener = TcpListener::bind(listen)?;
-    let addr = listener.local_addr()?;
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            if let Err(e) = answer(stream, &state_dir) {
-                log::debug!("metrics request: {e}");
-            }
-        }
-    });
-    Ok(Some(addr))
+    crate::metrics::serve(listen, move || {
+        Status::read(&state_dir).map(|s| render(&s)).unwrap_or_default()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
 
     #[test]
     fn a_scrape_shows_the_status_counters_and_time_per_configuration() {

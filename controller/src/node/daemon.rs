@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use smartmig_core::config::node::{Backend, ChannelKind};
+use smartmig_core::config::node::{Backend, ChannelKind, NodeConfig};
 use smartmig_core::config::Config;
 use smartmig_gpu::nvml::Nvml;
 use smartmig_gpu::simulated::Simulated;
@@ -20,6 +20,37 @@ fn short_hostname() -> anyhow::Result<String> {
     Ok(h.trim().split('.').next().unwrap_or_default().to_string())
 }
 
+/// Opens the configured GPU backend.
+fn open_backend(n: &NodeConfig) -> anyhow::Result<Box<dyn GpuBackend + Send>> {
+    Ok(match n.backend {
+        Backend::Nvml => Box::new(Nvml::open()?),
+        Backend::Simulated => Box::new(
+            Simulated::open(&n.simulated_dir)
+                .with_context(|| format!("opening the simulated node in {}", n.simulated_dir.display()))?,
+        ),
+    })
+}
+
+/// Serves the node's metrics on `[node] metrics_listen` from a backend of its own, so a
+/// scrape never waits for the agent's driver calls.
+fn serve_metrics(config: &Path) -> anyhow::Result<()> {
+    let resolved = Config::from_file(config)?.resolve(config.parent())?;
+    let listen = resolved.config.node.metrics_listen.clone();
+    if listen.is_empty() {
+        return Ok(());
+    }
+    let backend = open_backend(&resolved.config.node)?;
+    let catalogue = resolved.catalogue;
+    let addr = crate::metrics::serve(&listen, move || {
+        super::metrics::render(backend.as_ref(), &catalogue)
+    })
+    .with_context(|| format!("node.metrics_listen = \"{listen}\""))?;
+    if let Some(addr) = addr {
+        log::info!("metrics on http://{addr}/metrics");
+    }
+    Ok(())
+}
+
 /// Builds the agent that `config` describes.
 pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
     let cfg = Config::from_file(config)?;
@@ -31,13 +62,7 @@ pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
     } else {
         n.name.clone()
     };
-    let backend: Box<dyn GpuBackend> = match n.backend {
-        Backend::Nvml => Box::new(Nvml::open()?),
-        Backend::Simulated => Box::new(
-            Simulated::open(&n.simulated_dir)
-                .with_context(|| format!("opening the simulated node in {}", n.simulated_dir.display()))?,
-        ),
-    };
+    let backend = open_backend(n)?;
     let channel: Box<dyn NodeChannel> = match n.channel {
         ChannelKind::Spool => Box::new(SpoolChannel::open(&n.spool_dir, &node)?),
         ChannelKind::Slurm => Box::new(SlurmChannel::new(&node)),
@@ -69,6 +94,9 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
     }
     if let Err(e) = agent.announce() {
         log::error!("cannot announce the node's layouts: {e}");
+    }
+    if !once {
+        serve_metrics(config)?;
     }
     loop {
         match agent.tick(super::agent::unix_now()) {

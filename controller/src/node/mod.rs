@@ -6,6 +6,7 @@ pub mod agent;
 pub mod daemon;
 pub mod gres;
 pub mod journal;
+pub mod metrics;
 pub mod slurm_channel;
 pub mod spool;
 

@@ -61,6 +61,10 @@ pub struct NodeConfig {
     /// devices' current layouts), so the central role recovers a forgotten `Comment`.
     #[serde(default = "default_announce", deserialize_with = "positive")]
     pub announce_interval_s: f64,
+    /// Prometheus metrics address of the agent (GPU power, energy, instances); empty
+    /// disables.
+    #[serde(default = "default_node_metrics")]
+    pub metrics_listen: String,
 }
 
 impl Default for NodeConfig {
@@ -76,6 +80,7 @@ impl Default for NodeConfig {
             slurmd_start: default_start(),
             poll_interval_s: default_poll(),
             announce_interval_s: default_announce(),
+            metrics_listen: default_node_metrics(),
         }
     }
 }
@@ -107,6 +112,10 @@ fn default_poll() -> f64 {
 fn default_announce() -> f64 {
     300.0
 }
+/// Next to the central role's 9817, so both roles can run on one host.
+fn default_node_metrics() -> String {
+    "127.0.0.1:9818".into()
+}
 
 /// A command line as a list: a program and its arguments, the program not empty.
 fn command<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -136,6 +145,7 @@ mod tests {
         assert_eq!(c.node.slurmd_stop, ["systemctl", "stop", "slurmd"]);
         assert_eq!(c.node.poll_interval_s, 0.5);
         assert_eq!(c.node.announce_interval_s, 300.0);
+        assert_eq!(c.node.metrics_listen, "127.0.0.1:9818");
     }
 
     #[test]
