@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use slurm::{Cluster, FakeGpu, Options};
 use smartmig_core::config::{Config, Mode};
-use smartmig_core::mig::{Catalogue, Driver, Layout};
-use smartmig_gpu::simulated::{GpuSpec, Simulated};
+use smartmig_core::mig::Catalogue;
+use smartmig_gpu::simulated::Simulated;
 use smartmigd::central::decide::write_preferring;
 use smartmigd::central::status::Status;
 
@@ -51,19 +51,9 @@ fn start_agent(c: &mut Cluster, i: usize, layout: &str, busy_3g: bool) {
     let dir = c.dir.clone();
     let model = Catalogue::embedded().model("a100-40gb").unwrap().clone();
     let sim_dir = dir.join(format!("sim-{node}"));
-    let sim = Simulated::create(
-        &sim_dir,
-        Driver::R510,
-        &[GpuSpec {
-            layout: Layout::parse(&model, layout).unwrap(),
-            model,
-        }],
-    )
-    .unwrap();
+    let sim = Simulated::create_layouts(&sim_dir, &model, &[layout]).unwrap();
     if busy_3g {
-        let mut f = sim.load().unwrap();
-        f.gpus[0].busy = vec!["3g.20gb@4".into()];
-        sim.save(&f).unwrap();
+        sim.mark_busy(0, "3g.20gb@4").unwrap();
     }
     let (stop, start) = c.slurmd_scripts(i);
     let toml = format!(
