@@ -5,11 +5,13 @@
 //! subcommand and `smartmig.toml(5)`; `smartmigd manpages DIR` writes `smartmigd(8)` and its
 //! subcommand pages. `smartmig completions SHELL` / `smartmigd completions SHELL` print a
 //! completion script. Both subcommands are hidden: they serve `scripts/package.sh`.
+//! The clap-generic part (pages of a command and its subcommands, completions) is the
+//! smartmig-clidoc crate, re-exported here; `smartmig.toml(5)` is made here.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use roff::{bold, italic, roman, Inline, Roff};
+pub use smartmig_clidoc::{write_completions, write_man_pages, WriteError};
 
 /// The annotated example configuration, installed as /etc/smartmig/smartmig.toml.
 pub const EXAMPLE_CONFIG: &str = include_str!("../etc/smartmig.toml");
@@ -35,38 +37,6 @@ pub enum DocsError {
     },
 }
 
-/// Writes the man page of `cmd` and of every visible subcommand (recursively) into `dir`,
-/// in manual `section`; returns the files written. `help` gets no page of its own.
-pub fn write_man_pages(cmd: clap::Command, section: &str, dir: &Path) -> Result<Vec<PathBuf>, DocsError> {
-    fn generate(
-        cmd: clap::Command,
-        section: &str,
-        dir: &Path,
-        out: &mut Vec<PathBuf>,
-    ) -> Result<(), DocsError> {
-        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
-            generate(sub, section, dir, out)?;
-        }
-        let man = clap_mangen::Man::new(cmd).section(section);
-        let path = dir.join(man.get_filename());
-        let written = man.generate_to(dir).map_err(|source| DocsError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        out.push(written);
-        Ok(())
-    }
-    std::fs::create_dir_all(dir).map_err(|source| DocsError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
-    let mut cmd = cmd.disable_help_subcommand(true);
-    cmd.build();
-    let mut out = Vec::new();
-    generate(cmd, section, dir, &mut out)?;
-    Ok(out)
-}
-
 /// Writes `smartmig.toml.5`, generated from [`EXAMPLE_CONFIG`], into `dir`.
 pub fn write_config_man_page(dir: &Path) -> Result<PathBuf, DocsError> {
     let page = config_man_page(EXAMPLE_CONFIG, env!("CARGO_PKG_VERSION"))?;
@@ -78,12 +48,6 @@ pub fn write_config_man_page(dir: &Path) -> Result<PathBuf, DocsError> {
             source,
         })?;
     Ok(path)
-}
-
-/// Writes the completion script of `cmd` for `shell` to `out`.
-pub fn write_completions(cmd: &mut clap::Command, shell: clap_complete::Shell, out: &mut dyn Write) {
-    let name = cmd.get_name().to_owned();
-    clap_complete::generate(shell, cmd, name, out);
 }
 
 /// One key of the example file, set or shown commented out.

@@ -200,26 +200,8 @@ pub struct PeriodicSpec {
     pub layout: Vec<String>,
 }
 
-/// Repartition semantics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Semantics {
-    /// The paper's: jobs on changed instances are preempted, keep their progress, and pay a penalty.
-    #[default]
-    Preempt,
-    /// Slurm's: changing instances take no new jobs and switch once idle.
-    Drain,
-}
-
-impl Semantics {
-    /// The name used in files and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Semantics::Preempt => "preempt",
-            Semantics::Drain => "drain",
-        }
-    }
-}
+/// Repartition semantics (in smartmig-policy: policy files are named after them).
+pub use smartmig_policy::Semantics;
 
 /// `[repartition]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -234,14 +234,10 @@ fn a_static_layout_with_an_unknown_configuration_is_refused() {
 }
 
 fn simulated_node(dir: &std::path::Path) -> smartmig_gpu::simulated::Simulated {
-    use smartmig_core::mig::{Catalogue, Driver, Layout};
-    use smartmig_gpu::simulated::{GpuSpec, Simulated};
+    use smartmig_core::mig::Catalogue;
+    use smartmig_gpu::simulated::Simulated;
     let m = Catalogue::embedded().model("a100-40gb").unwrap().clone();
-    let spec = |l: &str| GpuSpec {
-        model: m.clone(),
-        layout: Layout::parse(&m, l).unwrap(),
-    };
-    Simulated::create(dir, Driver::R510, &[spec("7g@0"), spec("4g@0 3g@4")]).unwrap()
+    Simulated::create_layouts(dir, &m, &["7g@0", "4g@0 3g@4"]).unwrap()
 }
 
 #[test]

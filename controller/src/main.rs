@@ -100,7 +100,7 @@ fn bench(gpus: usize, jobs: usize, cycles: usize, fixed: bool) -> anyhow::Result
 
 /// `smartmigd manpages DIR`: section 8, the daemon's manual section.
 fn manpages(dir: PathBuf) -> anyhow::Result<()> {
-    for page in smartmig::docs::write_man_pages(Cli::command(), "8", &dir)? {
+    for page in smartmig_clidoc::write_man_pages(Cli::command(), "8", &dir)? {
         println!("{}", page.display());
     }
     Ok(())
@@ -131,7 +131,7 @@ fn main() -> ExitCode {
         } => bench(gpus, jobs, cycles, fixed),
         Role::Manpages { dir } => manpages(dir),
         Role::Completions { shell } => {
-            smartmig::docs::write_completions(&mut Cli::command(), shell, &mut std::io::stdout());
+            smartmig_clidoc::write_completions(&mut Cli::command(), shell, &mut std::io::stdout());
             Ok(())
         }
     };

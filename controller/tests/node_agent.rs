@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use smartmig_core::mig::{Catalogue, Driver, Layout};
-use smartmig_gpu::simulated::{Faults, GpuSpec, Simulated};
+use smartmig_core::mig::{Catalogue, Layout};
+use smartmig_gpu::simulated::{Faults, Simulated};
 use smartmig_gpu::GpuBackend;
 use smartmigd::channel::{Desired, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
 use smartmigd::node::journal::{Journal, Record};
@@ -45,21 +45,7 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_on_restart() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let m = Catalogue::embedded().model("a100-40gb").unwrap().clone();
-    let sim = Simulated::create(
-        &d.join("sim"),
-        Driver::R510,
-        &[
-            GpuSpec {
-                model: m.clone(),
-                layout: Layout::parse(&m, "7g@0").unwrap(),
-            },
-            GpuSpec {
-                model: m.clone(),
-                layout: Layout::parse(&m, "4g@0 3g@4").unwrap(),
-            },
-        ],
-    )
-    .unwrap();
+    let sim = Simulated::create_layouts(&d.join("sim"), &m, &["7g@0", "4g@0 3g@4"]).unwrap();
     // Dies (SIGABRT) right after destroy-ci and destroy-gi of the 7g are done.
     sim.set_faults(&Faults {
         fail: vec![],

@@ -73,13 +73,76 @@ pub fn code_name(code: sys::nvmlReturn_t) -> String {
     format!("NVML_ERROR_{name}")
 }
 
-fn wrapper_error(gpu: u32, call: &str, e: nvml_wrapper::error::NvmlError) -> GpuError {
-    GpuError::Nvml {
-        gpu,
-        call: call.to_string(),
-        code: e.to_string(),
+/// nvml-wrapper's errors as [`GpuError::Nvml`], naming the GPU and the call.
+trait WrapperResult<T> {
+    fn at(self, gpu: u32, call: &str) -> Result<T, GpuError>;
+}
+
+impl<T> WrapperResult<T> for Result<T, nvml_wrapper::error::NvmlError> {
+    fn at(self, gpu: u32, call: &str) -> Result<T, GpuError> {
+        self.map_err(|e| GpuError::Nvml {
+            gpu,
+            call: call.to_string(),
+            code: e.to_string(),
+        })
     }
 }
+
+/// Calls the raw NVML function `$f` of `$nvml`'s loaded library: `$call` is the `unsafe`
+/// call, written with `$f` standing for the function. Evaluates to NVML's return code;
+/// a driver without the function is an error (returned with `?`) naming the GPU and it.
+macro_rules! raw_code {
+    ($nvml:expr, $gpu:expr, $f:ident => $call:expr) => {{
+        // Bound under the C name so the call reads as it does in NVML's documentation.
+        #[allow(non_snake_case)]
+        let $f = $nvml.sym($gpu, stringify!($f), &$nvml.nvml.lib().$f)?;
+        $call
+    }};
+}
+
+/// [`raw_code!`] with any code but success an error naming the GPU and the operation:
+/// the function's name, or `op = ...` when the caller names it better.
+macro_rules! raw {
+    ($nvml:expr, $gpu:expr, $f:ident => $call:expr) => {
+        Nvml::check($gpu, stringify!($f), raw_code!($nvml, $gpu, $f => $call))
+    };
+    ($nvml:expr, $gpu:expr, $f:ident => $call:expr, op = $op:expr) => {
+        Nvml::check($gpu, $op, raw_code!($nvml, $gpu, $f => $call))
+    };
+}
+
+/// The items a raw NVML list call writes into a buffer of [`MAX_ITEMS`] entries: `fill`
+/// gets the buffer and its capacity, which the call lowers to the count it wrote.
+fn listed<T: Copy>(
+    empty: T,
+    fill: impl FnOnce(*mut T, &mut u32) -> Result<(), GpuError>,
+) -> Result<Vec<T>, GpuError> {
+    let mut buf = [empty; MAX_ITEMS];
+    let mut count = MAX_ITEMS as u32;
+    fill(buf.as_mut_ptr(), &mut count)?;
+    Ok(buf[..(count as usize).min(MAX_ITEMS)].to_vec())
+}
+
+/// NVML's C structs that calls fill in: all-zero bytes are a valid value of each.
+///
+/// # Safety
+/// Only for plain C structs of integers, arrays of them and raw pointers.
+unsafe trait Plain: Copy {
+    /// An all-zero value for NVML to fill in.
+    fn zeroed() -> Self {
+        // SAFETY: the trait's contract.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+// SAFETY: bindgen structs of integers and nested such structs.
+unsafe impl Plain for sys::nvmlGpuInstanceProfileInfo_t {}
+// SAFETY: as above, with a raw device handle.
+unsafe impl Plain for sys::nvmlGpuInstanceInfo_t {}
+// SAFETY: as above.
+unsafe impl Plain for sys::nvmlComputeInstanceProfileInfo_t {}
+// SAFETY: as above, with raw device and GPU-instance handles.
+unsafe impl Plain for sys::nvmlComputeInstanceInfo_t {}
 
 /// A GPU instance found on the device.
 struct FoundGi {
@@ -113,12 +176,12 @@ impl Nvml {
     }
 
     fn device(&self, gpu: u32) -> Result<Device<'_>, GpuError> {
-        self.nvml.device_by_index(gpu).map_err(|e| match e {
-            nvml_wrapper::error::NvmlError::InvalidArg | nvml_wrapper::error::NvmlError::NotFound => {
-                GpuError::NoSuchGpu(gpu)
+        match self.nvml.device_by_index(gpu) {
+            Err(nvml_wrapper::error::NvmlError::InvalidArg | nvml_wrapper::error::NvmlError::NotFound) => {
+                Err(GpuError::NoSuchGpu(gpu))
             }
-            other => wrapper_error(gpu, "nvmlDeviceGetHandleByIndex", other),
-        })
+            other => other.at(gpu, "nvmlDeviceGetHandleByIndex"),
+        }
     }
 
     /// Turns a raw return code into a result naming the call.
@@ -154,17 +217,13 @@ impl Nvml {
         gpu: u32,
         dev: &Device<'_>,
     ) -> Result<Vec<sys::nvmlGpuInstanceProfileInfo_t>, GpuError> {
-        let lib = self.nvml.lib();
-        let f = self.sym(
-            gpu,
-            "nvmlDeviceGetGpuInstanceProfileInfo",
-            &lib.nvmlDeviceGetGpuInstanceProfileInfo,
-        )?;
         let mut out = Vec::new();
         for p in 0..sys::NVML_GPU_INSTANCE_PROFILE_COUNT {
-            // SAFETY: zeroed plain C struct filled by NVML; the handle comes from this library.
-            let mut info: sys::nvmlGpuInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
-            let code = unsafe { f(dev.handle(), p, &mut info) };
+            let mut info: sys::nvmlGpuInstanceProfileInfo_t = Plain::zeroed();
+            // SAFETY: the handle comes from this library; `info` is a struct NVML fills.
+            let code = raw_code!(self, gpu, nvmlDeviceGetGpuInstanceProfileInfo => unsafe {
+                nvmlDeviceGetGpuInstanceProfileInfo(dev.handle(), p, &mut info)
+            });
             if code == sys::nvmlReturn_enum_NVML_SUCCESS {
                 out.push(info);
             } else if code != sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
@@ -177,38 +236,31 @@ impl Nvml {
     }
 
     fn placements(&self, gpu: u32, dev: &Device<'_>, profile_id: u32) -> Result<(Vec<u8>, u8), GpuError> {
-        let lib = self.nvml.lib();
-        let f = self.sym(
-            gpu,
-            "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
-            &lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2,
-        )?;
-        let mut buf = [sys::nvmlGpuInstancePlacement_t { start: 0, size: 0 }; MAX_ITEMS];
-        let mut count = MAX_ITEMS as u32;
-        // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
-        let code = unsafe { f(dev.handle(), profile_id, buf.as_mut_ptr(), &mut count) };
-        Self::check(gpu, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", code)?;
-        let found = &buf[..(count as usize).min(MAX_ITEMS)];
+        let empty = sys::nvmlGpuInstancePlacement_t { start: 0, size: 0 };
+        let found = listed(empty, |buf, count| {
+            // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
+            raw!(self, gpu, nvmlDeviceGetGpuInstancePossiblePlacements_v2 => unsafe {
+                nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev.handle(), profile_id, buf, count)
+            })
+        })?;
         let size = found.first().map_or(0, |p| p.size as u8);
         Ok((found.iter().map(|p| p.start as u8).collect(), size))
     }
 
     /// Every GPU instance of the device with its catalogue instance.
     fn gpu_instances(&self, gpu: u32, dev: &Device<'_>, model: &GpuModel) -> Result<Vec<FoundGi>, GpuError> {
-        let lib = self.nvml.lib();
-        let list = self.sym(gpu, "nvmlDeviceGetGpuInstances", &lib.nvmlDeviceGetGpuInstances)?;
-        let info_f = self.sym(gpu, "nvmlGpuInstanceGetInfo", &lib.nvmlGpuInstanceGetInfo)?;
         let mut out = Vec::new();
         for p in self.gi_profiles(gpu, dev)? {
-            let mut buf: [sys::nvmlGpuInstance_t; MAX_ITEMS] = [std::ptr::null_mut(); MAX_ITEMS];
-            let mut count = MAX_ITEMS as u32;
-            // SAFETY: `buf` holds `count` handles.
-            let code = unsafe { list(dev.handle(), p.id, buf.as_mut_ptr(), &mut count) };
-            Self::check(gpu, "nvmlDeviceGetGpuInstances", code)?;
-            for &h in &buf[..(count as usize).min(MAX_ITEMS)] {
-                // SAFETY: plain C struct filled by NVML for a handle it returned.
-                let mut info: sys::nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
-                Self::check(gpu, "nvmlGpuInstanceGetInfo", unsafe { info_f(h, &mut info) })?;
+            let handles = listed(std::ptr::null_mut(), |buf, count| {
+                // SAFETY: `buf` holds `count` handles.
+                raw!(self, gpu, nvmlDeviceGetGpuInstances => unsafe {
+                    nvmlDeviceGetGpuInstances(dev.handle(), p.id, buf, count)
+                })
+            })?;
+            for h in handles {
+                let mut info: sys::nvmlGpuInstanceInfo_t = Plain::zeroed();
+                // SAFETY: a handle NVML returned; `info` is a struct NVML fills.
+                raw!(self, gpu, nvmlGpuInstanceGetInfo => unsafe { nvmlGpuInstanceGetInfo(h, &mut info) })?;
                 let profile = model
                     .profiles
                     .iter()
@@ -234,50 +286,52 @@ impl Nvml {
         Ok(out)
     }
 
+    /// The shared-engine compute instance profiles a GPU instance supports.
+    fn ci_profiles(
+        &self,
+        gpu: u32,
+        gi: &FoundGi,
+    ) -> Result<Vec<sys::nvmlComputeInstanceProfileInfo_t>, GpuError> {
+        let mut out = Vec::new();
+        for p in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+            let mut info: sys::nvmlComputeInstanceProfileInfo_t = Plain::zeroed();
+            // SAFETY: a handle NVML returned; `info` is a struct NVML fills.
+            let code = raw_code!(self, gpu, nvmlGpuInstanceGetComputeInstanceProfileInfo => unsafe {
+                nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi.handle,
+                    p,
+                    sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                    &mut info,
+                )
+            });
+            // Profiles the GPU instance cannot hold answer with an error: not one of its.
+            if code == sys::nvmlReturn_enum_NVML_SUCCESS {
+                out.push(info);
+            }
+        }
+        Ok(out)
+    }
+
     /// The compute instances of a GPU instance: (handle, id).
     fn compute_instances(
         &self,
         gpu: u32,
         gi: &FoundGi,
     ) -> Result<Vec<(sys::nvmlComputeInstance_t, u32)>, GpuError> {
-        let lib = self.nvml.lib();
-        let pinfo = self.sym(
-            gpu,
-            "nvmlGpuInstanceGetComputeInstanceProfileInfo",
-            &lib.nvmlGpuInstanceGetComputeInstanceProfileInfo,
-        )?;
-        let list = self.sym(
-            gpu,
-            "nvmlGpuInstanceGetComputeInstances",
-            &lib.nvmlGpuInstanceGetComputeInstances,
-        )?;
-        let cinfo = self.sym(
-            gpu,
-            "nvmlComputeInstanceGetInfo_v2",
-            &lib.nvmlComputeInstanceGetInfo_v2,
-        )?;
         let mut out = Vec::new();
-        for p in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-            // SAFETY: plain C structs and buffers sized as passed.
-            let mut info: sys::nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
-            let code = unsafe {
-                pinfo(
-                    gi.handle,
-                    p,
-                    sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-                    &mut info,
-                )
-            };
-            if code != sys::nvmlReturn_enum_NVML_SUCCESS {
-                continue;
-            }
-            let mut buf: [sys::nvmlComputeInstance_t; MAX_ITEMS] = [std::ptr::null_mut(); MAX_ITEMS];
-            let mut count = MAX_ITEMS as u32;
-            let code = unsafe { list(gi.handle, info.id, buf.as_mut_ptr(), &mut count) };
-            Self::check(gpu, "nvmlGpuInstanceGetComputeInstances", code)?;
-            for &h in &buf[..(count as usize).min(MAX_ITEMS)] {
-                let mut ci: sys::nvmlComputeInstanceInfo_t = unsafe { std::mem::zeroed() };
-                Self::check(gpu, "nvmlComputeInstanceGetInfo_v2", unsafe { cinfo(h, &mut ci) })?;
+        for info in self.ci_profiles(gpu, gi)? {
+            let handles = listed(std::ptr::null_mut(), |buf, count| {
+                // SAFETY: `buf` holds `count` handles.
+                raw!(self, gpu, nvmlGpuInstanceGetComputeInstances => unsafe {
+                    nvmlGpuInstanceGetComputeInstances(gi.handle, info.id, buf, count)
+                })
+            })?;
+            for h in handles {
+                let mut ci: sys::nvmlComputeInstanceInfo_t = Plain::zeroed();
+                // SAFETY: a handle NVML returned; `ci` is a struct NVML fills.
+                raw!(self, gpu, nvmlComputeInstanceGetInfo_v2 => unsafe {
+                    nvmlComputeInstanceGetInfo_v2(h, &mut ci)
+                })?;
                 out.push((h, ci.id));
             }
         }
@@ -319,17 +373,14 @@ fn mig_minors() -> BTreeMap<String, u32> {
 
 impl GpuBackend for Nvml {
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
-        let n = self
-            .nvml
-            .device_count()
-            .map_err(|e| wrapper_error(0, "nvmlDeviceGetCount", e))?;
+        let n = self.nvml.device_count().at(0, "nvmlDeviceGetCount")?;
         (0..n)
             .map(|i| {
                 let dev = self.device(i)?;
-                let name = dev.name().map_err(|e| wrapper_error(i, "nvmlDeviceGetName", e))?;
+                let name = dev.name().at(i, "nvmlDeviceGetName")?;
                 Ok(GpuInfo {
                     index: i,
-                    uuid: dev.uuid().map_err(|e| wrapper_error(i, "nvmlDeviceGetUUID", e))?,
+                    uuid: dev.uuid().at(i, "nvmlDeviceGetUUID")?,
                     model: crate::model_key(&self.catalogue, &name),
                     name,
                     mig_enabled: dev
@@ -344,13 +395,11 @@ impl GpuBackend for Nvml {
     fn state(&self, gpu: u32, model: &GpuModel) -> Result<GpuState, GpuError> {
         let dev = self.device(gpu)?;
         let gis = self.gpu_instances(gpu, &dev, model)?;
-        let minor = dev
-            .minor_number()
-            .map_err(|e| wrapper_error(gpu, "nvmlDeviceGetMinorNumber", e))?;
+        let minor = dev.minor_number().at(gpu, "nvmlDeviceGetMinorNumber")?;
         let caps = mig_minors();
         let busy_ids: Vec<u32> = dev
             .running_compute_processes()
-            .map_err(|e| wrapper_error(gpu, "nvmlDeviceGetComputeRunningProcesses", e))?
+            .at(gpu, "nvmlDeviceGetComputeRunningProcesses")?
             .iter()
             .filter_map(|p| p.gpu_instance_id)
             .collect();
@@ -410,23 +459,23 @@ impl GpuBackend for Nvml {
 
     fn apply(&mut self, gpu: u32, model: &GpuModel, step: Step) -> Result<(), GpuError> {
         let dev = self.device(gpu)?;
-        let lib = self.nvml.lib();
         let call = step.describe(model);
-        let fail = |code: sys::nvmlReturn_t| Self::check(gpu, &call, code);
         match step {
             Step::DestroyCompute(i) => {
                 let gi = self.find_gi(gpu, &dev, model, i)?;
-                let f = self.sym(gpu, "nvmlComputeInstanceDestroy", &lib.nvmlComputeInstanceDestroy)?;
                 for (h, _) in self.compute_instances(gpu, &gi)? {
                     // SAFETY: a handle NVML just returned.
-                    fail(unsafe { f(h) })?;
+                    raw!(self, gpu, nvmlComputeInstanceDestroy => unsafe {
+                        nvmlComputeInstanceDestroy(h)
+                    }, op = &call)?;
                 }
             }
             Step::DestroyGpu(i) => {
                 let gi = self.find_gi(gpu, &dev, model, i)?;
-                let f = self.sym(gpu, "nvmlGpuInstanceDestroy", &lib.nvmlGpuInstanceDestroy)?;
                 // SAFETY: a handle NVML just returned.
-                fail(unsafe { f(gi.handle) })?;
+                raw!(self, gpu, nvmlGpuInstanceDestroy => unsafe {
+                    nvmlGpuInstanceDestroy(gi.handle)
+                }, op = &call)?;
             }
             Step::CreateGpu(i) => {
                 let p = model
@@ -436,62 +485,40 @@ impl GpuBackend for Nvml {
                         gpu,
                         what: format!("no profile #{} in {}", i.profile, model.key),
                     })?;
-                let f = self.sym(
-                    gpu,
-                    "nvmlDeviceCreateGpuInstanceWithPlacement",
-                    &lib.nvmlDeviceCreateGpuInstanceWithPlacement,
-                )?;
                 let placement = sys::nvmlGpuInstancePlacement_t {
                     start: u32::from(i.start),
                     size: u32::from(p.memory_slices),
                 };
                 let mut h: sys::nvmlGpuInstance_t = std::ptr::null_mut();
                 // SAFETY: valid device handle, placement and out pointer.
-                fail(unsafe { f(dev.handle(), p.nvml_id, &placement, &mut h) })?;
+                raw!(self, gpu, nvmlDeviceCreateGpuInstanceWithPlacement => unsafe {
+                    nvmlDeviceCreateGpuInstanceWithPlacement(dev.handle(), p.nvml_id, &placement, &mut h)
+                }, op = &call)?;
             }
             Step::CreateCompute(i) => {
                 let gi = self.find_gi(gpu, &dev, model, i)?;
                 let compute = model.profiles.get(i.profile).map_or(0, |p| u32::from(p.compute));
-                let pinfo = self.sym(
-                    gpu,
-                    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
-                    &lib.nvmlGpuInstanceGetComputeInstanceProfileInfo,
-                )?;
-                let create = self.sym(
-                    gpu,
-                    "nvmlGpuInstanceCreateComputeInstance",
-                    &lib.nvmlGpuInstanceCreateComputeInstance,
-                )?;
                 // The one compute instance spanning the whole GPU instance.
-                let mut full = None;
-                for p in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-                    // SAFETY: plain C struct filled by NVML.
-                    let mut info: sys::nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
-                    let code = unsafe {
-                        pinfo(
-                            gi.handle,
-                            p,
-                            sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-                            &mut info,
-                        )
-                    };
-                    if code == sys::nvmlReturn_enum_NVML_SUCCESS && info.sliceCount == compute {
-                        full = Some(info.id);
-                        break;
-                    }
-                }
-                let id = full.ok_or_else(|| GpuError::Nvml {
-                    gpu,
-                    call: call.clone(),
-                    code: format!("no compute instance profile with {compute} slices"),
-                })?;
+                let id = self
+                    .ci_profiles(gpu, &gi)?
+                    .into_iter()
+                    .find(|info| info.sliceCount == compute)
+                    .map(|info| info.id)
+                    .ok_or_else(|| GpuError::Nvml {
+                        gpu,
+                        call: call.clone(),
+                        code: format!("no compute instance profile with {compute} slices"),
+                    })?;
                 let mut h: sys::nvmlComputeInstance_t = std::ptr::null_mut();
                 // SAFETY: valid GPU instance handle and out pointer.
-                fail(unsafe { create(gi.handle, id, &mut h) })?;
+                raw!(self, gpu, nvmlGpuInstanceCreateComputeInstance => unsafe {
+                    nvmlGpuInstanceCreateComputeInstance(gi.handle, id, &mut h)
+                }, op = &call)?;
             }
         }
         Ok(())
     }
+
     fn power(&self, gpu: u32) -> Result<Option<PowerReading>, GpuError> {
         use nvml_wrapper::error::NvmlError;
         let dev = self.device(gpu)?;
@@ -499,13 +526,13 @@ impl GpuBackend for Nvml {
         let watts = match dev.power_usage() {
             Ok(mw) => f64::from(mw) / 1e3,
             Err(NvmlError::NotSupported) => return Ok(None),
-            Err(e) => return Err(wrapper_error(gpu, "nvmlDeviceGetPowerUsage", e)),
+            Err(e) => return Err(e).at(gpu, "nvmlDeviceGetPowerUsage"),
         };
         // millijoules since the driver loaded; Volta and newer only.
         let energy_joules = match dev.total_energy_consumption() {
             Ok(mj) => Some(mj as f64 / 1e3),
             Err(NvmlError::NotSupported) => None,
-            Err(e) => return Err(wrapper_error(gpu, "nvmlDeviceGetTotalEnergyConsumption", e)),
+            Err(e) => return Err(e).at(gpu, "nvmlDeviceGetTotalEnergyConsumption"),
         };
         Ok(Some(PowerReading { watts, energy_joules }))
     }

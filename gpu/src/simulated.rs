@@ -180,6 +180,14 @@ fn parse_instances(model: &GpuModel, names: &[String], path: &Path) -> Result<Ve
     Ok(layout.instances().to_vec())
 }
 
+/// A layout given as text for GPU `gpu`, or an error naming the GPU, the text and the fault.
+fn parse_layout(gpu: u32, model: &GpuModel, text: &str) -> Result<Layout, GpuError> {
+    Layout::parse(model, text).map_err(|e| GpuError::Unexpected {
+        gpu,
+        what: format!("layout `{text}`: {e}"),
+    })
+}
+
 fn names(model: &GpuModel, insts: &[Instance]) -> Vec<String> {
     insts.iter().map(|i| display_instance(model, i)).collect()
 }
@@ -199,6 +207,23 @@ impl Simulated {
     /// `<dir>/dev`.
     pub fn create(dir: &Path, driver: Driver, gpus: &[GpuSpec]) -> Result<Simulated, GpuError> {
         Simulated::create_with_dev_dir(dir, None, driver, gpus)
+    }
+
+    /// Creates a node of `model` GPUs in `dir`, one per entry of `layouts` (a layout as
+    /// [`Layout::parse`] reads it, e.g. `"4g@0 3g@4"`), with the R510 driver and device
+    /// files in `<dir>/dev`: the usual set-up of tests. See [`Simulated::mark_busy`].
+    pub fn create_layouts(dir: &Path, model: &GpuModel, layouts: &[&str]) -> Result<Simulated, GpuError> {
+        let gpus = layouts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                Ok(GpuSpec {
+                    model: model.clone(),
+                    layout: parse_layout(i as u32, model, text)?,
+                })
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        Simulated::create(dir, Driver::R510, &gpus)
     }
 
     /// Like [`Simulated::create`], with device files in `dev_dir` (e.g. the `dev/` of a
@@ -289,6 +314,22 @@ impl Simulated {
             reason: e.to_string(),
         })?;
         write_atomic(&path, &text)
+    }
+
+    /// Marks the instances `instances` of GPU `gpu` (a layout as [`Layout::parse`] reads it
+    /// for the GPU's model, e.g. `"3g@4"`) as used by a process.
+    pub fn mark_busy(&self, gpu: u32, instances: &str) -> Result<(), GpuError> {
+        let file = self.load()?;
+        let g = file
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let model = self.gpu_model(g)?;
+        for inst in parse_layout(gpu, &model, instances)?.instances() {
+            self.set_busy(gpu, &model, *inst, true)?;
+        }
+        Ok(())
     }
 
     /// Marks an instance as used by a process, or not.
@@ -588,16 +629,7 @@ mod tests {
     fn node(layout: &str) -> (tempfile::TempDir, Simulated, GpuModel) {
         let dir = tempfile::tempdir().unwrap();
         let m = a100();
-        let l = Layout::parse(&m, layout).unwrap();
-        let s = Simulated::create(
-            dir.path(),
-            Driver::R510,
-            &[GpuSpec {
-                model: m.clone(),
-                layout: l,
-            }],
-        )
-        .unwrap();
+        let s = Simulated::create_layouts(dir.path(), &m, &[layout]).unwrap();
         (dir, s, m)
     }
 
@@ -641,13 +673,26 @@ mod tests {
     fn a_busy_instance_cannot_be_destroyed() {
         let (_d, mut s, m) = node("4g@0 3g@4");
         let three = inst(&m, "3g@4");
-        s.set_busy(0, &m, three, true).unwrap();
+        s.mark_busy(0, "3g@4").unwrap();
         let e = s
             .apply(0, &m, Step::DestroyCompute(three))
             .unwrap_err()
             .to_string();
         assert!(e.contains("NVML_ERROR_IN_USE"), "{e}");
         assert_eq!(s.state(0, &m).unwrap().busy, vec![three]);
+    }
+
+    #[test]
+    fn a_bad_layout_or_busy_instance_text_is_an_error_naming_gpu_and_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Simulated::create_layouts(dir.path(), &a100(), &["7g@0", "4g@0 5g@4"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("GPU 1: layout `4g@0 5g@4`: "), "{e}");
+        let (_d, s, m) = node("7g@0");
+        let e = s.mark_busy(0, "9g@0").unwrap_err().to_string();
+        assert!(e.starts_with("GPU 0: layout `9g@0`: "), "{e}");
+        assert!(s.state(0, &m).unwrap().busy.is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 pub mod cluster;
 pub mod engine;
-pub mod features;
+pub use smartmig_policy::features;
 pub mod metrics;
 pub mod plot;
 

@@ -6,7 +6,7 @@
 
 pub mod alibaba;
 pub mod generator;
-pub mod job;
+pub use smartmig_policy::job;
 pub mod jobs_csv;
 pub mod sacct;
 pub mod trace;

@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use rand_chacha::ChaCha8Rng;
-use smartmig::policy::contract::CONTRACT_VERSION;
-use smartmig::policy::{
+use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved};
+use smartmig_core::routing::{parse_hints, JobClass, SIZES};
+use smartmig_policy::contract::CONTRACT_VERSION;
+use smartmig_policy::features::{layout as feature_layout, FeatureTracker};
+use smartmig_policy::job::Job;
+use smartmig_policy::{
     mode_semantics, policy_file_name, DecisionInterval, OnnxRuntime, PolicyMetadata, PolicyRuntime,
     SamplingConfig, TransitionTable,
 };
-use smartmig::sim::features::{layout as feature_layout, FeatureTracker};
-use smartmig::workload::Job;
-use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved};
-use smartmig_core::routing::{parse_hints, JobClass, SIZES};
 
 use super::view::View;
 use crate::slurm::{parse_gres, SlurmJob};
@@ -385,23 +385,23 @@ pub fn write_preferring(
     model: usize,
     mode: Mode,
     to: usize,
-) -> Result<PathBuf, smartmig::policy::WriteError> {
+) -> Result<PathBuf, smartmig_policy::WriteError> {
     let meta = expected_metadata(resolved, model, mode);
     let (d, k) = (meta.input_dim(), meta.k());
     let mut b = vec![0.0f32; k * k];
     for row in 0..k {
         b[row * k + to] = 20.0;
     }
-    let net = smartmig::policy::PolicyNetwork {
-        layers: vec![smartmig::policy::Dense {
+    let net = smartmig_policy::PolicyNetwork {
+        layers: vec![smartmig_policy::Dense {
             in_dim: d,
             out_dim: k * k,
             w: vec![0.0; d * k * k],
             b,
         }],
-        hidden: smartmig::policy::Activation::Tanh,
+        hidden: smartmig_policy::Activation::Tanh,
     };
     let path = policy_path(resolved, model, mode);
-    smartmig::policy::onnx_writer::write(&path, &net, &meta)?;
+    smartmig_policy::onnx_writer::write(&path, &net, &meta)?;
     Ok(path)
 }

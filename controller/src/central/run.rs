@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use rand::SeedableRng as _;
 use rand_chacha::ChaCha8Rng;
-use smartmig::policy::{onnx_writer, Activation, PolicyNetwork};
 use smartmig_core::config::{Config, Mode, Resolved};
+use smartmig_policy::{onnx_writer, Activation, PolicyNetwork};
 
 use super::decide::{expected_metadata, policy_path, Decider};
 use super::fake::FakeSlurm;

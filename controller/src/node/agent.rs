@@ -499,7 +499,7 @@ fn run(cmd: &[String]) -> Result<(), NodeError> {
 mod tests {
     use super::*;
     use crate::node::spool::SpoolChannel;
-    use smartmig_gpu::simulated::{FailFault, Faults, GpuSpec, Simulated};
+    use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
 
     struct Node {
         dir: tempfile::TempDir,
@@ -511,14 +511,7 @@ mod tests {
         fn new(layouts: &[&str]) -> Node {
             let dir = tempfile::tempdir().unwrap();
             let model = Catalogue::embedded().model("a100-40gb").unwrap().clone();
-            let specs: Vec<GpuSpec> = layouts
-                .iter()
-                .map(|l| GpuSpec {
-                    model: model.clone(),
-                    layout: Layout::parse(&model, l).unwrap(),
-                })
-                .collect();
-            let sim = Simulated::create(&dir.path().join("sim"), Driver::R510, &specs).unwrap();
+            let sim = Simulated::create_layouts(&dir.path().join("sim"), &model, layouts).unwrap();
             Node { dir, sim, model }
         }
 

@@ -118,28 +118,19 @@ fn header(name: &str, kind: &str, help: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smartmig_core::mig::{Driver, Layout};
-    use smartmig_gpu::simulated::{GpuSpec, Simulated};
+    use smartmig_gpu::simulated::Simulated;
 
     #[test]
     fn a_scrape_shows_power_energy_and_instances_per_profile_of_each_gpu() {
         let dir = tempfile::tempdir().unwrap();
         let catalogue = Catalogue::embedded();
-        let model = catalogue.model("a100-40gb").unwrap().clone();
-        let spec = |l: &str| GpuSpec {
-            layout: Layout::parse(&model, l).unwrap(),
-            model: model.clone(),
-        };
-        let sim = Simulated::create(
-            dir.path(),
-            Driver::R510,
-            &[spec("3g.20gb@0 3g.20gb@4"), spec("7g.40gb@0")],
-        )
-        .unwrap();
+        let model = catalogue.model("a100-40gb").unwrap();
+        let sim =
+            Simulated::create_layouts(dir.path(), model, &["3g.20gb@0 3g.20gb@4", "7g.40gb@0"]).unwrap();
+        sim.mark_busy(0, "3g.20gb@4").unwrap();
         let mut f = sim.load().unwrap();
         f.gpus[0].power_w = Some(180.5);
         f.gpus[0].energy_j = Some(7200.0);
-        f.gpus[0].busy = vec!["3g.20gb@4".into()];
         sim.save(&f).unwrap();
         let text = render(&sim, &catalogue);
         let uuid0 = &f.gpus[0].uuid;
@@ -162,16 +153,8 @@ mod tests {
     fn a_broken_device_state_is_a_read_error_not_a_failed_scrape() {
         let dir = tempfile::tempdir().unwrap();
         let catalogue = Catalogue::embedded();
-        let model = catalogue.model("a100-40gb").unwrap().clone();
-        let sim = Simulated::create(
-            dir.path(),
-            Driver::R510,
-            &[GpuSpec {
-                layout: Layout::parse(&model, "7g.40gb@0").unwrap(),
-                model,
-            }],
-        )
-        .unwrap();
+        let model = catalogue.model("a100-40gb").unwrap();
+        let sim = Simulated::create_layouts(dir.path(), model, &["7g.40gb@0"]).unwrap();
         std::fs::write(dir.path().join("node.json"), "not json").unwrap();
         let text = render(&sim, &catalogue);
         assert!(text.lines().any(|l| l == "smartmig_node_read_errors 1"), "{text}");

@@ -124,104 +124,127 @@ fn limit(v: u32) -> Option<u32> {
     (v != sys::NO_VAL && v != sys::INFINITE).then_some(v)
 }
 
+/// A message Slurm allocated, freed with Slurm's own free function when dropped: on every
+/// path out of the function holding it, unwinding included.
+struct SlurmOwned<M> {
+    msg: *mut M,
+    free: unsafe extern "C" fn(*mut M),
+}
+
+impl<M> Drop for SlurmOwned<M> {
+    fn drop(&mut self) {
+        // SAFETY: `msg` is a non-null message Slurm allocated, and `free` is its free
+        // function; it is freed once, here.
+        unsafe { (self.free)(self.msg) }
+    }
+}
+
+/// Loads a Slurm message with `load` (a `slurm_load_*` call named `call`), maps each of its
+/// records with `map` (`None` skips one), and frees the message with `free`, whatever happens.
+///
+/// # Safety
+/// `load` writes into its argument null or a message that `free` frees; `records` returns
+/// the record array of such a message (null or `count` valid records) and its count.
+unsafe fn load_each<M, R, T>(
+    call: &str,
+    load: impl FnOnce(*mut *mut M) -> std::ffi::c_int,
+    free: unsafe extern "C" fn(*mut M),
+    records: impl FnOnce(&M) -> (*const R, u32),
+    map: impl FnMut(&R) -> Option<T>,
+) -> Result<Vec<T>, SlurmError> {
+    let mut msg: *mut M = ptr::null_mut();
+    let rc = load(&mut msg);
+    // Owned from here, so a message Slurm wrote is freed on failure too (after Slurm's errno
+    // is read: the return value is built before locals drop).
+    let owned = (!msg.is_null()).then_some(SlurmOwned { msg, free });
+    let owned = match owned {
+        Some(owned) if rc == sys::SLURM_SUCCESS as i32 => owned,
+        _ => return Err(last_error(call.into())),
+    };
+    let (array, count) = records(&*owned.msg);
+    let records = if array.is_null() {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(array, count as usize)
+    };
+    Ok(records.iter().filter_map(map).collect())
+}
+
 impl SlurmApi for Libslurm {
     fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
-        let mut msg: *mut sys::job_info_msg_t = ptr::null_mut();
-        // SAFETY: on success Slurm allocates *msg; it is freed below on every path.
-        let rc = unsafe { sys::slurm_load_jobs(0, &mut msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16) };
-        if rc != sys::SLURM_SUCCESS as i32 || msg.is_null() {
-            return Err(last_error("slurm_load_jobs".into()));
-        }
-        let mut jobs = Vec::new();
-        // SAFETY: job_array holds record_count records owned by msg.
+        // SAFETY: slurm_load_jobs allocates a job_info_msg_t freed by slurm_free_job_info_msg;
+        // job_array holds record_count records; the strings read are null or NUL-terminated.
         unsafe {
-            let m = &*msg;
-            let records = if m.job_array.is_null() {
-                &[][..]
-            } else {
-                std::slice::from_raw_parts(m.job_array, m.record_count as usize)
-            };
-            for j in records {
-                let tres = [
-                    text(j.tres_per_node),
-                    text(j.tres_per_job),
-                    text(j.tres_per_task),
-                    text(j.tres_per_socket),
-                ];
-                if !tres.iter().flatten().any(|t| t.contains("gpu")) {
-                    continue;
-                }
-                let state = match j.job_state & sys::JOB_STATE_BASE {
-                    s if s == sys::JOB_PENDING => JobState::Pending,
-                    s if s == sys::JOB_RUNNING => JobState::Running,
-                    _ => JobState::Other,
-                };
-                if state == JobState::Other {
-                    continue;
-                }
-                let gres_detail = if j.gres_detail_str.is_null() {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(j.gres_detail_str, j.gres_detail_cnt as usize)
-                        .iter()
-                        .map(|p| text(*p).unwrap_or_default())
-                        .collect()
-                };
-                jobs.push(SlurmJob {
-                    id: j.job_id,
-                    state,
-                    tres,
-                    nodes: text(j.nodes).map(|n| expand_hostlist(&n)).unwrap_or_default(),
-                    gres_detail,
-                    submit: j.submit_time,
-                    start: j.start_time,
-                    time_limit_min: limit(j.time_limit),
-                    deadline: (j.deadline > 0).then_some(j.deadline),
-                    comment: text(j.comment).filter(|c| !c.is_empty()),
-                    name: text(j.name),
-                    account: text(j.account),
-                    partition: text(j.partition),
-                });
-            }
-            sys::slurm_free_job_info_msg(msg);
+            load_each(
+                "slurm_load_jobs",
+                |msg| sys::slurm_load_jobs(0, msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16),
+                sys::slurm_free_job_info_msg,
+                |m| (m.job_array.cast_const(), m.record_count),
+                |j| {
+                    let tres = [
+                        text(j.tres_per_node),
+                        text(j.tres_per_job),
+                        text(j.tres_per_task),
+                        text(j.tres_per_socket),
+                    ];
+                    if !tres.iter().flatten().any(|t| t.contains("gpu")) {
+                        return None;
+                    }
+                    let state = match j.job_state & sys::JOB_STATE_BASE {
+                        s if s == sys::JOB_PENDING => JobState::Pending,
+                        s if s == sys::JOB_RUNNING => JobState::Running,
+                        _ => return None,
+                    };
+                    let gres_detail = if j.gres_detail_str.is_null() {
+                        Vec::new()
+                    } else {
+                        std::slice::from_raw_parts(j.gres_detail_str, j.gres_detail_cnt as usize)
+                            .iter()
+                            .map(|p| text(*p).unwrap_or_default())
+                            .collect()
+                    };
+                    Some(SlurmJob {
+                        id: j.job_id,
+                        state,
+                        tres,
+                        nodes: text(j.nodes).map(|n| expand_hostlist(&n)).unwrap_or_default(),
+                        gres_detail,
+                        submit: j.submit_time,
+                        start: j.start_time,
+                        time_limit_min: limit(j.time_limit),
+                        deadline: (j.deadline > 0).then_some(j.deadline),
+                        comment: text(j.comment).filter(|c| !c.is_empty()),
+                        name: text(j.name),
+                        account: text(j.account),
+                        partition: text(j.partition),
+                    })
+                },
+            )
         }
-        Ok(jobs)
     }
 
     fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError> {
-        let mut msg: *mut sys::node_info_msg_t = ptr::null_mut();
-        // SAFETY: as in jobs().
-        let rc = unsafe { sys::slurm_load_node(0, &mut msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16) };
-        if rc != sys::SLURM_SUCCESS as i32 || msg.is_null() {
-            return Err(last_error("slurm_load_node".into()));
-        }
-        let mut nodes = Vec::new();
-        // SAFETY: node_array holds record_count records owned by msg.
+        // SAFETY: as in jobs(), with node_info_msg_t, slurm_free_node_info_msg and node_array.
         unsafe {
-            let m = &*msg;
-            let records = if m.node_array.is_null() {
-                &[][..]
-            } else {
-                std::slice::from_raw_parts(m.node_array, m.record_count as usize)
-            };
-            for n in records {
-                let Some(name) = text(n.name) else {
-                    continue;
-                };
-                nodes.push(SlurmNode {
-                    name,
-                    gres: text(n.gres).unwrap_or_default(),
-                    gres_used: text(n.gres_used).unwrap_or_default(),
-                    drain: n.node_state & sys::NODE_STATE_DRAIN != 0,
-                    down: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_DOWN,
-                    reason: text(n.reason).filter(|r| !r.is_empty()),
-                    extra: text(n.extra).filter(|r| !r.is_empty()),
-                    comment: text(n.comment).filter(|r| !r.is_empty()),
-                });
-            }
-            sys::slurm_free_node_info_msg(msg);
+            load_each(
+                "slurm_load_node",
+                |msg| sys::slurm_load_node(0, msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16),
+                sys::slurm_free_node_info_msg,
+                |m| (m.node_array.cast_const(), m.record_count),
+                |n| {
+                    Some(SlurmNode {
+                        name: text(n.name)?,
+                        gres: text(n.gres).unwrap_or_default(),
+                        gres_used: text(n.gres_used).unwrap_or_default(),
+                        drain: n.node_state & sys::NODE_STATE_DRAIN != 0,
+                        down: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_DOWN,
+                        reason: text(n.reason).filter(|r| !r.is_empty()),
+                        extra: text(n.extra).filter(|r| !r.is_empty()),
+                        comment: text(n.comment).filter(|r| !r.is_empty()),
+                    })
+                },
+            )
         }
-        Ok(nodes)
     }
 
     fn update_node(&mut self, u: &NodeUpdate) -> Result<(), SlurmError> {

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::slurm::{self, Cluster, FakeGpu, Options};
 use smartmig_core::config::{Config, Mode};
-use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout};
-use smartmig_gpu::simulated::{GpuSpec, Simulated};
+use smartmig_core::mig::{Catalogue, Driver, GpuModel};
+use smartmig_gpu::simulated::Simulated;
 use smartmig_gpu::GpuBackend;
 use smartmigd::central::decide::write_preferring;
 
@@ -67,20 +67,10 @@ pub fn a100() -> GpuModel {
 
 /// Creates node `i`'s simulated GPU in `layout` with `busy` instances marked in use.
 pub fn make_sim(c: &Cluster, i: usize, layout: &str, busy: &[&str]) -> Simulated {
-    let model = a100();
-    let sim = Simulated::create(
-        &c.dir.join(format!("sim-{}", c.nodes[i])),
-        Driver::R510,
-        &[GpuSpec {
-            layout: Layout::parse(&model, layout).unwrap(),
-            model,
-        }],
-    )
-    .unwrap();
+    let sim =
+        Simulated::create_layouts(&c.dir.join(format!("sim-{}", c.nodes[i])), &a100(), &[layout]).unwrap();
     if !busy.is_empty() {
-        let mut f = sim.load().unwrap();
-        f.gpus[0].busy = busy.iter().map(|b| b.to_string()).collect();
-        sim.save(&f).unwrap();
+        sim.mark_busy(0, &busy.join(" ")).unwrap();
     }
     sim
 }

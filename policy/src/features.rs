@@ -2,14 +2,14 @@
 //! them costs the same whatever the number of GPUs and jobs.
 //!
 //! What is computed, in which order and with which bins is a
-//! [`FeatureLayout`](crate::policy::FeatureLayout), the same one a policy file carries
+//! [`FeatureLayout`](crate::FeatureLayout), the same one a policy file carries
 //! in its metadata; [`layout`] is smartmig's default. Durations are remaining work on a
 //! 1g slice; time to deadline is `deadline − now` (negative once late). Splitting the
 //! histograms by slice size is not computed here (a layout asking for it is refused).
 
-use crate::policy::contract::{TimeOfDay, PAPER_EDGES_MIN};
-use crate::policy::FeatureLayout;
-use crate::workload::Job;
+use crate::contract::{TimeOfDay, PAPER_EDGES_MIN};
+use crate::job::Job;
+use crate::FeatureLayout;
 
 /// Remaining-work histogram lower edges (on a 1g slice), minutes.
 pub const DURATION_EDGES_MIN: [f64; 8] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0];

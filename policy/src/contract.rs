@@ -230,7 +230,7 @@ impl FeatureLayout {
     }
 }
 
-pub use crate::scenario::Semantics;
+pub use crate::Semantics;
 
 /// When the controller decides: after `events` arrivals and completions and/or every
 /// `seconds` (0 disables either).

@@ -224,8 +224,8 @@ fn value_info(name: &str, dims: &[Option<usize>]) -> ValueInfoProto {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::contract::tests::sample_metadata;
-    use crate::policy::network::Activation;
+    use crate::contract::tests::sample_metadata;
+    use crate::network::Activation;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 

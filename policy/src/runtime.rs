@@ -316,11 +316,11 @@ fn check_io(session: &Session, d: usize, k: usize) -> Result<(), ContractError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::contract::tests::sample_metadata;
-    use crate::policy::contract::{FeatureLayout, TimeOfDay, KEY_FEATURE_LAYOUT, KEY_INPUT_DIM};
-    use crate::policy::network::{Activation, PolicyNetwork};
-    use crate::policy::onnx_proto::ModelProto;
-    use crate::policy::onnx_writer;
+    use crate::contract::tests::sample_metadata;
+    use crate::contract::{FeatureLayout, TimeOfDay, KEY_FEATURE_LAYOUT, KEY_INPUT_DIM};
+    use crate::network::{Activation, PolicyNetwork};
+    use crate::onnx_proto::ModelProto;
+    use crate::onnx_writer;
     use prost::Message;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;

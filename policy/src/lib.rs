@@ -1,0 +1,70 @@
+//! smartmig-policy: the learned mean-field policy, shared by the `smartmig` trainer and
+//! evaluator and the `smartmigd` daemon: network weights, the ONNX policy-file contract, the
+//! ONNX writer, inference through ONNX Runtime (and its provisioning), top-k sampling of
+//! next configurations, the mean-field features and the job type they are computed from.
+//! (Re-exported by `smartmig` as `smartmig::policy`; no simulator, solver or trainer here,
+//! so the daemon links none of them.)
+//!
+//! A decision, for one GPU model:
+//! 1. compute the `mean_field` features in the order of [`FeatureLayout`];
+//! 2. [`PolicyRuntime::infer`] → K·K transition logits;
+//! 3. [`TransitionTable::new`] (mask unavailable configurations, softmax, top-k) and
+//!    [`TransitionTable::sample_gpus`] → the next configuration of every GPU.
+
+pub mod contract;
+pub mod features;
+pub mod job;
+pub mod network;
+pub mod onnx_proto;
+pub mod onnx_writer;
+pub mod provision;
+pub mod runtime;
+pub mod sampling;
+
+pub use contract::{
+    ContractError, DecisionInterval, FeatureLayout, PolicyMetadata, TimeOfDay, CONTRACT_VERSION, INPUT_NAME,
+    OUTPUT_NAME,
+};
+pub use network::{Activation, Dense, NetworkError, PolicyNetwork};
+pub use onnx_writer::WriteError;
+pub use provision::{fetch_runtime, ProvisionError, ORT_VERSION};
+pub use runtime::{OnnxRuntime, PolicyRuntime, RuntimeError};
+pub use sampling::{SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
+
+/// The file name of the policy for a GPU model and repartition semantics:
+/// `<model key>-<semantics>.onnx`, as `smartmig train` ships them in `onnx/` and
+/// `smartmigd` loads them from `policy.models_dir`.
+pub fn policy_file_name(gpu_key: &str, semantics: Semantics) -> String {
+    format!("{gpu_key}-{}.onnx", semantics.as_str())
+}
+
+/// The semantics a controller mode repartitions with (a dry run trials the default, drain).
+pub fn mode_semantics(mode: smartmig_core::config::Mode) -> Semantics {
+    match mode {
+        smartmig_core::config::Mode::Preempt => Semantics::Preempt,
+        smartmig_core::config::Mode::Drain | smartmig_core::config::Mode::DryRun => Semantics::Drain,
+    }
+}
+
+/// Repartition semantics.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Semantics {
+    /// The paper's: jobs on changed instances are preempted, keep their progress, and pay a penalty.
+    #[default]
+    Preempt,
+    /// Slurm's: changing instances take no new jobs and switch once idle.
+    Drain,
+}
+
+impl Semantics {
+    /// The name used in files and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Semantics::Preempt => "preempt",
+            Semantics::Drain => "drain",
+        }
+    }
+}
