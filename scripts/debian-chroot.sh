@@ -3,6 +3,8 @@
 # for trying the packages as on a fresh install (tests/packages.rs). Needs root and debootstrap.
 #
 #   scripts/debian-chroot.sh DIR
+#   scripts/debian-chroot.sh --prepare    only build the cache (scripts/test.sh runs this in
+#                                         the background while the workspace compiles)
 #
 # The root file system is built once and cached as a tarball in
 # ${XDG_CACHE_HOME:-~/.cache}/smartmig/debian-chroot/bookworm-minbase-KEY.tar.gz, where KEY
@@ -17,14 +19,15 @@
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
-    echo "usage: scripts/debian-chroot.sh DIR" >&2
+    echo "usage: scripts/debian-chroot.sh DIR | --prepare" >&2
     exit 2
 fi
 dir="$1"
+[ "$dir" = --prepare ] && dir=""
 script="$(readlink -f "$0")"
 mirror="${SMARTMIG_DEBIAN_MIRROR:-http://deb.debian.org}"
 
-if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
+if [ -n "$dir" ] && [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
     echo "debian-chroot.sh: $dir is not empty" >&2
     exit 2
 fi
@@ -47,6 +50,7 @@ if [ ! -f "$tarball" ]; then
     echo "debian-chroot.sh: building $tarball (debootstrap from $mirror)" >&2
     build=$(mktemp -d "$cache/build.XXXXXX")
     trap 'rm -rf --one-file-system "$build"' EXIT
+    trap 'exit 1' INT TERM
     debootstrap --variant=minbase bookworm "$build/root" "$mirror/debian" >"$build/debootstrap.log" 2>&1 || {
         tail -n 30 "$build/debootstrap.log" >&2
         echo "debian-chroot.sh: debootstrap failed (log above)" >&2
@@ -66,6 +70,7 @@ EOF
     mv "$build/root.tar.gz" "$tarball"
 fi
 flock -u 9
+[ -n "$dir" ] || exit 0
 
 mkdir -p "$dir"
 tar --numeric-owner -C "$dir" -xzf "$tarball"

@@ -118,7 +118,8 @@ fn package(out: &Path, version: &str, build: bool) -> Vec<PathBuf> {
     let root = env!("CARGO_MANIFEST_DIR");
     let profile = std::env::var("SMARTMIG_PACKAGE_PROFILE").unwrap_or_else(|_| "dev".into());
     let mut cmd = Command::new(format!("{root}/scripts/package.sh"));
-    cmd.args(["--profile", &profile, "--deb-version", version, "--out"])
+    // --fast: weaker compression, 8 s instead of 39 s for the smartmig package.
+    cmd.args(["--fast", "--profile", &profile, "--deb-version", version, "--out"])
         .arg(out);
     if !build {
         cmd.arg("--no-build");
