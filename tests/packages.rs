@@ -21,7 +21,7 @@ use std::time::Instant;
 
 const PACKAGES: [&str; 3] = ["smartmig", "smartmigd", "smartmig-slurm-plugin"];
 const CONFIG: &str = "/etc/smartmig/smartmig.toml";
-const PLUGIN: &str = "job_submit_smartmig.so";
+const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_smartmig.so";
 
 /// Files the packages must install, by package.
 const INSTALLED: [(&str, &str); 16] = [
@@ -40,7 +40,7 @@ const INSTALLED: [(&str, &str); 16] = [
     ("smartmigd", "/usr/share/man/man8/smartmigd-central.8.gz"),
     ("smartmigd", "/usr/lib/systemd/system/smartmigd-central.service"),
     ("smartmigd", "/usr/lib/systemd/system/smartmigd-node.service"),
-    ("smartmig-slurm-plugin", "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_smartmig.so"),
+    ("smartmig-slurm-plugin", PLUGIN),
 ];
 
 /// State smartmigd's units create at run time (systemd's StateDirectory and RuntimeDirectory);
@@ -85,7 +85,10 @@ impl Chroot {
             .arg(r#"mount -t proc proc "$1/proc" && exec chroot "$1" /bin/sh -ec "$2""#)
             .args(["sh".as_ref(), self.root.as_os_str(), script.as_ref()])
             .env_clear()
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
             .env("HOME", "/root")
             .env("LC_ALL", "C")
             .env("DEBIAN_FRONTEND", "noninteractive")
@@ -178,18 +181,32 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
     // apt installed the plugin's Slurm from the mirror, of the version it was built against.
     let host_slurm = run(Command::new("dpkg-query").args(["-W", "-f=${Version}", "libslurm-dev"]));
     let slurmctld = chroot.version("slurmctld");
-    assert_eq!(upstream(&slurmctld), upstream(&host_slurm), "slurmctld {slurmctld}");
+    assert_eq!(
+        upstream(&slurmctld),
+        upstream(&host_slurm),
+        "slurmctld {slurmctld}"
+    );
     let depends = chroot.sh("dpkg-query -W -f='${Depends}' smartmig-slurm-plugin");
     assert!(
         depends.contains(&format!("slurmctld (>= {})", upstream(&host_slurm))),
         "plugin depends: {depends}"
     );
-    // The plugin sits beside the job_submit plugins of that slurmctld's own packages, in
-    // its PluginDir, and links only what the clean system has.
-    let lua = chroot.sh("dpkg-query -L slurm-wlm-basic-plugins | grep '/job_submit_lua.so$'");
-    let plugin_dir = Path::new(lua.trim()).parent().unwrap();
-    assert!(chroot.path(plugin_dir.join(PLUGIN).to_str().unwrap()).is_file());
-    let ldd = chroot.sh(&format!("ldd {}", plugin_dir.join(PLUGIN).display()));
+    // The plugin lands in the PluginDir the chroot's slurmctld uses by default: the one
+    // compiled into its libslurmfull.so (there is no slurm.conf in a clean system).
+    let ldd = chroot.sh("ldd /usr/sbin/slurmctld");
+    let libslurmfull = ldd
+        .split_whitespace()
+        .find(|w| w.starts_with('/') && w.ends_with("/libslurmfull.so"))
+        .unwrap_or_else(|| panic!("slurmctld links no libslurmfull.so: {ldd}"));
+    let plugin_dir = Path::new(PLUGIN).parent().unwrap().to_str().unwrap();
+    let lib = std::fs::read(chroot.path(libslurmfull)).unwrap();
+    let needle = format!("\0{plugin_dir}\0").into_bytes();
+    assert!(
+        lib.windows(needle.len()).any(|w| w == needle.as_slice()),
+        "{libslurmfull} has no default PluginDir {plugin_dir}"
+    );
+    // It links only what the clean system has.
+    let ldd = chroot.sh(&format!("ldd {PLUGIN}"));
     assert!(!ldd.contains("not found"), "{ldd}");
 
     // State the daemon would have written; an upgrade keeps it, a purge removes it.
