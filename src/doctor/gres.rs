@@ -212,10 +212,15 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) ->
     }
 }
 
-/// The MIG instances (with compute instances) on the GPUs of configured models with MIG on.
+/// The MIG instances (with compute instances) on the GPUs with MIG on, which must be of
+/// configured models.
 fn instances(backend: &dyn GpuBackend, r: &Resolved) -> Result<Vec<Actual>, String> {
     let mut out = Vec::new();
     for g in backend.gpus().map_err(|e| e.to_string())? {
+        // A GPU without MIG has no instances to list (nor gres.conf lines of MIG types).
+        if !g.mig_enabled {
+            continue;
+        }
         let Some(m) = r
             .models
             .iter()
@@ -226,9 +231,6 @@ fn instances(backend: &dyn GpuBackend, r: &Resolved) -> Result<Vec<Actual>, Stri
                 g.index, g.name
             ));
         };
-        if !g.mig_enabled {
-            continue;
-        }
         let state = backend.state(g.index, &m.model).map_err(|e| e.to_string())?;
         for d in state.devices {
             out.push(Actual {
