@@ -6,6 +6,15 @@ cd "$(dirname "$0")/.."
 
 scripts/deps.sh
 
+# tests/packages.rs installs the packages into a clean Debian 12 chroot, cached by
+# scripts/debian-chroot.sh. Building that cache (first run: ~2.5 min, mostly downloads) runs
+# in the background while the workspace compiles; the test waits for it (a lock) and, if it
+# failed, builds it again and shows the error. The log is only for a look afterwards.
+if [ "$(id -u)" -eq 0 ]; then
+  mkdir -p "${CARGO_TARGET_DIR:-target}"
+  scripts/debian-chroot.sh --prepare >"${CARGO_TARGET_DIR:-target}/debian-chroot.log" 2>&1 &
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy (warnings denied)"

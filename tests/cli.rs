@@ -316,3 +316,75 @@ fn mig_probe_without_nvml_is_a_clean_error_naming_the_library() {
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.contains("cannot use NVML (libnvidia-ml.so.1)"), "{e}");
 }
+
+#[test]
+fn doctor_compares_gres_conf_with_a_simulated_nodes_instances_and_names_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim");
+    simulated_node(&sim);
+    let conf = dir.path().join("slurm.conf");
+    std::fs::write(&conf, "ClusterName=t\n").unwrap();
+    // GPU 0: 7g@0 (nvidia0); GPU 1: 4g@0 (nvidia8), 3g@4 (nvidia12).
+    let line = |ty: &str, n: u32| {
+        format!(
+            "NodeName=gpu01 Name=gpu Type={ty} File={}/dev/nvidia{n}\n",
+            sim.display()
+        )
+    };
+    let all = [line("7g.40gb", 0), line("4g.20gb", 8), line("3g.20gb", 12)];
+    let doctor = || {
+        smartmig(&[
+            "doctor",
+            "--slurm-conf",
+            conf.to_str().unwrap(),
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml"),
+            "--simulated",
+            sim.to_str().unwrap(),
+            "--node",
+            "gpu01",
+            "--skip",
+            "slurm",
+            "--skip",
+            "plugin",
+            "--skip",
+            "snapshot",
+            "--skip",
+            "nvml",
+            "--format",
+            "json",
+        ])
+    };
+    let gres = |o: &Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == "gres")
+            .unwrap()
+            .clone()
+    };
+
+    std::fs::write(dir.path().join("gres.conf"), all.concat()).unwrap();
+    let o = doctor();
+    let f = gres(&o);
+    assert_eq!(f["status"], "ok", "{f:#}");
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.contains("3 lines for node gpu01 match the 3 MIG instances"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("(source: simulated node {})", sim.display())),
+        "{msg}"
+    );
+
+    // The 3g line gone: the instance is named, the exit code is a failure's.
+    std::fs::write(dir.path().join("gres.conf"), all[..2].concat()).unwrap();
+    let o = doctor();
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let msg = gres(&o)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("reports GPU 1 3g.20gb@4"), "{msg}");
+    assert!(msg.contains("gres.conf has no line for it"), "{msg}");
+}

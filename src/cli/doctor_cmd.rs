@@ -30,6 +30,14 @@ pub struct DoctorArgs {
     /// Leave a check out, e.g. `--skip nvml` on a host without GPUs (repeatable).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(CHECKS))]
     skip: Vec<String>,
+    /// This node's Slurm name, for the gres.conf lines compared with its MIG instances
+    /// (default: the short host name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Take the MIG instances from a simulated node (a smartmigd simulated-backend
+    /// directory) instead of NVML.
+    #[arg(long)]
+    simulated: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -51,6 +59,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
         scontrol: a.scontrol,
         skip: a.skip,
         now,
+        node: a.node,
+        simulated: a.simulated,
     });
     let worst = doctor::worst(&findings);
     match a.format {

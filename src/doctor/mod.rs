@@ -5,6 +5,7 @@
 //! configured policies.
 
 mod files;
+mod gres;
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,7 @@ use smartmig_core::config::{Config, PolicyKind, Resolved};
 use smartmig_core::routing::Snapshot;
 
 pub use files::{expand_brackets, plugin_version, SlurmConf};
+pub use gres::MigSource;
 
 /// The Debian/Ubuntu plugin directory, Slurm's `PluginDir` when slurm.conf sets none.
 pub const DEFAULT_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
@@ -81,6 +83,11 @@ pub struct Options {
     pub skip: Vec<String>,
     /// Now, Unix seconds (for the snapshot's age).
     pub now: f64,
+    /// This node's Slurm name: the gres check compares its gres.conf lines with its GPUs
+    /// (None: the short host name).
+    pub node: Option<String>,
+    /// A simulated node's directory to take the MIG instances from instead of NVML.
+    pub simulated: Option<PathBuf>,
 }
 
 /// Runs every check.
@@ -148,7 +155,10 @@ pub fn run(o: &Options) -> Vec<Finding> {
     }
     if !skip("gres") {
         out.push(match (config, &conf) {
-            (Some(r), Ok(_)) => check_gres(&o.slurm_conf, r),
+            (Some(r), Ok(_)) => {
+                let node = o.node.clone().unwrap_or_else(gres::short_hostname);
+                gres::check(&o.slurm_conf, r, &MigSource::open(o.simulated.as_deref()), &node)
+            }
             (None, _) => dependent("gres"),
             (_, Err(e)) => Finding::bad(
                 "gres",
@@ -470,85 +480,6 @@ fn check_nvml() -> Finding {
                 "enable MIG on GPUs {}: `nvidia-smi -i N -mig 1` while idle",
                 off.join(",")
             ),
-        )
-    }
-}
-
-fn check_gres(slurm_conf: &Path, r: &Resolved) -> Finding {
-    let path = slurm_conf.with_file_name("gres.conf");
-    let lines = match files::read_lines(&path) {
-        Ok(t) => t,
-        Err(e) => {
-            return Finding::bad(
-                "gres",
-                Status::Fail,
-                e,
-                "write gres.conf beside slurm.conf with one line per MIG instance (docs/admin-guide.md)",
-            )
-        }
-    };
-    let profiles: Vec<String> = r
-        .models
-        .iter()
-        .flat_map(|m| m.model.profiles.iter().map(|p| p.name.clone()))
-        .collect();
-    let mut problems = Vec::new();
-    let mut devices = 0;
-    for conf_line in &lines {
-        let line = conf_line.text.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let fields = files::key_values(line);
-        let get = |k: &str| {
-            fields
-                .iter()
-                .find(|(key, _)| key.eq_ignore_ascii_case(k))
-                .map(|(_, v)| v.as_str())
-        };
-        if get("Name") != Some("gpu") {
-            continue;
-        }
-        let at = format!("{}:{}", conf_line.file.display(), conf_line.number);
-        match get("Type") {
-            Some(t) if profiles.iter().any(|p| p == t) => {}
-            Some(t) => problems.push(format!(
-                "{at}: Type={t} is no MIG profile of the configured models"
-            )),
-            None => problems.push(format!(
-                "{at}: a GPU line without Type= (MIG types cannot be routed)"
-            )),
-        }
-        match get("File") {
-            Some(f) => match expand_brackets(f) {
-                Ok(files) => {
-                    for file in files {
-                        devices += 1;
-                        if !Path::new(&file).exists() {
-                            problems.push(format!("{at}: device {file} does not exist"));
-                        }
-                    }
-                }
-                Err(e) => problems.push(format!("{at}: File={f}: {e}")),
-            },
-            None if get("AutoDetect").is_some() => {}
-            None => problems.push(format!("{at}: no File= (Slurm 22.05 drops such a GPU silently)")),
-        }
-    }
-    if problems.is_empty() {
-        Finding::ok(
-            "gres",
-            format!(
-                "{}: {devices} MIG devices, every type a catalogue profile and every file present",
-                path.display()
-            ),
-        )
-    } else {
-        Finding::bad(
-            "gres",
-            Status::Fail,
-            problems.join("; "),
-            "make gres.conf list the node's actual MIG instances (the node agent writes it; `nvidia-smi mig -lgi` shows them) and use the catalogue's profile names (`smartmig mig models`)",
         )
     }
 }
