@@ -28,17 +28,26 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_consistent, central_command, central_config, make_sim, run_central, sim_layout, start_agent,
-    start_agent_named, submit_workload, two_nodes, wait_announced, Policy, C1, C2,
+    start_agent_named, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
 };
 use slurm::Cluster;
 use smartmig_core::config::Config;
 use smartmig_core::config::Mode;
-use smartmig_gpu::simulated::{FailFault, Faults};
+use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
 use smartmigd::central::decide::policy_path;
 use smartmigd::central::status::Status;
 
 const C5: &str = "3g.20gb@0 3g.20gb@4";
 const TO_C5: Policy = Policy::Static("\"c5\"");
+
+/// Every fault test's start: the cluster, its workload, and node 0's agent on its c2 GPU
+/// with the running job's 3g busy (node 1's GPU and agent are up to the test).
+fn start_with_workload() -> (Cluster, Workload, Simulated) {
+    let mut c = Cluster::start(&two_nodes());
+    let jobs = submit_workload(&c);
+    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    (c, jobs, s0)
+}
 
 /// Waits for a central cycle started with `central_command(..).spawn()`; its output.
 fn finish(c: &Cluster, central: std::process::Child) -> String {
@@ -79,9 +88,7 @@ fn wait_until(what: &str, limit: Duration, ready: impl Fn() -> bool) {
 #[test]
 fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes() {
     skip_unless_netns!();
-    let mut c = Cluster::start(&two_nodes());
-    let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let (mut c, jobs, s0) = start_with_workload();
     let s1 = make_sim(&c, 1, C1, &[]);
     // Node 1's agent dies (SIGABRT, as a kill would) right after destroying the 7g.
     s1.set_faults(&Faults {
@@ -118,9 +125,7 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_a
 #[test]
 fn an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_applies_the_change() {
     skip_unless_netns!();
-    let mut c = Cluster::start(&two_nodes());
-    let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let (mut c, jobs, s0) = start_with_workload();
     let s1 = make_sim(&c, 1, C1, &[]);
     // The second create-gi on node 1 fails as NVML would.
     s1.set_faults(&Faults {
@@ -167,9 +172,7 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_appli
 #[test]
 fn slurmctld_restarted_while_the_central_role_waits_for_reports_delays_the_cycle_but_it_completes() {
     skip_unless_netns!();
-    let mut c = Cluster::start(&two_nodes());
-    let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let (mut c, jobs, s0) = start_with_workload();
     let s1 = start_agent(&mut c, 1, C1, &[]);
     // Node 1's creates are slow, so the central role is waiting for its report.
     s1.set_latency("create-gi", 1500).unwrap();
@@ -206,9 +209,7 @@ fn slurmctld_restarted_while_the_central_role_waits_for_reports_delays_the_cycle
 #[test]
 fn a_node_whose_agent_answers_after_the_report_timeout_stays_drained_and_the_next_cycle_finishes_it() {
     skip_unless_netns!();
-    let mut c = Cluster::start(&two_nodes());
-    let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let (mut c, jobs, s0) = start_with_workload();
     let s1 = start_agent(&mut c, 1, C1, &[]);
     // Node 1 needs about 8 s; the central role waits 4 s (node 0 needs well under 1 s).
     s1.set_latency("create-gi", 4000).unwrap();
@@ -248,9 +249,7 @@ fn a_node_whose_agent_answers_after_the_report_timeout_stays_drained_and_the_nex
 #[test]
 fn a_policy_file_replaced_by_a_corrupt_one_falls_back_to_the_static_layout_and_says_why() {
     skip_unless_netns!();
-    let mut c = Cluster::start(&two_nodes());
-    let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let (mut c, jobs, s0) = start_with_workload();
     let s1 = start_agent(&mut c, 1, C1, &[]);
     wait_announced(&c);
     let config = central_config(
@@ -303,9 +302,7 @@ fn a_policy_file_replaced_by_a_corrupt_one_falls_back_to_the_static_layout_and_s
 #[test]
 fn an_unwritable_snapshot_is_an_error_the_cycle_still_completes_and_a_later_cycle_publishes() {
     skip_unless_netns!();
-    let mut c = Cluster::start(&two_nodes());
-    let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let (mut c, jobs, s0) = start_with_workload();
     let s1 = start_agent(&mut c, 1, C1, &[]);
     wait_announced(&c);
     // Root ignores file modes: the snapshot's parent is a regular file instead.

@@ -43,6 +43,24 @@ pub struct NodeFile {
     pub gpus: Vec<SimGpu>,
 }
 
+impl NodeFile {
+    /// The GPU with NVML index `gpu`.
+    pub fn gpu(&self, gpu: u32) -> Result<&SimGpu, GpuError> {
+        self.gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))
+    }
+
+    /// The GPU with NVML index `gpu`, to change.
+    pub fn gpu_mut(&mut self, gpu: u32) -> Result<&mut SimGpu, GpuError> {
+        self.gpus
+            .iter_mut()
+            .find(|g| g.index == gpu)
+            .ok_or(GpuError::NoSuchGpu(gpu))
+    }
+}
+
 /// One simulated GPU.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -320,11 +338,7 @@ impl Simulated {
     /// for the GPU's model, e.g. `"3g@4"`) as used by a process.
     pub fn mark_busy(&self, gpu: u32, instances: &str) -> Result<(), GpuError> {
         let file = self.load()?;
-        let g = file
-            .gpus
-            .iter()
-            .find(|g| g.index == gpu)
-            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file.gpu(gpu)?;
         let model = self.gpu_model(g)?;
         for inst in parse_layout(gpu, &model, instances)?.instances() {
             self.set_busy(gpu, &model, *inst, true)?;
@@ -335,11 +349,7 @@ impl Simulated {
     /// Marks an instance as used by a process, or not.
     pub fn set_busy(&self, gpu: u32, model: &GpuModel, inst: Instance, busy: bool) -> Result<(), GpuError> {
         let mut file = self.load()?;
-        let g = file
-            .gpus
-            .iter_mut()
-            .find(|g| g.index == gpu)
-            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file.gpu_mut(gpu)?;
         let name = display_instance(model, &inst);
         g.busy.retain(|b| *b != name);
         if busy {
@@ -458,11 +468,7 @@ impl GpuBackend for Simulated {
 
     fn state(&self, gpu: u32, model: &GpuModel) -> Result<GpuState, GpuError> {
         let file = self.load()?;
-        let g = file
-            .gpus
-            .iter()
-            .find(|g| g.index == gpu)
-            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file.gpu(gpu)?;
         self.check_model(g, model)?;
         let path = self.dir.join(NODE_FILE);
         let layout = Layout::new(parse_instances(model, &g.gpu_instances, &path)?);
@@ -486,11 +492,7 @@ impl GpuBackend for Simulated {
 
     fn probe(&self, gpu: u32, model: &GpuModel) -> Result<Vec<ProbedProfile>, GpuError> {
         let file = self.load()?;
-        let g = file
-            .gpus
-            .iter()
-            .find(|g| g.index == gpu)
-            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file.gpu(gpu)?;
         if let Some(ps) = &g.profiles {
             return Ok(ps
                 .iter()
@@ -606,11 +608,7 @@ impl GpuBackend for Simulated {
     }
     fn power(&self, gpu: u32) -> Result<Option<PowerReading>, GpuError> {
         let file = self.load()?;
-        let g = file
-            .gpus
-            .iter()
-            .find(|g| g.index == gpu)
-            .ok_or(GpuError::NoSuchGpu(gpu))?;
+        let g = file.gpu(gpu)?;
         Ok(g.power_w.map(|watts| PowerReading {
             watts,
             energy_joules: g.energy_j,
