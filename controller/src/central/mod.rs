@@ -92,6 +92,8 @@ pub struct Central {
     pub status: Status,
     last_config: BTreeMap<String, (f64, String)>,
     poll: Duration,
+    /// Nodes parsed in earlier reads of Slurm's state, reused while unchanged.
+    pub(crate) node_cache: view::NodeCache,
 }
 
 impl Central {
@@ -124,6 +126,7 @@ impl Central {
             status,
             last_config: BTreeMap::new(),
             poll: Duration::from_millis(250),
+            node_cache: view::NodeCache::default(),
         }
     }
 
@@ -147,7 +150,7 @@ impl Central {
     fn read_view(&mut self) -> Result<View, SlurmError> {
         let nodes = self.api.nodes()?;
         let jobs = self.api.jobs()?;
-        Ok(View::build(&self.resolved, nodes, jobs))
+        Ok(View::build(&self.resolved, nodes, jobs, &mut self.node_cache))
     }
 
     /// Runs one cycle; Slurm errors end the cycle early (logged, kept in the status).

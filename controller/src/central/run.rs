@@ -242,7 +242,7 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
     for i in 0..cycles {
         let (nodes, jobs) = (c.api().nodes()?, c.api().jobs()?);
         let start = Instant::now();
-        let view = super::view::View::build(&c.resolved, nodes, jobs);
+        let view = super::view::View::build(&c.resolved, nodes, jobs, &mut c.node_cache);
         let built = start.elapsed();
         let _ = c.plan(&view, unix_now());
         decide.push(start.elapsed());

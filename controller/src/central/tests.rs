@@ -401,7 +401,7 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
     let r = resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]");
     let nodes = s.nodes.clone();
     let jobs = s.jobs.clone();
-    let v = View::build(&r, nodes, jobs);
+    let v = View::build(&r, nodes, jobs, &mut Default::default());
     let b = v.gpus.iter().find(|g| g.node == "b").unwrap();
     let m = &r.models[0].model;
     let busy: Vec<String> = b
@@ -618,4 +618,30 @@ fn generations_continue_after_the_highest_an_agent_reports_when_extra_was_lost()
     let rep = c.cycle();
     assert_eq!(rep.changed, 2, "{rep:?}");
     assert_eq!(c.status.generation, 8, "an agent ignores generations it answered");
+}
+
+#[test]
+fn cached_node_views_equal_fresh_ones_and_a_changed_job_or_report_is_parsed_again() {
+    let dir = temp("cache");
+    let r = resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]");
+    let mut cache = super::view::NodeCache::default();
+    let view = |s: &FakeSlurm, cache: &mut super::view::NodeCache| {
+        let v = View::build(&r, s.nodes.clone(), s.jobs.clone(), cache);
+        format!("{:?}", v.gpus)
+    };
+    let fresh = |s: &FakeSlurm| view(s, &mut Default::default());
+    let mut s = cluster();
+    let before = fresh(&s);
+    assert_eq!(view(&s, &mut cache), before);
+    assert_eq!(view(&s, &mut cache), before, "served from the cache");
+    // Job 2 now holds node b's 4g (IDX 1) instead of its 3g: the busy instance moves.
+    s.jobs[1].gres_detail = vec!["gpu:4g.20gb:1(IDX:1)".into()];
+    let moved = fresh(&s);
+    assert_ne!(moved, before);
+    assert_eq!(view(&s, &mut cache), moved);
+    // Node c's agent reports a new layout.
+    s.nodes[2] = FakeSlurm::node("c", &[("A100-SXM4-40GB", C8)]);
+    let relaid = fresh(&s);
+    assert_ne!(relaid, moved);
+    assert_eq!(view(&s, &mut cache), relaid);
 }

@@ -44,6 +44,33 @@ pub struct NodeView {
     pub gpus: Vec<usize>,
 }
 
+/// One node as parsed in a cycle, and what it was parsed from.
+#[derive(Debug)]
+struct Parsed {
+    comment: Option<String>,
+    gres_used: String,
+    jobs: Vec<(u32, String)>,
+    report: Report,
+    gpus: Vec<GpuView>,
+}
+
+impl Parsed {
+    /// Whether `node`'s record and running jobs are what this was parsed from.
+    fn matches(&self, node: &SlurmNode, jobs: &[(u32, &str)]) -> bool {
+        self.comment == node.comment
+            && self.gres_used == node.gres_used
+            && self.jobs.len() == jobs.len()
+            && self.jobs.iter().zip(jobs).all(|(a, b)| a.0 == b.0 && a.1 == b.1)
+    }
+}
+
+/// Each managed node's parsed GPUs from the last cycle (see [`View::build`]); nodes
+/// absent from a cycle are dropped.
+#[derive(Debug, Default)]
+pub struct NodeCache {
+    nodes: HashMap<String, Parsed>,
+}
+
 /// Everything one cycle decides from.
 #[derive(Debug, Clone, Default)]
 pub struct View {
@@ -80,7 +107,14 @@ pub fn slurm_index_order(layouts: &[(&Layout, &[String])]) -> Vec<(usize, Instan
 impl View {
     /// Builds the view from Slurm's nodes and jobs; nodes without a readable report from
     /// a smartmig agent are not managed (listed in `problems` when they carry a broken one).
-    pub fn build(resolved: &Resolved, nodes: Vec<SlurmNode>, jobs: Vec<SlurmJob>) -> View {
+    /// `cache` carries each node's parsed GPUs from one cycle to the next: a node whose
+    /// report, GRES in use and running jobs are unchanged is not parsed again.
+    pub fn build(
+        resolved: &Resolved,
+        nodes: Vec<SlurmNode>,
+        jobs: Vec<SlurmJob>,
+        cache: &mut NodeCache,
+    ) -> View {
         let mut view = View::default();
         // The queue can be long: keep its records in place, copy out the few running.
         let running: Vec<SlurmJob> = jobs
@@ -99,154 +133,56 @@ impl View {
                 }
             }
         }
+        let mut previous = std::mem::take(&mut cache.nodes);
         for node in nodes {
-            if let Some(Ok(d)) = read_desired(&node) {
-                view.max_generation = view.max_generation.max(d.generation);
-            }
-            let report = match read_report(&node) {
-                None => continue,
-                Some(Err(e)) => {
-                    view.problems.push((node.name.clone(), e.to_string()));
-                    continue;
+            let generation = read_desired(&node)
+                .and_then(Result::ok)
+                .map_or(0, |d| d.generation);
+            view.max_generation = view.max_generation.max(generation);
+            let jobs = on_node.get(node.name.as_str()).map_or(&[][..], Vec::as_slice);
+            let parsed = match previous.remove(&node.name) {
+                Some(hit) if hit.matches(&node, jobs) => hit,
+                _ => {
+                    let report = match read_report(&node) {
+                        None => continue,
+                        Some(Err(e)) => {
+                            view.problems.push((node.name.clone(), e.to_string()));
+                            continue;
+                        }
+                        Some(Ok(r)) => r,
+                    };
+                    match parse_gpus(resolved, &node, &report, jobs) {
+                        Ok(gpus) => Parsed {
+                            comment: node.comment.clone(),
+                            gres_used: node.gres_used.clone(),
+                            jobs: jobs.iter().map(|&(j, d)| (j, d.to_string())).collect(),
+                            report,
+                            gpus,
+                        },
+                        Err(why) => {
+                            view.problems.push((node.name.clone(), why));
+                            continue;
+                        }
+                    }
                 }
-                Some(Ok(r)) => r,
             };
-            view.max_generation = view.max_generation.max(report.generation);
-            match view.add_node(resolved, node, report, &on_node) {
-                Ok(()) => {}
-                Err((name, why)) => view.problems.push((name, why)),
-            }
+            view.max_generation = view.max_generation.max(parsed.report.generation);
+            let start = view.gpus.len();
+            view.gpus.extend(parsed.gpus.iter().cloned());
+            view.nodes.push(NodeView {
+                name: node.name.clone(),
+                report: parsed.report.clone(),
+                generation,
+                gpus: (start..view.gpus.len()).collect(),
+                slurm: node,
+            });
+            cache
+                .nodes
+                .insert(view.nodes[view.nodes.len() - 1].name.clone(), parsed);
         }
         view.pending = pending;
         view.running = running;
         view
-    }
-
-    fn add_node(
-        &mut self,
-        resolved: &Resolved,
-        node: SlurmNode,
-        report: Report,
-        on_node: &HashMap<&str, Vec<(u32, &str)>>,
-    ) -> Result<(), (String, String)> {
-        let name = node.name.clone();
-        let fail = |why: String| (name.clone(), why);
-        let mut gpus = Vec::new();
-        for g in &report.gpus {
-            let model = resolved
-                .models
-                .iter()
-                .position(|m| m.model.answers_to(&g.model))
-                .ok_or_else(|| {
-                    fail(format!(
-                        "GPU {}: model `{}` is not in gpu.models",
-                        g.index, g.model
-                    ))
-                })?;
-            let m = &resolved.models[model];
-            let layout =
-                Layout::parse(&m.model, &g.layout).map_err(|e| fail(format!("GPU {}: {e}", g.index)))?;
-            gpus.push(GpuView {
-                node: name.clone(),
-                index: g.index,
-                model,
-                config: identify(&m.configurations, &m.model, &layout),
-                layout,
-                busy: Vec::new(),
-                jobs: Vec::new(),
-            });
-        }
-        gpus.sort_by_key(|g| g.index);
-        let names: Vec<Vec<String>> = gpus
-            .iter()
-            .map(|g| {
-                let model = &resolved.models[g.model].model;
-                g.layout
-                    .instances()
-                    .iter()
-                    .map(|i| model.profiles[i.profile].name.clone())
-                    .collect()
-            })
-            .collect();
-        let order = slurm_index_order(
-            &gpus
-                .iter()
-                .zip(&names)
-                .map(|(g, n)| (&g.layout, n.as_slice()))
-                .collect::<Vec<_>>(),
-        );
-        let mark = |gpus: &mut Vec<GpuView>, idx: u32, job: Option<u32>| -> Result<(), String> {
-            let &(g, inst) = order
-                .get(idx as usize)
-                .ok_or_else(|| format!("Slurm device index {idx} is beyond the reported layouts"))?;
-            let gpu = &mut gpus[g];
-            let pos = match gpu.busy.iter().position(|b| *b == inst) {
-                Some(p) => p,
-                None => {
-                    gpu.busy.push(inst);
-                    gpu.jobs.push(Vec::new());
-                    gpu.busy.len() - 1
-                }
-            };
-            if let Some(j) = job {
-                gpu.jobs[pos].push(j);
-            }
-            Ok(())
-        };
-        for used in parse_gres(&node.gres_used, &format!("node {name} GresUsed")).map_err(fail)? {
-            for idx in used.indices {
-                mark(&mut gpus, idx, None).map_err(fail)?;
-            }
-        }
-        for (job, detail) in on_node.get(name.as_str()).into_iter().flatten() {
-            let gres = parse_gres(detail, &format!("job {job} on {name}")).map_err(fail)?;
-            for g in &gres {
-                for &idx in &g.indices {
-                    let named = order.get(idx as usize).map(|&(gi, inst)| {
-                        names[gi][gpus[gi]
-                            .layout
-                            .instances()
-                            .iter()
-                            .position(|i| *i == inst)
-                            .unwrap_or(0)]
-                        .as_str()
-                    });
-                    if g.gpu_type.is_empty() || named == Some(g.gpu_type.as_str()) {
-                        mark(&mut gpus, idx, Some(*job)).map_err(fail)?;
-                        continue;
-                    }
-                    // Slurm keeps a running job's device index across a re-layout, so after
-                    // one the index may name another type. Which instance of its type the job
-                    // holds is then unknown: every instance of that type on the node counts
-                    // as busy (never wrongly idle).
-                    for (p, &(gi, inst)) in order.iter().enumerate() {
-                        let pos = gpus[gi]
-                            .layout
-                            .instances()
-                            .iter()
-                            .position(|i| *i == inst)
-                            .unwrap_or(0);
-                        if names[gi][pos] == g.gpu_type {
-                            mark(&mut gpus, p as u32, Some(*job)).map_err(fail)?;
-                        }
-                    }
-                }
-            }
-        }
-        let generation = read_desired(&node)
-            .and_then(Result::ok)
-            .map_or(0, |d| d.generation);
-        let start = self.gpus.len();
-        let n = gpus.len();
-        self.gpus.extend(gpus);
-        self.nodes.push(NodeView {
-            name,
-            slurm: node,
-            report,
-            generation,
-            gpus: (start..start + n).collect(),
-        });
-        Ok(())
     }
 
     /// Position in `gpus` of each (node, GPU index).
@@ -273,4 +209,113 @@ impl View {
         }
         out
     }
+}
+
+/// A node's GPUs from its agent's report, with the busy instances (Slurm's GresUsed
+/// device indices) and the jobs on them (`jobs`: running jobs and their GRES detail on
+/// this node).
+fn parse_gpus(
+    resolved: &Resolved,
+    node: &SlurmNode,
+    report: &Report,
+    jobs: &[(u32, &str)],
+) -> Result<Vec<GpuView>, String> {
+    let name = node.name.clone();
+    let mut gpus = Vec::new();
+    for g in &report.gpus {
+        let model = resolved
+            .models
+            .iter()
+            .position(|m| m.model.answers_to(&g.model))
+            .ok_or_else(|| format!("GPU {}: model `{}` is not in gpu.models", g.index, g.model))?;
+        let m = &resolved.models[model];
+        let layout = Layout::parse(&m.model, &g.layout).map_err(|e| format!("GPU {}: {e}", g.index))?;
+        gpus.push(GpuView {
+            node: name.clone(),
+            index: g.index,
+            model,
+            config: identify(&m.configurations, &m.model, &layout),
+            layout,
+            busy: Vec::new(),
+            jobs: Vec::new(),
+        });
+    }
+    gpus.sort_by_key(|g| g.index);
+    let names: Vec<Vec<String>> = gpus
+        .iter()
+        .map(|g| {
+            let model = &resolved.models[g.model].model;
+            g.layout
+                .instances()
+                .iter()
+                .map(|i| model.profiles[i.profile].name.clone())
+                .collect()
+        })
+        .collect();
+    let order = slurm_index_order(
+        &gpus
+            .iter()
+            .zip(&names)
+            .map(|(g, n)| (&g.layout, n.as_slice()))
+            .collect::<Vec<_>>(),
+    );
+    let mark = |gpus: &mut Vec<GpuView>, idx: u32, job: Option<u32>| -> Result<(), String> {
+        let &(g, inst) = order
+            .get(idx as usize)
+            .ok_or_else(|| format!("Slurm device index {idx} is beyond the reported layouts"))?;
+        let gpu = &mut gpus[g];
+        let pos = match gpu.busy.iter().position(|b| *b == inst) {
+            Some(p) => p,
+            None => {
+                gpu.busy.push(inst);
+                gpu.jobs.push(Vec::new());
+                gpu.busy.len() - 1
+            }
+        };
+        if let Some(j) = job {
+            gpu.jobs[pos].push(j);
+        }
+        Ok(())
+    };
+    for used in parse_gres(&node.gres_used, &format!("node {name} GresUsed"))? {
+        for idx in used.indices {
+            mark(&mut gpus, idx, None)?;
+        }
+    }
+    for (job, detail) in jobs {
+        let gres = parse_gres(detail, &format!("job {job} on {name}"))?;
+        for g in &gres {
+            for &idx in &g.indices {
+                let named = order.get(idx as usize).map(|&(gi, inst)| {
+                    names[gi][gpus[gi]
+                        .layout
+                        .instances()
+                        .iter()
+                        .position(|i| *i == inst)
+                        .unwrap_or(0)]
+                    .as_str()
+                });
+                if g.gpu_type.is_empty() || named == Some(g.gpu_type.as_str()) {
+                    mark(&mut gpus, idx, Some(*job))?;
+                    continue;
+                }
+                // Slurm keeps a running job's device index across a re-layout, so after
+                // one the index may name another type. Which instance of its type the job
+                // holds is then unknown: every instance of that type on the node counts
+                // as busy (never wrongly idle).
+                for (p, &(gi, inst)) in order.iter().enumerate() {
+                    let pos = gpus[gi]
+                        .layout
+                        .instances()
+                        .iter()
+                        .position(|i| *i == inst)
+                        .unwrap_or(0);
+                    if names[gi][pos] == g.gpu_type {
+                        mark(&mut gpus, p as u32, Some(*job))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(gpus)
 }
