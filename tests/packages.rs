@@ -9,12 +9,14 @@
 //! (first build about 2.5 minutes, then seconds). Each chroot command runs in its own mount
 //! namespace with a fresh /proc, so nothing stays mounted when the test ends or fails.
 //!
-//! The packages hold the debug build by default: `cargo test` has already built it, so
-//! package.sh's `cargo build` finds it fresh (0.4 s after `cargo test --workspace`; cargo
+//! The packages hold the debug build by default, which `cargo test --workspace` has already
+//! built: scripts/test.sh sets `SMARTMIG_PACKAGE_PREBUILT=1` and package.sh packages those
+//! binaries as they are (`--no-build`). Run alone, package.sh builds them first (cargo
 //! releases the build-directory lock before it runs the tests, so this nested build in the
-//! same target directory does not wait on it), while a release build costs many minutes on
-//! the CI machine; a separate target directory would rebuild everything. The layout is the
-//! same; `SMARTMIG_PACKAGE_PROFILE=release` packages the release build. package.sh runs with
+//! same target directory does not wait on it; it recompiles the binaries, whose features
+//! differ from the test build's: about 4 minutes on the CI machine). A release build costs
+//! many more minutes there. The layout is the same; `SMARTMIG_PACKAGE_PROFILE=release`
+//! packages the release build (always built by package.sh). package.sh runs with
 //! `--fast` (weaker compression: 20 s instead of about a minute per build of the three).
 //! With the chroot cached the test takes about 70 s on the 2-core machine. Run alone with
 //! `cargo test --test packages -- --nocapture`; it prints the time of each stage.
@@ -157,7 +159,14 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
     let version = env!("CARGO_PKG_VERSION");
     let (v1, v2) = (format!("{version}-1"), format!("{version}-2"));
 
-    let debs = package(&work.path().join("v1"), &v1, true);
+    // scripts/test.sh runs this inside `cargo test --workspace`, which has just built every
+    // binary and the plugin into target/debug, and says so: the packages then take them as
+    // they are. A `cargo build` of the three packages would rebuild the binaries with
+    // another feature set (dev-dependencies unify features in test builds): ~4 minutes on
+    // the 2-core CI machine. Run alone, the test builds them.
+    let prebuilt = std::env::var_os("SMARTMIG_PACKAGE_PREBUILT").is_some()
+        && std::env::var("SMARTMIG_PACKAGE_PROFILE").is_err();
+    let debs = package(&work.path().join("v1"), &v1, !prebuilt);
     lap("packages built");
     let chroot = Chroot::new(work.path().join("root"));
     lap("chroot unpacked");
