@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 /// Version of the messages below; a reader refuses any other.
 pub const CHANNEL_VERSION: u32 = 1;
 
-/// Which step of a re-layout the central role asks a node for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Which step of a re-layout the central role asks a node for; ordered as they happen
+/// within a generation (Apply, then StartSlurmd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// Change the GPUs' layouts, write gres.conf, and (when the re-layout strategy needs it)
@@ -92,6 +93,13 @@ pub struct Report {
     pub slurmd_running: bool,
     /// When the report was written, Unix seconds.
     pub at: f64,
+}
+
+impl Report {
+    /// Whether this report answers the request for `generation` and `phase`, or a later one.
+    pub fn answers(&self, generation: u64, phase: Phase) -> bool {
+        (self.generation, self.phase) >= (generation, phase)
+    }
 }
 
 /// Why a message could not be read.

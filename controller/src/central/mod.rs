@@ -643,10 +643,6 @@ impl Central {
         view: &View,
         report: &mut CycleReport,
     ) -> BTreeMap<String, crate::channel::Report> {
-        let order = |p: Phase| match p {
-            Phase::Apply => 0,
-            Phase::StartSlurmd => 1,
-        };
         let mut out = BTreeMap::new();
         for nv in &view.nodes {
             let ours = nv.slurm.drain
@@ -660,10 +656,7 @@ impl Central {
             }
             let r = &nv.report;
             let answered = match read_desired(&nv.slurm) {
-                Some(Ok(d)) => {
-                    (r.generation, order(r.phase)) >= (d.generation, order(d.phase))
-                        && !matches!(r.outcome, Outcome::InProgress)
-                }
+                Some(Ok(d)) => r.answers(d.generation, d.phase) && !matches!(r.outcome, Outcome::InProgress),
                 // Drained, but never handed a plan: its report is current.
                 None => true,
                 Some(Err(_)) => false,
@@ -732,6 +725,7 @@ impl Central {
     }
 
     fn resume(&mut self, nodes: &[String], report: &mut CycleReport) {
+        let mut refused = Vec::new();
         for node in nodes {
             let u = NodeUpdate {
                 node: node.clone(),
@@ -742,23 +736,28 @@ impl Central {
                 Ok(()) => {
                     self.status.pending_transitions.remove(node);
                 }
-                // slurmctld 22.05 clears the drain flag and then refuses a node whose
-                // base state is still UNKNOWN (restarted slurmctld, slurmd not yet
-                // registered): what counts is whether the node is still drained.
-                Err(e) if self.undrained(node) => {
-                    log::info!("resume {node}: slurmctld answered `{e}`, but the node is no longer drained");
-                    self.status.pending_transitions.remove(node);
-                }
-                Err(e) => self.fail(report, format!("cannot resume {node}: {e}")),
+                Err(e) => refused.push((node, e)),
             }
         }
-    }
-
-    /// Whether Slurm shows `node` and it is not drained.
-    fn undrained(&mut self, node: &str) -> bool {
-        self.api
+        if refused.is_empty() {
+            return;
+        }
+        // slurmctld 22.05 clears the drain flag and then refuses a node whose base state
+        // is still UNKNOWN (restarted slurmctld, slurmd not yet registered): what counts is
+        // whether the node is still drained. One read of the nodes answers for all.
+        let undrained: HashSet<String> = self
+            .api
             .nodes()
-            .is_ok_and(|all| all.iter().any(|n| n.name == node && !n.drain))
+            .map(|all| all.into_iter().filter(|n| !n.drain).map(|n| n.name).collect())
+            .unwrap_or_default();
+        for (node, e) in refused {
+            if undrained.contains(node) {
+                log::info!("resume {node}: slurmctld answered `{e}`, but the node is no longer drained");
+                self.status.pending_transitions.remove(node);
+            } else {
+                self.fail(report, format!("cannot resume {node}: {e}"));
+            }
+        }
     }
 
     /// Pending jobs asking for a type no managed GPU has any more get a new type through

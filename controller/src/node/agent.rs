@@ -53,14 +53,6 @@ pub struct Agent {
     last_at: f64,
 }
 
-/// Order of the phases within a generation: Apply comes before StartSlurmd.
-fn phase_order(p: Phase) -> u8 {
-    match p {
-        Phase::Apply => 0,
-        Phase::StartSlurmd => 1,
-    }
-}
-
 /// Unix seconds now.
 pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -199,9 +191,11 @@ impl Agent {
         let Some(d) = d else {
             return Ok(None);
         };
-        let answered =
-            |r: &Report| (r.generation, phase_order(r.phase)) >= (d.generation, phase_order(d.phase));
-        if on_channel.into_iter().chain(&self.last).any(answered) {
+        if on_channel
+            .into_iter()
+            .chain(&self.last)
+            .any(|r| r.answers(d.generation, d.phase))
+        {
             return Ok(None);
         }
         log::info!(
