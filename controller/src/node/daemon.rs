@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use smartmig_core::config::node::{Backend, ChannelKind, NodeConfig};
-use smartmig_core::config::Config;
+use smartmig_core::config::{Config, Resolved};
 use smartmig_gpu::nvml::Nvml;
 use smartmig_gpu::simulated::Simulated;
 use smartmig_gpu::GpuBackend;
@@ -33,14 +33,13 @@ fn open_backend(n: &NodeConfig) -> anyhow::Result<Box<dyn GpuBackend + Send>> {
 
 /// Serves the node's metrics on `[node] metrics_listen` from a backend of its own, so a
 /// scrape never waits for the agent's driver calls.
-fn serve_metrics(config: &Path) -> anyhow::Result<()> {
-    let resolved = Config::from_file(config)?.resolve(config.parent())?;
+fn serve_metrics(resolved: &Resolved) -> anyhow::Result<()> {
     let listen = resolved.config.node.metrics_listen.clone();
     if listen.is_empty() {
         return Ok(());
     }
     let backend = open_backend(&resolved.config.node)?;
-    let catalogue = resolved.catalogue;
+    let catalogue = resolved.catalogue.clone();
     let addr = crate::metrics::serve(&listen, move || {
         super::metrics::render(backend.as_ref(), &catalogue)
     })
@@ -51,10 +50,13 @@ fn serve_metrics(config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the agent that `config` describes.
-pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
-    let cfg = Config::from_file(config)?;
-    let resolved = cfg.resolve(config.parent())?;
+/// Reads and resolves the node's `smartmig.toml`.
+fn read_config(config: &Path) -> anyhow::Result<Resolved> {
+    Ok(Config::from_file(config)?.resolve(config.parent())?)
+}
+
+/// Builds the agent that a resolved configuration describes.
+fn agent_from_config(resolved: &Resolved) -> anyhow::Result<(Agent, Duration)> {
     let c = &resolved.config;
     let n = &c.node;
     let node = if n.name.is_empty() {
@@ -88,7 +90,8 @@ pub fn agent_from_config(config: &Path) -> anyhow::Result<(Agent, Duration)> {
 /// channel (once with `once`), re-announcing the layouts when needed ([`Agent::tick`]).
 /// Errors of one poll are logged and the loop goes on.
 pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
-    let (mut agent, interval) = agent_from_config(config)?;
+    let resolved = read_config(config)?;
+    let (mut agent, interval) = agent_from_config(&resolved)?;
     if let Some(r) = agent.recover().context("recovering from the journal")? {
         log::info!("recovered generation {}: {:?}", r.generation, r.outcome);
     }
@@ -96,7 +99,7 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
         log::error!("cannot announce the node's layouts: {e}");
     }
     if !once {
-        serve_metrics(config)?;
+        serve_metrics(&resolved)?;
     }
     loop {
         match agent.tick(super::agent::unix_now()) {
