@@ -55,6 +55,22 @@ struct Parsed {
 }
 
 impl Parsed {
+    /// Parses `node`'s report and GPUs (None: the node has no smartmig report; an error
+    /// says why a report or the node's GRES could not be read).
+    fn read(resolved: &Resolved, node: &SlurmNode, jobs: &[(u32, &str)]) -> Option<Result<Parsed, String>> {
+        let report = match read_report(node)? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        Some(parse_gpus(resolved, node, &report, jobs).map(|gpus| Parsed {
+            comment: node.comment.clone(),
+            gres_used: node.gres_used.clone(),
+            jobs: jobs.iter().map(|&(j, d)| (j, d.to_string())).collect(),
+            report,
+            gpus,
+        }))
+    }
+
     /// Whether `node`'s record and running jobs are what this was parsed from.
     fn matches(&self, node: &SlurmNode, jobs: &[(u32, &str)]) -> bool {
         self.comment == node.comment
@@ -142,43 +158,27 @@ impl View {
             let jobs = on_node.get(node.name.as_str()).map_or(&[][..], Vec::as_slice);
             let parsed = match previous.remove(&node.name) {
                 Some(hit) if hit.matches(&node, jobs) => hit,
-                _ => {
-                    let report = match read_report(&node) {
-                        None => continue,
-                        Some(Err(e)) => {
-                            view.problems.push((node.name.clone(), e.to_string()));
-                            continue;
-                        }
-                        Some(Ok(r)) => r,
-                    };
-                    match parse_gpus(resolved, &node, &report, jobs) {
-                        Ok(gpus) => Parsed {
-                            comment: node.comment.clone(),
-                            gres_used: node.gres_used.clone(),
-                            jobs: jobs.iter().map(|&(j, d)| (j, d.to_string())).collect(),
-                            report,
-                            gpus,
-                        },
-                        Err(why) => {
-                            view.problems.push((node.name.clone(), why));
-                            continue;
-                        }
+                _ => match Parsed::read(resolved, &node, jobs) {
+                    None => continue,
+                    Some(Err(why)) => {
+                        view.problems.push((node.name.clone(), why));
+                        continue;
                     }
-                }
+                    Some(Ok(p)) => p,
+                },
             };
             view.max_generation = view.max_generation.max(parsed.report.generation);
             let start = view.gpus.len();
             view.gpus.extend(parsed.gpus.iter().cloned());
+            let name = node.name.clone();
             view.nodes.push(NodeView {
-                name: node.name.clone(),
+                name: name.clone(),
                 report: parsed.report.clone(),
                 generation,
                 gpus: (start..view.gpus.len()).collect(),
                 slurm: node,
             });
-            cache
-                .nodes
-                .insert(view.nodes[view.nodes.len() - 1].name.clone(), parsed);
+            cache.nodes.insert(name, parsed);
         }
         view.pending = pending;
         view.running = running;
