@@ -27,8 +27,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_consistent, central_command, central_config, make_sim, run_central, sim_layout, start_agent,
-    start_agent_named, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
+    assert_consistent, central_command, central_config, central_output, make_sim, run_central, sim_layout,
+    start_agent, start_agent_named, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
 };
 use slurm::Cluster;
 use smartmig_core::config::Config;
@@ -51,18 +51,7 @@ fn start_with_workload() -> (Cluster, Workload, Simulated) {
 
 /// Waits for a central cycle started with `central_command(..).spawn()`; its output.
 fn finish(c: &Cluster, central: std::process::Child) -> String {
-    let out = central.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "smartmigd central failed:\n{text}\n{}",
-        c.log_tails()
-    );
-    text
+    central_output(c, central.wait_with_output().unwrap())
 }
 
 fn spawn_central(c: &Cluster, config: &std::path::Path) -> std::process::Child {

@@ -170,7 +170,12 @@ pub fn central_command(c: &Cluster, config: &Path, extra: &[&str]) -> Command {
 
 /// Runs one central cycle; returns its output (stdout and log). Panics when it fails.
 pub fn run_central(c: &Cluster, config: &Path, extra: &[&str]) -> String {
-    let out = central_command(c, config, extra).output().unwrap();
+    central_output(c, central_command(c, config, extra).output().unwrap())
+}
+
+/// A finished central cycle's output (stdout and log); panics, with the daemons' log
+/// tails, when it failed.
+pub fn central_output(c: &Cluster, out: std::process::Output) -> String {
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
