@@ -48,13 +48,6 @@ impl MigSource {
     }
 }
 
-/// The short host name (before the first dot), Slurm's default node name; empty if unknown.
-pub fn short_hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
-        .unwrap_or_default()
-}
-
 /// One `Name=gpu` line of gres.conf.
 struct GresLine {
     /// `FILE:LINE`.
@@ -282,8 +275,7 @@ fn compare(lines: &[&GresLine], actual: &[Actual], label: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use smartmig_core::config::Config;
-    use smartmig_core::mig::{Driver, Layout};
-    use smartmig_gpu::simulated::{GpuSpec, Simulated};
+    use smartmig_gpu::simulated::Simulated;
 
     fn resolved() -> Resolved {
         let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml"));
@@ -295,12 +287,7 @@ mod tests {
     fn node(dir: &Path) -> (Simulated, Vec<String>) {
         let r = resolved();
         let m = &r.models[0].model;
-        let layout = Layout::parse(m, "3g@4 2g@0 1g@2").unwrap();
-        let spec = GpuSpec {
-            model: m.clone(),
-            layout,
-        };
-        let sim = Simulated::create(&dir.join("sim"), Driver::R510, &[spec]).unwrap();
+        let sim = Simulated::create_layouts(&dir.join("sim"), m, &["3g@4 2g@0 1g@2"]).unwrap();
         let lines = sim
             .state(0, m)
             .unwrap()

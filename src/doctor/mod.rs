@@ -156,7 +156,10 @@ pub fn run(o: &Options) -> Vec<Finding> {
     if !skip("gres") {
         out.push(match (config, &conf) {
             (Some(r), Ok(_)) => {
-                let node = o.node.clone().unwrap_or_else(gres::short_hostname);
+                let node = o
+                    .node
+                    .clone()
+                    .unwrap_or_else(|| smartmig_core::config::node::short_hostname().unwrap_or_default());
                 gres::check(&o.slurm_conf, r, &MigSource::open(o.simulated.as_deref()), &node)
             }
             (None, _) => dependent("gres"),

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use smartmig_core::config::node::{Backend, ChannelKind, NodeConfig};
+use smartmig_core::config::node::{short_hostname, Backend, ChannelKind, NodeConfig};
 use smartmig_core::config::{Config, Resolved};
 use smartmig_gpu::nvml::Nvml;
 use smartmig_gpu::simulated::Simulated;
@@ -13,12 +13,6 @@ use smartmig_gpu::GpuBackend;
 use super::slurm_channel::SlurmChannel;
 use super::spool::SpoolChannel;
 use super::{Agent, AgentConfig, NodeChannel};
-
-/// The short host name (`/proc/sys/kernel/hostname` up to the first dot).
-fn short_hostname() -> anyhow::Result<String> {
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the host name")?;
-    Ok(h.trim().split('.').next().unwrap_or_default().to_string())
-}
 
 /// Opens the configured GPU backend.
 fn open_backend(n: &NodeConfig) -> anyhow::Result<Box<dyn GpuBackend + Send>> {
@@ -60,7 +54,7 @@ fn agent_from_config(resolved: &Resolved) -> anyhow::Result<(Agent, Duration)> {
     let c = &resolved.config;
     let n = &c.node;
     let node = if n.name.is_empty() {
-        short_hostname()?
+        short_hostname().context("reading the host name")?
     } else {
         n.name.clone()
     };

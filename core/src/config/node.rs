@@ -85,6 +85,13 @@ impl Default for NodeConfig {
     }
 }
 
+/// This host's short name (`/proc/sys/kernel/hostname` up to the first dot): Slurm's
+/// default node name, and the node agent's when `[node] name` is empty.
+pub fn short_hostname() -> std::io::Result<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
+    Ok(h.trim().split('.').next().unwrap_or_default().to_string())
+}
+
 fn default_backend() -> Backend {
     Backend::Nvml
 }
