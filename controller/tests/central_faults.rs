@@ -19,6 +19,7 @@
 //!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the policy test); skipped otherwise.
 
+mod backends;
 mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;

@@ -462,6 +462,7 @@ impl GpuBackend for Simulated {
                 name: g.name.clone(),
                 model: crate::model_key(&self.catalogue, &g.name),
                 mig_enabled: g.mig_enabled,
+                mig_pending: g.mig_enabled,
             })
             .collect())
     }

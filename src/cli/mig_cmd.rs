@@ -32,6 +32,12 @@ pub struct ProbeArgs {
     /// Probe a simulated node (a smartmigd simulated-backend directory) instead of NVML.
     #[arg(long, value_name = "DIR")]
     pub simulated: Option<std::path::PathBuf>,
+    /// The NVML library to load (as `[node] nvml_library`).
+    #[arg(long, value_name = "PATH", default_value = smartmig_gpu::nvml::LIBRARY)]
+    pub nvml_library: std::path::PathBuf,
+    /// Root of the driver's files (as `[node] nvidia_root`).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub nvidia_root: std::path::PathBuf,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -150,6 +156,7 @@ struct ProbeJson {
     name: String,
     model: Option<String>,
     mig_enabled: bool,
+    mig_pending: bool,
     profiles: Vec<ProbeProfileJson>,
     differences: Vec<String>,
 }
@@ -168,7 +175,13 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
     use smartmig_gpu::GpuBackend;
     let backend: Box<dyn GpuBackend> = match &a.simulated {
         Some(dir) => Box::new(smartmig_gpu::simulated::Simulated::open(dir).map_err(CliError::input)?),
-        None => Box::new(smartmig_gpu::nvml::Nvml::open().map_err(CliError::failure)?),
+        None => Box::new(
+            smartmig_gpu::nvml::Nvml::open_with(&smartmig_gpu::nvml::NvmlOptions {
+                library: a.nvml_library.clone().into_os_string(),
+                root: a.nvidia_root.clone(),
+            })
+            .map_err(CliError::failure)?,
+        ),
     };
     let mut gpus = Vec::new();
     for g in backend.gpus().map_err(CliError::failure)? {
@@ -191,6 +204,7 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
             name: g.name,
             model: g.model,
             mig_enabled: g.mig_enabled,
+            mig_pending: g.mig_pending,
             profiles: profiles
                 .iter()
                 .map(|p| ProbeProfileJson {
@@ -215,13 +229,19 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
         Format::Json => print_json(&gpus)?,
         Format::Table => {
             for g in &gpus {
+                let on_off = |b: bool| if b { "on" } else { "off" };
                 println!(
-                    "GPU {} {} ({}): {}, MIG {}",
+                    "GPU {} {} ({}): {}, MIG {}{}",
                     g.index,
                     g.name,
                     g.uuid,
                     g.model.as_deref().unwrap_or("not in the catalogue"),
-                    if g.mig_enabled { "on" } else { "off" }
+                    on_off(g.mig_enabled),
+                    if g.mig_pending == g.mig_enabled {
+                        String::new()
+                    } else {
+                        format!(" ({} after the next GPU reset)", on_off(g.mig_pending))
+                    }
                 );
                 let rows: Vec<Vec<String>> = g
                     .profiles
@@ -268,7 +288,10 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
         key: &'a str,
         name: &'a str,
         memory_gb: f64,
-        power_w: [f64; 8],
+        compute_slices: u8,
+        memory_slices: u8,
+        power_w: &'a [f64],
+        power_source: &'a str,
         profiles: Vec<&'a str>,
     }
     let list: Vec<ModelJson> = cat
@@ -278,7 +301,10 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
             key: &m.key,
             name: &m.name,
             memory_gb: m.memory_gb,
-            power_w: m.power_w,
+            compute_slices: m.compute_slices,
+            memory_slices: m.memory_slices,
+            power_w: &m.power_w,
+            power_source: &m.power_source,
             profiles: m.profiles.iter().map(|p| p.name.as_str()).collect(),
         })
         .collect();
@@ -292,24 +318,25 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
                         m.key.to_string(),
                         m.name.to_string(),
                         format!("{}", m.memory_gb),
-                        format!("{}-{}", m.power_w[0], m.power_w[7]),
+                        format!("{}/{}", m.compute_slices, m.memory_slices),
+                        format!("{}-{}", m.power_w[0], m.power_w[m.power_w.len() - 1]),
                         m.profiles.join(" "),
                     ]
                 })
                 .collect();
-            print!("{}", table(&["key", "nvml name", "GB", "W", "profiles"], &rows));
+            print!("{}", table(&["key", "nvml name", "GB", "slices", "W", "profiles"], &rows));
             Ok(())
         }
     }
 }
 
-/// A configuration name or an instance list.
+/// A configuration name or an instance list (with or without placements).
 fn layout_arg(cat: &Catalogue, model: &GpuModel, drv: Driver, text: &str) -> Result<Layout, CliError> {
-    if let Ok(idx) = cat.configuration_index(text) {
-        let configs = resolve_configurations(cat, model, drv).map_err(CliError::input)?;
-        return Ok(configs[idx].layout.clone());
+    let configs = resolve_configurations(cat, model, drv).map_err(CliError::input)?;
+    if let Some(c) = configs.iter().find(|c| c.name.eq_ignore_ascii_case(text.trim())) {
+        return Ok(c.layout.clone());
     }
-    Layout::parse(model, text).map_err(CliError::input)
+    Layout::read(model, drv, text).map_err(CliError::input)
 }
 
 fn plan(cat: &Catalogue, a: PlanArgs) -> CliResult {
