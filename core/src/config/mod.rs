@@ -523,7 +523,8 @@ impl Config {
                                     entry,
                                     key,
                                     format!(
-                                        "`{}` is none of {}'s configurations ({}), which the mean-field policy                                          chooses among; name one, or set [gpu] mig_parted to choose among other layouts",
+                                        "`{}` is none of {}'s configurations ({}), which the mean-field policy \
+                                         chooses among; name one, or set [gpu] mig_parted to choose among other layouts",
                                         entry.get_ref(),
                                         m.model.key,
                                         names(&m.configurations)
@@ -544,43 +545,46 @@ impl Config {
                 fits_some[e] = true;
                 indices.push(index);
             }
-            if indices.is_empty() {
-                if !defaulted {
-                    return Err(self
-                        .error_at_key(
-                            key,
-                            key.rsplit('.').next().unwrap_or(key),
-                            &format!(
-                                "names no layout for {} (its configurations: {}; or an instance list such as `{}`)",
-                                m.model.key,
-                                names(&m.configurations),
-                                m.configurations[0].layout.profile_list(&m.model)
-                            ),
-                        )
-                        .into());
-                }
-                indices.push(0);
-            }
             out.push(indices);
         }
+        if defaulted {
+            // Each model's whole GPU, its first configuration.
+            return Ok(out
+                .into_iter()
+                .map(|i| if i.is_empty() { vec![0] } else { i })
+                .collect());
+        }
         if let Some(e) = fits_some.iter().position(|f| !f) {
-            if !defaulted {
-                let known: Vec<String> = models
-                    .iter()
-                    .map(|m| format!("{}: {}", m.model.key, names(&m.configurations)))
-                    .collect();
-                return Err(self
-                    .at(
-                        &entries[e],
-                        key,
-                        format!(
-                            "unknown configuration or layout `{}`: it fits none of the cluster's GPU models ({})",
-                            entries[e].get_ref(),
-                            known.join("; ")
-                        ),
-                    )
-                    .into());
-            }
+            let known: Vec<String> = models
+                .iter()
+                .map(|m| format!("{}: {}", m.model.key, names(&m.configurations)))
+                .collect();
+            return Err(self
+                .at(
+                    &entries[e],
+                    key,
+                    format!(
+                        "unknown configuration `{}`: no layout of that name or instances fits the cluster's GPU models ({})",
+                        entries[e].get_ref(),
+                        known.join("; ")
+                    ),
+                )
+                .into());
+        }
+        if let Some(m) = out.iter().position(Vec::is_empty) {
+            let m = &models[m];
+            return Err(self
+                .error_at_key(
+                    key,
+                    key.rsplit('.').next().unwrap_or(key),
+                    &format!(
+                        "names no layout for {} (its configurations: {}; or an instance list such as `{}`)",
+                        m.model.key,
+                        names(&m.configurations),
+                        m.configurations[0].layout.profile_list(&m.model)
+                    ),
+                )
+                .into());
         }
         Ok(out)
     }

@@ -475,7 +475,7 @@ mig-configs:
             .collect();
         let want = [
             ("all-1g.5gb", "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6"),
-            ("all-balanced", "3g.20gb@0 2g.10gb@4 1g.5gb@6 1g.5gb@7"),
+            ("all-balanced", "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4"),
             ("all-3g.20gb", "3g.20gb@0 3g.20gb@4"),
             ("half-and-half", "4g.20gb@0 3g.20gb@4"),
         ];
