@@ -117,8 +117,26 @@ impl<T> WrapperResult<T> for Result<T, nvml_wrapper::error::NvmlError> {
         self.map_err(|e| GpuError::Nvml {
             gpu,
             call: call.to_string(),
-            code: e.to_string(),
+            code: wrapper_code(e),
         })
+    }
+}
+
+/// An nvml-wrapper error as NVML's name for its code (`NVML_ERROR_GPU_IS_LOST`), or, for
+/// the wrapper's own errors (a missing symbol, a bad string), their text.
+fn wrapper_code(e: nvml_wrapper::error::NvmlError) -> String {
+    use nvml_wrapper::error::NvmlError as E;
+    match e {
+        e @ (E::Utf8Error(_)
+        | E::NulError(_)
+        | E::LibloadingError(_)
+        | E::FailedToLoadSymbol(_)
+        | E::StringTooLong { .. }
+        | E::IncorrectBits(_)
+        | E::SetReleaseFailed
+        | E::GetPciInfoFailed
+        | E::PciInfoToCFailed) => e.to_string(),
+        nvml => code_name(nvml.into()),
     }
 }
 
@@ -224,7 +242,7 @@ impl Nvml {
                 library: library.to_string_lossy().into_owned(),
                 reason: match e {
                     nvml_wrapper::error::NvmlError::LibloadingError(l) => l.to_string(),
-                    other => other.to_string(),
+                    other => wrapper_code(other),
                 },
             })?;
         Ok(Nvml {
@@ -244,7 +262,7 @@ impl Nvml {
             Err(nvml_wrapper::error::NvmlError::InvalidArg | nvml_wrapper::error::NvmlError::NotFound) => {
                 Err(GpuError::NoSuchGpu(gpu))
             }
-            other => other.at(gpu, "nvmlDeviceGetHandleByIndex"),
+            other => other.at(gpu, "nvmlDeviceGetHandleByIndex_v2"),
         }
     }
 
@@ -447,7 +465,7 @@ fn mig_minors(path: &Path) -> Result<BTreeMap<String, u32>, GpuError> {
 
 impl GpuBackend for Nvml {
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
-        let n = self.nvml.device_count().at(0, "nvmlDeviceGetCount")?;
+        let n = self.nvml.device_count().at(0, "nvmlDeviceGetCount_v2")?;
         (0..n)
             .map(|i| {
                 let dev = self.device(i)?;
@@ -481,7 +499,7 @@ impl GpuBackend for Nvml {
         let caps = mig_minors(&self.under_root(MIG_MINORS))?;
         let busy_ids: Vec<u32> = dev
             .running_compute_processes()
-            .at(gpu, "nvmlDeviceGetComputeRunningProcesses")?
+            .at(gpu, "nvmlDeviceGetComputeRunningProcesses_v3")?
             .iter()
             .filter_map(|p| p.gpu_instance_id)
             .collect();

@@ -122,7 +122,7 @@ fn a_plan_runs_through_nvml_and_the_library_holds_the_new_layout() {
     }
     assert_eq!(
         f.node.layout(0).unwrap(),
-        ["3g.40gb@0", "2g.20gb@4", "1g.10gb@6", "1g.10gb@7"]
+        ["2g.20gb@0", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4"]
     );
     let st = f.nvml.state(0, &m).unwrap();
     assert_eq!(st.layout, to);
@@ -166,7 +166,7 @@ fn a_failed_mig_mode_read_is_an_error_not_a_gpu_without_mig() {
     let f = node(&[("a100-40gb", &[("7g.40gb", 0)])]);
     f.fail("nvmlDeviceGetMigMode", "NVML_ERROR_GPU_IS_LOST");
     let e = f.nvml.gpus().unwrap_err().to_string();
-    assert_eq!(e, "GPU 0: nvmlDeviceGetMigMode failed: GPU is lost");
+    assert_eq!(e, "GPU 0: nvmlDeviceGetMigMode failed: NVML_ERROR_GPU_IS_LOST");
     // The fault fired once: the next read is whole again.
     assert!(f.nvml.gpus().unwrap()[0].mig_enabled);
 }
@@ -257,6 +257,6 @@ fn without_the_root_the_library_answers_like_a_host_without_a_driver() {
     let e = Nvml::open_library(smartmig_nvml_testlib::library().as_os_str())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("Driver Not Loaded") || e.contains("DriverNotLoaded"), "{e}");
+    assert!(e.ends_with("NVML_ERROR_DRIVER_NOT_LOADED"), "{e}");
     drop(turn);
 }
