@@ -25,7 +25,7 @@ pub enum Scheduler {
 /// What a decision may look at besides the cluster.
 pub struct PickContext<'a> {
     /// Power curve (W by busy slices) of each model.
-    pub power: &'a [[f64; 8]],
+    pub power: &'a [Vec<f64>],
     /// Weight `a` of energy against tardiness.
     pub energy_weight: f64,
 }

@@ -98,7 +98,7 @@ pub struct Simulation<'a> {
     jobs: &'a [Job],
     opts: RunOptions,
     cluster: Cluster,
-    power: Vec<[f64; 8]>,
+    power: Vec<Vec<f64>>,
     events: BinaryHeap<Reverse<Timed>>,
     seq: u64,
     queue: BinaryHeap<Reverse<Waiting>>,
@@ -632,7 +632,6 @@ impl<'a> Simulation<'a> {
 
     fn finish(self, policy: String) -> RunResult {
         let n = self.jobs.len();
-        let gpus = self.sc.gpus.len() as f64;
         let horizon = self.makespan.max(1e-12);
         let config_share = self
             .sc
