@@ -47,7 +47,15 @@ pub fn refuse_gi(driver_version: &str, gpu: &Gpu, p: &GiProfile, start: u32) -> 
             .iter()
             .filter_map(profile_of)
             .any(|q| q.slices + p.slices == 7 && q.slices != p.slices);
+    // One JPEG decoder and OFA per GPU: one +me instance at a time.
+    let media = p.name.contains("+me")
+        && gpu
+            .gpu_instances
+            .iter()
+            .filter_map(profile_of)
+            .any(|q| q.name.contains("+me"));
     if used & mask(start, p.memory_slices) != 0
+        || media
         || same >= p.instance_count
         || slices + p.slices > gpu.compute_slices
         || pre_r510_pair

@@ -73,6 +73,14 @@ pub enum LayoutError {
         /// The limit.
         max: u8,
     },
+    /// A second instance with the media engines (a GPU has one JPEG decoder and one OFA).
+    #[error("{instance}: the GPU's media engines are already in {other}")]
+    MediaEngines {
+        /// The instance that asks for them.
+        instance: String,
+        /// The instance that has them.
+        other: String,
+    },
     /// More compute slices in use than the GPU has.
     #[error("{instance}: compute slices exceed {max} (would use {used})")]
     Compute {
@@ -169,6 +177,7 @@ impl Layout {
         let mut counts = vec![0u8; model.profiles.len()];
         let mut seen_4g = false;
         let mut seen_3g = false;
+        let mut media: Option<&Instance> = None;
         for (index, inst) in self.instances.iter().enumerate() {
             let p = model
                 .profiles
@@ -206,6 +215,15 @@ impl Layout {
                     profile: p.name.clone(),
                     max: p.max_count,
                 });
+            }
+            if matches!(p.kind, Kind::G1Me | Kind::G2Me) {
+                if let Some(other) = media {
+                    return Err(LayoutError::MediaEngines {
+                        instance: name(),
+                        other: display_instance(model, other),
+                    });
+                }
+                media = Some(inst);
             }
             compute += p.compute;
             if compute > model.compute_slices {
