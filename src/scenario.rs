@@ -680,6 +680,7 @@ mod tests {
             "cluster.gpus=[{model = \"a100-40gb\", count = 2}, {model = \"a30-24gb\", count = 2}]".to_string(),
             "baselines.reference_layout=[\"c2\", \"4g.20gb+3g.20gb\", \"q2\", \"2g.12gb+1g.6gb+1g.6gb\"]".into(),
             "baselines.periodic=[{at = \"00:00\", layout = [\"whole-gpu\"]}]".into(),
+            "baselines.static_best=[\"whole-gpu\"]".into(),
         ];
         let r = Scenario::reference(&mixed).unwrap();
         assert_eq!(r.total_slices(), 7 + 7 + 4 + 4);

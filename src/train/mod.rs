@@ -418,6 +418,7 @@ mod tests {
                 format!("cluster.gpus=[{{model = \"{}\", count = 2}}]", m.key),
                 "workload.days=0.02".into(),
                 format!("baselines.reference_layout=[\"{}\"]", crate::scenario::WHOLE_GPU),
+                format!("baselines.static_best=[\"{}\"]", crate::scenario::WHOLE_GPU),
                 "baselines.periodic=[]".into(),
             ])
             .unwrap();
