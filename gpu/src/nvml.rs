@@ -565,7 +565,15 @@ impl GpuBackend for Nvml {
         match step {
             Step::DestroyCompute(i) => {
                 let gi = self.find_gi(gpu, &dev, model, i)?;
-                for (h, _) in self.compute_instances(gpu, &gi)? {
+                let cis = self.compute_instances(gpu, &gi)?;
+                if cis.is_empty() {
+                    return Err(GpuError::Nvml {
+                        gpu,
+                        call: format!("{call} (no compute instance)"),
+                        code: code_name(sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND),
+                    });
+                }
+                for (h, _) in cis {
                     // SAFETY: a handle NVML just returned.
                     raw!(self, gpu, nvmlComputeInstanceDestroy => unsafe {
                         nvmlComputeInstanceDestroy(h)

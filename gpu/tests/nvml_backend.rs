@@ -260,3 +260,74 @@ fn without_the_root_the_library_answers_like_a_host_without_a_driver() {
     assert!(e.ends_with("NVML_ERROR_DRIVER_NOT_LOADED"), "{e}");
     drop(turn);
 }
+
+/// A GPU error as the NVML error name it carries.
+fn code(r: Result<(), GpuError>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(GpuError::Nvml { code, .. }) => code,
+        Err(e) => panic!("not a driver refusal: {e}"),
+    }
+}
+
+/// The simulated backend and the NVML backend on the test library take the same random
+/// driver calls (valid and invalid, busy instances included) and must answer each with the
+/// same NVML code and hold the same instances afterwards: a disagreement is a bug in one.
+#[test]
+fn the_simulated_and_nvml_backends_agree_on_every_driver_call() {
+    for key in ["a100-40gb", "a30-24gb"] {
+        let mut f = node(&[(key, &[])]);
+        let m = model(key);
+        let sim_dir = tempfile::tempdir().unwrap();
+        let mut sim = smartmig_gpu::simulated::Simulated::create_layouts(sim_dir.path(), &m, &[""]).unwrap();
+        // Every profile at every start, allowed or not.
+        let candidates: Vec<smartmig_core::mig::Instance> = (0..m.profiles.len())
+            .flat_map(|p| (0..m.memory_slices).map(move |start| smartmig_core::mig::Instance { start, profile: p }))
+            .collect();
+        // A small linear congruential generator: the same calls on every run.
+        let mut x: u64 = 0x5eed;
+        let mut next = |n: usize| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) % n as u64) as usize
+        };
+        let mut refusals = std::collections::BTreeSet::new();
+        for round in 0..400 {
+            let inst = candidates[next(candidates.len())];
+            let step = match next(4) {
+                0 => Step::CreateGpu(inst),
+                1 => Step::CreateCompute(inst),
+                2 => Step::DestroyCompute(inst),
+                _ => Step::DestroyGpu(inst),
+            };
+            let (a, b) = (code(sim.apply(0, &m, step)), code(f.nvml.apply(0, &m, step)));
+            assert_eq!(a, b, "{key}, call {round}: {} (simulated vs NVML)", step.describe(&m));
+            refusals.insert(a);
+            let (s, n) = (sim.state(0, &m).unwrap(), f.nvml.state(0, &m).unwrap());
+            assert_eq!((&s.layout, &s.without_compute), (&n.layout, &n.without_compute), "{key}, call {round}");
+            // Now and then a process starts on a settled instance, or all of them end.
+            if round % 25 == 0 {
+                if let Some(d) = n.devices.first() {
+                    sim.set_busy(0, &m, d.instance, true).unwrap();
+                    f.node.start_process(0, u32::from(d.instance.start)).unwrap();
+                }
+            } else if round % 25 == 12 {
+                for b in &s.busy {
+                    sim.set_busy(0, &m, *b, false).unwrap();
+                }
+                f.node.end_processes(0).unwrap();
+            }
+        }
+        let seen: Vec<&str> = refusals.iter().map(String::as_str).collect();
+        assert_eq!(
+            seen,
+            [
+                "NVML_ERROR_INSUFFICIENT_RESOURCES",
+                "NVML_ERROR_INVALID_ARGUMENT",
+                "NVML_ERROR_IN_USE",
+                "NVML_ERROR_NOT_FOUND",
+                "ok"
+            ],
+            "{key}: every kind of answer was exercised"
+        );
+    }
+}
