@@ -11,7 +11,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use smartmig_core::error::{toml_error, SourceError};
-use smartmig_core::mig::{read_entry, resolve_configurations, Catalogue, Configuration, Driver, GpuModel, LayoutEntry};
+use smartmig_core::mig::{
+    read_entry, resolve_configurations, Catalogue, Configuration, Driver, GpuModel, LayoutEntry,
+};
 
 /// The scenario format version this build reads.
 pub const SCENARIO_VERSION: u32 = 1;
@@ -677,14 +679,19 @@ mod tests {
     #[test]
     fn a_mixed_cluster_takes_a_layout_per_gpu_fitting_each_model() {
         let mixed = [
-            "cluster.gpus=[{model = \"a100-40gb\", count = 2}, {model = \"a30-24gb\", count = 2}]".to_string(),
-            "baselines.reference_layout=[\"c2\", \"4g.20gb+3g.20gb\", \"q2\", \"2g.12gb+1g.6gb+1g.6gb\"]".into(),
+            "cluster.gpus=[{model = \"a100-40gb\", count = 2}, {model = \"a30-24gb\", count = 2}]"
+                .to_string(),
+            "baselines.reference_layout=[\"c2\", \"4g.20gb+3g.20gb\", \"q2\", \"2g.12gb+1g.6gb+1g.6gb\"]"
+                .into(),
             "baselines.periodic=[{at = \"00:00\", layout = [\"whole-gpu\"]}]".into(),
             "baselines.static_best=[\"whole-gpu\"]".into(),
         ];
         let r = Scenario::reference(&mixed).unwrap();
         assert_eq!(r.total_slices(), 7 + 7 + 4 + 4);
-        assert_eq!(r.layout_indices(&r.scenario.baselines.reference_layout), [1, 1, 1, 2]);
+        assert_eq!(
+            r.layout_indices(&r.scenario.baselines.reference_layout),
+            [1, 1, 1, 2]
+        );
         assert_eq!(r.layout_indices(&[WHOLE_GPU.to_string()]), [0, 0, 0, 0]);
         let mut bad = mixed.to_vec();
         bad[1] = "baselines.reference_layout=[\"c2\"]".into();

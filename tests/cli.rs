@@ -391,7 +391,9 @@ fn doctor_compares_gres_conf_with_a_simulated_nodes_instances_and_names_the_sour
 
 #[test]
 fn mig_layouts_of_the_a30_follow_its_four_slice_table() {
-    let v = json(&smartmig(&["mig", "layouts", "--gpu", "a30-24gb", "--format", "json"]));
+    let v = json(&smartmig(&[
+        "mig", "layouts", "--gpu", "a30-24gb", "--format", "json",
+    ]));
     let got: Vec<String> = v
         .as_array()
         .unwrap()
@@ -416,7 +418,14 @@ fn mig_layouts_of_the_a30_follow_its_four_slice_table() {
             "4g.24gb@0",
         ]
     );
-    for gpu in ["h100-pcie-80gb", "h100-nvl-94gb", "h200-nvl-141gb", "gh200-96gb", "gh200-144gb", "b200-180gb"] {
+    for gpu in [
+        "h100-pcie-80gb",
+        "h100-nvl-94gb",
+        "h200-nvl-141gb",
+        "gh200-96gb",
+        "gh200-144gb",
+        "b200-180gb",
+    ] {
         let v = json(&smartmig(&["mig", "layouts", "--gpu", gpu, "--format", "json"]));
         assert_eq!(v.as_array().unwrap().len(), 19, "{gpu}");
     }
@@ -440,12 +449,21 @@ fn a_mig_parted_file_imports_and_exports_back_unchanged() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| (i["config"].as_str().unwrap().into(), i["gpu"].as_str().unwrap().into()))
+        .map(|i| {
+            (
+                i["config"].as_str().unwrap().into(),
+                i["gpu"].as_str().unwrap().into(),
+            )
+        })
         .collect();
-    let want: Vec<(String, String)> = [("all-balanced", "a100-40gb"), ("all-3g.20gb", "a100-40gb"), ("all-balanced", "a30-24gb")]
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
+    let want: Vec<(String, String)> = [
+        ("all-balanced", "a100-40gb"),
+        ("all-3g.20gb", "a100-40gb"),
+        ("all-balanced", "a30-24gb"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
     assert_eq!(got, want);
     let config = dir.path().join("smartmig.toml");
     std::fs::write(
@@ -453,7 +471,13 @@ fn a_mig_parted_file_imports_and_exports_back_unchanged() {
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\nmig_parted = \"mig.yaml\"\n[policy]\nkind = \"static\"\nstatic_layout = [\"all-balanced\"]\n",
     )
     .unwrap();
-    let o = smartmig(&["mig", "export", "--action-space", "--config", config.to_str().unwrap()]);
+    let o = smartmig(&[
+        "mig",
+        "export",
+        "--action-space",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let back = stdout(&o);
     // all-disabled gives no layout, so it does not come back; the rest does, unchanged.
@@ -471,7 +495,10 @@ fn a_mixed_a100_h100_a30_cluster_runs_in_compare() {
     let v = json(&smartmig(&[
         "compare",
         "--scenario",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/etc/scenarios/mixed-a100-h100-a30.toml"),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/etc/scenarios/mixed-a100-h100-a30.toml"
+        ),
         "--set",
         "workload.days=0.5",
         "--seeds",
@@ -483,7 +510,17 @@ fn a_mixed_a100_h100_a30_cluster_runs_in_compare() {
     assert_eq!(v["gpus"], 8);
     let policies = v["policies"].as_array().unwrap();
     let names: Vec<&str> = policies.iter().map(|p| p["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["none", "static-cedf", "static-edf", "static-met", "static-random", "periodic"]);
+    assert_eq!(
+        names,
+        [
+            "none",
+            "static-cedf",
+            "static-edf",
+            "static-met",
+            "static-random",
+            "periodic"
+        ]
+    );
     for p in policies {
         assert!(p["energy_wmin"].as_f64().unwrap() > 0.0, "{p}");
     }
@@ -499,5 +536,8 @@ fn a_mixed_a100_h100_a30_cluster_runs_in_compare() {
             .and_then(|s| s[1].as_f64())
             .unwrap()
     };
-    assert!(share("a30-24gb/q3") > 0.0 && share("a30-24gb/q4") > 0.0, "{periodic}");
+    assert!(
+        share("a30-24gb/q3") > 0.0 && share("a30-24gb/q4") > 0.0,
+        "{periodic}"
+    );
 }

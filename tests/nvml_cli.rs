@@ -59,12 +59,22 @@ fn mig_probe_reads_nvml_matches_the_catalogue_and_lists_a_drift() {
         .iter()
         .find(|p| p["name"] == "2g.12gb+me")
         .unwrap();
-    assert_eq!((two["nvml_id"].as_u64(), two["starts"].clone()), (Some(6), serde_json::json!([0, 2])));
-    assert!(gpus.iter().all(|g| g["differences"] == serde_json::json!([])), "{v:#}");
+    assert_eq!(
+        (two["nvml_id"].as_u64(), two["starts"].clone()),
+        (Some(6), serde_json::json!([0, 2]))
+    );
+    assert!(
+        gpus.iter().all(|g| g["differences"] == serde_json::json!([])),
+        "{v:#}"
+    );
 
     // A driver that offers 2g.12gb only at slice 0, and MIG off after the next reset.
     node.update(|s| {
-        let p = s.gpus[0].profiles.iter_mut().find(|p| p.name == "2g.12gb").unwrap();
+        let p = s.gpus[0]
+            .profiles
+            .iter_mut()
+            .find(|p| p.name == "2g.12gb")
+            .unwrap();
         p.starts = vec![0];
         s.gpus[0].mig_pending = false;
     })
@@ -76,7 +86,10 @@ fn mig_probe_reads_nvml_matches_the_catalogue_and_lists_a_drift() {
         v[0]["differences"],
         serde_json::json!(["2g.12gb: placements [0, 2] in the catalogue, [0] on the device"])
     );
-    assert_eq!((v[0]["mig_enabled"].as_bool(), v[0]["mig_pending"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(
+        (v[0]["mig_enabled"].as_bool(), v[0]["mig_pending"].as_bool()),
+        (Some(true), Some(false))
+    );
 }
 
 /// doctor with `[node] nvml_library` on the test library: the nvml check reads MIG
@@ -86,7 +99,14 @@ fn mig_probe_reads_nvml_matches_the_catalogue_and_lists_a_drift() {
 fn doctor_reads_nvml_and_checks_gres_conf_against_its_instances() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("nvidia");
-    TestNode::create(&root, &[gpu("a100-40gb", &[("4g.20gb", 0), ("3g.20gb", 4)]), gpu("l40s", &[])]).unwrap();
+    TestNode::create(
+        &root,
+        &[
+            gpu("a100-40gb", &[("4g.20gb", 0), ("3g.20gb", 4)]),
+            gpu("l40s", &[]),
+        ],
+    )
+    .unwrap();
     let config = dir.path().join("smartmig.toml");
     std::fs::write(
         &config,
@@ -102,7 +122,13 @@ fn doctor_reads_nvml_and_checks_gres_conf_against_its_instances() {
     // As the agent writes them: the GPU, then the GPU- and compute-instance capabilities
     // (the 4g is GPU instance 1, the 3g 2).
     let line = |ty: &str, gi: u32| {
-        let cap = |ci: Option<u32>| format!("{}/dev/nvidia-caps/nvidia-cap{}", root.display(), TestNode::cap_minor(0, gi, ci));
+        let cap = |ci: Option<u32>| {
+            format!(
+                "{}/dev/nvidia-caps/nvidia-cap{}",
+                root.display(),
+                TestNode::cap_minor(0, gi, ci)
+            )
+        };
         format!(
             "NodeName=gpu01 Name=gpu Type={ty} MultipleFiles={}/dev/nvidia0,{},{}\n",
             root.display(),
@@ -110,7 +136,11 @@ fn doctor_reads_nvml_and_checks_gres_conf_against_its_instances() {
             cap(Some(0))
         )
     };
-    std::fs::write(dir.path().join("gres.conf"), [line("4g.20gb", 1), line("3g.20gb", 2)].concat()).unwrap();
+    std::fs::write(
+        dir.path().join("gres.conf"),
+        [line("4g.20gb", 1), line("3g.20gb", 2)].concat(),
+    )
+    .unwrap();
     let doctor = || {
         let o = smartmig(
             &root,
@@ -149,12 +179,21 @@ fn doctor_reads_nvml_and_checks_gres_conf_against_its_instances() {
     };
     let (nvml, gres) = doctor();
     assert_eq!(nvml["status"], "warn", "{nvml:#}");
-    assert_eq!(nvml["message"], "2 GPUs; GPU 0: MIG on, GPU 1: MIG off", "{nvml:#}");
+    assert_eq!(
+        nvml["message"], "2 GPUs; GPU 0: MIG on, GPU 1: MIG off",
+        "{nvml:#}"
+    );
     assert_eq!(gres["status"], "ok", "{gres:#}");
-    assert!(gres["message"].as_str().unwrap().contains("(source: NVML)"), "{gres:#}");
+    assert!(
+        gres["message"].as_str().unwrap().contains("(source: NVML)"),
+        "{gres:#}"
+    );
 
     std::fs::remove_file(root.join("proc/driver/nvidia-caps/mig-minors")).unwrap();
     let (_, gres) = doctor();
     assert_eq!(gres["status"], "fail", "{gres:#}");
-    assert!(gres["message"].as_str().unwrap().contains("mig-minors"), "{gres:#}");
+    assert!(
+        gres["message"].as_str().unwrap().contains("mig-minors"),
+        "{gres:#}"
+    );
 }

@@ -51,7 +51,11 @@ impl Node {
     /// Runs the agent and expects it to exit 0.
     fn agent(&self) {
         let (status, err) = self.run_agent();
-        assert!(status.success(), "smartmigd node failed ({:?}): {err}", self.gpus.kind);
+        assert!(
+            status.success(),
+            "smartmigd node failed ({:?}): {err}",
+            self.gpus.kind
+        );
     }
 
     fn desire(&self, generation: u64, phase: Phase, gpus: &[(u32, &str, &str)]) {
@@ -95,13 +99,22 @@ impl Node {
         text.lines()
             .filter(|l| l.starts_with("NodeName=n1"))
             .map(|l| {
-                let ty = l.split_whitespace().find_map(|w| w.strip_prefix("Type=")).unwrap_or_default();
+                let ty = l
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("Type="))
+                    .unwrap_or_default();
                 let files = l
                     .split_whitespace()
-                    .find_map(|w| w.strip_prefix("File=").or_else(|| w.strip_prefix("MultipleFiles=")))
+                    .find_map(|w| {
+                        w.strip_prefix("File=")
+                            .or_else(|| w.strip_prefix("MultipleFiles="))
+                    })
                     .unwrap_or_default();
                 for f in files.split(',') {
-                    assert!(Path::new(f).exists(), "gres.conf names {f}, which does not exist:\n{text}");
+                    assert!(
+                        Path::new(f).exists(),
+                        "gres.conf names {f}, which does not exist:\n{text}"
+                    );
                 }
                 (ty.to_string(), files.split(',').count())
             })
@@ -161,7 +174,11 @@ fn a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started(kind: Kin
     assert_eq!(n.gpus.layout(0), "3g.20gb@0 3g.20gb@4");
     let j = n.journal();
     assert!(j.is_closed());
-    let steps = j.records().iter().filter(|r| matches!(r, Record::Step { .. })).count();
+    let steps = j
+        .records()
+        .iter()
+        .filter(|r| matches!(r, Record::Step { .. }))
+        .count();
     assert_eq!(steps, 6);
     let k = files_per_line(kind);
     assert_eq!(
@@ -175,7 +192,10 @@ fn a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started(kind: Kin
     n.desire(2, Phase::StartSlurmd, &[]);
     n.agent();
     let r = n.report();
-    assert_eq!((r.generation, r.outcome, r.slurmd_running), (2, Outcome::Done, true));
+    assert_eq!(
+        (r.generation, r.outcome, r.slurmd_running),
+        (2, Outcome::Done, true)
+    );
     assert_eq!(n.slurmd_log(), "stop\nstart\n");
 }
 
@@ -213,7 +233,8 @@ fn a_plan_that_destroys_a_busy_instance_is_refused_before_any_step(kind: Kind) {
 
 fn a_create_error_rolls_back_to_from_and_the_report_names_it(kind: Kind) {
     let n = Node::new(kind, &["7g@0"]);
-    n.gpus.fail(Op::CreateGi, Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES", 1);
+    n.gpus
+        .fail(Op::CreateGi, Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES", 1);
     n.desire(1, Phase::Apply, &[(0, "7g@0", "3g@0 3g@4")]);
     n.agent();
     let r = n.report();
@@ -247,7 +268,10 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_on_restart(kind:
     assert!(l.instances().is_empty(), "killed before the creates: {l:?}");
     assert!(n.journal().open_plan().is_some());
     // At most the start-up announcement (generation 0): generation 9 is not answered.
-    let last = SpoolChannel::open(&n.path("spool"), "n1").unwrap().last_report().unwrap();
+    let last = SpoolChannel::open(&n.path("spool"), "n1")
+        .unwrap()
+        .last_report()
+        .unwrap();
     assert!(last.as_ref().is_none_or(|r| r.generation == 0), "{last:?}");
 
     n.agent();
@@ -257,7 +281,10 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_on_restart(kind:
     assert!(j.is_closed());
     assert!(matches!(j.records().last(), Some(Record::End { generation: 9, result }) if result == "done"));
     let r = n.report();
-    assert_eq!((r.generation, r.phase, r.outcome.clone()), (9, Phase::Apply, Outcome::Done));
+    assert_eq!(
+        (r.generation, r.phase, r.outcome.clone()),
+        (9, Phase::Apply, Outcome::Done)
+    );
     assert_eq!(r.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
     assert!(!r.slurmd_running);
     assert_eq!(n.slurmd_log(), "stop\n");
@@ -306,13 +333,26 @@ fn nvml_without_mig_minors_the_agent_reports_a_failure_and_writes_no_gres_conf()
     std::fs::remove_file(&minors).unwrap();
     n.desire(1, Phase::Apply, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
     let (_, err) = n.run_agent();
-    let r = SpoolChannel::open(&n.path("spool"), "n1").unwrap().last_report().unwrap();
-    let failed = r.as_ref().is_some_and(|r| {
-        matches!(&r.outcome, Outcome::Failed { error } if error.contains(&minors.display().to_string()))
-    });
-    assert!(failed || err.contains(&minors.display().to_string()), "{r:?}\n{err}");
-    assert!(!n.path("gres.conf").exists(), "a gres.conf without MIG device files was written");
-    assert_eq!(n.slurmd_log(), "", "slurmd was stopped for a gres.conf that was not written");
+    let r = SpoolChannel::open(&n.path("spool"), "n1")
+        .unwrap()
+        .last_report()
+        .unwrap();
+    let failed = r.as_ref().is_some_and(
+        |r| matches!(&r.outcome, Outcome::Failed { error } if error.contains(&minors.display().to_string())),
+    );
+    assert!(
+        failed || err.contains(&minors.display().to_string()),
+        "{r:?}\n{err}"
+    );
+    assert!(
+        !n.path("gres.conf").exists(),
+        "a gres.conf without MIG device files was written"
+    );
+    assert_eq!(
+        n.slurmd_log(),
+        "",
+        "slurmd was stopped for a gres.conf that was not written"
+    );
 }
 
 #[test]
@@ -335,7 +375,10 @@ fn a_missing_nvml_library_stops_the_agent_with_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(&format!("cannot use NVML ({}/libnvidia-ml.so.1)", dir.path().display())),
+        err.contains(&format!(
+            "cannot use NVML ({}/libnvidia-ml.so.1)",
+            dir.path().display()
+        )),
         "{err}"
     );
 }

@@ -187,7 +187,8 @@ fn listed<T: Copy>(
 /// Whether a profile-info call's code means "the GPU (instance) does not offer this
 /// profile", which NVML answers with NOT_SUPPORTED or INVALID_ARGUMENT.
 fn not_offered(code: sys::nvmlReturn_t) -> bool {
-    code == sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED || code == sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+    code == sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+        || code == sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
 }
 
 /// NVML's C structs that calls fill in: all-zero bytes are a valid value of each.
@@ -317,12 +318,17 @@ impl Nvml {
 
     fn placements(&self, gpu: u32, dev: &Device<'_>, profile_id: u32) -> Result<(Vec<u8>, u8), GpuError> {
         let empty = sys::nvmlGpuInstancePlacement_t { start: 0, size: 0 };
-        let found = listed(gpu, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", empty, |buf, count| {
-            // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
-            raw!(self, gpu, nvmlDeviceGetGpuInstancePossiblePlacements_v2 => unsafe {
-                nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev.handle(), profile_id, buf, count)
-            })
-        })?;
+        let found = listed(
+            gpu,
+            "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+            empty,
+            |buf, count| {
+                // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
+                raw!(self, gpu, nvmlDeviceGetGpuInstancePossiblePlacements_v2 => unsafe {
+                    nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev.handle(), profile_id, buf, count)
+                })
+            },
+        )?;
         let size = found.first().map_or(0, |p| p.size as u8);
         Ok((found.iter().map(|p| p.start as u8).collect(), size))
     }
@@ -331,12 +337,17 @@ impl Nvml {
     fn gpu_instances(&self, gpu: u32, dev: &Device<'_>, model: &GpuModel) -> Result<Vec<FoundGi>, GpuError> {
         let mut out = Vec::new();
         for p in self.gi_profiles(gpu, dev)? {
-            let handles = listed(gpu, "nvmlDeviceGetGpuInstances", std::ptr::null_mut(), |buf, count| {
-                // SAFETY: `buf` holds `count` handles.
-                raw!(self, gpu, nvmlDeviceGetGpuInstances => unsafe {
-                    nvmlDeviceGetGpuInstances(dev.handle(), p.id, buf, count)
-                })
-            })?;
+            let handles = listed(
+                gpu,
+                "nvmlDeviceGetGpuInstances",
+                std::ptr::null_mut(),
+                |buf, count| {
+                    // SAFETY: `buf` holds `count` handles.
+                    raw!(self, gpu, nvmlDeviceGetGpuInstances => unsafe {
+                        nvmlDeviceGetGpuInstances(dev.handle(), p.id, buf, count)
+                    })
+                },
+            )?;
             for h in handles {
                 let mut info: sys::nvmlGpuInstanceInfo_t = Plain::zeroed();
                 // SAFETY: a handle NVML returned; `info` is a struct NVML fills.
@@ -402,12 +413,17 @@ impl Nvml {
     ) -> Result<Vec<(sys::nvmlComputeInstance_t, u32)>, GpuError> {
         let mut out = Vec::new();
         for info in self.ci_profiles(gpu, gi)? {
-            let handles = listed(gpu, "nvmlGpuInstanceGetComputeInstances", std::ptr::null_mut(), |buf, count| {
-                // SAFETY: `buf` holds `count` handles.
-                raw!(self, gpu, nvmlGpuInstanceGetComputeInstances => unsafe {
-                    nvmlGpuInstanceGetComputeInstances(gi.handle, info.id, buf, count)
-                })
-            })?;
+            let handles = listed(
+                gpu,
+                "nvmlGpuInstanceGetComputeInstances",
+                std::ptr::null_mut(),
+                |buf, count| {
+                    // SAFETY: `buf` holds `count` handles.
+                    raw!(self, gpu, nvmlGpuInstanceGetComputeInstances => unsafe {
+                        nvmlGpuInstanceGetComputeInstances(gi.handle, info.id, buf, count)
+                    })
+                },
+            )?;
             for h in handles {
                 let mut ci: sys::nvmlComputeInstanceInfo_t = Plain::zeroed();
                 // SAFETY: a handle NVML returned; `ci` is a struct NVML fills.
@@ -520,7 +536,10 @@ impl GpuBackend for Nvml {
             ] {
                 let cap = caps.get(&key).ok_or_else(|| GpuError::State {
                     path: self.under_root(MIG_MINORS),
-                    reason: format!("no `{key}` line for GPU {gpu}'s instance at {}", gi.instance.start),
+                    reason: format!(
+                        "no `{key}` line for GPU {gpu}'s instance at {}",
+                        gi.instance.start
+                    ),
                 })?;
                 files.push(self.under_root(&format!("dev/nvidia-caps/nvidia-cap{cap}")));
             }

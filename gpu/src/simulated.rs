@@ -446,7 +446,9 @@ impl Simulated {
 fn nvml_code(e: &DriverError) -> &'static str {
     match e {
         DriverError::NotFound(_) | DriverError::NoCompute(_) => "NVML_ERROR_NOT_FOUND",
-        DriverError::Layout(smartmig_core::mig::LayoutError::Placement { .. }) => "NVML_ERROR_INVALID_ARGUMENT",
+        DriverError::Layout(smartmig_core::mig::LayoutError::Placement { .. }) => {
+            "NVML_ERROR_INVALID_ARGUMENT"
+        }
         DriverError::Exists(_) | DriverError::HasCompute(_) | DriverError::Layout(_) => {
             "NVML_ERROR_INSUFFICIENT_RESOURCES"
         }

@@ -65,9 +65,10 @@ impl Fixture {
     }
 
     fn cap(&self, gpu: u32, gi: u32, ci: Option<u32>) -> PathBuf {
-        self.dir
-            .path()
-            .join(format!("dev/nvidia-caps/nvidia-cap{}", TestNode::cap_minor(gpu, gi, ci)))
+        self.dir.path().join(format!(
+            "dev/nvidia-caps/nvidia-cap{}",
+            TestNode::cap_minor(gpu, gi, ci)
+        ))
     }
 }
 
@@ -100,7 +101,11 @@ fn the_backend_reads_gpus_layouts_device_files_and_busy_instances() {
     // compute-instance capabilities the driver's mig-minors names (4g got GI id 1, 3g id 2).
     assert_eq!(
         st.devices[1].files,
-        [f.dir.path().join("dev/nvidia0"), f.cap(0, 2, None), f.cap(0, 2, Some(0))]
+        [
+            f.dir.path().join("dev/nvidia0"),
+            f.cap(0, 2, None),
+            f.cap(0, 2, Some(0))
+        ]
     );
     assert!(st.devices[1].files.iter().all(|p| p.exists()));
     f.node.start_process(0, 4).unwrap();
@@ -149,14 +154,22 @@ fn the_driver_refuses_a_busy_instance_an_overlap_and_a_bad_placement() {
     let m = model("a100-40gb");
     f.node.start_process(0, 4).unwrap();
     let three = Layout::parse(&m, "3g@4").unwrap().instances()[0];
-    let e = f.nvml.apply(0, &m, Step::DestroyCompute(three)).unwrap_err().to_string();
+    let e = f
+        .nvml
+        .apply(0, &m, Step::DestroyCompute(three))
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "GPU 0: destroy-ci 3g.20gb@4 failed: NVML_ERROR_IN_USE");
     let two = Layout::parse(&m, "2g@4").unwrap().instances()[0];
     let e = f.nvml.apply(0, &m, Step::CreateGpu(two)).unwrap_err().to_string();
     assert!(e.ends_with("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{e}");
     // A GPU instance that still has its compute instance is in use too.
     let four = Layout::parse(&m, "4g@0").unwrap().instances()[0];
-    let e = f.nvml.apply(0, &m, Step::DestroyGpu(four)).unwrap_err().to_string();
+    let e = f
+        .nvml
+        .apply(0, &m, Step::DestroyGpu(four))
+        .unwrap_err()
+        .to_string();
     assert!(e.ends_with("NVML_ERROR_IN_USE"), "{e}");
     assert_eq!(f.node.layout(0).unwrap(), ["4g.20gb@0", "3g.20gb@4"]);
 }
@@ -282,12 +295,16 @@ fn the_simulated_and_nvml_backends_agree_on_every_driver_call() {
         let mut sim = smartmig_gpu::simulated::Simulated::create_layouts(sim_dir.path(), &m, &[""]).unwrap();
         // Every profile at every start, allowed or not.
         let candidates: Vec<smartmig_core::mig::Instance> = (0..m.profiles.len())
-            .flat_map(|p| (0..m.memory_slices).map(move |start| smartmig_core::mig::Instance { start, profile: p }))
+            .flat_map(|p| {
+                (0..m.memory_slices).map(move |start| smartmig_core::mig::Instance { start, profile: p })
+            })
             .collect();
         // A small linear congruential generator: the same calls on every run.
         let mut x: u64 = 0x5eed;
         let mut next = |n: usize| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((x >> 33) % n as u64) as usize
         };
         let mut refusals = std::collections::BTreeSet::new();
@@ -300,10 +317,19 @@ fn the_simulated_and_nvml_backends_agree_on_every_driver_call() {
                 _ => Step::DestroyGpu(inst),
             };
             let (a, b) = (code(sim.apply(0, &m, step)), code(f.nvml.apply(0, &m, step)));
-            assert_eq!(a, b, "{key}, call {round}: {} (simulated vs NVML)", step.describe(&m));
+            assert_eq!(
+                a,
+                b,
+                "{key}, call {round}: {} (simulated vs NVML)",
+                step.describe(&m)
+            );
             refusals.insert(a);
             let (s, n) = (sim.state(0, &m).unwrap(), f.nvml.state(0, &m).unwrap());
-            assert_eq!((&s.layout, &s.without_compute), (&n.layout, &n.without_compute), "{key}, call {round}");
+            assert_eq!(
+                (&s.layout, &s.without_compute),
+                (&n.layout, &n.without_compute),
+                "{key}, call {round}"
+            );
             // Now and then a process starts on a settled instance, or all of them end.
             if round % 25 == 0 {
                 if let Some(d) = n.devices.first() {

@@ -37,20 +37,36 @@ const ERRORS: [(Code, &str, &CStr); 30] = [
     (9, "NVML_ERROR_DRIVER_NOT_LOADED", c"Driver Not Loaded"),
     (10, "NVML_ERROR_TIMEOUT", c"Timeout"),
     (11, "NVML_ERROR_IRQ_ISSUE", c"Interrupt Request Issue"),
-    (12, "NVML_ERROR_LIBRARY_NOT_FOUND", c"NVML Shared Library Not Found"),
+    (
+        12,
+        "NVML_ERROR_LIBRARY_NOT_FOUND",
+        c"NVML Shared Library Not Found",
+    ),
     (13, "NVML_ERROR_FUNCTION_NOT_FOUND", c"Function Not Found"),
     (14, "NVML_ERROR_CORRUPTED_INFOROM", c"Corrupted infoROM"),
     (15, "NVML_ERROR_GPU_IS_LOST", c"GPU is lost"),
     (16, "NVML_ERROR_RESET_REQUIRED", c"GPU requires restart"),
-    (17, "NVML_ERROR_OPERATING_SYSTEM", c"The operating system has blocked the request"),
-    (18, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", c"RM has detected an NVML/RM version mismatch"),
+    (
+        17,
+        "NVML_ERROR_OPERATING_SYSTEM",
+        c"The operating system has blocked the request",
+    ),
+    (
+        18,
+        "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+        c"RM has detected an NVML/RM version mismatch",
+    ),
     (19, "NVML_ERROR_IN_USE", c"In use by another client"),
     (20, "NVML_ERROR_MEMORY", c"Insufficient Memory"),
     (21, "NVML_ERROR_NO_DATA", c"No data"),
     (22, "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", c"ECC is not supported"),
     (23, "NVML_ERROR_INSUFFICIENT_RESOURCES", c"Insufficient resources"),
     (24, "NVML_ERROR_FREQ_NOT_SUPPORTED", c"Frequency not supported"),
-    (25, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", c"Argument version mismatch"),
+    (
+        25,
+        "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+        c"Argument version mismatch",
+    ),
     (26, "NVML_ERROR_DEPRECATED", c"Deprecated"),
     (27, "NVML_ERROR_NOT_READY", c"Not ready"),
     (28, "NVML_ERROR_GPU_NOT_FOUND", c"GPU not found"),
@@ -163,7 +179,11 @@ fn read(call: &str, gpu: Option<u32>, f: impl FnOnce(&Node) -> Result<(), Code>)
 }
 
 /// A call that changes the state: saved, then the abort fault counts it.
-fn change(call: &str, gpu: Option<u32>, f: impl FnOnce(&TestNode, &mut Node) -> Result<(), Code>) -> nvmlReturn_t {
+fn change(
+    call: &str,
+    gpu: Option<u32>,
+    f: impl FnOnce(&TestNode, &mut Node) -> Result<(), Code>,
+) -> nvmlReturn_t {
     guarded(call, gpu, |node| {
         let mut state = node.load().map_err(|_| UNKNOWN)?;
         f(node, &mut state)?;
@@ -260,12 +280,16 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
 
 #[no_mangle]
 pub extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    read("nvmlSystemGetDriverVersion", None, |s| put_str(version, length, &s.driver_version))
+    read("nvmlSystemGetDriverVersion", None, |s| {
+        put_str(version, length, &s.driver_version)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
-    read("nvmlDeviceGetCount_v2", None, |s| put(count, s.gpus.len() as c_uint))
+    read("nvmlDeviceGetCount_v2", None, |s| {
+        put(count, s.gpus.len() as c_uint)
+    })
 }
 
 #[no_mangle]
@@ -277,7 +301,11 @@ pub extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvml
 }
 
 /// A read of one device's state.
-fn device_read(call: &str, device: nvmlDevice_t, f: impl FnOnce(&Gpu, u32, &Node) -> Result<(), Code>) -> nvmlReturn_t {
+fn device_read(
+    call: &str,
+    device: nvmlDevice_t,
+    f: impl FnOnce(&Gpu, u32, &Node) -> Result<(), Code>,
+) -> nvmlReturn_t {
     let Some(i) = device_of(device) else {
         return INVALID;
     };
@@ -286,12 +314,16 @@ fn device_read(call: &str, device: nvmlDevice_t, f: impl FnOnce(&Gpu, u32, &Node
 
 #[no_mangle]
 pub extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    device_read("nvmlDeviceGetName", device, |g, _, _| put_str(name, length, &g.name))
+    device_read("nvmlDeviceGetName", device, |g, _, _| {
+        put_str(name, length, &g.name)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    device_read("nvmlDeviceGetUUID", device, |g, _, _| put_str(uuid, length, &g.uuid))
+    device_read("nvmlDeviceGetUUID", device, |g, _, _| {
+        put_str(uuid, length, &g.uuid)
+    })
 }
 
 #[no_mangle]
@@ -305,7 +337,11 @@ pub extern "C" fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minor: *mut c_u
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t {
+pub extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> nvmlReturn_t {
     device_read("nvmlDeviceGetMigMode", device, |g, _, _| {
         if g.profiles.is_empty() {
             return Err(NOT_SUPPORTED);
@@ -325,7 +361,11 @@ pub extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
         if profile >= sys::NVML_GPU_INSTANCE_PROFILE_COUNT {
             return Err(INVALID);
         }
-        let p = g.profiles.iter().find(|p| p.profile == profile).ok_or(NOT_SUPPORTED)?;
+        let p = g
+            .profiles
+            .iter()
+            .find(|p| p.profile == profile)
+            .ok_or(NOT_SUPPORTED)?;
         put(
             info,
             nvmlGpuInstanceProfileInfo_t {
@@ -352,42 +392,54 @@ pub extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     placements: *mut nvmlGpuInstancePlacement_t,
     count: *mut c_uint,
 ) -> nvmlReturn_t {
-    device_read("nvmlDeviceGetGpuInstancePossiblePlacements_v2", device, |g, _, _| {
-        let p = mig_profile(g, profile_id)?;
-        if count.is_null() {
-            return Err(INVALID);
-        }
-        let n = p.starts.len() as c_uint;
-        if placements.is_null() {
-            return put(count, n);
-        }
-        // SAFETY: `count` is non-NULL: it holds the capacity of `placements`.
-        let capacity = unsafe { *count };
-        put(count, n)?;
-        if capacity < n {
-            return Err(INSUFFICIENT_SIZE);
-        }
-        for (k, &start) in p.starts.iter().enumerate() {
-            // SAFETY: `placements` holds at least `n` entries.
-            unsafe {
-                placements.add(k).write(nvmlGpuInstancePlacement_t {
-                    start,
-                    size: p.memory_slices,
-                })
-            };
-        }
-        Ok(())
-    })
+    device_read(
+        "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+        device,
+        |g, _, _| {
+            let p = mig_profile(g, profile_id)?;
+            if count.is_null() {
+                return Err(INVALID);
+            }
+            let n = p.starts.len() as c_uint;
+            if placements.is_null() {
+                return put(count, n);
+            }
+            // SAFETY: `count` is non-NULL: it holds the capacity of `placements`.
+            let capacity = unsafe { *count };
+            put(count, n)?;
+            if capacity < n {
+                return Err(INSUFFICIENT_SIZE);
+            }
+            for (k, &start) in p.starts.iter().enumerate() {
+                // SAFETY: `placements` holds at least `n` entries.
+                unsafe {
+                    placements.add(k).write(nvmlGpuInstancePlacement_t {
+                        start,
+                        size: p.memory_slices,
+                    })
+                };
+            }
+            Ok(())
+        },
+    )
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(device: nvmlDevice_t, profile_id: c_uint, count: *mut c_uint) -> nvmlReturn_t {
+pub extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
+    device: nvmlDevice_t,
+    profile_id: c_uint,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
     device_read("nvmlDeviceGetGpuInstanceRemainingCapacity", device, |g, _, s| {
         let p = mig_profile(g, profile_id)?;
         // Greedy on a copy: how many more the driver would create.
         let mut copy = g.clone();
         let mut n = 0;
-        while let Some(&start) = p.starts.iter().find(|&&st| ops::refuse_gi(&s.driver_version, &copy, p, st).is_none()) {
+        while let Some(&start) = p
+            .starts
+            .iter()
+            .find(|&&st| ops::refuse_gi(&s.driver_version, &copy, p, st).is_none())
+        {
             ops::create_gi(&s.driver_version, &mut copy, p, start)?;
             n += 1;
         }
@@ -396,7 +448,11 @@ pub extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(device: nvmlDevice_t
 }
 
 /// A change of one device's state.
-fn device_change(call: &str, device: nvmlDevice_t, f: impl FnOnce(&TestNode, &mut Node, u32) -> Result<(), Code>) -> nvmlReturn_t {
+fn device_change(
+    call: &str,
+    device: nvmlDevice_t,
+    f: impl FnOnce(&TestNode, &mut Node, u32) -> Result<(), Code>,
+) -> nvmlReturn_t {
     let Some(i) = device_of(device) else {
         return INVALID;
     };
@@ -431,7 +487,11 @@ pub extern "C" fn nvmlDeviceCreateGpuInstanceWithPlacement(
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlDeviceCreateGpuInstance(device: nvmlDevice_t, profile_id: c_uint, gpu_instance: *mut nvmlGpuInstance_t) -> nvmlReturn_t {
+pub extern "C" fn nvmlDeviceCreateGpuInstance(
+    device: nvmlDevice_t,
+    profile_id: c_uint,
+    gpu_instance: *mut nvmlGpuInstance_t,
+) -> nvmlReturn_t {
     device_change("nvmlDeviceCreateGpuInstance", device, |_, s, i| {
         let version = s.driver_version.clone();
         let g = gpu_mut(s, i)?;
@@ -479,7 +539,11 @@ pub extern "C" fn nvmlDeviceGetGpuInstances(
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlDeviceGetGpuInstanceById(device: nvmlDevice_t, id: c_uint, gpu_instance: *mut nvmlGpuInstance_t) -> nvmlReturn_t {
+pub extern "C" fn nvmlDeviceGetGpuInstanceById(
+    device: nvmlDevice_t,
+    id: c_uint,
+    gpu_instance: *mut nvmlGpuInstance_t,
+) -> nvmlReturn_t {
     device_read("nvmlDeviceGetGpuInstanceById", device, |g, i, _| {
         if !g.mig_current {
             return Err(NOT_SUPPORTED);
@@ -508,7 +572,10 @@ fn gi_read(
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlGpuInstanceGetInfo(gpu_instance: nvmlGpuInstance_t, info: *mut nvmlGpuInstanceInfo_t) -> nvmlReturn_t {
+pub extern "C" fn nvmlGpuInstanceGetInfo(
+    gpu_instance: nvmlGpuInstance_t,
+    info: *mut nvmlGpuInstanceInfo_t,
+) -> nvmlReturn_t {
     gi_read("nvmlGpuInstanceGetInfo", gpu_instance, |_, gi, i| {
         put(
             info,
@@ -530,7 +597,9 @@ pub extern "C" fn nvmlGpuInstanceDestroy(gpu_instance: nvmlGpuInstance_t) -> nvm
     let Some((i, id)) = gi_of(gpu_instance) else {
         return INVALID;
     };
-    change("nvmlGpuInstanceDestroy", Some(i), |_, s| ops::destroy_gi(gpu_mut(s, i)?, id))
+    change("nvmlGpuInstanceDestroy", Some(i), |_, s| {
+        ops::destroy_gi(gpu_mut(s, i)?, id)
+    })
 }
 
 #[no_mangle]
@@ -540,30 +609,36 @@ pub extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
     eng_profile: c_uint,
     info: *mut nvmlComputeInstanceProfileInfo_t,
 ) -> nvmlReturn_t {
-    gi_read("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_instance, |g, gi, _| {
-        if profile >= sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-            return Err(INVALID);
-        }
-        if eng_profile != sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
-            return Err(NOT_SUPPORTED);
-        }
-        let total = ops::gi_slices(g, gi);
-        let slices = ci_slices(profile).filter(|s| ci_fits(total, *s)).ok_or(NOT_SUPPORTED)?;
-        put(
-            info,
-            nvmlComputeInstanceProfileInfo_t {
-                id: profile,
-                sliceCount: slices,
-                instanceCount: total / slices,
-                multiprocessorCount: slices * 14,
-                sharedCopyEngineCount: total,
-                sharedDecoderCount: 0,
-                sharedEncoderCount: 0,
-                sharedJpegCount: 0,
-                sharedOfaCount: 0,
-            },
-        )
-    })
+    gi_read(
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+        gpu_instance,
+        |g, gi, _| {
+            if profile >= sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+                return Err(INVALID);
+            }
+            if eng_profile != sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
+                return Err(NOT_SUPPORTED);
+            }
+            let total = ops::gi_slices(g, gi);
+            let slices = ci_slices(profile)
+                .filter(|s| ci_fits(total, *s))
+                .ok_or(NOT_SUPPORTED)?;
+            put(
+                info,
+                nvmlComputeInstanceProfileInfo_t {
+                    id: profile,
+                    sliceCount: slices,
+                    instanceCount: total / slices,
+                    multiprocessorCount: slices * 14,
+                    sharedCopyEngineCount: total,
+                    sharedDecoderCount: 0,
+                    sharedEncoderCount: 0,
+                    sharedJpegCount: 0,
+                    sharedOfaCount: 0,
+                },
+            )
+        },
+    )
 }
 
 #[no_mangle]
@@ -617,7 +692,10 @@ pub extern "C" fn nvmlGpuInstanceGetComputeInstances(
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlComputeInstanceGetInfo_v2(compute_instance: nvmlComputeInstance_t, info: *mut nvmlComputeInstanceInfo_t) -> nvmlReturn_t {
+pub extern "C" fn nvmlComputeInstanceGetInfo_v2(
+    compute_instance: nvmlComputeInstance_t,
+    info: *mut nvmlComputeInstanceInfo_t,
+) -> nvmlReturn_t {
     let Some((i, gi, ci)) = ci_of(compute_instance) else {
         return INVALID;
     };
@@ -650,7 +728,9 @@ pub extern "C" fn nvmlComputeInstanceDestroy(compute_instance: nvmlComputeInstan
     let Some((i, gi, ci)) = ci_of(compute_instance) else {
         return INVALID;
     };
-    change("nvmlComputeInstanceDestroy", Some(i), |_, s| ops::destroy_ci(gpu_mut(s, i)?, gi, ci))
+    change("nvmlComputeInstanceDestroy", Some(i), |_, s| {
+        ops::destroy_ci(gpu_mut(s, i)?, gi, ci)
+    })
 }
 
 #[no_mangle]
@@ -690,11 +770,16 @@ pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 
 #[no_mangle]
 pub extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *mut c_uint) -> nvmlReturn_t {
-    device_read("nvmlDeviceGetPowerUsage", device, |g, _, _| put(power, g.power_mw.ok_or(NOT_SUPPORTED)?))
+    device_read("nvmlDeviceGetPowerUsage", device, |g, _, _| {
+        put(power, g.power_mw.ok_or(NOT_SUPPORTED)?)
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: nvmlDevice_t, energy: *mut c_ulonglong) -> nvmlReturn_t {
+pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> nvmlReturn_t {
     device_read("nvmlDeviceGetTotalEnergyConsumption", device, |g, _, _| {
         put(energy, g.energy_mj.ok_or(NOT_SUPPORTED)?)
     })

@@ -32,8 +32,16 @@ pub fn refuse_gi(driver_version: &str, gpu: &Gpu, p: &GiProfile, start: u32) -> 
         return Some(sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT);
     }
     let profile_of = |gi: &GpuInstance| gpu.profiles.iter().find(|q| q.id == gi.profile_id);
-    let used: u32 = gpu.gpu_instances.iter().map(|gi| mask(gi.start, gi.size)).fold(0, |a, b| a | b);
-    let same = gpu.gpu_instances.iter().filter(|gi| gi.profile_id == p.id).count() as u32;
+    let used: u32 = gpu
+        .gpu_instances
+        .iter()
+        .map(|gi| mask(gi.start, gi.size))
+        .fold(0, |a, b| a | b);
+    let same = gpu
+        .gpu_instances
+        .iter()
+        .filter(|gi| gi.profile_id == p.id)
+        .count() as u32;
     let slices: u32 = gpu
         .gpu_instances
         .iter()
@@ -72,7 +80,9 @@ pub fn create_gi(driver_version: &str, gpu: &mut Gpu, p: &GiProfile, start: u32)
     }
     // The driver hands out the lowest free id; the whole-GPU profile takes 0.
     let id = (0..GI_IDS)
-        .find(|id| !gpu.gpu_instances.iter().any(|gi| gi.id == *id) && (*id > 0 || p.slices == gpu.compute_slices))
+        .find(|id| {
+            !gpu.gpu_instances.iter().any(|gi| gi.id == *id) && (*id > 0 || p.slices == gpu.compute_slices)
+        })
         .ok_or(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES)?;
     gpu.gpu_instances.push(GpuInstance {
         id,
@@ -91,7 +101,9 @@ pub fn destroy_gi(gpu: &mut Gpu, gi: u32) -> Result<(), Code> {
         .iter()
         .position(|g| g.id == gi)
         .ok_or(sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT)?;
-    if !gpu.gpu_instances[pos].compute_instances.is_empty() || gpu.processes.iter().any(|p| p.gpu_instance == gi) {
+    if !gpu.gpu_instances[pos].compute_instances.is_empty()
+        || gpu.processes.iter().any(|p| p.gpu_instance == gi)
+    {
         return Err(sys::nvmlReturn_enum_NVML_ERROR_IN_USE);
     }
     gpu.gpu_instances.remove(pos);
@@ -191,26 +203,44 @@ mod tests {
     fn overlap_count_and_placement_are_refused_as_the_driver_does() {
         let (_d, mut g) = gpu("a100-40gb", &[("4g.20gb", 0)]);
         let two = prof(&g, "2g.10gb").clone();
-        assert_eq!(create_gi("550.54.15", &mut g, &two, 2), Err(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES));
-        assert_eq!(create_gi("550.54.15", &mut g, &two, 6), Err(sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT));
+        assert_eq!(
+            create_gi("550.54.15", &mut g, &two, 2),
+            Err(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES)
+        );
+        assert_eq!(
+            create_gi("550.54.15", &mut g, &two, 6),
+            Err(sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT)
+        );
         let three = prof(&g, "3g.20gb").clone();
-        assert_eq!(create_gi("470.1", &mut g, &three, 4), Err(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES));
+        assert_eq!(
+            create_gi("470.1", &mut g, &three, 4),
+            Err(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES)
+        );
         assert!(create_gi("550.54.15", &mut g, &three, 4).is_ok());
         let me = prof(&g, "1g.5gb+me").clone();
-        assert_eq!(create_gi("550.54.15", &mut g, &me, 4), Err(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES));
+        assert_eq!(
+            create_gi("550.54.15", &mut g, &me, 4),
+            Err(sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES)
+        );
     }
 
     #[test]
     fn a_gpu_instance_with_a_compute_instance_or_process_is_in_use() {
         let (_d, mut g) = gpu("a30-24gb", &[("2g.12gb", 0), ("1g.6gb", 2)]);
         let two = g.gpu_instances[0].id;
-        assert_eq!(destroy_gi(&mut g, two), Err(sys::nvmlReturn_enum_NVML_ERROR_IN_USE));
+        assert_eq!(
+            destroy_gi(&mut g, two),
+            Err(sys::nvmlReturn_enum_NVML_ERROR_IN_USE)
+        );
         g.processes.push(crate::state::Process {
             pid: 1,
             gpu_instance: two,
             compute_instance: 0,
         });
-        assert_eq!(destroy_ci(&mut g, two, 0), Err(sys::nvmlReturn_enum_NVML_ERROR_IN_USE));
+        assert_eq!(
+            destroy_ci(&mut g, two, 0),
+            Err(sys::nvmlReturn_enum_NVML_ERROR_IN_USE)
+        );
         g.processes.clear();
         destroy_ci(&mut g, two, 0).unwrap();
         destroy_gi(&mut g, two).unwrap();

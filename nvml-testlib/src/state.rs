@@ -230,8 +230,9 @@ impl TestNode {
             gpus: Vec::new(),
         };
         for (i, g) in gpus.iter().enumerate() {
-            let p = tables::product(&g.product)
-                .ok_or_else(|| StateError::Setup(format!("no product `{}` in the library's tables", g.product)))?;
+            let p = tables::product(&g.product).ok_or_else(|| {
+                StateError::Setup(format!("no product `{}` in the library's tables", g.product))
+            })?;
             let mig = !p.profiles.is_empty();
             let mut gpu = Gpu {
                 name: p.name,
@@ -254,10 +255,16 @@ impl TestNode {
                     .find(|q| q.name == *name)
                     .cloned()
                     .ok_or_else(|| StateError::Setup(format!("GPU {i}: no profile `{name}`")))?;
-                let gi = crate::ops::create_gi(&state.driver_version, &mut gpu, &prof, *start)
-                    .map_err(|code| StateError::Setup(format!("GPU {i}: {name}@{start}: NVML error {code}")))?;
-                crate::ops::create_ci(&mut gpu, gi, crate::ops::full_ci_profile(prof.slices))
-                    .map_err(|code| StateError::Setup(format!("GPU {i}: {name}@{start}: compute instance: NVML error {code}")))?;
+                let gi = crate::ops::create_gi(&state.driver_version, &mut gpu, &prof, *start).map_err(
+                    |code| StateError::Setup(format!("GPU {i}: {name}@{start}: NVML error {code}")),
+                )?;
+                crate::ops::create_ci(&mut gpu, gi, crate::ops::full_ci_profile(prof.slices)).map_err(
+                    |code| {
+                        StateError::Setup(format!(
+                            "GPU {i}: {name}@{start}: compute instance: NVML error {code}"
+                        ))
+                    },
+                )?;
             }
             state.gpus.push(gpu);
         }
@@ -367,10 +374,11 @@ impl TestNode {
                 .iter()
                 .find(|gi| gi.start == start)
                 .ok_or_else(|| StateError::Setup(format!("GPU {gpu}: no GPU instance at {start}")))?;
-            let ci = gi
-                .compute_instances
-                .first()
-                .ok_or_else(|| StateError::Setup(format!("GPU {gpu}: the instance at {start} has no compute instance")))?;
+            let ci = gi.compute_instances.first().ok_or_else(|| {
+                StateError::Setup(format!(
+                    "GPU {gpu}: the instance at {start} has no compute instance"
+                ))
+            })?;
             let pid = 40_000 + g.processes.len() as u32;
             let p = Process {
                 pid,
@@ -408,7 +416,10 @@ impl TestNode {
         let mut text = String::from("config 1\nmonitor 2\n");
         for g in 0..gpus {
             for gi in 0..GI_IDS {
-                text.push_str(&format!("gpu{g}/gi{gi}/access {}\n", Self::cap_minor(g, gi, None)));
+                text.push_str(&format!(
+                    "gpu{g}/gi{gi}/access {}\n",
+                    Self::cap_minor(g, gi, None)
+                ));
                 for ci in 0..CI_IDS {
                     text.push_str(&format!(
                         "gpu{g}/gi{gi}/ci{ci}/access {}\n",
@@ -422,7 +433,10 @@ impl TestNode {
 
     /// The capability device files of a compute instance and its GPU instance.
     pub fn make_cap_devices(&self, minor: u32, gi: u32, ci: u32) -> Result<(), StateError> {
-        for m in [Self::cap_minor(minor, gi, None), Self::cap_minor(minor, gi, Some(ci))] {
+        for m in [
+            Self::cap_minor(minor, gi, None),
+            Self::cap_minor(minor, gi, Some(ci)),
+        ] {
             self.make_device(&self.root.join(format!("dev/nvidia-caps/nvidia-cap{m}")))?;
         }
         Ok(())

@@ -39,7 +39,11 @@ pub struct EnergyModel {
 impl EnergyModel {
     /// From a resolved scenario's GPUs and their models' power curves.
     pub fn from_scenario(sc: &ResolvedScenario) -> EnergyModel {
-        EnergyModel::from_curves(sc.gpus.iter().map(|g| sc.models[g.model].model.power_w.as_slice()))
+        EnergyModel::from_curves(
+            sc.gpus
+                .iter()
+                .map(|g| sc.models[g.model].model.power_w.as_slice()),
+        )
     }
 
     /// From one power curve (W by busy slices 0..=its compute slices) per GPU.

@@ -209,7 +209,10 @@ fn import(cat: &Catalogue, a: ImportArgs) -> CliResult {
     };
     let mut out = Vec::new();
     for m in models {
-        for (name, layout) in file.layouts_for(m, driver(a.pre_r510), &origin).map_err(CliError::input)? {
+        for (name, layout) in file
+            .layouts_for(m, driver(a.pre_r510), &origin)
+            .map_err(CliError::input)?
+        {
             out.push((name, m, layout));
         }
     }
@@ -242,7 +245,8 @@ fn export(a: ExportArgs) -> CliResult {
     let configs = if a.action_space {
         action_space(&resolved)
     } else {
-        let status = Status::read(&resolved.config.controller.state_dir).map_err(|e| CliError::input(anyhow::anyhow!(e)))?;
+        let status = Status::read(&resolved.config.controller.state_dir)
+            .map_err(|e| CliError::input(anyhow::anyhow!(e)))?;
         desired(&resolved, &status).map_err(CliError::input)?
     };
     let text = mig_parted::write(&configs);
@@ -287,11 +291,9 @@ fn desired<'a>(r: &'a Resolved, status: &Status) -> anyhow::Result<Vec<(String, 
             .rsplit_once('/')
             .and_then(|(n, i)| Some((n, i.parse::<u32>().ok()?)))
             .ok_or_else(|| anyhow::anyhow!("status names GPU `{}`, not NODE/INDEX", g.gpu))?;
-        let m = r
-            .models
-            .iter()
-            .find(|m| m.model.key == g.model)
-            .ok_or_else(|| anyhow::anyhow!("GPU {} is a {}, which gpu.models does not list", g.gpu, g.model))?;
+        let m = r.models.iter().find(|m| m.model.key == g.model).ok_or_else(|| {
+            anyhow::anyhow!("GPU {} is a {}, which gpu.models does not list", g.gpu, g.model)
+        })?;
         let chosen = status
             .decisions
             .iter()
@@ -490,7 +492,10 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
                     ]
                 })
                 .collect();
-            print!("{}", table(&["key", "nvml name", "GB", "slices", "W", "profiles"], &rows));
+            print!(
+                "{}",
+                table(&["key", "nvml name", "GB", "slices", "W", "profiles"], &rows)
+            );
             Ok(())
         }
     }

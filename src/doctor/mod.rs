@@ -164,7 +164,12 @@ pub fn run(o: &Options) -> Vec<Finding> {
                     .node
                     .clone()
                     .unwrap_or_else(|| smartmig_core::config::node::short_hostname().unwrap_or_default());
-                gres::check(&o.slurm_conf, r, &MigSource::open(o.simulated.as_deref(), &nvml), &node)
+                gres::check(
+                    &o.slurm_conf,
+                    r,
+                    &MigSource::open(o.simulated.as_deref(), &nvml),
+                    &node,
+                )
             }
             (None, _) => dependent("gres"),
             (_, Err(e)) => Finding::bad(
@@ -452,7 +457,14 @@ fn check_nvml(options: &NvmlOptions) -> Finding {
     };
     let gpus = match nvml.gpus() {
         Ok(g) => g,
-        Err(e) => return Finding::bad("nvml", Status::Fail, format!("NVML: {e}"), "check the driver: nvidia-smi"),
+        Err(e) => {
+            return Finding::bad(
+                "nvml",
+                Status::Fail,
+                format!("NVML: {e}"),
+                "check the driver: nvidia-smi",
+            )
+        }
     };
     let mut parts = Vec::new();
     let mut off = Vec::new();

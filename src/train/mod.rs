@@ -435,8 +435,13 @@ mod tests {
             let out = dir.join(format!("{}.onnx", m.key));
             train(&sc, cfg, &out, false, meta.clone(), |_| {}).unwrap();
             let mut rt = crate::policy::runtime::PolicyRuntime::load(&out, &meta).unwrap();
-            assert_eq!((rt.metadata().gpu_model.as_str(), rt.metadata().k()), (m.key.as_str(), k));
-            let logits = rt.infer(&vec![0.1; crate::sim::features::feature_dim(k)]).unwrap();
+            assert_eq!(
+                (rt.metadata().gpu_model.as_str(), rt.metadata().k()),
+                (m.key.as_str(), k)
+            );
+            let logits = rt
+                .infer(&vec![0.1; crate::sim::features::feature_dim(k)])
+                .unwrap();
             assert_eq!(logits.len(), k * k, "{}", m.key);
         }
         std::fs::remove_dir_all(&dir).ok();

@@ -231,7 +231,9 @@ impl TestGpus {
                     let result = match (op, gi) {
                         (Op::DestroyCi, Some(id)) => smartmig_nvml_testlib::ops::destroy_ci(g, id, 0),
                         (Op::DestroyGi, Some(id)) => smartmig_nvml_testlib::ops::destroy_gi(g, id),
-                        (Op::CreateCi, Some(id)) => smartmig_nvml_testlib::ops::create_ci(g, id, full).map(|_| ()),
+                        (Op::CreateCi, Some(id)) => {
+                            smartmig_nvml_testlib::ops::create_ci(g, id, full).map(|_| ())
+                        }
                         (Op::CreateGi, None) => {
                             let prof = g.profiles.iter().find(|q| q.id == p.nvml_id).unwrap().clone();
                             smartmig_nvml_testlib::ops::create_gi(&version, g, &prof, start).map(|_| ())
@@ -248,7 +250,10 @@ impl TestGpus {
     /// The `[node]` keys that put an agent on these GPUs.
     pub fn config_lines(&self) -> String {
         match self.kind {
-            Kind::Simulated => format!("backend = \"simulated\"\nsimulated_dir = \"{}\"\n", self.dir.display()),
+            Kind::Simulated => format!(
+                "backend = \"simulated\"\nsimulated_dir = \"{}\"\n",
+                self.dir.display()
+            ),
             Kind::Nvml => format!(
                 "backend = \"nvml\"\nnvml_library = \"{}\"\nnvidia_root = \"{}\"\n",
                 smartmig_nvml_testlib::library().display(),

@@ -134,7 +134,12 @@ pub fn make_gpus(c: &Cluster, i: usize, kind: Kind, layout: &str, busy: &[&str])
             make_sim(c, i, layout, &[]);
             sim_gpus(c, i)
         }
-        Kind::Nvml => TestGpus::create(kind, &c.dir.join(format!("nvml-{}", c.nodes[i])), "a100-40gb", &[layout]),
+        Kind::Nvml => TestGpus::create(
+            kind,
+            &c.dir.join(format!("nvml-{}", c.nodes[i])),
+            "a100-40gb",
+            &[layout],
+        ),
     };
     if !busy.is_empty() {
         gpus.mark_busy(0, &busy.join(" "));
@@ -325,7 +330,10 @@ pub fn wait_nodes_in_service(c: &Cluster) {
 /// no node is drained or down; and every job is COMPLETED, RUNNING or PENDING, never
 /// restarted (none failed, requeued or lost because of smartmig).
 pub fn assert_consistent(c: &Cluster, sims: &[&Simulated], jobs: &[u32]) {
-    let gpus: Vec<TestGpus> = sims.iter().map(|s| TestGpus::from_simulated(s, &a100())).collect();
+    let gpus: Vec<TestGpus> = sims
+        .iter()
+        .map(|s| TestGpus::from_simulated(s, &a100()))
+        .collect();
     assert_consistent_on(c, &gpus.iter().collect::<Vec<_>>(), jobs);
 }
 

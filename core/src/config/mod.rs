@@ -12,7 +12,9 @@ use toml::Spanned;
 
 use crate::error::{line_col, toml_error, SourceError};
 use crate::mig::mig_parted::MigPartedFile;
-use crate::mig::{read_entry, resolve_configurations, Catalogue, Configuration, Driver, GpuModel, LayoutEntry};
+use crate::mig::{
+    read_entry, resolve_configurations, Catalogue, Configuration, Driver, GpuModel, LayoutEntry,
+};
 use crate::routing::RoutingConfig;
 
 pub use controller::{CentralConfig, RelayoutKind};
@@ -397,7 +399,11 @@ impl Config {
                 .map_err(|e| self.at(name, "gpu.models", e.to_string()))?
                 .clone();
             let configurations = match &mig_parted {
-                Some((file, spanned, origin)) => {
+                Some(MigPartedSource {
+                    file,
+                    key: spanned,
+                    origin,
+                }) => {
                     let layouts = file
                         .layouts_for(&model, self.gpu.driver, origin)
                         .map_err(|e| self.at(spanned, "gpu.mig_parted", e.to_string()))?;
@@ -433,7 +439,14 @@ impl Config {
         // Layouts outside the action space would change the learned policy's K.
         let extend = self.policy.kind != PolicyKind::MeanField;
         let defaulted = self.policy.static_layout.iter().all(|s| s.span().is_empty());
-        let layouts = self.layout_lists(&catalogue, &mut models, &self.policy.static_layout, "policy.static_layout", extend, defaulted)?;
+        let layouts = self.layout_lists(
+            &catalogue,
+            &mut models,
+            &self.policy.static_layout,
+            "policy.static_layout",
+            extend,
+            defaulted,
+        )?;
         for (m, l) in models.iter_mut().zip(layouts) {
             m.static_layout = l;
         }
@@ -447,7 +460,14 @@ impl Config {
                     .into());
             }
             last = Some(minute);
-            let layouts = self.layout_lists(&catalogue, &mut models, &entry.layout, "policy.periodic.layout", extend, false)?;
+            let layouts = self.layout_lists(
+                &catalogue,
+                &mut models,
+                &entry.layout,
+                "policy.periodic.layout",
+                extend,
+                false,
+            )?;
             for (m, l) in models.iter_mut().zip(layouts) {
                 m.periodic.push(l);
             }
@@ -468,11 +488,8 @@ impl Config {
         })
     }
 
-    /// Reads `[gpu] mig_parted`, if set: the file, its key and its path.
-    fn read_mig_parted(
-        &self,
-        base_dir: Option<&Path>,
-    ) -> Result<Option<(MigPartedFile, &Spanned<PathBuf>, String)>, ConfigError> {
+    /// Reads `[gpu] mig_parted`, if set.
+    fn read_mig_parted(&self, base_dir: Option<&Path>) -> Result<Option<MigPartedSource<'_>>, ConfigError> {
         let Some(spanned) = &self.gpu.mig_parted else {
             return Ok(None);
         };
@@ -483,8 +500,13 @@ impl Config {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| self.at(spanned, "gpu.mig_parted", format!("cannot read {origin}: {e}")))?;
-        let file = MigPartedFile::parse(&text, &origin).map_err(|e| self.at(spanned, "gpu.mig_parted", e.to_string()))?;
-        Ok(Some((file, spanned, origin)))
+        let file = MigPartedFile::parse(&text, &origin)
+            .map_err(|e| self.at(spanned, "gpu.mig_parted", e.to_string()))?;
+        Ok(Some(MigPartedSource {
+            file,
+            key: spanned,
+            origin,
+        }))
     }
 
     /// A list of layout entries → each model's configuration indices: every model takes
@@ -511,8 +533,14 @@ impl Config {
         for m in models.iter_mut() {
             let mut indices = Vec::new();
             for (e, entry) in entries.iter().enumerate() {
-                let read = read_entry(catalogue, &m.configurations, &m.model, self.gpu.driver, entry.get_ref())
-                    .map_err(|msg| self.at(entry, key, msg))?;
+                let read = read_entry(
+                    catalogue,
+                    &m.configurations,
+                    &m.model,
+                    self.gpu.driver,
+                    entry.get_ref(),
+                )
+                .map_err(|msg| self.at(entry, key, msg))?;
                 let index = match read {
                     None => continue,
                     Some(LayoutEntry::Configuration(i)) => i,
@@ -536,7 +564,8 @@ impl Config {
                         match m.configurations.iter().position(|c| c.name == name) {
                             Some(i) => i,
                             None => {
-                                m.configurations.push(Configuration::custom(name, &m.model, layout));
+                                m.configurations
+                                    .push(Configuration::custom(name, &m.model, layout));
                                 m.configurations.len() - 1
                             }
                         }
@@ -590,9 +619,20 @@ impl Config {
     }
 }
 
+/// `[gpu] mig_parted` read: the file, its key (for errors) and its path.
+struct MigPartedSource<'a> {
+    file: MigPartedFile,
+    key: &'a Spanned<PathBuf>,
+    origin: String,
+}
+
 /// Configuration names, comma-separated.
 fn names(configs: &[Configuration]) -> String {
-    configs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+    configs
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `HH:MM` → minutes after midnight.

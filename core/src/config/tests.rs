@@ -165,20 +165,34 @@ fn each_model_takes_the_static_layout_entries_that_fit_it() {
 #[test]
 fn the_default_static_layout_is_each_models_whole_gpu() {
     let r = resolve("version = 1\n[gpu]\nmodels = [\"a30-24gb\", \"h100-80gb\"]\n").unwrap();
-    assert_eq!(r.models[0].configurations[r.models[0].static_layout[0]].name, "q1");
-    assert_eq!(r.models[1].configurations[r.models[1].static_layout[0]].name, "c1");
+    assert_eq!(
+        r.models[0].configurations[r.models[0].static_layout[0]].name,
+        "q1"
+    );
+    assert_eq!(
+        r.models[1].configurations[r.models[1].static_layout[0]].name,
+        "c1"
+    );
 }
 
 #[test]
 fn a_model_no_entry_fits_and_an_entry_no_model_takes_are_refused() {
-    let e = resolve("version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nstatic_layout = [\"c2\"]\n")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("names no layout for a30-24gb (its configurations: q1, q2, q3, q4"), "{e}");
+    let e = resolve(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nstatic_layout = [\"c2\"]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("names no layout for a30-24gb (its configurations: q1, q2, q3, q4"),
+        "{e}"
+    );
     let e = resolve("version = 1\n[policy]\nstatic_layout = [\"c2\",\n \"9g.90gb\"]\n")
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("t.toml:4:") && e.contains("unknown configuration `9g.90gb`"), "{e}");
+    assert!(
+        e.starts_with("t.toml:4:") && e.contains("unknown configuration `9g.90gb`"),
+        "{e}"
+    );
     let e = resolve("version = 1\n[policy]\nstatic_layout = [\"3g.20gb@2\"]\n")
         .unwrap_err()
         .to_string();
@@ -187,11 +201,18 @@ fn a_model_no_entry_fits_and_an_entry_no_model_takes_are_refused() {
 
 #[test]
 fn the_mean_field_fallback_must_be_in_the_action_space() {
-    let text = "version = 1\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"3g.20gb+2g.10gb+1g.10gb\"]\n";
+    let text =
+        "version = 1\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"3g.20gb+2g.10gb+1g.10gb\"]\n";
     let e = resolve(text).unwrap_err().to_string();
-    assert!(e.contains("none of a100-40gb's configurations") && e.contains("mig_parted"), "{e}");
+    assert!(
+        e.contains("none of a100-40gb's configurations") && e.contains("mig_parted"),
+        "{e}"
+    );
     // c7 written as instances is c7.
-    let ok = resolve("version = 1\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"3g.20gb+2g.10gb+1g.5gb+1g.5gb\"]\n").unwrap();
+    let ok = resolve(
+        "version = 1\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"3g.20gb+2g.10gb+1g.5gb+1g.5gb\"]\n",
+    )
+    .unwrap();
     assert_eq!(ok.models[0].static_layout, [6]);
     assert_eq!(ok.models[0].configurations.len(), 12);
 }
@@ -227,7 +248,11 @@ fn a_mig_parted_file_is_the_action_space_and_names_the_static_layout() {
     .unwrap();
     let text = "version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"balanced\"]\n";
     let r = parse(text).unwrap().resolve(Some(dir.path())).unwrap();
-    let names: Vec<&str> = r.models[0].configurations.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = r.models[0]
+        .configurations
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     assert_eq!(names, ["whole", "balanced"]);
     assert_eq!(r.models[0].static_layout, [1]);
     let e = parse("version = 1\n[gpu]\nmodels = [\"a30-24gb\"]\nmig_parted = \"mig.yaml\"\n")
@@ -235,5 +260,8 @@ fn a_mig_parted_file_is_the_action_space_and_names_the_static_layout() {
         .resolve(Some(dir.path()))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("gpu.mig_parted") && e.contains("no mig-config gives a30-24gb a layout"), "{e}");
+    assert!(
+        e.contains("gpu.mig_parted") && e.contains("no mig-config gives a30-24gb a layout"),
+        "{e}"
+    );
 }

@@ -414,7 +414,10 @@ impl Catalogue {
     }
 
     /// The configurations for `model` (those filling its memory), in action-space order.
-    pub fn configurations_for<'a>(&'a self, model: &'a GpuModel) -> impl Iterator<Item = &'a ConfigurationDef> + 'a {
+    pub fn configurations_for<'a>(
+        &'a self,
+        model: &'a GpuModel,
+    ) -> impl Iterator<Item = &'a ConfigurationDef> + 'a {
         self.configurations
             .iter()
             .filter(move |c| c.memory_slices == model.memory_slices)
@@ -483,7 +486,10 @@ mod tests {
     fn power_is_clamped_to_the_gpus_own_slices() {
         let cat = Catalogue::embedded();
         let a30 = cat.model("a30-24gb").unwrap();
-        assert_eq!((a30.power(4), a30.power(7), a30.full_power()), (165.0, 165.0, 165.0));
+        assert_eq!(
+            (a30.power(4), a30.power(7), a30.full_power()),
+            (165.0, 165.0, 165.0)
+        );
         assert_eq!(a30.full_memory_mask(), 0b1111);
         assert_eq!(cat.model("a100-40gb").unwrap().full_memory_mask(), 0xff);
     }
@@ -553,12 +559,16 @@ memory_slices = 4
 power_w = [1, 2, 3, 4, 5, 6, 7, 8]
 profile = [{ name = "1g.6gb", kind = "1g", nvml_id = 14, compute = 1, memory_slices = 1, memory_gb = 6, max_count = 4, starts = [0, 1, 2, 3] }]
 "#;
-        let err = Catalogue::from_toml_str(text, "site.toml").unwrap_err().to_string();
+        let err = Catalogue::from_toml_str(text, "site.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("power_w has 8 values, needs 5"), "{err}");
         let text = text
             .replace("power_w = [1, 2, 3, 4, 5, 6, 7, 8]", "power_w = [1, 2, 3, 4, 5]")
             .replace("starts = [0, 1, 2, 3]", "starts = [0, 4]");
-        let err = Catalogue::from_toml_str(&text, "site.toml").unwrap_err().to_string();
+        let err = Catalogue::from_toml_str(&text, "site.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("start 4 runs past memory slice 4"), "{err}");
     }
 

@@ -116,7 +116,11 @@ pub fn read_entry(
             None => Ok(Some(LayoutEntry::Configuration(i))),
         };
     }
-    if cat.configurations.iter().any(|c| c.name.eq_ignore_ascii_case(text)) {
+    if cat
+        .configurations
+        .iter()
+        .any(|c| c.name.eq_ignore_ascii_case(text))
+    {
         return Ok(None);
     }
     match Layout::read(model, driver, text) {
@@ -178,7 +182,13 @@ mod tests {
             let cs = resolve_configurations(&cat, m, Driver::R510).unwrap();
             assert_eq!(cs.len(), if m.key == "a30-24gb" { 4 } else { 12 }, "{}", m.key);
             for c in cs {
-                assert_eq!(c.layout.memory_mask(m), m.full_memory_mask(), "{} {}", m.key, c.name);
+                assert_eq!(
+                    c.layout.memory_mask(m),
+                    m.full_memory_mask(),
+                    "{} {}",
+                    m.key,
+                    c.name
+                );
                 assert!(maximal.contains(&c.layout), "{} {} is not maximal", m.key, c.name);
             }
         }

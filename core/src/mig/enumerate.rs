@@ -142,7 +142,12 @@ mod tests {
                 })
                 .collect()
         };
-        for key in cat.models.iter().filter(|m| m.memory_slices == 8).map(|m| m.key.as_str()) {
+        for key in cat
+            .models
+            .iter()
+            .filter(|m| m.memory_slices == 8)
+            .map(|m| m.key.as_str())
+        {
             assert_eq!(shape(cat.model(key).unwrap()), shape(a), "{key}");
         }
     }

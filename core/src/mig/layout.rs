@@ -300,9 +300,19 @@ impl Layout {
         }
         order.sort_by_key(|&p| {
             let q = &model.profiles[p];
-            (std::cmp::Reverse(q.memory_slices), std::cmp::Reverse(q.compute), p)
+            (
+                std::cmp::Reverse(q.memory_slices),
+                std::cmp::Reverse(q.compute),
+                p,
+            )
         });
-        fn go(model: &GpuModel, driver: Driver, order: &[ProfileId], at: Layout, min_start: u8) -> Option<Layout> {
+        fn go(
+            model: &GpuModel,
+            driver: Driver,
+            order: &[ProfileId],
+            at: Layout,
+            min_start: u8,
+        ) -> Option<Layout> {
             let Some((&p, rest)) = order.split_first() else {
                 return Some(at);
             };
@@ -328,7 +338,11 @@ impl Layout {
         let mut v: Vec<&Instance> = self.instances.iter().collect();
         v.sort_by_key(|i| {
             let p = &model.profiles[i.profile];
-            (std::cmp::Reverse(p.memory_slices), std::cmp::Reverse(p.compute), i.profile)
+            (
+                std::cmp::Reverse(p.memory_slices),
+                std::cmp::Reverse(p.compute),
+                i.profile,
+            )
         });
         v.iter()
             .map(|i| model.profiles[i.profile].name.as_str())
@@ -480,16 +494,25 @@ mod tests {
         let m = Catalogue::embedded().model("a100-80gb").unwrap().clone();
         let l = Layout::read(&m, Driver::R510, "3g.40gb+2g.20gb+1g.10gb+1g.10gb").unwrap();
         // 1g.10gb cannot start at 7 (its placements are 0..=6): the 3g goes to 4.
-        assert_eq!(l.display(&m).to_string(), "2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4");
+        assert_eq!(
+            l.display(&m).to_string(),
+            "2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4"
+        );
         assert_eq!(l.profile_list(&m), "3g.40gb+2g.20gb+1g.10gb+1g.10gb");
         // 1g.20gb (double memory) after a 4g and a 2g: only start 6 is left for it.
         let l = Layout::read(&m, Driver::R510, "1g.20gb+2g.20gb+4g.40gb").unwrap();
         assert_eq!(l.display(&m).to_string(), "4g.40gb@0 2g.20gb@4 1g.20gb@6");
-        let e = Layout::read(&m, Driver::R510, "4g.40gb+4g.40gb").unwrap_err().to_string();
+        let e = Layout::read(&m, Driver::R510, "4g.40gb+4g.40gb")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no placement together on a100-80gb"), "{e}");
-        let e = Layout::read(&m, Driver::PreR510, "4g.40gb+3g.40gb").unwrap_err().to_string();
+        let e = Layout::read(&m, Driver::PreR510, "4g.40gb+3g.40gb")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no placement together"), "{e}");
-        let e = Layout::read(&m, Driver::R510, "3g.40gb@2").unwrap_err().to_string();
+        let e = Layout::read(&m, Driver::R510, "3g.40gb@2")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not an allowed placement"), "{e}");
         let e = Layout::read(&m, Driver::R510, "5g.50gb").unwrap_err().to_string();
         assert!(e.contains("a100-80gb has no profile `5g.50gb`"), "{e}");
@@ -500,8 +523,13 @@ mod tests {
         let m = Catalogue::embedded().model("a30-24gb").unwrap().clone();
         assert!(Layout::read(&m, Driver::R510, "2g.12gb+1g.6gb+1g.6gb").is_ok());
         let l = Layout::parse(&m, "4g@0 1g@3").unwrap();
-        assert!(matches!(l.validate(&m, Driver::R510), Err(LayoutError::Overlap { .. })));
-        let e = Layout::parse(&m, "2g@0 2g@2 1g@3").unwrap().validate(&m, Driver::R510);
+        assert!(matches!(
+            l.validate(&m, Driver::R510),
+            Err(LayoutError::Overlap { .. })
+        ));
+        let e = Layout::parse(&m, "2g@0 2g@2 1g@3")
+            .unwrap()
+            .validate(&m, Driver::R510);
         assert!(e.is_err());
     }
 

@@ -474,7 +474,10 @@ mig-configs:
             .map(|(n, l)| (n, l.display(a100).to_string()))
             .collect();
         let want = [
-            ("all-1g.5gb", "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6"),
+            (
+                "all-1g.5gb",
+                "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6",
+            ),
             ("all-balanced", "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4"),
             ("all-3g.20gb", "3g.20gb@0 3g.20gb@4"),
             ("half-and-half", "4g.20gb@0 3g.20gb@4"),
@@ -511,20 +514,35 @@ mig-configs:
         let e = MigPartedFile::parse("version: v1\nmig-configs:\n  x:\n    - devices: all\n      mig-enabled: true\n      mig-devcies: {}\n", "f.yaml")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("f.yaml") && e.contains("mig-devcies") && e.contains("line"), "{e}");
-        let e = MigPartedFile::parse("version: v1\nmig-configs:\n  x:\n    - devices: some\n      mig-enabled: false\n", "f.yaml")
-            .unwrap_err()
-            .to_string();
+        assert!(
+            e.contains("f.yaml") && e.contains("mig-devcies") && e.contains("line"),
+            "{e}"
+        );
+        let e = MigPartedFile::parse(
+            "version: v1\nmig-configs:\n  x:\n    - devices: some\n      mig-enabled: false\n",
+            "f.yaml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("mig-config `x`: devices `some`"), "{e}");
         let two = "version: v1\nmig-configs:\n  mixed:\n    - devices: [0]\n      mig-enabled: true\n      mig-devices:\n        \"7g.40gb\": 1\n    - devices: [1]\n      mig-enabled: true\n      mig-devices:\n        \"3g.20gb\": 2\n";
         let f = MigPartedFile::parse(two, "f.yaml").unwrap();
-        let e = f.layouts_for(a100, Driver::R510, "f.yaml").unwrap_err().to_string();
+        let e = f
+            .layouts_for(a100, Driver::R510, "f.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("two layouts (7g.40gb and 3g.20gb+3g.20gb)"), "{e}");
         let partial = "version: v1\nmig-configs:\n  p:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n        \"1c.3g.20gb\": 2\n";
         let f = MigPartedFile::parse(partial, "f.yaml").unwrap();
-        let e = f.layouts_for(a100, Driver::R510, "f.yaml").unwrap_err().to_string();
+        let e = f
+            .layouts_for(a100, Driver::R510, "f.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("compute instances of 1 slice(s)"), "{e}");
-        let e = f.layout_for("q", a100, Driver::R510, "f.yaml").unwrap_err().to_string();
+        let e = f
+            .layout_for("q", a100, Driver::R510, "f.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no such mig-config (the file has: p)"), "{e}");
     }
 
