@@ -27,14 +27,16 @@ mod slurm;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use backends::{Kind, Op, TestGpus};
 use common::{
-    assert_consistent, central_command, central_config, central_output, make_sim, run_central, sim_layout,
-    start_agent, start_agent_named, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
+    a100, assert_consistent, assert_consistent_on, central_command, central_config, central_output,
+    make_gpus, run_central, sim_layout, start_agent, start_agent_named_on, submit_workload, two_nodes,
+    wait_announced, Policy, Workload, C1, C2,
 };
 use slurm::Cluster;
 use smartmig_core::config::Config;
 use smartmig_core::config::Mode;
-use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
+use smartmig_gpu::simulated::Simulated;
 use smartmigd::central::decide::policy_path;
 use smartmigd::central::status::Status;
 
@@ -75,60 +77,57 @@ fn wait_until(what: &str, limit: Duration, ready: impl Fn() -> bool) {
     }
 }
 
-#[test]
-fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes() {
+// Node 1's GPU on each backend: the simulated node, and NVML on the NVML test library.
+on_both_backends!(
+    an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes,
+    an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_applies_the_change,
+);
+
+fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes(
+    kind: Kind,
+) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = make_sim(&c, 1, C1, &[]);
+    let g1 = make_gpus(&c, 1, kind, C1, &[]);
     // Node 1's agent dies (SIGABRT, as a kill would) right after destroying the 7g.
-    s1.set_faults(&Faults {
-        fail: vec![],
-        abort_after_steps: Some(2),
-    })
-    .unwrap();
-    start_agent_named(&mut c, 1, "agent-1-killed");
+    g1.abort_after(2);
+    start_agent_named_on(&mut c, 1, "agent-1-killed", &g1);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
     let mut central = spawn_central(&c, &config);
 
     wait_until("node 1's agent to die mid-plan", Duration::from_secs(30), || {
-        s1.faults().unwrap().abort_after_steps.is_none()
+        !g1.abort_pending()
     });
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(sim_layout(&s1), "(empty)", "killed between destroy and create");
+    assert!(
+        g1.state(0).0.instances().is_empty(),
+        "killed between destroy and create"
+    );
     assert!(
         central.try_wait().unwrap().is_none(),
         "the central role waits for node 1"
     );
     // systemd would restart it; the new agent finishes the journaled plan.
-    start_agent_named(&mut c, 1, "agent-1-restarted");
+    start_agent_named_on(&mut c, 1, "agent-1-restarted", &g1);
     let out = finish(&c, central);
 
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(sim_layout(&s0), C5);
-    assert_eq!(sim_layout(&s1), C5);
+    assert_eq!(g1.layout(0), C5);
     let log = std::fs::read_to_string(c.dir.join("log/agent-1-restarted.out")).unwrap();
     assert!(log.contains("finished the interrupted plan"), "{log}");
-    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    let g0 = TestGpus::from_simulated(&s0, &a100());
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 }
 
-#[test]
-fn an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_applies_the_change() {
+fn an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_applies_the_change(kind: Kind) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = make_sim(&c, 1, C1, &[]);
+    let g1 = make_gpus(&c, 1, kind, C1, &[]);
     // The second create-gi on node 1 fails as NVML would.
-    s1.set_faults(&Faults {
-        fail: vec![FailFault {
-            op: "create-gi".into(),
-            gpu: Some(0),
-            error: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
-            skip: 1,
-        }],
-        abort_after_steps: None,
-    })
-    .unwrap();
-    start_agent_named(&mut c, 1, "agent-1");
+    g1.fail(Op::CreateGi, Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES", 1);
+    start_agent_named_on(&mut c, 1, "agent-1", &g1);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
 
@@ -136,7 +135,7 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_appli
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     assert!(out.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{out}");
     assert_eq!(sim_layout(&s0), C5);
-    assert_eq!(sim_layout(&s1), C1, "rolled back");
+    assert_eq!(g1.layout(0), C1, "rolled back");
     let st = status(&c);
     let node1 = format!("{}/0", c.nodes[1]);
     assert!(
@@ -150,13 +149,14 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_reports_it_and_a_later_cycle_appli
     assert!(!agent.contains("generation 1: StartSlurmd"), "{agent}");
     let slurmd = std::fs::read_to_string(c.dir.join(format!("log/slurmd-{}.log", c.nodes[1]))).unwrap();
     assert!(!slurmd.contains("killing old slurmd"), "{slurmd}");
-    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    let g0 = TestGpus::from_simulated(&s0, &a100());
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 
     // The fault fired once; the next cycle makes the change.
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("1 changed") && out.contains("0 error(s)"), "{out}");
-    assert_eq!(sim_layout(&s1), C5);
-    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    assert_eq!(g1.layout(0), C5);
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 }
 
 #[test]

@@ -206,6 +206,14 @@ impl TestGpus {
         }
     }
 
+    /// Whether an abort set with [`TestGpus::abort_after`] has yet to happen.
+    pub fn abort_pending(&self) -> bool {
+        match self.kind {
+            Kind::Simulated => self.sim().faults().unwrap().abort_after_steps.is_some(),
+            Kind::Nvml => self.node().faults().unwrap().abort_after_changes.is_some(),
+        }
+    }
+
     /// Runs driver calls on GPU `gpu` by hand, as an admin (or an earlier run) would, from
     /// this process: destroys (`Op::DestroyCi`, `Op::DestroyGi`) or creates the instance
     /// `instance` (`"4g@0"`).
