@@ -9,7 +9,6 @@
 //! - `dev/nvidia<minor>` and `dev/nvidia-caps/nvidia-cap<minor>`: the device files, made as
 //!   compute instances come and go.
 
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -203,13 +202,12 @@ pub struct TestNode {
     root: PathBuf,
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename.
+/// Writes `bytes` to `path` durably: a crash leaves the old or the new content.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    smartmig_core::durable::write(path, bytes).map_err(|e| StateError::Bad {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// An exclusive lock on the root, held until dropped.

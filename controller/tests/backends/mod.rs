@@ -33,6 +33,8 @@ pub enum Op {
     CreateGi,
     /// Create a compute instance.
     CreateCi,
+    /// Read the GPUs or a GPU's state.
+    Read,
 }
 
 impl Op {
@@ -42,6 +44,7 @@ impl Op {
             Op::DestroyGi => "destroy-gi",
             Op::CreateGi => "create-gi",
             Op::CreateCi => "create-ci",
+            Op::Read => "read",
         }
     }
 
@@ -51,6 +54,8 @@ impl Op {
             Op::DestroyGi => "nvmlGpuInstanceDestroy",
             Op::CreateGi => "nvmlDeviceCreateGpuInstanceWithPlacement",
             Op::CreateCi => "nvmlGpuInstanceCreateComputeInstance",
+            // Every read of a GPU (its MIG mode, its instances) takes its handle first.
+            Op::Read => "nvmlDeviceGetHandleByIndex_v2",
         }
     }
 }
@@ -169,6 +174,7 @@ impl TestGpus {
                     gpu,
                     error: error.into(),
                     skip,
+                    ..FailFault::default()
                 });
                 s.set_faults(&f).unwrap();
             }
@@ -224,6 +230,7 @@ impl TestGpus {
             Op::DestroyGi => smartmig_core::mig::Step::DestroyGpu(i),
             Op::CreateGi => smartmig_core::mig::Step::CreateGpu(i),
             Op::CreateCi => smartmig_core::mig::Step::CreateCompute(i),
+            Op::Read => panic!("a read changes nothing"),
         };
         match self.kind {
             Kind::Simulated => self.sim().apply(gpu, &self.model, step).unwrap(),
