@@ -450,7 +450,7 @@ fn check_nvml(options: &NvmlOptions) -> Finding {
             return Finding::bad(
                 "nvml",
                 Status::Warn,
-                format!("{e}; no NVIDIA driver on this host"),
+                format!("NVML not found ({e}); no NVIDIA driver on this host"),
                 format!("on GPU nodes install the NVIDIA driver ({library}, [node] nvml_library); on a controller-only host run doctor with --skip nvml"),
             )
         }
