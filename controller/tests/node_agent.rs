@@ -1,10 +1,10 @@
 //! The node agent as a process (`smartmigd node --once`, spool channel) on both GPU
 //! backends: the simulated node and NVML on the NVML test library. Each scenario runs on
 //! both (`simulated::NAME`, `nvml::NAME`) and must end the same way: a re-layout applied
-//! with gres.conf written and slurmd stopped; a device that differs from what the central
-//! role saw left alone; a busy instance refused before any step; a create error rolled
-//! back; an agent killed between destroy and create finishing on restart; an interrupted
-//! plan that cannot finish rolled back.
+//! with gres.conf staged, installed with slurmd stopped, then slurmd started; a device that
+//! differs from what the central role saw left alone; a busy instance refused before any
+//! step; a create error rolled back; an agent killed between destroy and create finishing
+//! on restart; an interrupted plan that cannot finish rolled back.
 
 mod backends;
 
@@ -12,10 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use backends::{Kind, Op, TestGpus};
-use smartmigd::channel::{Desired, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
-use smartmigd::node::journal::{Journal, Record};
+use smartmigd::channel::{Desired, GpuTarget, Outcome, Phase, Report};
+use smartmigd::node::journal::{Ending, Journal, Record};
 use smartmigd::node::spool::SpoolChannel;
-use smartmigd::node::NodeChannel;
 
 /// A node: its directory, GPUs and agent config.
 struct Node {
@@ -60,12 +59,10 @@ impl Node {
 
     fn desire(&self, generation: u64, phase: Phase, gpus: &[(u32, &str, &str)]) {
         let ch = SpoolChannel::open(&self.path("spool"), "n1").unwrap();
-        ch.write_desired(&Desired {
-            smartmig: CHANNEL_VERSION,
+        let mut d = Desired::new(
             generation,
             phase,
-            gpus: gpus
-                .iter()
+            gpus.iter()
                 .map(|(i, from, to)| GpuTarget {
                     index: *i,
                     model: "a100-40gb".into(),
@@ -73,8 +70,12 @@ impl Node {
                     to: to.to_string(),
                 })
                 .collect(),
-        })
-        .unwrap();
+        );
+        if phase == Phase::Install {
+            d.stop_slurmd = true;
+            d.slurmd_budget_s = 60.0;
+        }
+        ch.write_desired(&d).unwrap();
     }
 
     fn report(&self) -> Report {
@@ -87,6 +88,15 @@ impl Node {
 
     fn journal(&self) -> Journal {
         Journal::open(&self.path("state")).unwrap()
+    }
+
+    /// Whether the journal holds no re-layout (the agent may note the node's layouts).
+    fn no_step_journaled(&self) -> bool {
+        !self
+            .journal()
+            .records()
+            .iter()
+            .any(|r| matches!(r, Record::Begin { .. } | Record::Step { .. }))
     }
 
     fn slurmd_log(&self) -> String {
@@ -154,7 +164,7 @@ fn files_per_line(kind: Kind) -> usize {
 }
 
 on_both_backends!(
-    a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started,
+    apply_stages_gres_conf_install_writes_it_and_stops_slurmd_start_starts_it,
     a_device_that_differs_from_what_central_saw_is_not_touched,
     a_plan_that_destroys_a_busy_instance_is_refused_before_any_step,
     a_create_error_rolls_back_to_from_and_the_report_names_it,
@@ -162,7 +172,7 @@ on_both_backends!(
     recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish,
 );
 
-fn a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started(kind: Kind) {
+fn apply_stages_gres_conf_install_writes_it_and_stops_slurmd_start_starts_it(kind: Kind) {
     let n = Node::new(kind, &["7g@0", "4g@0 3g@4"]);
     n.desire(1, Phase::Apply, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
     n.agent();
@@ -170,7 +180,7 @@ fn a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started(kind: Kin
     assert_eq!((r.generation, r.outcome.clone()), (1, Outcome::Done));
     assert_eq!(r.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
     assert_eq!(r.gpus[1].layout, "4g.20gb@0 3g.20gb@4");
-    assert!(!r.slurmd_running);
+    assert!(r.slurmd_running, "Apply never touches slurmd");
     assert_eq!(n.gpus.layout(0), "3g.20gb@0 3g.20gb@4");
     let j = n.journal();
     assert!(j.is_closed());
@@ -180,22 +190,30 @@ fn a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started(kind: Kin
         .filter(|r| matches!(r, Record::Step { .. }))
         .count();
     assert_eq!(steps, 6);
+    assert!(j
+        .staged(1)
+        .is_some_and(|l| l.lines().filter(|l| l.starts_with("NodeName=n1")).count() == 4));
+    assert!(!n.path("gres.conf").exists(), "gres.conf waits for Install");
+    assert_eq!(n.slurmd_log(), "");
+    // The same generation and phase is not handled twice.
+    n.agent();
+    assert_eq!(n.journal().records().len(), j.records().len());
+
+    n.desire(1, Phase::Install, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
+    n.agent();
+    let r = n.report();
+    assert_eq!((r.outcome.clone(), r.slurmd_running), (Outcome::Done, false));
     let k = files_per_line(kind);
     assert_eq!(
         n.gres_lines(),
         [("3g.20gb", k), ("3g.20gb", k), ("4g.20gb", k), ("3g.20gb", k)].map(|(t, k)| (t.to_string(), k))
     );
     assert_eq!(n.slurmd_log(), "stop\n");
-    // The same generation is not handled twice; the next phase starts slurmd.
-    n.agent();
-    assert_eq!(n.journal().records().len(), j.records().len());
-    n.desire(2, Phase::StartSlurmd, &[]);
+
+    n.desire(1, Phase::Start, &[]);
     n.agent();
     let r = n.report();
-    assert_eq!(
-        (r.generation, r.outcome, r.slurmd_running),
-        (2, Outcome::Done, true)
-    );
+    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
     assert_eq!(n.slurmd_log(), "stop\nstart\n");
 }
 
@@ -212,7 +230,7 @@ fn a_device_that_differs_from_what_central_saw_is_not_touched(kind: Kind) {
         "{error}"
     );
     assert_eq!(n.gpus.layout(0), "7g.40gb@0");
-    assert!(n.journal().records().is_empty());
+    assert!(n.no_step_journaled());
     assert!(!n.path("gres.conf").exists());
     assert_eq!(n.slurmd_log(), "");
 }
@@ -228,7 +246,7 @@ fn a_plan_that_destroys_a_busy_instance_is_refused_before_any_step(kind: Kind) {
         "{r:?}"
     );
     assert_eq!(n.gpus.layout(0), "4g.20gb@0 3g.20gb@4");
-    assert!(n.journal().records().is_empty());
+    assert!(n.no_step_journaled());
 }
 
 fn a_create_error_rolls_back_to_from_and_the_report_names_it(kind: Kind) {
@@ -250,11 +268,19 @@ fn a_create_error_rolls_back_to_from_and_the_report_names_it(kind: Kind) {
     let j = n.journal();
     assert!(j.is_closed());
     assert!(
-        matches!(j.records().last(), Some(Record::End { result, .. }) if result.starts_with("rolled-back"))
+        j.records().iter().any(|r| matches!(
+            r,
+            Record::End {
+                ending: Ending::RolledBack { .. },
+                ..
+            }
+        )),
+        "{:?}",
+        j.records()
     );
     assert!(r.slurmd_running);
     assert_eq!(n.slurmd_log(), "");
-    assert_eq!(n.gres_lines(), [("7g.40gb".to_string(), files_per_line(kind))]);
+    assert!(!n.path("gres.conf").exists());
 }
 
 fn an_agent_killed_between_destroy_and_create_finishes_the_plan_on_restart(kind: Kind) {
@@ -279,16 +305,29 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_on_restart(kind:
     assert_eq!(n.gpus.layout(1), "4g.20gb@0 3g.20gb@4");
     let j = n.journal();
     assert!(j.is_closed());
-    assert!(matches!(j.records().last(), Some(Record::End { generation: 9, result }) if result == "done"));
+    assert!(
+        j.records().iter().any(|r| matches!(
+            r,
+            Record::End {
+                generation: 9,
+                ending: Ending::Done
+            }
+        )),
+        "{:?}",
+        j.records()
+    );
+    assert!(j
+        .staged(9)
+        .is_some_and(|l| l.lines().filter(|l| l.starts_with("NodeName=n1")).count() == 4));
     let r = n.report();
     assert_eq!(
         (r.generation, r.phase, r.outcome.clone()),
         (9, Phase::Apply, Outcome::Done)
     );
     assert_eq!(r.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
-    assert!(!r.slurmd_running);
-    assert_eq!(n.slurmd_log(), "stop\n");
-    assert_eq!(n.gres_lines().len(), 4);
+    assert!(r.slurmd_running, "Apply leaves slurmd alone");
+    assert_eq!(n.slurmd_log(), "");
+    assert!(!n.path("gres.conf").exists(), "gres.conf waits for Install");
 }
 
 fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish(kind: Kind) {

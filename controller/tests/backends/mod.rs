@@ -33,7 +33,9 @@ pub enum Op {
     CreateGi,
     /// Create a compute instance.
     CreateCi,
-    /// Read the GPUs or a GPU's state.
+    /// List the GPUs.
+    List,
+    /// Read a GPU's state (its instances).
     Read,
 }
 
@@ -44,6 +46,7 @@ impl Op {
             Op::DestroyGi => "destroy-gi",
             Op::CreateGi => "create-gi",
             Op::CreateCi => "create-ci",
+            Op::List => "list",
             Op::Read => "read",
         }
     }
@@ -54,8 +57,9 @@ impl Op {
             Op::DestroyGi => "nvmlGpuInstanceDestroy",
             Op::CreateGi => "nvmlDeviceCreateGpuInstanceWithPlacement",
             Op::CreateCi => "nvmlGpuInstanceCreateComputeInstance",
-            // Every read of a GPU (its MIG mode, its instances) takes its handle first.
-            Op::Read => "nvmlDeviceGetHandleByIndex_v2",
+            // Listing takes each GPU's handle; a GPU's state starts with its instances.
+            Op::List => "nvmlDeviceGetHandleByIndex_v2",
+            Op::Read => "nvmlDeviceGetGpuInstances",
         }
     }
 }
@@ -230,7 +234,7 @@ impl TestGpus {
             Op::DestroyGi => smartmig_core::mig::Step::DestroyGpu(i),
             Op::CreateGi => smartmig_core::mig::Step::CreateGpu(i),
             Op::CreateCi => smartmig_core::mig::Step::CreateCompute(i),
-            Op::Read => panic!("a read changes nothing"),
+            Op::List | Op::Read => panic!("a read changes nothing"),
         };
         match self.kind {
             Kind::Simulated => self.sim().apply(gpu, &self.model, step).unwrap(),
