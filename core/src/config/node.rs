@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(c.node.spool_dir, std::path::PathBuf::from("/s"));
         assert_eq!(c.node.slurmd_stop, ["systemctl", "stop", "slurmd"]);
         assert_eq!(c.node.poll_interval_s, 0.5);
-        assert_eq!(c.node.announce_interval_s, 300.0);
+        assert_eq!(c.node.announce_interval_s, 3600.0);
         assert_eq!(c.node.metrics_listen, "127.0.0.1:9818");
         assert_eq!(c.node.nvml_library, std::path::PathBuf::from("libnvidia-ml.so.1"));
         assert_eq!(c.node.nvidia_root, std::path::PathBuf::from("/"));
