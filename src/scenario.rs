@@ -11,13 +11,18 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use smartmig_core::error::{toml_error, SourceError};
-use smartmig_core::mig::{resolve_configurations, Catalogue, Configuration, Driver, GpuModel};
+use smartmig_core::mig::{
+    read_entry, resolve_configurations, Catalogue, Configuration, Driver, GpuModel, LayoutEntry,
+};
 
 /// The scenario format version this build reads.
 pub const SCENARIO_VERSION: u32 = 1;
 
 /// The embedded reference scenario (the paper's 8 × A100-40GB day).
 pub const REFERENCE: &str = include_str!("../etc/scenarios/paper-a100x8.toml");
+
+/// A layout entry meaning each GPU's whole-GPU configuration (c1, q1): no partitioning.
+pub const WHOLE_GPU: &str = "whole-gpu";
 
 /// A scenario problem.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +184,8 @@ pub enum DurationSpec {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaselineSpec {
-    /// The paper's reference static layout: a configuration per GPU (cycled if shorter).
+    /// The paper's reference static layout: a layout per GPU (cycled if shorter), each a
+    /// configuration name or an instance list equal to one of the GPU's configurations.
     #[serde(default = "default_reference_layout")]
     pub reference_layout: Vec<String>,
     /// Periodic schedule: layouts by time of day.
@@ -196,7 +202,7 @@ pub struct BaselineSpec {
 pub struct PeriodicSpec {
     /// `HH:MM` from which `layout` applies.
     pub at: String,
-    /// Configuration per GPU (cycled).
+    /// Layout per GPU (cycled), as in `reference_layout`.
     pub layout: Vec<String>,
 }
 
@@ -441,7 +447,9 @@ impl Scenario {
             }
         }
         let check_layout = |key: &str, names: &[String]| -> Result<(), ScenarioError> {
-            check_layout(&models, names).map_err(|m| bad(key, m))
+            entry_indices(&catalogue, &models, &gpus, self.cluster.driver, names)
+                .map(|_| ())
+                .map_err(|m| bad(key, m))
         };
         check_layout("baselines.reference_layout", &self.baselines.reference_layout)?;
         if let Some(best) = &self.baselines.static_best {
@@ -528,50 +536,88 @@ pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ScenarioError
     Ok(())
 }
 
-/// Checks a layout given as configuration names: not empty, and every name a
-/// configuration every GPU model of the cluster can take.
-fn check_layout(models: &[ClusterModel], names: &[String]) -> Result<(), String> {
+/// A layout given per GPU (cycled) → each GPU's configuration index: every entry a
+/// configuration name, an instance list equal to one of the GPU's configurations, or
+/// [`WHOLE_GPU`]; the error names the entry and the GPU it does not fit.
+fn entry_indices(
+    catalogue: &Catalogue,
+    models: &[ClusterModel],
+    gpus: &[GpuSlot],
+    driver: Driver,
+    names: &[String],
+) -> Result<Vec<usize>, String> {
     if names.is_empty() {
         return Err("is empty".into());
     }
-    for n in names {
-        for cm in models {
-            let c = cm.configurations.iter().find(|c| c.name == *n).ok_or_else(|| {
-                format!(
-                    "unknown configuration `{n}` (known: c1..c{})",
-                    cm.configurations.len()
-                )
-            })?;
-            if let Some(why) = &c.unavailable {
-                return Err(format!("{} cannot take {n}: {why}", cm.model.key));
+    gpus.iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let name = &names[i % names.len()];
+            let cm = &models[g.model];
+            let m = &cm.model;
+            if name == WHOLE_GPU {
+                return cm
+                    .configurations
+                    .iter()
+                    .position(|c| c.sizes == [m.compute_slices])
+                    .ok_or_else(|| format!("{} has no whole-GPU configuration", m.key));
             }
-        }
-    }
-    Ok(())
+            let known = || {
+                cm.configurations
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            match read_entry(catalogue, &cm.configurations, m, driver, name)? {
+                Some(LayoutEntry::Configuration(c)) => Ok(c),
+                Some(LayoutEntry::Layout(_)) => Err(format!(
+                    "`{name}` (GPU {i}, {}) is none of its configurations ({})",
+                    m.key,
+                    known()
+                )),
+                None => Err(format!(
+                    "unknown configuration `{name}` for GPU {i} ({}; its configurations: {})",
+                    m.key,
+                    known()
+                )),
+            }
+        })
+        .collect()
 }
 
 impl ResolvedScenario {
-    /// Checks a layout given on the command line, as the scenario's own layouts are checked.
-    pub fn check_layout(&self, names: &[String]) -> Result<(), String> {
-        check_layout(&self.models, names)
-    }
-
-    /// The layout named by configuration names, cycled over the GPUs: configuration index
-    /// per GPU. The names must have passed [`ResolvedScenario::check_layout`] (the
-    /// scenario's own layouts have).
-    pub fn layout_indices(&self, names: &[String]) -> Vec<usize> {
+    /// Compute slices of every GPU together.
+    pub fn total_slices(&self) -> u32 {
         self.gpus
             .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                let name = &names[i % names.len()];
-                self.models[g.model]
-                    .configurations
-                    .iter()
-                    .position(|c| c.name == *name)
-                    .unwrap_or(0)
-            })
-            .collect()
+            .map(|g| u32::from(self.models[g.model].model.compute_slices))
+            .sum()
+    }
+
+    /// Checks a layout given on the command line, as the scenario's own layouts are checked.
+    pub fn check_layout(&self, names: &[String]) -> Result<(), String> {
+        self.try_layout_indices(names).map(|_| ())
+    }
+
+    /// A layout given per GPU (cycled) as configuration index per GPU, or why it does not
+    /// fit the cluster.
+    pub fn try_layout_indices(&self, names: &[String]) -> Result<Vec<usize>, String> {
+        entry_indices(
+            &Catalogue::embedded(),
+            &self.models,
+            &self.gpus,
+            self.scenario.cluster.driver,
+            names,
+        )
+    }
+
+    /// The layout given per GPU (cycled) as configuration index per GPU. The names must
+    /// have passed [`ResolvedScenario::check_layout`] (the scenario's own layouts have);
+    /// a GPU they do not fit keeps its first configuration.
+    pub fn layout_indices(&self, names: &[String]) -> Vec<usize> {
+        self.try_layout_indices(names)
+            .unwrap_or_else(|_| vec![0; self.gpus.len()])
     }
 }
 
@@ -625,7 +671,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("baselines.reference_layout") && e.contains("c13"),
+            e.contains("baselines.reference_layout") && e.contains("unknown configuration `c13` for GPU 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_mixed_cluster_takes_a_layout_per_gpu_fitting_each_model() {
+        let mixed = [
+            "cluster.gpus=[{model = \"a100-40gb\", count = 2}, {model = \"a30-24gb\", count = 2}]"
+                .to_string(),
+            "baselines.reference_layout=[\"c2\", \"4g.20gb+3g.20gb\", \"q2\", \"2g.12gb+1g.6gb+1g.6gb\"]"
+                .into(),
+            "baselines.periodic=[{at = \"00:00\", layout = [\"whole-gpu\"]}]".into(),
+            "baselines.static_best=[\"whole-gpu\"]".into(),
+        ];
+        let r = Scenario::reference(&mixed).unwrap();
+        assert_eq!(r.total_slices(), 7 + 7 + 4 + 4);
+        assert_eq!(
+            r.layout_indices(&r.scenario.baselines.reference_layout),
+            [1, 1, 1, 2]
+        );
+        assert_eq!(r.layout_indices(&[WHOLE_GPU.to_string()]), [0, 0, 0, 0]);
+        let mut bad = mixed.to_vec();
+        bad[1] = "baselines.reference_layout=[\"c2\"]".into();
+        let e = Scenario::reference(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown configuration `c2` for GPU 2 (a30-24gb; its configurations: q1, q2, q3, q4)"),
             "{e}"
         );
     }

@@ -95,7 +95,7 @@ fn rows(dump: &str) -> Vec<Row> {
 /// As-ran energy (busy slices packed onto the fewest GPUs), W·min, and mean tardiness.
 fn recompute(rows: &[Row], gpus: u32) -> (f64, f64) {
     let cat = smartmig::mig::Catalogue::embedded();
-    let p = cat.model("a100-40gb").unwrap().power_w;
+    let p = &cat.model("a100-40gb").unwrap().power_w;
     let origin = rows.iter().map(|r| r.submit).min().unwrap();
     let last = rows.iter().map(|r| r.end).max().unwrap();
     let mut energy = 0.0;

@@ -8,6 +8,7 @@
 //!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the learned policy); skipped otherwise.
 
+mod backends;
 mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;

@@ -1,5 +1,6 @@
 //! End to end: the central role and two node agents on a real Slurm 22.05 (the shared
-//! harness: munged, slurmctld, one slurmd per network namespace), with simulated GPUs.
+//! harness: munged, slurmctld, one slurmd per network namespace), on each GPU backend:
+//! simulated GPUs (`simulated::...`) and NVML on the NVML test library (`nvml::...`).
 //!
 //! The decision is forced through the real ONNX path: the test writes, with
 //! `onnx_writer`, a one-layer policy whose logits send every configuration to c5
@@ -16,6 +17,7 @@
 //!
 //! Needs root, Slurm and the node agent's simulated backend; skipped otherwise.
 
+mod backends;
 mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;
@@ -24,7 +26,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{node_field, run_central, start_agent, two_nodes, Policy, C1, C2};
+use backends::Kind;
+use common::{node_field, run_central, start_agent, start_agent_on, two_nodes, Policy, C1, C2};
 use slurm::Cluster;
 use smartmigd::central::status::Status;
 
@@ -38,8 +41,9 @@ fn decisions(s: &Status) -> Vec<(String, String, String)> {
     v
 }
 
-#[test]
-fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive() {
+on_both_backends!(the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive);
+
+fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(kind: Kind) {
     skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());
     let nodes = c.nodes.clone();
@@ -49,8 +53,8 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         .unwrap();
     c.wait_job(keep, &["RUNNING"], Duration::from_secs(20));
     let started = c.job(keep).get("StartTime").cloned().unwrap_or_default();
-    start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
-    start_agent(&mut c, 1, C1, &[]);
+    let g0 = start_agent_on(&mut c, 0, kind, C2, &["3g.20gb@4"]);
+    let g1 = start_agent_on(&mut c, 1, kind, C1, &[]);
     common::wait_announced(&c);
     let config = common::central_config(
         &c,
@@ -111,6 +115,8 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
             .unwrap_or_else(|e| panic!("submit on {n}: {e}"));
         c.wait_job(j, &["COMPLETED"], Duration::from_secs(30));
     }
+    assert_eq!(g0.layout(0), "3g.20gb@0 3g.20gb@4");
+    assert_eq!(g1.layout(0), "3g.20gb@0 3g.20gb@4");
     let snap = std::fs::read_to_string(c.snapshot_path()).unwrap();
     assert!(snap.contains("3g.20gb") && !snap.contains("7g.40gb"), "{snap}");
     // Node 1's agent serves its metrics on the default loopback port of its own host

@@ -30,6 +30,7 @@
 //!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the policy test); skipped otherwise.
 
+mod backends;
 mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;
@@ -38,10 +39,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use backends::{Kind, Op, TestGpus};
 use common::{
-    assert_consistent, assert_safe, central_command, central_config, central_config_with, central_output,
-    gres_counts, make_sim, node_field, run_central, sim_layout, start_agent, start_agent_named,
-    submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
+    a100, assert_consistent, assert_consistent_on, assert_safe, central_command, central_config,
+    central_config_with, central_output, gres_counts, make_gpus, node_field, run_central, sim_layout,
+    start_agent, start_agent_named_on, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
 };
 use slurm::{Cluster, Options};
 use smartmig_core::config::Config;
@@ -110,57 +112,58 @@ fn ctld_starts(c: &Cluster) -> usize {
     c.ctld_log().matches("slurmctld version").count()
 }
 
-#[test]
-fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes() {
+// Node 1's GPU on each backend: the simulated node, and NVML on the NVML test library.
+on_both_backends!(
+    an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes,
+    an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_later_cycle_applies_it,
+);
+
+fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes(
+    kind: Kind,
+) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = make_sim(&c, 1, C1, &[]);
+    let g1 = make_gpus(&c, 1, kind, C1, &[]);
     // Node 1's agent dies (SIGABRT, as a kill would) right after destroying the 7g.
-    s1.set_faults(&Faults {
-        abort_after_steps: Some(2),
-        ..Faults::default()
-    })
-    .unwrap();
-    start_agent_named(&mut c, 1, "agent-1-killed");
+    g1.abort_after(2);
+    start_agent_named_on(&mut c, 1, "agent-1-killed", &g1);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
     let mut central = spawn_central(&c, &config);
 
     wait_until("node 1's agent to die mid-plan", Duration::from_secs(60), || {
-        s1.faults().unwrap().abort_after_steps.is_none()
+        !g1.abort_pending()
     });
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(sim_layout(&s1), "(empty)", "killed between destroy and create");
+    assert!(
+        g1.state(0).0.instances().is_empty(),
+        "killed between destroy and create"
+    );
     assert!(
         central.try_wait().unwrap().is_none(),
         "the central role waits for node 1"
     );
     // systemd would restart it; its restore step finishes the journaled plan.
-    let restore = start_agent_named(&mut c, 1, "agent-1-restarted");
+    let restore = start_agent_named_on(&mut c, 1, "agent-1-restarted", &g1);
     assert!(restore.contains("finished the interrupted plan"), "{restore}");
     let out = finish(&c, central);
 
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(sim_layout(&s0), C5);
-    assert_eq!(sim_layout(&s1), C5);
-    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    assert_eq!(g1.layout(0), C5);
+    let g0 = TestGpus::from_simulated(&s0, &a100());
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 }
 
-#[test]
-fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_later_cycle_applies_it() {
+fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_later_cycle_applies_it(
+    kind: Kind,
+) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = make_sim(&c, 1, C1, &[]);
+    let g1 = make_gpus(&c, 1, kind, C1, &[]);
     // The second create-gi on node 1 fails as NVML would.
-    s1.set_faults(&Faults {
-        fail: vec![FailFault {
-            skip: 1,
-            ..FailFault::once("create-gi", Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES")
-        }],
-        ..Faults::default()
-    })
-    .unwrap();
-    start_agent_named(&mut c, 1, "agent-1");
+    g1.fail(Op::CreateGi, Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES", 1);
+    start_agent_named_on(&mut c, 1, "agent-1", &g1);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
 
@@ -168,7 +171,7 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_late
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     assert!(out.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{out}");
     assert_eq!(sim_layout(&s0), C5);
-    assert_eq!(sim_layout(&s1), C1, "rolled back");
+    assert_eq!(g1.layout(0), C1, "rolled back");
     let st = status(&c);
     let node1 = format!("{}/0", c.nodes[1]);
     assert!(
@@ -180,13 +183,14 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_late
     // Node 1's agent rolled back during Apply, when slurmd is never touched.
     let slurmd = std::fs::read_to_string(c.dir.join(format!("log/slurmd-{}.log", c.nodes[1]))).unwrap();
     assert_eq!(slurmd.matches("slurmd version").count(), 1, "{slurmd}");
-    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    let g0 = TestGpus::from_simulated(&s0, &a100());
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 
     // The fault fired once; the next cycle makes the change.
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("1 changed") && out.contains("0 error(s)"), "{out}");
-    assert_eq!(sim_layout(&s1), C5);
-    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    assert_eq!(g1.layout(0), C5);
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 }
 
 /// Starts node 1's agent with slow creates (so the test can act mid-Apply).

@@ -22,6 +22,8 @@ pub struct GpuInfo {
     pub model: Option<String>,
     /// Whether MIG mode is on (current mode).
     pub mig_enabled: bool,
+    /// Whether MIG mode will be on after the next GPU reset (pending mode).
+    pub mig_pending: bool,
 }
 
 /// A MIG instance and the device files a process needs to use it.
@@ -168,7 +170,7 @@ pub enum GpuError {
         /// What was found.
         what: String,
     },
-    /// Reading or writing the simulated device's files failed.
+    /// Reading or writing a file of the driver or of the simulated device failed.
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -176,7 +178,7 @@ pub enum GpuError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A simulated device's state file is not valid.
+    /// A file of the driver or a simulated device's state file is not valid.
     #[error("{path}: {reason}")]
     State {
         /// The file.

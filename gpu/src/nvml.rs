@@ -2,11 +2,14 @@
 //! raw calls for what its safe API lacks (GPU and compute instances with placements;
 //! `possible_placements` in nvml-wrapper 0.13 returns an empty list).
 //!
-//! `gpus`, `state` and `probe` only read; only `apply` changes a GPU.
+//! `gpus`, `state` and `probe` only read; only `apply` changes a GPU. Every failed NVML
+//! read is an error naming the GPU and the call, never an empty or partial answer; the
+//! answers NVML documents for "not there" (a GPU without MIG, a profile the GPU does not
+//! offer) are not errors.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
 
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings as sys;
@@ -17,16 +20,47 @@ use crate::{GpuBackend, GpuError, GpuInfo, GpuState, MigDevice, PowerReading, Pr
 /// The library NVML is loaded from unless told otherwise.
 pub const LIBRARY: &str = "libnvidia-ml.so.1";
 
-/// Where the driver lists the capability device minors of MIG instances.
-const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
+/// Where the driver lists the capability device minors of MIG instances, under the root.
+pub const MIG_MINORS: &str = "proc/driver/nvidia-caps/mig-minors";
 
 /// Most GPU instances, compute instances or placements one call returns.
 const MAX_ITEMS: usize = 32;
+
+/// Where the NVML backend finds the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlOptions {
+    /// The NVML library (a file name the loader searches for, or a path).
+    pub library: OsString,
+    /// The file-system root of the driver's `proc/driver/nvidia-caps/mig-minors` and of
+    /// the device files under `dev/` (`/` on a GPU node; a container's view of the host,
+    /// or a test's directory).
+    pub root: PathBuf,
+}
+
+impl From<&smartmig_core::config::node::NodeConfig> for NvmlOptions {
+    /// `[node] nvml_library` and `nvidia_root`.
+    fn from(n: &smartmig_core::config::node::NodeConfig) -> Self {
+        NvmlOptions {
+            library: n.nvml_library.clone().into_os_string(),
+            root: n.nvidia_root.clone(),
+        }
+    }
+}
+
+impl Default for NvmlOptions {
+    fn default() -> Self {
+        NvmlOptions {
+            library: OsString::from(LIBRARY),
+            root: PathBuf::from("/"),
+        }
+    }
+}
 
 /// The NVML backend.
 pub struct Nvml {
     nvml: nvml_wrapper::Nvml,
     catalogue: Catalogue,
+    root: PathBuf,
 }
 
 impl std::fmt::Debug for Nvml {
@@ -83,8 +117,26 @@ impl<T> WrapperResult<T> for Result<T, nvml_wrapper::error::NvmlError> {
         self.map_err(|e| GpuError::Nvml {
             gpu,
             call: call.to_string(),
-            code: e.to_string(),
+            code: wrapper_code(e),
         })
+    }
+}
+
+/// An nvml-wrapper error as NVML's name for its code (`NVML_ERROR_GPU_IS_LOST`), or, for
+/// the wrapper's own errors (a missing symbol, a bad string), their text.
+fn wrapper_code(e: nvml_wrapper::error::NvmlError) -> String {
+    use nvml_wrapper::error::NvmlError as E;
+    match e {
+        e @ (E::Utf8Error(_)
+        | E::NulError(_)
+        | E::LibloadingError(_)
+        | E::FailedToLoadSymbol(_)
+        | E::StringTooLong { .. }
+        | E::IncorrectBits(_)
+        | E::SetReleaseFailed
+        | E::GetPciInfoFailed
+        | E::PciInfoToCFailed) => e.to_string(),
+        nvml => code_name(nvml.into()),
     }
 }
 
@@ -112,15 +164,31 @@ macro_rules! raw {
 }
 
 /// The items a raw NVML list call writes into a buffer of [`MAX_ITEMS`] entries: `fill`
-/// gets the buffer and its capacity, which the call lowers to the count it wrote.
+/// gets the buffer and its capacity, which the call sets to the count it wrote. A count
+/// past the buffer is an error naming `gpu` and `call`, never a cut list.
 fn listed<T: Copy>(
+    gpu: u32,
+    call: &str,
     empty: T,
     fill: impl FnOnce(*mut T, &mut u32) -> Result<(), GpuError>,
 ) -> Result<Vec<T>, GpuError> {
     let mut buf = [empty; MAX_ITEMS];
     let mut count = MAX_ITEMS as u32;
     fill(buf.as_mut_ptr(), &mut count)?;
-    Ok(buf[..(count as usize).min(MAX_ITEMS)].to_vec())
+    if count as usize > MAX_ITEMS {
+        return Err(GpuError::Unexpected {
+            gpu,
+            what: format!("{call} answered {count} items, more than the {MAX_ITEMS} a GPU can hold"),
+        });
+    }
+    Ok(buf[..count as usize].to_vec())
+}
+
+/// Whether a profile-info call's code means "the GPU (instance) does not offer this
+/// profile", which NVML answers with NOT_SUPPORTED or INVALID_ARGUMENT.
+fn not_offered(code: sys::nvmlReturn_t) -> bool {
+    code == sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+        || code == sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
 }
 
 /// NVML's C structs that calls fill in: all-zero bytes are a valid value of each.
@@ -152,13 +220,22 @@ struct FoundGi {
 }
 
 impl Nvml {
-    /// Loads `libnvidia-ml.so.1` and initialises NVML.
+    /// Loads `libnvidia-ml.so.1` and initialises NVML, with the driver's files under `/`.
     pub fn open() -> Result<Nvml, GpuError> {
-        Nvml::open_library(OsStr::new(LIBRARY))
+        Nvml::open_with(&NvmlOptions::default())
     }
 
-    /// Loads NVML from a given library path.
+    /// Loads NVML from a given library path, with the driver's files under `/`.
     pub fn open_library(library: &OsStr) -> Result<Nvml, GpuError> {
+        Nvml::open_with(&NvmlOptions {
+            library: library.to_os_string(),
+            ..NvmlOptions::default()
+        })
+    }
+
+    /// Loads and initialises NVML as `options` say.
+    pub fn open_with(options: &NvmlOptions) -> Result<Nvml, GpuError> {
+        let library = options.library.as_os_str();
         let nvml = nvml_wrapper::Nvml::builder()
             .lib_path(library)
             .init()
@@ -166,13 +243,19 @@ impl Nvml {
                 library: library.to_string_lossy().into_owned(),
                 reason: match e {
                     nvml_wrapper::error::NvmlError::LibloadingError(l) => l.to_string(),
-                    other => other.to_string(),
+                    other => wrapper_code(other),
                 },
             })?;
         Ok(Nvml {
             nvml,
             catalogue: Catalogue::embedded(),
+            root: options.root.clone(),
         })
+    }
+
+    /// A driver file under the root (`dev/nvidia0`).
+    fn under_root(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
     }
 
     fn device(&self, gpu: u32) -> Result<Device<'_>, GpuError> {
@@ -180,7 +263,7 @@ impl Nvml {
             Err(nvml_wrapper::error::NvmlError::InvalidArg | nvml_wrapper::error::NvmlError::NotFound) => {
                 Err(GpuError::NoSuchGpu(gpu))
             }
-            other => other.at(gpu, "nvmlDeviceGetHandleByIndex"),
+            other => other.at(gpu, "nvmlDeviceGetHandleByIndex_v2"),
         }
     }
 
@@ -226,9 +309,7 @@ impl Nvml {
             });
             if code == sys::nvmlReturn_enum_NVML_SUCCESS {
                 out.push(info);
-            } else if code != sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
-                && code != sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
-            {
+            } else if !not_offered(code) {
                 Self::check(gpu, "nvmlDeviceGetGpuInstanceProfileInfo", code)?;
             }
         }
@@ -237,12 +318,17 @@ impl Nvml {
 
     fn placements(&self, gpu: u32, dev: &Device<'_>, profile_id: u32) -> Result<(Vec<u8>, u8), GpuError> {
         let empty = sys::nvmlGpuInstancePlacement_t { start: 0, size: 0 };
-        let found = listed(empty, |buf, count| {
-            // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
-            raw!(self, gpu, nvmlDeviceGetGpuInstancePossiblePlacements_v2 => unsafe {
-                nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev.handle(), profile_id, buf, count)
-            })
-        })?;
+        let found = listed(
+            gpu,
+            "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+            empty,
+            |buf, count| {
+                // SAFETY: `buf` holds `count` entries; NVML writes at most that many.
+                raw!(self, gpu, nvmlDeviceGetGpuInstancePossiblePlacements_v2 => unsafe {
+                    nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev.handle(), profile_id, buf, count)
+                })
+            },
+        )?;
         let size = found.first().map_or(0, |p| p.size as u8);
         Ok((found.iter().map(|p| p.start as u8).collect(), size))
     }
@@ -251,12 +337,17 @@ impl Nvml {
     fn gpu_instances(&self, gpu: u32, dev: &Device<'_>, model: &GpuModel) -> Result<Vec<FoundGi>, GpuError> {
         let mut out = Vec::new();
         for p in self.gi_profiles(gpu, dev)? {
-            let handles = listed(std::ptr::null_mut(), |buf, count| {
-                // SAFETY: `buf` holds `count` handles.
-                raw!(self, gpu, nvmlDeviceGetGpuInstances => unsafe {
-                    nvmlDeviceGetGpuInstances(dev.handle(), p.id, buf, count)
-                })
-            })?;
+            let handles = listed(
+                gpu,
+                "nvmlDeviceGetGpuInstances",
+                std::ptr::null_mut(),
+                |buf, count| {
+                    // SAFETY: `buf` holds `count` handles.
+                    raw!(self, gpu, nvmlDeviceGetGpuInstances => unsafe {
+                        nvmlDeviceGetGpuInstances(dev.handle(), p.id, buf, count)
+                    })
+                },
+            )?;
             for h in handles {
                 let mut info: sys::nvmlGpuInstanceInfo_t = Plain::zeroed();
                 // SAFETY: a handle NVML returned; `info` is a struct NVML fills.
@@ -304,9 +395,11 @@ impl Nvml {
                     &mut info,
                 )
             });
-            // Profiles the GPU instance cannot hold answer with an error: not one of its.
+            // Profiles the GPU instance cannot hold answer NOT_SUPPORTED: not one of its.
             if code == sys::nvmlReturn_enum_NVML_SUCCESS {
                 out.push(info);
+            } else if !not_offered(code) {
+                Self::check(gpu, "nvmlGpuInstanceGetComputeInstanceProfileInfo", code)?;
             }
         }
         Ok(out)
@@ -320,12 +413,17 @@ impl Nvml {
     ) -> Result<Vec<(sys::nvmlComputeInstance_t, u32)>, GpuError> {
         let mut out = Vec::new();
         for info in self.ci_profiles(gpu, gi)? {
-            let handles = listed(std::ptr::null_mut(), |buf, count| {
-                // SAFETY: `buf` holds `count` handles.
-                raw!(self, gpu, nvmlGpuInstanceGetComputeInstances => unsafe {
-                    nvmlGpuInstanceGetComputeInstances(gi.handle, info.id, buf, count)
-                })
-            })?;
+            let handles = listed(
+                gpu,
+                "nvmlGpuInstanceGetComputeInstances",
+                std::ptr::null_mut(),
+                |buf, count| {
+                    // SAFETY: `buf` holds `count` handles.
+                    raw!(self, gpu, nvmlGpuInstanceGetComputeInstances => unsafe {
+                        nvmlGpuInstanceGetComputeInstances(gi.handle, info.id, buf, count)
+                    })
+                },
+            )?;
             for h in handles {
                 let mut ci: sys::nvmlComputeInstanceInfo_t = Plain::zeroed();
                 // SAFETY: a handle NVML returned; `ci` is a struct NVML fills.
@@ -359,34 +457,52 @@ impl Nvml {
     }
 }
 
-/// `gpu<minor>/gi<id>/access` and `gpu<minor>/gi<id>/ci<id>/access` → capability minor.
-fn mig_minors() -> BTreeMap<String, u32> {
-    std::fs::read_to_string(MIG_MINORS)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_string(), v.trim().parse().ok()?))
+/// The driver's capability minors: `gpu<minor>/gi<id>/access` and
+/// `gpu<minor>/gi<id>/ci<id>/access` → minor. A missing or unreadable file is an error:
+/// without it the node's gres.conf would lack the MIG device files.
+fn mig_minors(path: &Path) -> Result<BTreeMap<String, u32>, GpuError> {
+    let text = std::fs::read_to_string(path).map_err(|source| GpuError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            l.split_once(' ')
+                .and_then(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+                .ok_or_else(|| GpuError::State {
+                    path: path.to_path_buf(),
+                    reason: format!("line {}: `{l}` is not `NAME MINOR`", n + 1),
+                })
         })
         .collect()
 }
 
 impl GpuBackend for Nvml {
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
-        let n = self.nvml.device_count().at(0, "nvmlDeviceGetCount")?;
+        let n = self.nvml.device_count().at(0, "nvmlDeviceGetCount_v2")?;
         (0..n)
             .map(|i| {
                 let dev = self.device(i)?;
                 let name = dev.name().at(i, "nvmlDeviceGetName")?;
+                // NOT_SUPPORTED: a GPU without MIG; any other failure is an error, never
+                // "MIG off" (which would hide the GPU's instances).
+                let (mig_enabled, mig_pending) = match dev.mig_mode() {
+                    Ok(m) => (
+                        m.current == sys::NVML_DEVICE_MIG_ENABLE,
+                        m.pending == sys::NVML_DEVICE_MIG_ENABLE,
+                    ),
+                    Err(nvml_wrapper::error::NvmlError::NotSupported) => (false, false),
+                    Err(e) => return Err(e).at(i, "nvmlDeviceGetMigMode"),
+                };
                 Ok(GpuInfo {
                     index: i,
                     uuid: dev.uuid().at(i, "nvmlDeviceGetUUID")?,
                     model: crate::model_key(&self.catalogue, &name),
                     name,
-                    mig_enabled: dev
-                        .mig_mode()
-                        .map(|m| m.current == sys::NVML_DEVICE_MIG_ENABLE)
-                        .unwrap_or(false),
+                    mig_enabled,
+                    mig_pending,
                 })
             })
             .collect()
@@ -396,10 +512,10 @@ impl GpuBackend for Nvml {
         let dev = self.device(gpu)?;
         let gis = self.gpu_instances(gpu, &dev, model)?;
         let minor = dev.minor_number().at(gpu, "nvmlDeviceGetMinorNumber")?;
-        let caps = mig_minors();
+        let caps = mig_minors(&self.under_root(MIG_MINORS))?;
         let busy_ids: Vec<u32> = dev
             .running_compute_processes()
-            .at(gpu, "nvmlDeviceGetComputeRunningProcesses")?
+            .at(gpu, "nvmlDeviceGetComputeRunningProcesses_v3")?
             .iter()
             .filter_map(|p| p.gpu_instance_id)
             .collect();
@@ -413,14 +529,19 @@ impl GpuBackend for Nvml {
             };
             // The files Slurm's AutoDetect lists for a MIG device: the parent GPU, then the
             // GPU-instance and compute-instance capability devices.
-            let mut files = vec![PathBuf::from(format!("/dev/nvidia{minor}"))];
+            let mut files = vec![self.under_root(&format!("dev/nvidia{minor}"))];
             for key in [
                 format!("gpu{minor}/gi{}/access", gi.id),
                 format!("gpu{minor}/gi{}/ci{ci_id}/access", gi.id),
             ] {
-                if let Some(cap) = caps.get(&key) {
-                    files.push(PathBuf::from(format!("/dev/nvidia-caps/nvidia-cap{cap}")));
-                }
+                let cap = caps.get(&key).ok_or_else(|| GpuError::State {
+                    path: self.under_root(MIG_MINORS),
+                    reason: format!(
+                        "no `{key}` line for GPU {gpu}'s instance at {}",
+                        gi.instance.start
+                    ),
+                })?;
+                files.push(self.under_root(&format!("dev/nvidia-caps/nvidia-cap{cap}")));
             }
             devices.push(MigDevice {
                 instance: gi.instance,
@@ -463,7 +584,15 @@ impl GpuBackend for Nvml {
         match step {
             Step::DestroyCompute(i) => {
                 let gi = self.find_gi(gpu, &dev, model, i)?;
-                for (h, _) in self.compute_instances(gpu, &gi)? {
+                let cis = self.compute_instances(gpu, &gi)?;
+                if cis.is_empty() {
+                    return Err(GpuError::Nvml {
+                        gpu,
+                        call: format!("{call} (no compute instance)"),
+                        code: code_name(sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND),
+                    });
+                }
+                for (h, _) in cis {
                     // SAFETY: a handle NVML just returned.
                     raw!(self, gpu, nvmlComputeInstanceDestroy => unsafe {
                         nvmlComputeInstanceDestroy(h)

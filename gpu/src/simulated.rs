@@ -479,13 +479,19 @@ impl Simulated {
     }
 }
 
-/// The NVML error name the driver would return for a refused step.
+/// The NVML error name the driver (and so the NVML backend) returns for a refused step:
+/// a placement the profile does not allow is an invalid argument, any other conflict with
+/// the GPU's instances a lack of resources.
 fn nvml_code(e: &DriverError) -> &'static str {
     match e {
-        DriverError::NotFound(_) => "NVML_ERROR_NOT_FOUND",
-        DriverError::Exists(_) | DriverError::Layout(_) => "NVML_ERROR_INSUFFICIENT_RESOURCES",
+        DriverError::NotFound(_) | DriverError::NoCompute(_) => "NVML_ERROR_NOT_FOUND",
+        DriverError::Layout(smartmig_core::mig::LayoutError::Placement { .. }) => {
+            "NVML_ERROR_INVALID_ARGUMENT"
+        }
+        DriverError::Exists(_) | DriverError::HasCompute(_) | DriverError::Layout(_) => {
+            "NVML_ERROR_INSUFFICIENT_RESOURCES"
+        }
         DriverError::InUse(_) => "NVML_ERROR_IN_USE",
-        DriverError::ComputeState(..) => "NVML_ERROR_INVALID_ARGUMENT",
     }
 }
 
@@ -506,6 +512,7 @@ impl GpuBackend for Simulated {
                 name: g.name.clone(),
                 model: crate::model_key(&self.catalogue, &g.name),
                 mig_enabled: g.mig_enabled,
+                mig_pending: g.mig_enabled,
             })
             .collect())
     }

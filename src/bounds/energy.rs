@@ -39,12 +39,15 @@ pub struct EnergyModel {
 impl EnergyModel {
     /// From a resolved scenario's GPUs and their models' power curves.
     pub fn from_scenario(sc: &ResolvedScenario) -> EnergyModel {
-        let curves: Vec<[f64; 8]> = sc.models.iter().map(|m| m.model.power_w).collect();
-        EnergyModel::from_curves(sc.gpus.iter().map(|g| &curves[g.model]))
+        EnergyModel::from_curves(
+            sc.gpus
+                .iter()
+                .map(|g| sc.models[g.model].model.power_w.as_slice()),
+        )
     }
 
-    /// From one power curve (W by busy slices 0..=7) per GPU.
-    pub fn from_curves<'a>(curves: impl IntoIterator<Item = &'a [f64; 8]>) -> EnergyModel {
+    /// From one power curve (W by busy slices 0..=its compute slices) per GPU.
+    pub fn from_curves<'a>(curves: impl IntoIterator<Item = &'a [f64]>) -> EnergyModel {
         let mut machines = 0;
         let mut idle_w = 0.0;
         let mut slice_w = f64::INFINITY;
@@ -227,7 +230,7 @@ mod tests {
         // A at 0 for 1, B at 5 for 1 on two GPUs: C* = 6, W = 2, so
         // E = 2·P7 + (2·6 − 2)·P0.
         let jobs = [rj(0.0, 1.0), rj(5.0, 1.0)];
-        let model = EnergyModel::from_curves([&P, &P]);
+        let model = EnergyModel::from_curves([&P[..], &P[..]]);
         let b = energy_bound(&jobs, model);
         assert!((b.makespan_min - 6.0).abs() < 1e-12);
         let e = 2.0 * P[7] + 10.0 * P[0];
@@ -251,7 +254,7 @@ mod tests {
     #[test]
     fn the_bound_uses_the_chord_of_a_concave_curve_and_the_sum_of_idle_powers() {
         let big = [60.0, 100.0, 150.0, 200.0, 250.0, 300.0, 350.0, 400.0];
-        let m = EnergyModel::from_curves([&P, &big]);
+        let m = EnergyModel::from_curves([&P[..], &big[..]]);
         assert_eq!(m.machines, 2);
         assert!((m.idle_w - 100.0).abs() < 1e-12);
         // A100 chord: (248.5 − 40)/7 = 29.79 W per slice; the big curve: 340/7 = 48.6.
@@ -321,7 +324,7 @@ mod tests {
             }
             let optimal = total * P[7] + (m as f64 * hi - total) * P[0];
             let curves = vec![P; m];
-            let b = energy_bound(&jobs, EnergyModel::from_curves(curves.iter()));
+            let b = energy_bound(&jobs, EnergyModel::from_curves(curves.iter().map(|c| &c[..])));
             assert!(
                 (b.energy_wmin - optimal).abs() < 1e-6 * optimal,
                 "{jobs:?} m={m}: {} vs {optimal}",

@@ -6,6 +6,10 @@ use smartmig_core::mig::{
     maximal_layouts, resolve_configurations, Catalogue, Driver, GpuModel, InstanceRecord, Kind, Layout, Plan,
 };
 
+use smartmig_core::config::{Config, Resolved};
+use smartmig_core::mig::mig_parted::{self, Devices, ExportSpec, MigPartedFile};
+use smartmig_core::status::Status;
+
 use super::{print_json, table, CliError, CliResult, Format};
 
 /// MIG commands.
@@ -24,6 +28,43 @@ pub enum MigCommand {
     /// Read every local GPU's MIG mode, profiles and placements through NVML (read-only)
     /// and compare them with the catalogue; exits 1 when a GPU differs.
     Probe(ProbeArgs),
+    /// Read a mig-parted config file: the layout each mig-config gives each model, checked
+    /// against the model's placements.
+    Import(ImportArgs),
+    /// Write a mig-parted config file: the central role's desired layout of every GPU
+    /// (one mig-config per node), or with --action-space the layouts each configured model
+    /// chooses from.
+    Export(ExportArgs),
+}
+
+/// `mig import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The mig-parted file (`version: v1`, `mig-configs:`).
+    pub file: std::path::PathBuf,
+    /// Only this GPU model (default: every catalogue model).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Apply the pre-R510 driver rule.
+    #[arg(long)]
+    pub pre_r510: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `mig export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// smartmig.toml (its models, and the central role's state_dir).
+    #[arg(long, default_value = smartmig_core::config::DEFAULT_PATH)]
+    pub config: std::path::PathBuf,
+    /// Write each configured model's layouts to choose from instead of the desired ones.
+    #[arg(long)]
+    pub action_space: bool,
+    /// Where to write (default: standard output).
+    #[arg(long, short)]
+    pub output: Option<std::path::PathBuf>,
 }
 
 /// `mig probe`.
@@ -32,6 +73,12 @@ pub struct ProbeArgs {
     /// Probe a simulated node (a smartmigd simulated-backend directory) instead of NVML.
     #[arg(long, value_name = "DIR")]
     pub simulated: Option<std::path::PathBuf>,
+    /// The NVML library to load (as `[node] nvml_library`).
+    #[arg(long, value_name = "PATH", default_value = smartmig_gpu::nvml::LIBRARY)]
+    pub nvml_library: std::path::PathBuf,
+    /// Root of the driver's files (as `[node] nvidia_root`).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub nvidia_root: std::path::PathBuf,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -140,7 +187,134 @@ pub fn run(cmd: MigCommand) -> CliResult {
         }
         MigCommand::Plan(a) => plan(&cat, a),
         MigCommand::Probe(a) => probe(&cat, a),
+        MigCommand::Import(a) => import(&cat, a),
+        MigCommand::Export(a) => export(a),
     }
+}
+
+fn import(cat: &Catalogue, a: ImportArgs) -> CliResult {
+    #[derive(Serialize)]
+    struct Imported {
+        config: String,
+        gpu: String,
+        instances: Vec<InstanceRecord>,
+    }
+    let origin = a.file.display().to_string();
+    let text = std::fs::read_to_string(&a.file)
+        .map_err(|e| CliError::input(anyhow::anyhow!("cannot read {origin}: {e}")))?;
+    let file = MigPartedFile::parse(&text, &origin).map_err(CliError::input)?;
+    let models: Vec<&GpuModel> = match &a.gpu {
+        Some(g) => vec![cat.model(g).map_err(CliError::input)?],
+        None => cat.models.iter().collect(),
+    };
+    let mut out = Vec::new();
+    for m in models {
+        for (name, layout) in file
+            .layouts_for(m, driver(a.pre_r510), &origin)
+            .map_err(CliError::input)?
+        {
+            out.push((name, m, layout));
+        }
+    }
+    match a.format {
+        Format::Json => print_json(
+            &out.iter()
+                .map(|(name, m, l)| Imported {
+                    config: name.clone(),
+                    gpu: m.key.clone(),
+                    instances: l.to_records(m),
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = out
+                .iter()
+                .map(|(name, m, l)| vec![name.clone(), m.key.clone(), l.display(m).to_string()])
+                .collect();
+            print!("{}", table(&["mig-config", "gpu", "layout"], &rows));
+            println!("{} layouts from {} mig-configs", out.len(), file.configs.len());
+            Ok(())
+        }
+    }
+}
+
+fn export(a: ExportArgs) -> CliResult {
+    let resolved = Config::from_file(&a.config)
+        .and_then(|c| c.resolve(a.config.parent()))
+        .map_err(CliError::input)?;
+    let configs = if a.action_space {
+        action_space(&resolved)
+    } else {
+        let status = Status::read(&resolved.config.controller.state_dir)
+            .map_err(|e| CliError::input(anyhow::anyhow!(e)))?;
+        desired(&resolved, &status).map_err(CliError::input)?
+    };
+    let text = mig_parted::write(&configs);
+    match &a.output {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| CliError::failure(anyhow::anyhow!("cannot write {}: {e}", path.display()))),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// Each configured model's layouts as mig-configs named after them; a name several models
+/// share is one mig-config with a spec per model (told apart by `device-filter`).
+fn action_space(r: &Resolved) -> Vec<(String, Vec<ExportSpec<'_>>)> {
+    let mut out: Vec<(String, Vec<ExportSpec>)> = Vec::new();
+    for m in &r.models {
+        for c in &m.configurations {
+            let spec = ExportSpec {
+                model: &m.model,
+                devices: Devices::All,
+                layout: c.layout.clone(),
+            };
+            match out.iter_mut().find(|(n, _)| *n == c.name) {
+                Some((_, specs)) => specs.push(spec),
+                None => out.push((c.name.clone(), vec![spec])),
+            }
+        }
+    }
+    out
+}
+
+/// Every managed GPU's desired layout, from the central role's status: the configuration
+/// its last decision chose (applied or to apply), else the layout it has; one mig-config
+/// per node, a spec per GPU.
+fn desired<'a>(r: &'a Resolved, status: &Status) -> anyhow::Result<Vec<(String, Vec<ExportSpec<'a>>)>> {
+    let mut out: Vec<(String, Vec<ExportSpec>)> = Vec::new();
+    for g in &status.gpus {
+        let (node, index) = g
+            .gpu
+            .rsplit_once('/')
+            .and_then(|(n, i)| Some((n, i.parse::<u32>().ok()?)))
+            .ok_or_else(|| anyhow::anyhow!("status names GPU `{}`, not NODE/INDEX", g.gpu))?;
+        let m = r.models.iter().find(|m| m.model.key == g.model).ok_or_else(|| {
+            anyhow::anyhow!("GPU {} is a {}, which gpu.models does not list", g.gpu, g.model)
+        })?;
+        let chosen = status
+            .decisions
+            .iter()
+            .rev()
+            .find(|d| d.gpu == g.gpu && ["apply", "applied", "would apply"].contains(&d.action.as_str()))
+            .and_then(|d| m.configurations.iter().find(|c| c.name == d.to));
+        let layout = match chosen {
+            Some(c) => c.layout.clone(),
+            None => Layout::parse(&m.model, &g.layout)?,
+        };
+        let spec = ExportSpec {
+            model: &m.model,
+            devices: Devices::Indices(vec![index]),
+            layout,
+        };
+        match out.iter_mut().find(|(n, _)| n == node) {
+            Some((_, specs)) => specs.push(spec),
+            None => out.push((node.to_string(), vec![spec])),
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Serialize)]
@@ -150,6 +324,7 @@ struct ProbeJson {
     name: String,
     model: Option<String>,
     mig_enabled: bool,
+    mig_pending: bool,
     profiles: Vec<ProbeProfileJson>,
     differences: Vec<String>,
 }
@@ -168,7 +343,13 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
     use smartmig_gpu::GpuBackend;
     let backend: Box<dyn GpuBackend> = match &a.simulated {
         Some(dir) => Box::new(smartmig_gpu::simulated::Simulated::open(dir).map_err(CliError::input)?),
-        None => Box::new(smartmig_gpu::nvml::Nvml::open().map_err(CliError::failure)?),
+        None => Box::new(
+            smartmig_gpu::nvml::Nvml::open_with(&smartmig_gpu::nvml::NvmlOptions {
+                library: a.nvml_library.clone().into_os_string(),
+                root: a.nvidia_root.clone(),
+            })
+            .map_err(CliError::failure)?,
+        ),
     };
     let mut gpus = Vec::new();
     for g in backend.gpus().map_err(CliError::failure)? {
@@ -191,6 +372,7 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
             name: g.name,
             model: g.model,
             mig_enabled: g.mig_enabled,
+            mig_pending: g.mig_pending,
             profiles: profiles
                 .iter()
                 .map(|p| ProbeProfileJson {
@@ -215,13 +397,19 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
         Format::Json => print_json(&gpus)?,
         Format::Table => {
             for g in &gpus {
+                let on_off = |b: bool| if b { "on" } else { "off" };
                 println!(
-                    "GPU {} {} ({}): {}, MIG {}",
+                    "GPU {} {} ({}): {}, MIG {}{}",
                     g.index,
                     g.name,
                     g.uuid,
                     g.model.as_deref().unwrap_or("not in the catalogue"),
-                    if g.mig_enabled { "on" } else { "off" }
+                    on_off(g.mig_enabled),
+                    if g.mig_pending == g.mig_enabled {
+                        String::new()
+                    } else {
+                        format!(" ({} after the next GPU reset)", on_off(g.mig_pending))
+                    }
                 );
                 let rows: Vec<Vec<String>> = g
                     .profiles
@@ -268,7 +456,10 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
         key: &'a str,
         name: &'a str,
         memory_gb: f64,
-        power_w: [f64; 8],
+        compute_slices: u8,
+        memory_slices: u8,
+        power_w: &'a [f64],
+        power_source: &'a str,
         profiles: Vec<&'a str>,
     }
     let list: Vec<ModelJson> = cat
@@ -278,7 +469,10 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
             key: &m.key,
             name: &m.name,
             memory_gb: m.memory_gb,
-            power_w: m.power_w,
+            compute_slices: m.compute_slices,
+            memory_slices: m.memory_slices,
+            power_w: &m.power_w,
+            power_source: &m.power_source,
             profiles: m.profiles.iter().map(|p| p.name.as_str()).collect(),
         })
         .collect();
@@ -292,24 +486,28 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
                         m.key.to_string(),
                         m.name.to_string(),
                         format!("{}", m.memory_gb),
-                        format!("{}-{}", m.power_w[0], m.power_w[7]),
+                        format!("{}/{}", m.compute_slices, m.memory_slices),
+                        format!("{}-{}", m.power_w[0], m.power_w[m.power_w.len() - 1]),
                         m.profiles.join(" "),
                     ]
                 })
                 .collect();
-            print!("{}", table(&["key", "nvml name", "GB", "W", "profiles"], &rows));
+            print!(
+                "{}",
+                table(&["key", "nvml name", "GB", "slices", "W", "profiles"], &rows)
+            );
             Ok(())
         }
     }
 }
 
-/// A configuration name or an instance list.
+/// A configuration name or an instance list (with or without placements).
 fn layout_arg(cat: &Catalogue, model: &GpuModel, drv: Driver, text: &str) -> Result<Layout, CliError> {
-    if let Ok(idx) = cat.configuration_index(text) {
-        let configs = resolve_configurations(cat, model, drv).map_err(CliError::input)?;
-        return Ok(configs[idx].layout.clone());
+    let configs = resolve_configurations(cat, model, drv).map_err(CliError::input)?;
+    if let Some(c) = configs.iter().find(|c| c.name.eq_ignore_ascii_case(text.trim())) {
+        return Ok(c.layout.clone());
     }
-    Layout::parse(model, text).map_err(CliError::input)
+    Layout::read(model, drv, text).map_err(CliError::input)
 }
 
 fn plan(cat: &Catalogue, a: PlanArgs) -> CliResult {

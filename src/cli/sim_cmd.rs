@@ -219,7 +219,7 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
             .map_err(CliError::failure)?;
     }
     let layout = match a.policy {
-        PolicyArg::None => LayoutSpec::Static(vec!["c1".into()]),
+        PolicyArg::None => LayoutSpec::Static(vec![crate::scenario::WHOLE_GPU.into()]),
         PolicyArg::Static => {
             let l = a.layout.clone().unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
             sc.check_layout(&l)

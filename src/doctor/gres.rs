@@ -27,8 +27,8 @@ pub enum MigSource {
 }
 
 impl MigSource {
-    /// The simulated node in `simulated`, else NVML, else the device files.
-    pub fn open(simulated: Option<&Path>) -> MigSource {
+    /// The simulated node in `simulated`, else NVML as `nvml` says, else the device files.
+    pub fn open(simulated: Option<&Path>, nvml: &smartmig_gpu::nvml::NvmlOptions) -> MigSource {
         match simulated {
             Some(dir) => match smartmig_gpu::simulated::Simulated::open(dir) {
                 Ok(s) => MigSource::Backend {
@@ -37,7 +37,7 @@ impl MigSource {
                 },
                 Err(e) => MigSource::Unreadable(e.to_string()),
             },
-            None => match smartmig_gpu::nvml::Nvml::open() {
+            None => match smartmig_gpu::nvml::Nvml::open_with(nvml) {
                 Ok(n) => MigSource::Backend {
                     label: "NVML".into(),
                     backend: Box::new(n),
@@ -307,7 +307,7 @@ mod tests {
     }
 
     fn simulated(dir: &Path) -> MigSource {
-        MigSource::open(Some(&dir.join("sim")))
+        MigSource::open(Some(&dir.join("sim")), &Default::default())
     }
 
     #[test]
@@ -393,7 +393,7 @@ mod tests {
         let f = gres(
             d.path(),
             &lines,
-            &MigSource::open(Some(&d.path().join("nothing"))),
+            &MigSource::open(Some(&d.path().join("nothing")), &Default::default()),
         );
         assert_eq!(f.status, Status::Fail, "{f:?}");
         assert!(

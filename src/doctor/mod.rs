@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use smartmig_core::config::{Config, PolicyKind, Resolved};
 use smartmig_core::routing::Snapshot;
+use smartmig_gpu::nvml::{Nvml, NvmlOptions};
+use smartmig_gpu::GpuBackend;
 
 pub use files::{expand_brackets, plugin_version, SlurmConf};
 pub use gres::MigSource;
@@ -150,8 +152,10 @@ pub fn run(o: &Options) -> Vec<Finding> {
     if !skip("onnx") {
         out.push(config.map_or_else(|| dependent("onnx"), check_onnx));
     }
+    // Where NVML is: the config's [node] keys, else the defaults.
+    let nvml = config.map_or_else(NvmlOptions::default, |r| NvmlOptions::from(&r.config.node));
     if !skip("nvml") {
-        out.push(check_nvml());
+        out.push(check_nvml(&nvml));
     }
     if !skip("gres") {
         out.push(match (config, &conf) {
@@ -160,7 +164,12 @@ pub fn run(o: &Options) -> Vec<Finding> {
                     .node
                     .clone()
                     .unwrap_or_else(|| smartmig_core::config::node::short_hostname().unwrap_or_default());
-                gres::check(&o.slurm_conf, r, &MigSource::open(o.simulated.as_deref()), &node)
+                gres::check(
+                    &o.slurm_conf,
+                    r,
+                    &MigSource::open(o.simulated.as_deref(), &nvml),
+                    &node,
+                )
             }
             (None, _) => dependent("gres"),
             (_, Err(e)) => Finding::bad(
@@ -433,20 +442,21 @@ fn check_onnx(r: &Resolved) -> Finding {
     )
 }
 
-fn check_nvml() -> Finding {
-    let nvml = match nvml_wrapper::Nvml::init() {
+fn check_nvml(options: &NvmlOptions) -> Finding {
+    let library = options.library.to_string_lossy();
+    let nvml = match Nvml::open_with(options) {
         Ok(n) => n,
         Err(e) => {
             return Finding::bad(
                 "nvml",
                 Status::Warn,
                 format!("NVML not found ({e}); no NVIDIA driver on this host"),
-                "on GPU nodes install the NVIDIA driver (libnvidia-ml.so.1); on a controller-only host run doctor with --skip nvml",
+                format!("on GPU nodes install the NVIDIA driver ({library}, [node] nvml_library); on a controller-only host run doctor with --skip nvml"),
             )
         }
     };
-    let count = match nvml.device_count() {
-        Ok(c) => c,
+    let gpus = match nvml.gpus() {
+        Ok(g) => g,
         Err(e) => {
             return Finding::bad(
                 "nvml",
@@ -458,20 +468,19 @@ fn check_nvml() -> Finding {
     };
     let mut parts = Vec::new();
     let mut off = Vec::new();
-    for i in 0..count {
-        let mode = nvml
-            .device_by_index(i)
-            .and_then(|d| d.mig_mode())
-            .map(|m| m.current == 1);
-        match mode {
-            Ok(true) => parts.push(format!("GPU {i}: MIG on")),
-            Ok(false) => {
-                parts.push(format!("GPU {i}: MIG off"));
-                off.push(i.to_string());
-            }
-            Err(e) => parts.push(format!("GPU {i}: MIG mode unknown ({e})")),
+    for g in &gpus {
+        let mode = if g.mig_enabled { "MIG on" } else { "MIG off" };
+        let pending = if g.mig_pending == g.mig_enabled {
+            ""
+        } else {
+            " (changes at the next GPU reset)"
+        };
+        parts.push(format!("GPU {}: {mode}{pending}", g.index));
+        if !g.mig_enabled {
+            off.push(g.index.to_string());
         }
     }
+    let count = gpus.len();
     if off.is_empty() {
         Finding::ok("nvml", format!("{count} GPUs; {}", parts.join(", ")))
     } else {

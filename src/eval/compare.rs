@@ -93,7 +93,11 @@ impl PolicySpec {
 pub fn baselines(sc: &ResolvedScenario, best: Option<&[String]>) -> Vec<PolicySpec> {
     let reference = sc.scenario.baselines.reference_layout.clone();
     let mut v = vec![
-        PolicySpec::new("none", Scheduler::Cedf, LayoutSpec::Static(vec!["c1".into()])),
+        PolicySpec::new(
+            "none",
+            Scheduler::Cedf,
+            LayoutSpec::Static(vec![crate::scenario::WHOLE_GPU.into()]),
+        ),
         PolicySpec::new(REFERENCE, Scheduler::Cedf, LayoutSpec::Static(reference.clone())),
         PolicySpec::new(
             "static-edf",

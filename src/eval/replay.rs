@@ -237,12 +237,12 @@ pub fn apply_class_curves(jobs: &mut JobSet, runs: &[Ran], classes: &[JobClass])
 
 /// Power of a cluster with `busy` compute slices packed onto as few GPUs as possible and
 /// spread as evenly as possible, W; GPUs in scenario order with their curves.
-fn placement_power(curves: &[[f64; 8]], busy: u32) -> (f64, f64) {
+fn placement_power(curves: &[&[f64]], busy: u32) -> (f64, f64) {
     let m = curves.len() as u32;
     let mut packed = 0.0;
     let mut left = busy;
     for c in curves {
-        let b = left.min(7);
+        let b = left.min(c.len() as u32 - 1);
         packed += c[b as usize];
         left -= b;
     }
@@ -250,7 +250,7 @@ fn placement_power(curves: &[[f64; 8]], busy: u32) -> (f64, f64) {
     let spread = curves
         .iter()
         .enumerate()
-        .map(|(i, c)| c[(base + u32::from((i as u32) < extra)).min(7) as usize])
+        .map(|(i, c)| c[(base + u32::from((i as u32) < extra)).min(c.len() as u32 - 1) as usize])
         .sum();
     (packed, spread)
 }
@@ -262,8 +262,12 @@ pub fn as_ran(
     jobs: &JobSet,
     runs: &[Ran],
 ) -> Result<AsRan, ReplayError> {
-    let curves: Vec<[f64; 8]> = sc.gpus.iter().map(|g| sc.models[g.model].model.power_w).collect();
-    let capacity = 7 * sc.gpus.len() as u32;
+    let curves: Vec<&[f64]> = sc
+        .gpus
+        .iter()
+        .map(|g| sc.models[g.model].model.power_w.as_slice())
+        .collect();
+    let capacity = sc.total_slices();
     // Ends before starts at equal times, so back-to-back jobs do not overlap.
     let mut events: Vec<(f64, i64)> = runs
         .iter()
@@ -535,7 +539,7 @@ mod tests {
         let (jobs, _, runs) = input();
         assert_eq!(runs.len(), 3);
         let a = as_ran(&sc, "dump", &jobs, &runs).unwrap();
-        let p = sc.models[0].model.power_w;
+        let p = &sc.models[0].model.power_w;
         // Minutes 0–20: 3 slices; 20–30: 3+7; 30–50: 3+7+1; 50–60: 3+1; 60–90: 1.
         let packed = 20.0 * (p[3] + p[0])
             + 10.0 * (p[7] + p[3])

@@ -80,7 +80,7 @@ impl Static {
     pub fn none() -> Static {
         Static {
             name: "none".into(),
-            layout: vec!["c1".into()],
+            layout: vec![crate::scenario::WHOLE_GPU.into()],
         }
     }
 

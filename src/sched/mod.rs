@@ -25,7 +25,7 @@ pub enum Scheduler {
 /// What a decision may look at besides the cluster.
 pub struct PickContext<'a> {
     /// Power curve (W by busy slices) of each model.
-    pub power: &'a [[f64; 8]],
+    pub power: &'a [Vec<f64>],
     /// Weight `a` of energy against tardiness.
     pub energy_weight: f64,
 }
@@ -107,7 +107,8 @@ fn pick_met(cluster: &Cluster, ctx: &PickContext<'_>, job: &Job, rem: f64, now: 
                 continue;
             };
             let p = &ctx.power[cluster.gpus[g as usize].model as usize];
-            let de = (p[(busy + k).min(7) as usize] - p[busy as usize]) * dur / p[7];
+            let top = p.len() - 1;
+            let de = (p[usize::from(busy + k).min(top)] - p[usize::from(busy).min(top)]) * dur / p[top];
             let cost = (a * de + tard) / (a + 1.0);
             if best.is_none_or(|(c, _, _)| cost < c) {
                 best = Some((cost, g, s));

@@ -98,7 +98,7 @@ pub struct Simulation<'a> {
     jobs: &'a [Job],
     opts: RunOptions,
     cluster: Cluster,
-    power: Vec<[f64; 8]>,
+    power: Vec<Vec<f64>>,
     events: BinaryHeap<Reverse<Timed>>,
     seq: u64,
     queue: BinaryHeap<Reverse<Waiting>>,
@@ -178,7 +178,7 @@ impl Lateness {
 impl<'a> Simulation<'a> {
     /// Prepares a run; `jobs` must be sorted by release.
     pub fn new(sc: &'a ResolvedScenario, jobs: &'a [Job], opts: RunOptions) -> Simulation<'a> {
-        let power: Vec<[f64; 8]> = sc.models.iter().map(|m| m.model.power_w).collect();
+        let power: Vec<Vec<f64>> = sc.models.iter().map(|m| m.model.power_w.clone()).collect();
         let idle: f64 = sc.gpus.iter().map(|g| power[g.model][0]).sum();
         let config_integral = sc
             .models
@@ -416,9 +416,10 @@ impl<'a> Simulation<'a> {
     fn set_busy(&mut self, g: u32, delta: i32) {
         let gpu = &mut self.cluster.gpus[g as usize];
         let p = &self.power[gpu.model as usize];
-        let before = p[gpu.busy.min(7) as usize];
+        let top = p.len() - 1;
+        let before = p[usize::from(gpu.busy).min(top)];
         gpu.busy = (i32::from(gpu.busy) + delta) as u8;
-        let after = p[gpu.busy.min(7) as usize];
+        let after = p[usize::from(gpu.busy).min(top)];
         let model = gpu.model as usize;
         self.meter.change(self.now, after - before);
         self.busy_by_model[model] = (self.busy_by_model[model] as i32 + delta) as u32;
@@ -631,7 +632,6 @@ impl<'a> Simulation<'a> {
 
     fn finish(self, policy: String) -> RunResult {
         let n = self.jobs.len();
-        let gpus = self.sc.gpus.len() as f64;
         let horizon = self.makespan.max(1e-12);
         let config_share = self
             .sc
@@ -667,7 +667,7 @@ impl<'a> Simulation<'a> {
             makespan_min: self.makespan,
             repartitions: self.repartitions,
             preemptions: self.preemptions,
-            utilisation: self.busy_integral / (7.0 * gpus * horizon),
+            utilisation: self.busy_integral / (f64::from(self.sc.total_slices()) * horizon),
             config_share,
             events: self.event_count,
             series: self.series.map(SeriesRecorder::finish),

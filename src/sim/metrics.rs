@@ -128,7 +128,7 @@ impl SeriesRecorder {
                 arrivals: Vec::new(),
                 config_names,
                 config_counts: Vec::new(),
-                total_slices: 7 * sc.gpus.len() as u32,
+                total_slices: sc.total_slices(),
             },
             arrivals_now: 0,
         }

@@ -406,4 +406,44 @@ mod tests {
         }
         std::fs::remove_dir_all(&dir).ok();
     }
+
+    /// The contract's K is each model's number of configurations (12, or 4 on the A30):
+    /// a policy trains, writes and loads through ONNX Runtime on every catalogue model.
+    #[test]
+    fn a_policy_trains_writes_and_loads_on_every_model_with_its_own_k() {
+        let dir = std::env::temp_dir().join(format!("smartmig-k-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for m in smartmig_core::mig::Catalogue::embedded().models {
+            let sc = crate::scenario::Scenario::reference(&[
+                format!("cluster.gpus=[{{model = \"{}\", count = 2}}]", m.key),
+                "workload.days=0.02".into(),
+                format!("baselines.reference_layout=[\"{}\"]", crate::scenario::WHOLE_GPU),
+                format!("baselines.static_best=[\"{}\"]", crate::scenario::WHOLE_GPU),
+                "baselines.periodic=[]".into(),
+            ])
+            .unwrap();
+            let k = sc.models[0].configurations.len();
+            assert_eq!(k, if m.compute_slices == 4 { 4 } else { 12 }, "{}", m.key);
+            let cfg = TrainConfig {
+                iterations: 1,
+                episodes: 1,
+                validate_every: 1,
+                validation_days: 1,
+                ..TrainConfig::default()
+            };
+            let meta = crate::partition::mean_field::scenario_metadata(&sc, 0, 5, 3, 0);
+            let out = dir.join(format!("{}.onnx", m.key));
+            train(&sc, cfg, &out, false, meta.clone(), |_| {}).unwrap();
+            let mut rt = crate::policy::runtime::PolicyRuntime::load(&out, &meta).unwrap();
+            assert_eq!(
+                (rt.metadata().gpu_model.as_str(), rt.metadata().k()),
+                (m.key.as_str(), k)
+            );
+            let logits = rt
+                .infer(&vec![0.1; crate::sim::features::feature_dim(k)])
+                .unwrap();
+            assert_eq!(logits.len(), k * k, "{}", m.key);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 use smartmig_core::config::node::{short_hostname, Backend, ChannelKind, NodeConfig};
 use smartmig_core::config::{Config, Resolved};
-use smartmig_gpu::nvml::Nvml;
+use smartmig_gpu::nvml::{Nvml, NvmlOptions};
 use smartmig_gpu::simulated::Simulated;
 use smartmig_gpu::GpuBackend;
 
@@ -16,7 +16,7 @@ use super::{Agent, AgentConfig, NodeChannel};
 /// Opens the configured GPU backend.
 fn open_backend(n: &NodeConfig) -> anyhow::Result<Box<dyn GpuBackend + Send>> {
     Ok(match n.backend {
-        Backend::Nvml => Box::new(Nvml::open()?),
+        Backend::Nvml => Box::new(Nvml::open_with(&NvmlOptions::from(n))?),
         Backend::Simulated => Box::new(
             Simulated::open(&n.simulated_dir)
                 .with_context(|| format!("opening the simulated node in {}", n.simulated_dir.display()))?,

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::backends::{Kind, TestGpus};
 use crate::slurm::{self, Cluster, FakeGpu, Options};
 use smartmig_core::config::{Config, Mode};
 use smartmig_core::mig::{Catalogue, Driver, GpuModel};
@@ -75,18 +76,33 @@ pub fn make_sim(c: &Cluster, i: usize, layout: &str, busy: &[&str]) -> Simulated
     sim
 }
 
+/// Node `i`'s simulated GPUs, as [`make_sim`] made them.
+fn sim_gpus(c: &Cluster, i: usize) -> TestGpus {
+    TestGpus {
+        kind: Kind::Simulated,
+        dir: c.dir.join(format!("sim-{}", c.nodes[i])),
+        model: a100(),
+    }
+}
+
 /// Writes node `i`'s agent config (simulated backend, Slurm channel, short polls).
 pub fn agent_config(c: &Cluster, i: usize) -> PathBuf {
+    agent_config_on(c, i, &sim_gpus(c, i))
+}
+
+/// Writes node `i`'s agent config for `gpus` (Slurm channel, short polls).
+pub fn agent_config_on(c: &Cluster, i: usize, gpus: &TestGpus) -> PathBuf {
     let node = &c.nodes[i];
     let d = c.dir.display();
     let (stop, start) = c.slurmd_scripts(i);
     let toml = format!(
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n\
          [controller]\nstate_dir = \"{d}/agent-{node}\"\n\
-         [node]\nname = \"{node}\"\nbackend = \"simulated\"\nsimulated_dir = \"{d}/sim-{node}\"\n\
+         [node]\nname = \"{node}\"\n{backend}\
          channel = \"slurm\"\ngres_conf = \"{d}/etc/gres-{node}.conf\"\n\
          slurmd_stop = [\"{stop}\"]\nslurmd_start = [\"{start}\"]\npoll_interval_s = 0.2\n\
          idle_poll_interval_s = 0.5\nannounce_interval_s = 2\n",
+        backend = gpus.config_lines(),
         stop = stop.display(),
         start = start.display(),
     );
@@ -100,12 +116,18 @@ pub fn agent_config(c: &Cluster, i: usize) -> PathBuf {
 /// and takes the node's MIG lines of gres.conf into smartmig's block); returns what the
 /// restore printed and logged.
 pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) -> String {
-    let conf = agent_config(c, i);
+    start_agent_named_on(c, i, name, &sim_gpus(c, i))
+}
+
+/// [`start_agent_named`] on `gpus`.
+pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGpus) -> String {
+    let conf = agent_config_on(c, i, gpus);
     let out = c
         .in_node_ns(i, BIN)
         .args(["node", "--restore", "--config"])
         .arg(&conf)
         .env("RUST_LOG", "info")
+        .envs(gpus.env())
         .output()
         .unwrap();
     let restore = format!(
@@ -115,9 +137,40 @@ pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) -> String {
     );
     assert!(out.status.success(), "smartmigd node --restore: {restore}");
     let mut cmd = c.in_node_ns(i, BIN);
-    cmd.args(["node", "--config"]).arg(&conf).env("RUST_LOG", "debug");
+    cmd.args(["node", "--config"])
+        .arg(&conf)
+        .env("RUST_LOG", "debug")
+        .envs(gpus.env());
     c.spawn_daemon(name, &mut cmd);
     restore
+}
+
+/// Creates node `i`'s A100 on backend `kind` in `layout` with `busy` instances in use.
+pub fn make_gpus(c: &Cluster, i: usize, kind: Kind, layout: &str, busy: &[&str]) -> TestGpus {
+    let gpus = match kind {
+        Kind::Simulated => {
+            make_sim(c, i, layout, &[]);
+            sim_gpus(c, i)
+        }
+        Kind::Nvml => TestGpus::create(
+            kind,
+            &c.dir.join(format!("nvml-{}", c.nodes[i])),
+            "a100-40gb",
+            &[layout],
+        ),
+    };
+    if !busy.is_empty() {
+        gpus.mark_busy(0, &busy.join(" "));
+    }
+    gpus
+}
+
+/// Creates node `i`'s GPU on backend `kind` and starts its agent.
+pub fn start_agent_on(c: &mut Cluster, i: usize, kind: Kind, layout: &str, busy: &[&str]) -> TestGpus {
+    let gpus = make_gpus(c, i, kind, layout, busy);
+    let name = format!("agent-{}", c.nodes[i]);
+    start_agent_named_on(c, i, &name, &gpus);
+    gpus
 }
 
 /// Creates node `i`'s simulated GPU and starts its agent.
@@ -364,18 +417,32 @@ pub fn assert_consistent(c: &Cluster, sims: &[&Simulated], jobs: &[u32]) {
 /// unresponding) with a reason containing the text given (the fault), and may keep a
 /// device layout Slurm does not have (that is what the drain keeps jobs away from).
 pub fn assert_safe(c: &Cluster, sims: &[&Simulated], jobs: &[u32], held: &[(usize, &str)]) {
+    let gpus: Vec<TestGpus> = sims
+        .iter()
+        .map(|s| TestGpus::from_simulated(s, &a100()))
+        .collect();
+    assert_safe_on(c, &gpus.iter().collect::<Vec<_>>(), jobs, held);
+}
+
+/// [`assert_consistent`] for nodes on either backend.
+pub fn assert_consistent_on(c: &Cluster, gpus: &[&TestGpus], jobs: &[u32]) {
+    assert_safe_on(c, gpus, jobs, &[]);
+}
+
+/// [`assert_safe`] for nodes on either backend.
+pub fn assert_safe_on(c: &Cluster, gpus: &[&TestGpus], jobs: &[u32], held: &[(usize, &str)]) {
     let held_nodes: Vec<usize> = held.iter().map(|h| h.0).collect();
     wait_nodes_in_service(c, &held_nodes);
     let m = a100();
-    for (i, sim) in sims.iter().enumerate() {
+    for (i, g) in gpus.iter().enumerate() {
         let node = &c.nodes[i];
-        let st = sim.state(0, &m).unwrap();
-        assert!(st.is_settled(), "{node}: GPU left unsettled: {st:?}");
-        st.layout
+        let (layout, settled) = g.state(0);
+        assert!(settled, "{node}: GPU left unsettled: {layout:?}");
+        layout
             .validate(&m, Driver::R510)
-            .unwrap_or_else(|e| panic!("{node}: invalid layout {st:?}: {e}"));
+            .unwrap_or_else(|e| panic!("{node}: invalid layout {layout:?}: {e}"));
         let mut device: BTreeMap<String, u32> = BTreeMap::new();
-        for inst in st.layout.instances() {
+        for inst in layout.instances() {
             *device.entry(m.profiles[inst.profile].name.clone()).or_default() += 1;
         }
         let gres = node_field(c, node, "Gres");
@@ -391,7 +458,7 @@ pub fn assert_safe(c: &Cluster, sims: &[&Simulated], jobs: &[u32], held: &[(usiz
                 slurm,
                 device,
                 "{node}: Slurm has Gres={gres}, the device {}\n{}",
-                st.layout.display(&m),
+                layout.display(&m),
                 c.log_tails()
             ),
             Some((_, why)) => {

@@ -13,7 +13,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{line_col, toml_error, SourceError};
-use crate::mig::{resolve_configurations, Catalogue, Configuration, Driver, GpuModel};
+use crate::mig::mig_parted::MigPartedFile;
+use crate::mig::{
+    read_entry, resolve_configurations, Catalogue, Configuration, Driver, GpuModel, LayoutEntry,
+};
 use crate::routing::RoutingConfig;
 
 pub use controller::{CentralConfig, RelayoutKind};
@@ -83,6 +86,10 @@ pub struct GpuConfig {
     /// Extra catalogue file adding or overriding models (relative to the config file).
     #[serde(default)]
     pub catalogue: Option<Spanned<PathBuf>>,
+    /// A mig-parted config file whose mig-configs are the layouts the controller chooses
+    /// from, instead of the catalogue's configurations (relative to the config file).
+    #[serde(default)]
+    pub mig_parted: Option<Spanned<PathBuf>>,
 }
 
 impl Default for GpuConfig {
@@ -91,6 +98,7 @@ impl Default for GpuConfig {
             models: default_models(),
             driver: Driver::R510,
             catalogue: None,
+            mig_parted: None,
         }
     }
 }
@@ -138,7 +146,8 @@ pub struct PolicyConfig {
     /// Change a GPU's configuration only if the chosen one is this much more likely than staying.
     #[serde(default, deserialize_with = "non_negative")]
     pub stay_threshold: f64,
-    /// Static layout, and fallback for the learned policy: configurations cycled over each model's GPUs.
+    /// Static layout, and fallback for the learned policy: layouts (configuration names or
+    /// instance lists) cycled over each model's GPUs, each model taking the entries that fit it.
     #[serde(default = "default_static")]
     pub static_layout: Vec<Spanned<String>>,
     /// Periodic schedule: layouts by time of day.
@@ -152,7 +161,7 @@ pub struct PolicyConfig {
 pub struct PeriodicEntry {
     /// Time of day `HH:MM` from which the layout applies.
     pub at: Spanned<String>,
-    /// Configurations cycled over each model's GPUs.
+    /// Layouts cycled over each model's GPUs, as in `static_layout`.
     pub layout: Vec<Spanned<String>>,
 }
 
@@ -281,10 +290,14 @@ pub struct Resolved {
 pub struct ResolvedModel {
     /// The model.
     pub model: GpuModel,
-    /// Its configurations c1..c12.
+    /// The layouts the controller chooses among: the action space (the catalogue's
+    /// configurations for the model, or the mig-configs of `[gpu] mig_parted`), then, for
+    /// the static and periodic policies, the other layouts their entries name.
     pub configurations: Vec<Configuration>,
     /// The static layout as configuration indices.
     pub static_layout: Vec<usize>,
+    /// Each `[[policy.periodic]]` entry's layout as configuration indices.
+    pub periodic: Vec<Vec<usize>>,
 }
 
 impl Config {
@@ -396,30 +409,64 @@ impl Config {
                 .merge(site)
                 .map_err(|e| self.at(extra, "gpu.catalogue", e.to_string()))?;
         }
+        let mig_parted = self.read_mig_parted(base_dir)?;
         let mut models = Vec::new();
         for name in &self.gpu.models {
             let model = catalogue
                 .model(name.get_ref())
                 .map_err(|e| self.at(name, "gpu.models", e.to_string()))?
                 .clone();
-            let configurations = resolve_configurations(&catalogue, &model, self.gpu.driver)
-                .map_err(|e| self.at(name, "gpu.models", e.to_string()))?;
-            let static_layout = self.configuration_list(
-                &configurations,
-                &model,
-                &self.policy.static_layout,
-                "policy.static_layout",
-            )?;
+            let configurations = match &mig_parted {
+                Some(MigPartedSource {
+                    file,
+                    key: spanned,
+                    origin,
+                }) => {
+                    let layouts = file
+                        .layouts_for(&model, self.gpu.driver, origin)
+                        .map_err(|e| self.at(spanned, "gpu.mig_parted", e.to_string()))?;
+                    if layouts.is_empty() {
+                        return Err(self
+                            .at(
+                                spanned,
+                                "gpu.mig_parted",
+                                format!("{origin}: no mig-config gives {} a layout", model.key),
+                            )
+                            .into());
+                    }
+                    layouts
+                        .into_iter()
+                        .map(|(n, l)| Configuration::custom(&n, &model, l))
+                        .collect()
+                }
+                None => resolve_configurations(&catalogue, &model, self.gpu.driver)
+                    .map_err(|e| self.at(name, "gpu.models", e.to_string()))?,
+            };
             models.push(ResolvedModel {
                 model,
                 configurations,
-                static_layout,
+                static_layout: Vec::new(),
+                periodic: Vec::new(),
             });
         }
         if models.is_empty() {
             return Err(self
                 .error_at_key("gpu.models", "models", "names no GPU model")
                 .into());
+        }
+        // Layouts outside the action space would change the learned policy's K.
+        let extend = self.policy.kind != PolicyKind::MeanField;
+        let defaulted = self.policy.static_layout.iter().all(|s| s.span().is_empty());
+        let layouts = self.layout_lists(
+            &catalogue,
+            &mut models,
+            &self.policy.static_layout,
+            "policy.static_layout",
+            extend,
+            defaulted,
+        )?;
+        for (m, l) in models.iter_mut().zip(layouts) {
+            m.static_layout = l;
         }
         let mut last = None;
         for entry in &self.policy.periodic {
@@ -431,13 +478,16 @@ impl Config {
                     .into());
             }
             last = Some(minute);
-            for m in &models {
-                self.configuration_list(
-                    &m.configurations,
-                    &m.model,
-                    &entry.layout,
-                    "policy.periodic.layout",
-                )?;
+            let layouts = self.layout_lists(
+                &catalogue,
+                &mut models,
+                &entry.layout,
+                "policy.periodic.layout",
+                extend,
+                false,
+            )?;
+            for (m, l) in models.iter_mut().zip(layouts) {
+                m.periodic.push(l);
             }
         }
         if self.policy.kind == PolicyKind::Periodic && self.policy.periodic.is_empty() {
@@ -456,50 +506,151 @@ impl Config {
         })
     }
 
-    /// Configuration names → indices, refusing unknown names and those the model cannot take.
-    fn configuration_list(
+    /// Reads `[gpu] mig_parted`, if set.
+    fn read_mig_parted(&self, base_dir: Option<&Path>) -> Result<Option<MigPartedSource<'_>>, ConfigError> {
+        let Some(spanned) = &self.gpu.mig_parted else {
+            return Ok(None);
+        };
+        let path = match base_dir {
+            Some(dir) if spanned.get_ref().is_relative() => dir.join(spanned.get_ref()),
+            _ => spanned.get_ref().clone(),
+        };
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| self.at(spanned, "gpu.mig_parted", format!("cannot read {origin}: {e}")))?;
+        let file = MigPartedFile::parse(&text, &origin)
+            .map_err(|e| self.at(spanned, "gpu.mig_parted", e.to_string()))?;
+        Ok(Some(MigPartedSource {
+            file,
+            key: spanned,
+            origin,
+        }))
+    }
+
+    /// A list of layout entries → each model's configuration indices: every model takes
+    /// the entries that fit it ([`read_entry`]); an entry fitting no model, or a model no
+    /// entry fits, is an error (unless `defaulted`: then such a model keeps its first
+    /// configuration, the whole GPU). With `extend`, layouts outside the configurations
+    /// join them; without, they are refused.
+    fn layout_lists(
         &self,
-        configs: &[Configuration],
-        model: &GpuModel,
-        names: &[Spanned<String>],
+        catalogue: &Catalogue,
+        models: &mut [ResolvedModel],
+        entries: &[Spanned<String>],
         key: &str,
-    ) -> Result<Vec<usize>, ConfigError> {
-        if names.is_empty() {
+        extend: bool,
+        defaulted: bool,
+    ) -> Result<Vec<Vec<usize>>, ConfigError> {
+        if entries.is_empty() {
             return Err(self
                 .error_at_key(key, key.rsplit('.').next().unwrap_or(key), "is empty")
                 .into());
         }
-        names
-            .iter()
-            .map(|n| {
-                let idx = configs
-                    .iter()
-                    .position(|c| c.name.eq_ignore_ascii_case(n.get_ref()))
-                    .ok_or_else(|| {
-                        let known: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
-                        self.at(
-                            n,
-                            key,
-                            format!(
-                                "unknown configuration `{}` (known: {})",
-                                n.get_ref(),
-                                known.join(", ")
-                            ),
-                        )
-                    })?;
-                if let Some(why) = &configs[idx].unavailable {
-                    return Err(self
-                        .at(
-                            n,
-                            key,
-                            format!("{} cannot take {}: {why}", model.key, configs[idx].name),
-                        )
-                        .into());
-                }
-                Ok(idx)
-            })
-            .collect()
+        let mut fits_some = vec![false; entries.len()];
+        let mut out = Vec::new();
+        for m in models.iter_mut() {
+            let mut indices = Vec::new();
+            for (e, entry) in entries.iter().enumerate() {
+                let read = read_entry(
+                    catalogue,
+                    &m.configurations,
+                    &m.model,
+                    self.gpu.driver,
+                    entry.get_ref(),
+                )
+                .map_err(|msg| self.at(entry, key, msg))?;
+                let index = match read {
+                    None => continue,
+                    Some(LayoutEntry::Configuration(i)) => i,
+                    Some(LayoutEntry::Layout(layout)) => {
+                        if !extend {
+                            return Err(self
+                                .at(
+                                    entry,
+                                    key,
+                                    format!(
+                                        "`{}` is none of {}'s configurations ({}), which the mean-field policy \
+                                         chooses among; name one, or set [gpu] mig_parted to choose among other layouts",
+                                        entry.get_ref(),
+                                        m.model.key,
+                                        names(&m.configurations)
+                                    ),
+                                )
+                                .into());
+                        }
+                        let name = entry.get_ref().trim();
+                        match m.configurations.iter().position(|c| c.name == name) {
+                            Some(i) => i,
+                            None => {
+                                m.configurations
+                                    .push(Configuration::custom(name, &m.model, layout));
+                                m.configurations.len() - 1
+                            }
+                        }
+                    }
+                };
+                fits_some[e] = true;
+                indices.push(index);
+            }
+            out.push(indices);
+        }
+        if defaulted {
+            // Each model's whole GPU, its first configuration.
+            return Ok(out
+                .into_iter()
+                .map(|i| if i.is_empty() { vec![0] } else { i })
+                .collect());
+        }
+        if let Some(e) = fits_some.iter().position(|f| !f) {
+            let known: Vec<String> = models
+                .iter()
+                .map(|m| format!("{}: {}", m.model.key, names(&m.configurations)))
+                .collect();
+            return Err(self
+                .at(
+                    &entries[e],
+                    key,
+                    format!(
+                        "unknown configuration `{}`: no layout of that name or instances fits the cluster's GPU models ({})",
+                        entries[e].get_ref(),
+                        known.join("; ")
+                    ),
+                )
+                .into());
+        }
+        if let Some(m) = out.iter().position(Vec::is_empty) {
+            let m = &models[m];
+            return Err(self
+                .error_at_key(
+                    key,
+                    key.rsplit('.').next().unwrap_or(key),
+                    &format!(
+                        "names no layout for {} (its configurations: {}; or an instance list such as `{}`)",
+                        m.model.key,
+                        names(&m.configurations),
+                        m.configurations[0].layout.profile_list(&m.model)
+                    ),
+                )
+                .into());
+        }
+        Ok(out)
     }
+}
+
+/// `[gpu] mig_parted` read: the file, its key (for errors) and its path.
+struct MigPartedSource<'a> {
+    file: MigPartedFile,
+    key: &'a Spanned<PathBuf>,
+    origin: String,
+}
+
+/// Configuration names, comma-separated.
+fn names(configs: &[Configuration]) -> String {
+    configs
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `HH:MM` → minutes after midnight.

@@ -39,6 +39,13 @@ pub struct NodeConfig {
     /// State directory of the simulated backend.
     #[serde(default = "default_simulated_dir")]
     pub simulated_dir: PathBuf,
+    /// The NVML library of the nvml backend (a file name the loader searches for, or a path).
+    #[serde(default = "default_nvml_library")]
+    pub nvml_library: PathBuf,
+    /// Where the nvml backend finds the driver's files (`proc/driver/nvidia-caps/mig-minors`,
+    /// `dev/nvidia*`): `/`, or the host's root as a container sees it.
+    #[serde(default = "default_nvidia_root")]
+    pub nvidia_root: PathBuf,
     /// Channel carrier.
     #[serde(default = "default_channel")]
     pub channel: ChannelKind,
@@ -79,6 +86,8 @@ impl Default for NodeConfig {
             name: String::new(),
             backend: default_backend(),
             simulated_dir: default_simulated_dir(),
+            nvml_library: default_nvml_library(),
+            nvidia_root: default_nvidia_root(),
             channel: default_channel(),
             spool_dir: default_spool_dir(),
             gres_conf: default_gres_conf(),
@@ -99,6 +108,7 @@ impl NodeConfig {
             ("simulated_dir", &self.simulated_dir),
             ("spool_dir", &self.spool_dir),
             ("gres_conf", &self.gres_conf),
+            ("nvidia_root", &self.nvidia_root),
         ];
         for (key, p) in paths {
             if p.is_relative() {
@@ -124,6 +134,12 @@ fn default_backend() -> Backend {
 }
 fn default_simulated_dir() -> PathBuf {
     PathBuf::from("/var/lib/smartmig/simulated")
+}
+fn default_nvml_library() -> PathBuf {
+    PathBuf::from("libnvidia-ml.so.1")
+}
+fn default_nvidia_root() -> PathBuf {
+    PathBuf::from("/")
 }
 fn default_channel() -> ChannelKind {
     ChannelKind::Slurm
@@ -184,6 +200,8 @@ mod tests {
         assert_eq!(c.node.announce_interval_s, 3600.0);
         assert_eq!(c.node.idle_poll_interval_s, 120.0);
         assert_eq!(c.node.metrics_listen, "127.0.0.1:9818");
+        assert_eq!(c.node.nvml_library, std::path::PathBuf::from("libnvidia-ml.so.1"));
+        assert_eq!(c.node.nvidia_root, std::path::PathBuf::from("/"));
     }
 
     #[test]

@@ -141,3 +141,127 @@ fn central_settings_are_checked_and_name_their_key() {
         .to_string();
     assert!(e.contains("typo"), "{e}");
 }
+
+#[test]
+fn each_model_takes_the_static_layout_entries_that_fit_it() {
+    let r = resolve(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nkind = \"static\"\n\
+         static_layout = [\"c2\", \"q2\", \"2g.12gb+1g.6gb+1g.6gb\", \"3g.20gb+2g.10gb+1g.10gb\"]\n",
+    )
+    .unwrap();
+    let (a100, a30) = (&r.models[0], &r.models[1]);
+    // c2, then the instance list that is no configuration: a layout of its own.
+    assert_eq!(a100.static_layout, [1, 12]);
+    assert_eq!(a100.configurations[12].name, "3g.20gb+2g.10gb+1g.10gb");
+    assert_eq!(
+        a100.configurations[12].layout.display(&a100.model).to_string(),
+        "3g.20gb@0 2g.10gb@4 1g.10gb@6"
+    );
+    // q2, and q3 written as instances.
+    assert_eq!(a30.static_layout, [1, 2]);
+    assert_eq!(a30.configurations.len(), 4);
+}
+
+#[test]
+fn the_default_static_layout_is_each_models_whole_gpu() {
+    let r = resolve("version = 1\n[gpu]\nmodels = [\"a30-24gb\", \"h100-80gb\"]\n").unwrap();
+    assert_eq!(
+        r.models[0].configurations[r.models[0].static_layout[0]].name,
+        "q1"
+    );
+    assert_eq!(
+        r.models[1].configurations[r.models[1].static_layout[0]].name,
+        "c1"
+    );
+}
+
+#[test]
+fn a_model_no_entry_fits_and_an_entry_no_model_takes_are_refused() {
+    let e = resolve(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nstatic_layout = [\"c2\"]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("names no layout for a30-24gb (its configurations: q1, q2, q3, q4"),
+        "{e}"
+    );
+    let e = resolve("version = 1\n[policy]\nstatic_layout = [\"c2\",\n \"9g.90gb\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("t.toml:4:") && e.contains("unknown configuration `9g.90gb`"),
+        "{e}"
+    );
+    let e = resolve("version = 1\n[policy]\nstatic_layout = [\"3g.20gb@2\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not an allowed placement"), "{e}");
+}
+
+#[test]
+fn the_mean_field_fallback_must_be_in_the_action_space() {
+    let text =
+        "version = 1\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"3g.20gb+2g.10gb+1g.10gb\"]\n";
+    let e = resolve(text).unwrap_err().to_string();
+    assert!(
+        e.contains("none of a100-40gb's configurations") && e.contains("mig_parted"),
+        "{e}"
+    );
+    // c7 written as instances is c7.
+    let ok = resolve(
+        "version = 1\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"3g.20gb+2g.10gb+1g.5gb+1g.5gb\"]\n",
+    )
+    .unwrap();
+    assert_eq!(ok.models[0].static_layout, [6]);
+    assert_eq!(ok.models[0].configurations.len(), 12);
+}
+
+#[test]
+fn periodic_entries_resolve_per_model() {
+    let r = resolve(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nkind = \"periodic\"\n\
+         [[policy.periodic]]\nat = \"08:00\"\nlayout = [\"c6\", \"q4\"]\n\
+         [[policy.periodic]]\nat = \"20:00\"\nlayout = [\"whole\", \"c1\", \"4g.24gb\"]\n",
+    );
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("unknown configuration `whole`"), "{e}");
+    let r = resolve(
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nkind = \"periodic\"\n\
+         [[policy.periodic]]\nat = \"08:00\"\nlayout = [\"c6\", \"q4\"]\n\
+         [[policy.periodic]]\nat = \"20:00\"\nlayout = [\"c1\", \"4g.24gb\"]\n",
+    )
+    .unwrap();
+    assert_eq!(r.models[0].periodic, [vec![5], vec![0]]);
+    assert_eq!(r.models[1].periodic, [vec![3], vec![0]]);
+}
+
+#[test]
+fn a_mig_parted_file_is_the_action_space_and_names_the_static_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("mig.yaml"),
+        "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n  \
+         whole:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n        \"7g.40gb\": 1\n  \
+         balanced:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n",
+    )
+    .unwrap();
+    let text = "version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n[policy]\nkind = \"mean-field\"\nstatic_layout = [\"balanced\"]\n";
+    let r = parse(text).unwrap().resolve(Some(dir.path())).unwrap();
+    let names: Vec<&str> = r.models[0]
+        .configurations
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["whole", "balanced"]);
+    assert_eq!(r.models[0].static_layout, [1]);
+    let e = parse("version = 1\n[gpu]\nmodels = [\"a30-24gb\"]\nmig_parted = \"mig.yaml\"\n")
+        .unwrap()
+        .resolve(Some(dir.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("gpu.mig_parted") && e.contains("no mig-config gives a30-24gb a layout"),
+        "{e}"
+    );
+}

@@ -10,10 +10,10 @@ use serde::Deserialize;
 
 use crate::error::{toml_error, SourceError};
 
-/// Number of compute slices on every MIG-capable GPU smartmig knows.
-pub const COMPUTE_SLICES: u8 = 7;
-/// Number of memory slices on every MIG-capable GPU smartmig knows.
-pub const MEMORY_SLICES: u8 = 8;
+/// Most compute slices of a MIG GPU (A100, H100, H200, B200: 7; the A30 has 4).
+pub const MAX_COMPUTE_SLICES: u8 = 7;
+/// Most memory slices of a MIG GPU (placements are bit masks of one byte).
+pub const MAX_MEMORY_SLICES: u8 = 8;
 
 /// The built-in catalogue text.
 pub const EMBEDDED_CATALOGUE: &str = include_str!("catalogue.toml");
@@ -29,6 +29,8 @@ pub enum Kind {
     G1Double,
     /// Two compute slices.
     G2,
+    /// Two compute slices with the media engines.
+    G2Me,
     /// Three compute slices.
     G3,
     /// Four compute slices.
@@ -39,11 +41,12 @@ pub enum Kind {
 
 impl Kind {
     /// All kinds, smallest first.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::G1,
         Kind::G1Me,
         Kind::G1Double,
         Kind::G2,
+        Kind::G2Me,
         Kind::G3,
         Kind::G4,
         Kind::G7,
@@ -58,6 +61,7 @@ impl Kind {
             Kind::G1Me => "1g+me",
             Kind::G1Double => "1g*",
             Kind::G2 => "2g",
+            Kind::G2Me => "2g+me",
             Kind::G3 => "3g",
             Kind::G4 => "4g",
             Kind::G7 => "7g",
@@ -75,7 +79,7 @@ impl FromStr for Kind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Kind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
-            format!("unknown profile kind `{s}` (expected one of 1g, 1g+me, 1g*, 2g, 3g, 4g, 7g)")
+            format!("unknown profile kind `{s}` (expected one of 1g, 1g+me, 1g*, 2g, 2g+me, 3g, 4g, 7g)")
         })
     }
 }
@@ -128,10 +132,22 @@ pub struct GpuModel {
     /// Other accepted names.
     #[serde(default)]
     pub aliases: Vec<String>,
+    /// PCI device ids as mig-parted writes them (`0x20B010DE`).
+    #[serde(default)]
+    pub pci_device_ids: Vec<String>,
     /// Total memory in GB.
     pub memory_gb: f64,
-    /// Power in W with 0..=7 busy compute slices.
-    pub power_w: [f64; 8],
+    /// Compute slices of the whole GPU.
+    #[serde(default = "seven")]
+    pub compute_slices: u8,
+    /// Memory slices of the whole GPU.
+    #[serde(default = "eight")]
+    pub memory_slices: u8,
+    /// Power in W with 0..=`compute_slices` busy compute slices.
+    pub power_w: Vec<f64>,
+    /// Where the power curve comes from.
+    #[serde(default)]
+    pub power_source: String,
     /// Instance profiles.
     #[serde(rename = "profile")]
     pub profiles: Vec<Profile>,
@@ -139,6 +155,13 @@ pub struct GpuModel {
 
 /// Index of a profile within its model's `profiles`.
 pub type ProfileId = usize;
+
+fn seven() -> u8 {
+    7
+}
+fn eight() -> u8 {
+    8
+}
 
 impl GpuModel {
     /// Whether `name` (key, NVML name or alias, case-insensitive) names this model.
@@ -166,9 +189,19 @@ impl GpuModel {
         kinds.iter().filter_map(|&k| self.profile_of_kind(k)).collect()
     }
 
-    /// Power in W with `busy` compute slices in use (clamped to 7).
+    /// Power in W with `busy` compute slices in use (clamped to the GPU's slices).
     pub fn power(&self, busy: u8) -> f64 {
-        self.power_w[busy.min(COMPUTE_SLICES) as usize]
+        self.power_w[usize::from(busy.min(self.compute_slices))]
+    }
+
+    /// Power in W with every compute slice in use.
+    pub fn full_power(&self) -> f64 {
+        self.power(self.compute_slices)
+    }
+
+    /// The mask of every memory slice of the GPU.
+    pub fn full_memory_mask(&self) -> u8 {
+        ((1u16 << self.memory_slices) - 1) as u8
     }
 
     fn check(&self) -> Result<(), String> {
@@ -176,6 +209,20 @@ impl GpuModel {
             return Err("model has an empty key".into());
         }
         let ctx = |msg: String| format!("model `{}`: {msg}", self.key);
+        if self.compute_slices == 0 || self.compute_slices > MAX_COMPUTE_SLICES {
+            return Err(ctx(format!("compute_slices must be 1..={MAX_COMPUTE_SLICES}")));
+        }
+        if self.memory_slices == 0 || self.memory_slices > MAX_MEMORY_SLICES {
+            return Err(ctx(format!("memory_slices must be 1..={MAX_MEMORY_SLICES}")));
+        }
+        if self.power_w.len() != usize::from(self.compute_slices) + 1 {
+            return Err(ctx(format!(
+                "power_w has {} values, needs {} (0..={} busy compute slices)",
+                self.power_w.len(),
+                self.compute_slices + 1,
+                self.compute_slices
+            )));
+        }
         if self.power_w.iter().any(|p| !p.is_finite() || *p < 0.0) {
             return Err(ctx("power_w must be finite and non-negative".into()));
         }
@@ -196,11 +243,11 @@ impl GpuModel {
             if self.profiles[..i].iter().any(|q| q.kind == p.kind) {
                 return Err(pctx(&format!("second profile of kind {}", p.kind)));
             }
-            if p.compute == 0 || p.compute > COMPUTE_SLICES {
-                return Err(pctx("compute must be 1..=7"));
+            if p.compute == 0 || p.compute > self.compute_slices {
+                return Err(pctx(&format!("compute must be 1..={}", self.compute_slices)));
             }
-            if p.memory_slices == 0 || p.memory_slices > MEMORY_SLICES {
-                return Err(pctx("memory_slices must be 1..=8"));
+            if p.memory_slices == 0 || p.memory_slices > self.memory_slices {
+                return Err(pctx(&format!("memory_slices must be 1..={}", self.memory_slices)));
             }
             if p.max_count == 0 {
                 return Err(pctx("max_count must be at least 1"));
@@ -208,8 +255,15 @@ impl GpuModel {
             if p.starts.is_empty() {
                 return Err(pctx("starts is empty"));
             }
-            if let Some(s) = p.starts.iter().find(|&&s| s + p.memory_slices > MEMORY_SLICES) {
-                return Err(pctx(&format!("start {s} runs past memory slice 8")));
+            if let Some(s) = p
+                .starts
+                .iter()
+                .find(|&&s| u16::from(s) + u16::from(p.memory_slices) > u16::from(self.memory_slices))
+            {
+                return Err(pctx(&format!(
+                    "start {s} runs past memory slice {}",
+                    self.memory_slices
+                )));
             }
             if p.memory_gb.is_nan() || p.memory_gb <= 0.0 {
                 return Err(pctx("memory_gb must be positive"));
@@ -219,12 +273,16 @@ impl GpuModel {
     }
 }
 
-/// A named configuration (c1..c12): placements by kind, valid on every 7-slice model.
+/// A named configuration (c1..c12, q1..q4): placements by kind, for every model whose
+/// memory it fills.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigurationDef {
     /// Name, e.g. `c3`.
     pub name: String,
+    /// Memory slices of the models it is for.
+    #[serde(default = "eight")]
+    pub memory_slices: u8,
     /// Placements as `kind@start`.
     #[serde(deserialize_with = "de_placements")]
     pub placements: Vec<(Kind, u8)>,
@@ -288,14 +346,6 @@ pub enum CatalogueError {
         /// The name asked for.
         name: String,
         /// The known keys.
-        known: String,
-    },
-    /// No configuration has the name.
-    #[error("unknown configuration `{name}` (known: {known})")]
-    UnknownConfiguration {
-        /// The name asked for.
-        name: String,
-        /// The known names.
         known: String,
     },
 }
@@ -363,20 +413,14 @@ impl Catalogue {
             })
     }
 
-    /// Index of the named configuration in action-space order.
-    pub fn configuration_index(&self, name: &str) -> Result<usize, CatalogueError> {
+    /// The configurations for `model` (those filling its memory), in action-space order.
+    pub fn configurations_for<'a>(
+        &'a self,
+        model: &'a GpuModel,
+    ) -> impl Iterator<Item = &'a ConfigurationDef> + 'a {
         self.configurations
             .iter()
-            .position(|c| c.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| CatalogueError::UnknownConfiguration {
-                name: name.to_string(),
-                known: self.configuration_names().join(", "),
-            })
-    }
-
-    /// Configuration names in action-space order.
-    pub fn configuration_names(&self) -> Vec<&str> {
-        self.configurations.iter().map(|c| c.name.as_str()).collect()
+            .filter(move |c| c.memory_slices == model.memory_slices)
     }
 
     fn check(&self) -> Result<(), String> {
@@ -406,13 +450,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn embedded_catalogue_has_the_four_models_and_twelve_configurations() {
+    fn embedded_catalogue_has_every_model_with_a_sourced_power_curve() {
         let cat = Catalogue::embedded();
-        for key in ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"] {
-            assert!(cat.model(key).is_ok(), "{key}");
+        let keys: Vec<&str> = cat.models.iter().map(|m| m.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "a100-40gb",
+                "a100-80gb",
+                "a30-24gb",
+                "h100-80gb",
+                "h100-pcie-80gb",
+                "h100-nvl-94gb",
+                "h200-141gb",
+                "h200-nvl-141gb",
+                "gh200-96gb",
+                "gh200-144gb",
+                "b200-180gb"
+            ]
+        );
+        for m in &cat.models {
+            assert!(!m.power_source.is_empty(), "{} names no power source", m.key);
+            assert!(!m.pci_device_ids.is_empty(), "{} has no PCI device id", m.key);
+            assert_eq!(m.power_w.len(), usize::from(m.compute_slices) + 1, "{}", m.key);
         }
-        assert_eq!(cat.configurations.len(), 12);
-        assert_eq!(cat.configuration_index("c12").unwrap(), 11);
+        let c: Vec<&str> = cat.configurations.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(c.len(), 16);
+        let a30 = cat.model("a30-24gb").unwrap();
+        let q: Vec<&str> = cat.configurations_for(a30).map(|c| c.name.as_str()).collect();
+        assert_eq!(q, ["q1", "q2", "q3", "q4"]);
+        assert_eq!(cat.configurations_for(cat.model("b200").unwrap()).count(), 12);
+    }
+
+    #[test]
+    fn power_is_clamped_to_the_gpus_own_slices() {
+        let cat = Catalogue::embedded();
+        let a30 = cat.model("a30-24gb").unwrap();
+        assert_eq!(
+            (a30.power(4), a30.power(7), a30.full_power()),
+            (165.0, 165.0, 165.0)
+        );
+        assert_eq!(a30.full_memory_mask(), 0b1111);
+        assert_eq!(cat.model("a100-40gb").unwrap().full_memory_mask(), 0xff);
     }
 
     #[test]
@@ -420,6 +499,8 @@ mod tests {
         let cat = Catalogue::embedded();
         assert_eq!(cat.model("A100-SXM4-40GB").unwrap().key, "a100-40gb");
         assert_eq!(cat.model("nvidia h100 80gb hbm3").unwrap().key, "h100-80gb");
+        assert_eq!(cat.model("NVIDIA H100 PCIe").unwrap().key, "h100-pcie-80gb");
+        assert_eq!(cat.model("NVIDIA H200 NVL").unwrap().key, "h200-nvl-141gb");
         let err = cat.model("v100").unwrap_err().to_string();
         assert!(
             err.contains("unknown GPU model `v100`") && err.contains("a100-40gb"),
@@ -442,6 +523,9 @@ mod tests {
         );
         let h = cat.model("h200-141gb").unwrap();
         assert_eq!(h.profiles[h.profile_by_name("3g").unwrap()].name, "3g.71gb");
+        let a30 = cat.model("NVIDIA A30").unwrap();
+        let p = &a30.profiles[a30.profile_by_name("2g+me").unwrap()];
+        assert_eq!((p.name.as_str(), p.nvml_id, p.max_count), ("2g.12gb+me", 6, 1));
     }
 
     #[test]
@@ -464,6 +548,31 @@ profile = [{ name = "1g.1gb", kind = "1g", nvml_id = 19, compute = 1, memory_sli
     }
 
     #[test]
+    fn a_power_curve_of_the_wrong_length_names_the_slices_it_needs() {
+        let text = r#"
+[[model]]
+key = "x"
+name = "X"
+memory_gb = 24
+compute_slices = 4
+memory_slices = 4
+power_w = [1, 2, 3, 4, 5, 6, 7, 8]
+profile = [{ name = "1g.6gb", kind = "1g", nvml_id = 14, compute = 1, memory_slices = 1, memory_gb = 6, max_count = 4, starts = [0, 1, 2, 3] }]
+"#;
+        let err = Catalogue::from_toml_str(text, "site.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("power_w has 8 values, needs 5"), "{err}");
+        let text = text
+            .replace("power_w = [1, 2, 3, 4, 5, 6, 7, 8]", "power_w = [1, 2, 3, 4, 5]")
+            .replace("starts = [0, 1, 2, 3]", "starts = [0, 4]");
+        let err = Catalogue::from_toml_str(&text, "site.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("start 4 runs past memory slice 4"), "{err}");
+    }
+
+    #[test]
     fn a_misspelt_catalogue_key_names_the_line() {
         let text = "[[model]]\nkey = \"x\"\nnmae = \"X\"\n";
         let err = Catalogue::from_toml_str(text, "site.toml")
@@ -478,9 +587,9 @@ profile = [{ name = "1g.1gb", kind = "1g", nvml_id = 19, compute = 1, memory_sli
         let mut other = Catalogue::embedded();
         other.configurations.clear();
         other.models.retain(|m| m.key == "a100-40gb");
-        other.models[0].power_w = [50.0; 8];
+        other.models[0].power_w = vec![50.0; 8];
         cat.merge(other).unwrap();
         assert_eq!(cat.model("a100-40gb").unwrap().power(3), 50.0);
-        assert_eq!(cat.models.len(), 4);
+        assert_eq!(cat.models.len(), Catalogue::embedded().models.len());
     }
 }

@@ -53,6 +53,80 @@ mod tests {
         assert_eq!(maximal_layouts(m, Driver::PreR510, &Kind::BASE).len(), 18);
     }
 
+    /// The maximal layouts of the base profiles, worked out by hand from NVIDIA's placement
+    /// tables (`nvidia-smi mig -lgipp`): on 8-memory-slice GPUs the halves 0..=3 and 4..=7
+    /// fill independently (1g cannot start at 7), plus the whole GPU.
+    const EIGHT_SLICE_MAXIMAL: [&str; 19] = [
+        "7g@0",
+        "4g@0 3g@4",
+        "4g@0 2g@4 1g@6",
+        "4g@0 1g@4 1g@5 1g@6",
+        "3g@0 3g@4",
+        "3g@0 2g@4 1g@6",
+        "3g@0 1g@4 1g@5 1g@6",
+        "2g@0 2g@2 3g@4",
+        "2g@0 2g@2 2g@4 1g@6",
+        "2g@0 2g@2 1g@4 1g@5 1g@6",
+        "2g@0 1g@2 1g@3 3g@4",
+        "2g@0 1g@2 1g@3 2g@4 1g@6",
+        "2g@0 1g@2 1g@3 1g@4 1g@5 1g@6",
+        "1g@0 1g@1 2g@2 3g@4",
+        "1g@0 1g@1 2g@2 2g@4 1g@6",
+        "1g@0 1g@1 2g@2 1g@4 1g@5 1g@6",
+        "1g@0 1g@1 1g@2 1g@3 3g@4",
+        "1g@0 1g@1 1g@2 1g@3 2g@4 1g@6",
+        "1g@0 1g@1 1g@2 1g@3 1g@4 1g@5 1g@6",
+    ];
+
+    /// The A30's, by hand from its table: 1g at 0..=3, 2g at 0 and 2, 4g (the whole GPU) at 0.
+    const A30_MAXIMAL: [&str; 5] = [
+        "4g@0",
+        "2g@0 2g@2",
+        "2g@0 1g@2 1g@3",
+        "1g@0 1g@1 2g@2",
+        "1g@0 1g@1 1g@2 1g@3",
+    ];
+
+    fn kinds_at(m: &GpuModel, l: &Layout) -> String {
+        l.instances()
+            .iter()
+            .map(|i| format!("{}@{}", m.profiles[i.profile].kind, i.start))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn every_model_lists_the_layouts_of_nvidias_placement_tables() {
+        let cat = Catalogue::embedded();
+        for m in &cat.models {
+            let want: HashSet<String> = if m.memory_slices == 4 {
+                A30_MAXIMAL.iter().map(|s| s.to_string()).collect()
+            } else {
+                EIGHT_SLICE_MAXIMAL.iter().map(|s| s.to_string()).collect()
+            };
+            let got: HashSet<String> = maximal_layouts(m, Driver::R510, &Kind::BASE)
+                .iter()
+                .map(|l| kinds_at(m, l))
+                .collect();
+            assert_eq!(got, want, "{}", m.key);
+        }
+    }
+
+    #[test]
+    fn the_a30_has_one_media_engine_instance_at_most() {
+        let cat = Catalogue::embedded();
+        let m = cat.model("a30-24gb").unwrap();
+        let all = maximal_layouts(m, Driver::R510, &Kind::ALL);
+        let me: Vec<String> = all
+            .iter()
+            .map(|l| kinds_at(m, l))
+            .filter(|t| t.contains("+me"))
+            .collect();
+        assert!(me.contains(&"2g+me@0 2g@2".to_string()), "{me:?}");
+        assert!(me.contains(&"1g+me@0 1g@1 2g@2".to_string()), "{me:?}");
+        assert!(me.iter().all(|t| t.matches("+me").count() == 1), "{me:?}");
+    }
+
     #[test]
     fn hopper_models_share_the_a100_geometry() {
         let cat = Catalogue::embedded();
@@ -68,7 +142,12 @@ mod tests {
                 })
                 .collect()
         };
-        for key in ["a100-80gb", "h100-80gb", "h200-141gb"] {
+        for key in cat
+            .models
+            .iter()
+            .filter(|m| m.memory_slices == 8)
+            .map(|m| m.key.as_str())
+        {
             assert_eq!(shape(cat.model(key).unwrap()), shape(a), "{key}");
         }
     }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::catalogue::{GpuModel, Kind, ProfileId, COMPUTE_SLICES};
+use super::catalogue::{GpuModel, Kind, ProfileId};
 
 /// Which driver generation's rules apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
@@ -72,6 +72,14 @@ pub enum LayoutError {
         profile: String,
         /// The limit.
         max: u8,
+    },
+    /// A second instance with the media engines (a GPU has one JPEG decoder and one OFA).
+    #[error("{instance}: the GPU's media engines are already in {other}")]
+    MediaEngines {
+        /// The instance that asks for them.
+        instance: String,
+        /// The instance that has them.
+        other: String,
     },
     /// More compute slices in use than the GPU has.
     #[error("{instance}: compute slices exceed {max} (would use {used})")]
@@ -169,6 +177,7 @@ impl Layout {
         let mut counts = vec![0u8; model.profiles.len()];
         let mut seen_4g = false;
         let mut seen_3g = false;
+        let mut media: Option<&Instance> = None;
         for (index, inst) in self.instances.iter().enumerate() {
             let p = model
                 .profiles
@@ -207,12 +216,21 @@ impl Layout {
                     max: p.max_count,
                 });
             }
+            if matches!(p.kind, Kind::G1Me | Kind::G2Me) {
+                if let Some(other) = media {
+                    return Err(LayoutError::MediaEngines {
+                        instance: name(),
+                        other: display_instance(model, other),
+                    });
+                }
+                media = Some(inst);
+            }
             compute += p.compute;
-            if compute > COMPUTE_SLICES {
+            if compute > model.compute_slices {
                 return Err(LayoutError::Compute {
                     instance: name(),
                     used: compute,
-                    max: COMPUTE_SLICES,
+                    max: model.compute_slices,
                 });
             }
             seen_4g |= p.kind == Kind::G4;
@@ -237,6 +255,99 @@ impl Layout {
                 .iter()
                 .all(|&start| !self.fits(model, driver, Instance { start, profile: pid }))
         })
+    }
+
+    /// Reads a layout as people write it for `model` and checks it against the driver's
+    /// rules: instances with placements (`3g.40gb@4 2g.20gb@0`, as [`Layout::parse`]
+    /// reads them), or without, joined by `+` (`3g.40gb+2g.20gb+1g.10gb+1g.10gb`), which
+    /// get the first placement that fits ([`Layout::place`]).
+    pub fn read(model: &GpuModel, driver: Driver, text: &str) -> Result<Layout, LayoutError> {
+        if text.contains('@') {
+            let layout = Layout::parse(model, text)?;
+            layout.validate(model, driver)?;
+            return Ok(layout);
+        }
+        let err = |reason: String| LayoutError::Parse {
+            text: text.to_string(),
+            reason,
+        };
+        let profiles = text
+            .split(|c: char| c == '+' || c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+            .map(|name| {
+                model
+                    .profile_by_name(name)
+                    .ok_or_else(|| err(format!("{} has no profile `{name}`", model.key)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if profiles.is_empty() {
+            return Err(err("names no instance".into()));
+        }
+        Layout::place(model, driver, &profiles).ok_or_else(|| {
+            err(format!(
+                "these instances have no placement together on {} (see `smartmig mig layouts --gpu {}`)",
+                model.key, model.key
+            ))
+        })
+    }
+
+    /// The first valid layout of one instance per entry of `profiles`: largest instances
+    /// first, each at its lowest allowed start that fits; None when no placement exists.
+    pub fn place(model: &GpuModel, driver: Driver, profiles: &[ProfileId]) -> Option<Layout> {
+        let mut order: Vec<ProfileId> = profiles.to_vec();
+        if order.iter().any(|&p| p >= model.profiles.len()) {
+            return None;
+        }
+        order.sort_by_key(|&p| {
+            let q = &model.profiles[p];
+            (
+                std::cmp::Reverse(q.memory_slices),
+                std::cmp::Reverse(q.compute),
+                p,
+            )
+        });
+        fn go(
+            model: &GpuModel,
+            driver: Driver,
+            order: &[ProfileId],
+            at: Layout,
+            min_start: u8,
+        ) -> Option<Layout> {
+            let Some((&p, rest)) = order.split_first() else {
+                return Some(at);
+            };
+            for &start in &model.profiles[p].starts {
+                let inst = Instance { start, profile: p };
+                if start < min_start || !at.fits(model, driver, inst) {
+                    continue;
+                }
+                // Equal profiles take increasing starts, so each set is tried once.
+                let next_min = if rest.first() == Some(&p) { start + 1 } else { 0 };
+                if let Some(done) = go(model, driver, rest, at.with(inst), next_min) {
+                    return Some(done);
+                }
+            }
+            None
+        }
+        go(model, driver, &order, Layout::empty(), 0)
+    }
+
+    /// The instances' profile names joined by `+`, largest first: the layout without
+    /// its placements (`3g.40gb+2g.20gb+1g.10gb+1g.10gb`).
+    pub fn profile_list(&self, model: &GpuModel) -> String {
+        let mut v: Vec<&Instance> = self.instances.iter().collect();
+        v.sort_by_key(|i| {
+            let p = &model.profiles[i.profile];
+            (
+                std::cmp::Reverse(p.memory_slices),
+                std::cmp::Reverse(p.compute),
+                i.profile,
+            )
+        });
+        v.iter()
+            .map(|i| model.profiles[i.profile].name.as_str())
+            .collect::<Vec<_>>()
+            .join("+")
     }
 
     /// Reads `3g.20gb@4,2g.10gb@0` or `3g@4 2g@0` (names or kinds, comma or space separated).
@@ -376,6 +487,50 @@ mod tests {
         let m = a100();
         let e = Layout::parse(&m, "3g.40gb@0").unwrap_err().to_string();
         assert!(e.contains("a100-40gb has no profile `3g.40gb`"), "{e}");
+    }
+
+    #[test]
+    fn an_instance_list_without_placements_gets_the_first_that_fits() {
+        let m = Catalogue::embedded().model("a100-80gb").unwrap().clone();
+        let l = Layout::read(&m, Driver::R510, "3g.40gb+2g.20gb+1g.10gb+1g.10gb").unwrap();
+        // 1g.10gb cannot start at 7 (its placements are 0..=6): the 3g goes to 4.
+        assert_eq!(
+            l.display(&m).to_string(),
+            "2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4"
+        );
+        assert_eq!(l.profile_list(&m), "3g.40gb+2g.20gb+1g.10gb+1g.10gb");
+        // 1g.20gb (double memory) after a 4g and a 2g: only start 6 is left for it.
+        let l = Layout::read(&m, Driver::R510, "1g.20gb+2g.20gb+4g.40gb").unwrap();
+        assert_eq!(l.display(&m).to_string(), "4g.40gb@0 2g.20gb@4 1g.20gb@6");
+        let e = Layout::read(&m, Driver::R510, "4g.40gb+4g.40gb")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no placement together on a100-80gb"), "{e}");
+        let e = Layout::read(&m, Driver::PreR510, "4g.40gb+3g.40gb")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no placement together"), "{e}");
+        let e = Layout::read(&m, Driver::R510, "3g.40gb@2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an allowed placement"), "{e}");
+        let e = Layout::read(&m, Driver::R510, "5g.50gb").unwrap_err().to_string();
+        assert!(e.contains("a100-80gb has no profile `5g.50gb`"), "{e}");
+    }
+
+    #[test]
+    fn the_a30_takes_four_compute_slices_at_most() {
+        let m = Catalogue::embedded().model("a30-24gb").unwrap().clone();
+        assert!(Layout::read(&m, Driver::R510, "2g.12gb+1g.6gb+1g.6gb").is_ok());
+        let l = Layout::parse(&m, "4g@0 1g@3").unwrap();
+        assert!(matches!(
+            l.validate(&m, Driver::R510),
+            Err(LayoutError::Overlap { .. })
+        ));
+        let e = Layout::parse(&m, "2g@0 2g@2 1g@3")
+            .unwrap()
+            .validate(&m, Driver::R510);
+        assert!(e.is_err());
     }
 
     #[test]

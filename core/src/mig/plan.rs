@@ -162,9 +162,12 @@ pub enum DriverError {
     /// Destroying a GPU instance that still has a compute instance, or a busy one.
     #[error("{0}: in use")]
     InUse(String),
-    /// The compute instance state does not allow the step.
-    #[error("{0}: {1}")]
-    ComputeState(String, &'static str),
+    /// Destroying a compute instance the GPU instance does not have.
+    #[error("{0}: has no compute instance")]
+    NoCompute(String),
+    /// Creating a compute instance where one already takes every slice.
+    #[error("{0}: already has a compute instance")]
+    HasCompute(String),
     /// Creating the instance would break a layout rule.
     #[error(transparent)]
     Layout(#[from] LayoutError),
@@ -229,7 +232,7 @@ impl DriverModel {
                     return Err(DriverError::InUse(name(&i)));
                 }
                 if !self.with_compute.contains(&i) {
-                    return Err(DriverError::ComputeState(name(&i), "has no compute instance"));
+                    return Err(DriverError::NoCompute(name(&i)));
                 }
                 self.with_compute.retain(|c| *c != i);
             }
@@ -255,10 +258,7 @@ impl DriverModel {
                     return Err(DriverError::NotFound(name(&i)));
                 }
                 if self.with_compute.contains(&i) {
-                    return Err(DriverError::ComputeState(
-                        name(&i),
-                        "already has a compute instance",
-                    ));
+                    return Err(DriverError::HasCompute(name(&i)));
                 }
                 self.with_compute.push(i);
             }

@@ -384,3 +384,27 @@ fn with_a_snapshot_only_listed_types_are_chosen() {
     let s = snapshot(&[("7g.40gb", 0, 0), ("1g.5gb", 3, 0)]);
     assert_eq!(routed(&r, &j, Some(&s)).gpu_type, "7g.40gb");
 }
+
+#[test]
+fn on_a30s_jobs_route_to_the_a30s_profiles_and_its_whole_gpu_is_the_fastest() {
+    let r = router_with("", &["a30-24gb"]);
+    let names: Vec<&str> = r.candidates().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["1g.6gb", "2g.12gb", "4g.24gb"],
+        "no +me profile is a candidate"
+    );
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;gpumem=8G"));
+    j.deadline = Some(NOW + 10_000 * 60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "2g.12gb", "1g.6gb has 6 GB");
+    let mut j = job("gres:gpu:mig:1", None);
+    j.time_limit_min = Some(120);
+    j.deadline = Some(NOW + 30 * 60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "4g.24gb");
+    let mixed = router_with("", &["a100-40gb", "a30-24gb", "h100-80gb"]);
+    let names: Vec<&str> = mixed.candidates().iter().map(|c| c.name.as_str()).collect();
+    assert!(
+        names.contains(&"1g.6gb") && names.contains(&"7g.80gb") && names.contains(&"3g.20gb"),
+        "{names:?}"
+    );
+}
