@@ -344,28 +344,16 @@ fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usi
     let entries = &resolved.config.policy.periodic;
     let at =
         |e: &smartmig_core::config::PeriodicEntry| parse_time_of_day(e.at.get_ref()).map_or(0.0, f64::from);
+    // The entry in force: the last one whose time has come, else (before the first) the
+    // last one, wrapping from the day before.
     let entry = entries
         .iter()
-        .rev()
-        .find(|e| at(e) <= minute_of_day)
-        .or(entries.last());
-    let configs = &resolved.models[m].configurations;
-    let layout: Vec<usize> = entry
-        .map(|e| {
-            e.layout
-                .iter()
-                .filter_map(|n| {
-                    configs
-                        .iter()
-                        .position(|c| c.name.eq_ignore_ascii_case(n.get_ref()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    if layout.is_empty() {
-        resolved.models[m].static_layout.clone()
-    } else {
-        layout
+        .rposition(|e| at(e) <= minute_of_day)
+        .or_else(|| entries.len().checked_sub(1));
+    let rm = &resolved.models[m];
+    match entry.and_then(|e| rm.periodic.get(e)) {
+        Some(layout) if !layout.is_empty() => layout.clone(),
+        _ => rm.static_layout.clone(),
     }
 }
 
