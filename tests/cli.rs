@@ -87,10 +87,98 @@ fn mig_plan_reports_the_busy_instances_it_would_destroy() {
         "--busy",
         "3g.20gb@4,4g.20gb@0",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // Issue 17: a plan that destroys a busy instance cannot run; it used to exit 0.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("keep:    3g.20gb@4"), "{out}");
-    assert!(out.contains("touches busy: 4g.20gb@0"), "{out}");
+    let e = stderr(&o);
+    assert!(e.contains("destroys busy instance(s) 4g.20gb@0"), "{e}");
+    let idle = smartmig(&[
+        "mig", "plan", "--gpu", "a100-40gb", "--from", "c2", "--to", "c6", "--busy", "3g.20gb@4",
+    ]);
+    assert!(idle.status.success(), "{}", stderr(&idle));
+    assert!(stdout(&idle).contains("busy instances untouched"));
+}
+
+/// Issue 17: `--from c13` was read as an instance list and got a misleading error.
+#[test]
+fn an_unknown_configuration_in_mig_plan_is_named_with_the_known_ones() {
+    let o = smartmig(&["mig", "plan", "--gpu", "a100-40gb", "--from", "c13", "--to", "c1"]);
+    assert_eq!(o.status.code(), Some(3));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--from c13: unknown configuration `c13`") && e.contains("c12"),
+        "{e}"
+    );
+}
+
+/// Issue 17: `mig layouts | head -1` panicked on the closed pipe (exit 101).
+#[test]
+fn no_command_panics_when_its_reader_closes_the_pipe() {
+    use std::io::Read;
+    use std::process::Stdio;
+    for args in [
+        &["mig", "layouts", "--gpu", "a100-40gb"][..],
+        &["mig", "models"],
+        &["mig", "configs"],
+        &["mig", "plan", "--gpu", "a100-40gb", "--from", "c12", "--to", "c1"],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read nothing: close our end at once, as `head -0` would.
+        drop(child.stdout.take());
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = child.wait().unwrap();
+        assert_ne!(status.code(), Some(101), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn mig_configs_lists_every_named_configuration_with_its_placement() {
+    let o = smartmig(&["mig", "configs", "--gpu", "a100-40gb"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("c3") && out.contains("4g.20gb@0 2g.10gb@4 1g.10gb@6"), "{out}");
+    let v = json(&smartmig(&["mig", "configs", "--format", "json", "--pre-r510"]));
+    let all = v.as_array().unwrap();
+    // Every catalogue model, and c2 (4g with 3g) unavailable before R510.
+    let c2: Vec<&serde_json::Value> = all.iter().filter(|c| c["name"] == "c2").collect();
+    assert!(c2.len() >= 4 && c2.iter().all(|c| c["available"] == false), "{v}");
+}
+
+/// Issue 17: `config check` printed `MeanField` and `Drain`, not the file's spellings.
+#[test]
+fn config_check_prints_the_configs_own_spellings() {
+    let o = smartmig(&[
+        "config",
+        "check",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml"),
+    ]);
+    let out = stdout(&o);
+    assert!(out.contains("policy: mean-field, mode: drain"), "{out}");
+}
+
+/// Issue 17: same codes as `smartmigd status` (controller/tests/cli.rs).
+#[test]
+fn status_exits_3_for_a_missing_config_and_1_for_a_missing_status_file() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("nope.toml");
+    let o = smartmig(&["status", "--config", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let cfg = d.path().join("smartmig.toml");
+    std::fs::write(
+        &cfg,
+        format!("version = 1\n[controller]\nstate_dir = \"{}\"\n", d.path().display()),
+    )
+    .unwrap();
+    let o = smartmig(&["status", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
 
 #[test]

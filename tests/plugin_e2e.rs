@@ -8,7 +8,7 @@
 //! The node has two fake A100-40GB GPUs in different layouts, c2 (4g + 3g) and c7
 //! (2g + 1g + 1g + 3g): types 4g.20gb ×1, 3g.20gb ×2, 2g.10gb ×1, 1g.5gb ×2. smartmig.toml's
 //! static layout says the same, so without a snapshot routing picks among these types.
-//! Expected types follow MODEL.md: run time on k slices = `--time` (on 7g) × s7/sk, due
+//! Expected types follow docs/model.md: run time on k slices = `--time` (on 7g) × s7/sk, due
 //! time = deadline, `due=` hint, or 1.5 × run time on 7g; the slowest slice meeting it wins.
 
 mod slurm;

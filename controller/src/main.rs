@@ -1,6 +1,7 @@
 //! smartmigd: the MIG repartitioning daemon (central and node roles).
 //!
-//! Exit codes: 0 success, 1 error (printed once with its causes), 2 bad command line.
+//! Exit codes (the same as `smartmig`'s): 0 success; 1 a run failed (printed once with its
+//! causes); 2 bad command line; 3 invalid input: smartmig.toml missing or wrong.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -106,7 +107,12 @@ fn manpages(dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Exit code for a missing or invalid smartmig.toml (as `smartmig` uses for bad input).
+const EXIT_INPUT: u8 = 3;
+
 fn main() -> ExitCode {
+    // Before any thread exists: the environment is still safe to change.
+    smartmig_policy::runtime::disable_telemetry();
     let cli = Cli::parse();
     // The benchmark's table is its output; its cycles' routine log lines would bury it.
     let level = if matches!(cli.role, Role::Bench { .. }) {
@@ -139,7 +145,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("smartmigd: {e:#}");
-            ExitCode::FAILURE
+            let bad_config = e
+                .chain()
+                .any(|c| c.downcast_ref::<smartmig_core::config::ConfigError>().is_some());
+            ExitCode::from(if bad_config { EXIT_INPUT } else { 1 })
         }
     }
 }

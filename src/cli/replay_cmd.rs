@@ -71,14 +71,11 @@ pub fn run(a: ReplayArgs) -> CliResult {
     let model = if a.no_model {
         Err("left out with --no-model".to_string())
     } else {
-        a.model.clone().or_else(|| shipped_model(&sc)).ok_or_else(|| {
-            let key = sc.models.first().map_or("?", |m| m.model.key.as_str());
-            format!(
-                "no learned policy for this cluster (onnx/{key}-{}.onnx is not installed; pass --model FILE)",
-                sc.scenario.repartition.semantics.as_str()
-            )
-        })
+        a.model.clone().map_or_else(|| shipped_model(&sc), Ok)
     };
+    if model.is_ok() {
+        super::policy_cmd::ensure_runtime()?;
+    }
     let pb = indicatif::ProgressBar::hidden();
     let input = ReplayInput {
         source: name,

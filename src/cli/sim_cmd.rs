@@ -146,14 +146,41 @@ pub struct CompareArgs {
     plot: Option<PathBuf>,
 }
 
-/// The shipped policy for a scenario's GPU model and semantics, if one is installed.
-pub fn shipped_model(sc: &ResolvedScenario) -> Option<PathBuf> {
-    let cm = sc.models.first()?;
+/// Where the `smartmig` package installs the learned policies.
+pub const SHIPPED_POLICY_DIR: &str = "/usr/share/smartmig/onnx";
+
+/// The shipped policy for a scenario's GPU model and semantics (`onnx/` of the current
+/// directory, then [`SHIPPED_POLICY_DIR`]), or one line saying why there is none.
+pub fn shipped_model(sc: &ResolvedScenario) -> Result<PathBuf, String> {
+    let cm = sc
+        .models
+        .first()
+        .ok_or_else(|| "the scenario has no GPU model".to_string())?;
     let name = crate::policy::policy_file_name(&cm.model.key, sc.scenario.repartition.semantics);
-    [PathBuf::from("onnx"), PathBuf::from("/usr/share/smartmig/onnx")]
+    [PathBuf::from("onnx"), PathBuf::from(SHIPPED_POLICY_DIR)]
         .into_iter()
         .map(|d| d.join(&name))
         .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "no policy file {name} in ./onnx or {SHIPPED_POLICY_DIR} (run from the smartmig checkout, install the smartmig package, or pass --model FILE)"
+            )
+        })
+}
+
+/// The policy file of the `smart-mig` row: `--model`, else the shipped one; `--no-model`
+/// or a missing file leaves the row out, and the latter is said on standard error.
+pub(crate) fn smart_mig_model(sc: &ResolvedScenario, model: &Option<PathBuf>, no_model: bool) -> Option<PathBuf> {
+    if no_model {
+        return None;
+    }
+    match model.clone().map_or_else(|| shipped_model(sc), Ok) {
+        Ok(p) => Some(p),
+        Err(why) => {
+            eprintln!("smartmig: no smart-mig row: {why}");
+            None
+        }
+    }
 }
 
 /// The layout a learned policy starts from: the scenario's best static layout, else its reference.
@@ -233,11 +260,12 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         })?),
         PolicyArg::Periodic => LayoutSpec::Periodic,
         PolicyArg::MeanField => {
-            let model = a.model.clone().or_else(|| shipped_model(&sc)).ok_or_else(|| {
-                CliError::input(anyhow::anyhow!(
-                    "--policy mean-field needs --model FILE (no shipped policy for this GPU model and semantics)"
-                ))
-            })?;
+            let model = match a.model.clone() {
+                Some(m) => m,
+                None => shipped_model(&sc)
+                    .map_err(|why| CliError::input(anyhow::anyhow!("--policy mean-field needs a policy: {why}")))?,
+            };
+            super::policy_cmd::ensure_runtime()?;
             LayoutSpec::MeanField { model, initial: mean_field_start(&sc) }
         }
     };
@@ -272,11 +300,11 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         Format::Json => print_json(&r),
         Format::Table => {
             println!(
-                "scenario {} | policy {} | scheduler {} | semantics {:?} | seed {} | {} jobs on {} GPUs",
+                "scenario {} | policy {} | scheduler {} | semantics {} | seed {} | {} jobs on {} GPUs",
                 sc.scenario.name,
                 r.policy,
                 r.scheduler.name(),
-                r.semantics,
+                r.semantics.as_str(),
                 r.seed,
                 r.jobs,
                 sc.gpus.len()
@@ -316,11 +344,10 @@ pub fn compare(a: CompareArgs) -> CliResult {
     } else {
         sc.scenario.baselines.static_best.clone()
     };
-    let model = if a.no_model {
-        None
-    } else {
-        a.model.clone().or_else(|| shipped_model(&sc))
-    };
+    let model = smart_mig_model(&sc, &a.model, a.no_model);
+    if model.is_some() {
+        super::policy_cmd::ensure_runtime()?;
+    }
     let policies = compare_policies(&sc, best.as_deref(), model);
     let seeds = eval_seeds(a.seeds);
     let pb = progress(seeds.len() as u64, "compare");
