@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 use smartmigd::central::run;
 
+mod manual;
+
 /// smartmigd: repartitions MIG GPUs between Slurm allocations.
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -101,7 +103,7 @@ fn bench(gpus: usize, jobs: usize, cycles: usize, fixed: bool) -> anyhow::Result
 
 /// `smartmigd manpages DIR`: section 8, the daemon's manual section.
 fn manpages(dir: PathBuf) -> anyhow::Result<()> {
-    for page in smartmig_clidoc::write_man_pages(Cli::command(), "8", &dir)? {
+    for page in smartmig_clidoc::write_man_pages(Cli::command(), "8", &dir, &manual::page_text)? {
         println!("{}", page.display());
     }
     Ok(())

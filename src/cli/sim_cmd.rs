@@ -131,7 +131,7 @@ pub struct CompareArgs {
     /// Training seeds for `--tune`.
     #[arg(long, default_value_t = 4)]
     tune_seeds: u32,
-    /// Policy file (ONNX) to include as `smart-mig` (default: `onnx/<gpu>-<semantics>.onnx`
+    /// Policy file (ONNX) to include as `smart-mig` (default: `onnx/<gpu-key>-<semantics>.onnx`
     /// in the current directory or /usr/share/smartmig/onnx, when present).
     #[arg(long)]
     model: Option<PathBuf>,

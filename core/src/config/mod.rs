@@ -136,7 +136,7 @@ pub struct PolicyConfig {
     /// Which policy runs.
     #[serde(default = "default_kind")]
     pub kind: PolicyKind,
-    /// Directory holding `<model>.onnx` policies.
+    /// Directory holding the `<gpu-key>-<semantics>.onnx` policies.
     #[serde(default = "default_models_dir")]
     pub models_dir: PathBuf,
     /// Seconds between decisions.
