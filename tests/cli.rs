@@ -476,3 +476,50 @@ fn doctor_compares_gres_conf_with_a_simulated_nodes_instances_and_names_the_sour
     assert!(msg.contains("reports GPU 1 3g.20gb@4"), "{msg}");
     assert!(msg.contains("gres.conf has no line for it"), "{msg}");
 }
+
+/// Issue 17: outside the repository `compare` left the smart-mig row out without a word.
+#[test]
+fn compare_says_in_one_line_why_the_smart_mig_row_is_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
+        .args(["compare", "--seeds", "1", "--set", "workload.multiplier=1", "--format", "json"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let why: Vec<&str> = e.lines().filter(|l| l.contains("no smart-mig row")).collect();
+    assert_eq!(why.len(), 1, "{e}");
+    assert!(
+        why[0].contains("a100-40gb-preempt.onnx") && why[0].contains("--model"),
+        "{e}"
+    );
+    // The JSON on standard output is untouched by the notice.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["policies"].as_array().unwrap().iter().all(|p| p["name"] != "smart-mig"));
+}
+
+/// Issue 17: ONNX Runtime wrote ~/.cache/Microsoft/DeveloperTools/.onnxruntime/deviceid.
+#[test]
+fn onnx_runtime_leaves_no_telemetry_files_behind() {
+    let lib = smartmig::policy::provision::fetch_runtime().expect("ONNX Runtime for the tests");
+    let home = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
+        .args([
+            "policy",
+            "inspect",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/onnx/a100-40gb-drain.onnx"),
+        ])
+        .env("HOME", home.path())
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("ORT_DISABLE_TELEMETRY")
+        .env("ORT_DYLIB_PATH", &lib)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !home.path().join(".cache/Microsoft").exists(),
+        "ONNX Runtime wrote under {}",
+        home.path().display()
+    );
+}

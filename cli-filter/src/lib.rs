@@ -107,7 +107,9 @@ pub fn filter(opts: &mut impl Options) -> Result<Vec<String>, String> {
 #[cfg(not(test))]
 extern "C" {
     fn slurm_option_get(opt: *mut c_void, name: *const c_char) -> *mut c_char;
-    fn slurm_option_set(opt: *mut c_void, name: *const c_char, value: *const c_char, early: bool) -> bool;
+    // Returns bool in some releases and int (SLURM_SUCCESS) in others: the result is not
+    // read; `set` reads the option back instead.
+    fn slurm_option_set(opt: *mut c_void, name: *const c_char, value: *const c_char, early: bool) -> c_int;
     // 22.05 takes (item, file, line, func); later releases only `item`. The extra
     // arguments are harmless to the one-argument form under the C calling convention.
     fn slurm_xfree(item: *mut *mut c_void, file: *const c_char, line: c_int, func: *const c_char);
@@ -121,8 +123,8 @@ mod standins {
     pub unsafe fn slurm_option_get(_: *mut c_void, _: *const c_char) -> *mut c_char {
         std::ptr::null_mut()
     }
-    pub unsafe fn slurm_option_set(_: *mut c_void, _: *const c_char, _: *const c_char, _: bool) -> bool {
-        false
+    pub unsafe fn slurm_option_set(_: *mut c_void, _: *const c_char, _: *const c_char, _: bool) -> c_int {
+        -1
     }
     pub unsafe fn slurm_xfree(_: *mut *mut c_void, _: *const c_char, _: c_int, _: *const c_char) {}
     pub unsafe fn slurm_error(_: *const c_char, msg: *const c_char) {
@@ -153,11 +155,19 @@ impl Options for SlurmOptions {
     }
 
     fn set(&mut self, name: &str, value: &str) -> bool {
-        let (Ok(name), Ok(value)) = (CString::new(name), CString::new(value)) else {
+        let (Ok(c_name), Ok(c_value)) = (CString::new(name), CString::new(value)) else {
             return false;
         };
         // SAFETY: Slurm copies the value; both strings outlive the call.
-        unsafe { slurm_option_set(self.0, name.as_ptr(), value.as_ptr(), false) }
+        unsafe { slurm_option_set(self.0, c_name.as_ptr(), c_value.as_ptr(), false) };
+        // Some releases prepend `gres:` to --gres values; the rest must read back as set.
+        let bare = |v: &str| {
+            v.strip_prefix("gres:")
+                .or_else(|| v.strip_prefix("gres/"))
+                .unwrap_or(v)
+                .to_string()
+        };
+        self.get(name).is_some_and(|now| bare(&now) == bare(value))
     }
 }
 

@@ -18,7 +18,8 @@
 //! - x_{j,s} ∈ [0, min(ε, (s+1)ε − r_j)], s ∈ a_j..=e_j: work of j done in slot s (one
 //!   machine at a time, nothing before r_j); z_{j,s} = z_{j,s−1} + x_{j,s} ∈ [0, p_j]: work
 //!   done by the end of slot s; per slot Σ_j x_{j,s} ≤ mε (written only for slots where
-//!   more than m windows overlap: otherwise it is implied).
+//!   more than m windows overlap: otherwise it is implied). The LP is solved with y and z
+//!   substituted out (`TimeIndexed::completion_lp` shows why its optimum is the same).
 //! - y_{j,t} ∈ {0,1}, t ∈ b_j..=e_j, with p_j·y_{j,t} ≤ z_{j,t} (y = 1: finished by the end
 //!   of slot t), y non-decreasing in t (MIP only: with continuous y the optimum is
 //!   non-decreasing anyway), and y_{j,e_j} = 1 when L ≥ U ("forced"; otherwise a job
@@ -333,6 +334,14 @@ struct TimeIndexed {
     cells: usize,
 }
 
+/// One job's window of slots: a (holds the release), b (first slot the job can end in),
+/// e (holds d_j + lookahead), and the work it may do in each slot.
+struct Window {
+    a: usize,
+    b: usize,
+    e: usize,
+}
+
 impl TimeIndexed {
     fn build(
         jobs: &[RelaxedJob],
@@ -342,7 +351,6 @@ impl TimeIndexed {
         force: bool,
         integer: bool,
     ) -> TimeIndexed {
-        use ComparisonOp::{Eq, Ge, Le};
         // Rounding errs on the side of validity: a window may start a slot early and end a
         // slot late, a completion may be allowed a slot early; each only loosens the model.
         const TOL: f64 = 1e-9;
@@ -358,51 +366,99 @@ impl TimeIndexed {
             if capacity.len() <= e {
                 capacity.resize_with(e + 1, Vec::new);
             }
+            cells += e - a + 1;
             // T_j, cost 1, never below the job's own lateness at full speed.
             let t_col = pb.add_var(1.0, ((j.release + j.length - j.deadline).max(0.0), f64::INFINITY));
-            let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
-            let mut z_prev: Option<Variable> = None;
-            let mut y_prev: Option<Variable> = None;
-            for s in a..=e {
-                cells += 1;
-                let slot_cap = eps.min((s + 1) as f64 * eps - j.release).max(0.0);
-                let x = pb.add_var(0.0, (0.0, slot_cap));
-                let z = pb.add_var(0.0, (0.0, j.length));
-                match z_prev {
-                    None => pb.add_constraint([(z, 1.0), (x, -1.0)], Eq, 0.0),
-                    Some(p) => pb.add_constraint([(z, 1.0), (p, -1.0), (x, -1.0)], Eq, 0.0),
-                }
-                capacity[s].push((x, 1.0));
-                if s >= b {
-                    // y_{j,e} = 1 when forced: the job ends inside its window (module doc).
-                    let y = if force && s == e {
-                        pb.add_var(0.0, (1.0, 1.0))
-                    } else if integer {
-                        pb.add_binary_var(0.0)
-                    } else {
-                        pb.add_var(0.0, (0.0, 1.0))
-                    };
-                    pb.add_constraint([(y, j.length), (z, -1.0)], Le, 0.0);
-                    if let (true, Some(yp)) = (integer, y_prev) {
-                        pb.add_constraint([(yp, 1.0), (y, -1.0)], Le, 0.0);
-                    }
-                    y_prev = Some(y);
-                    t_row.push((y, eps));
-                }
-                z_prev = Some(z);
+            let w = Window { a, b, e };
+            let xs: Vec<Variable> = (a..=e)
+                .map(|s| {
+                    let slot_cap = eps.min((s + 1) as f64 * eps - j.release).max(0.0);
+                    let x = pb.add_var(0.0, (0.0, slot_cap));
+                    capacity[s].push((x, 1.0));
+                    x
+                })
+                .collect();
+            if integer {
+                Self::completion_mip(&mut pb, j, &w, &xs, t_col, eps, force);
+            } else {
+                Self::completion_lp(&mut pb, j, &w, &xs, t_col, eps, force);
             }
-            // T_j ≥ C_j − d_j with C_j = ε·Σ_{t ≤ e} (1 − y_t) and y_t = 0 for t < b:
-            // T_j + ε·Σ_{t ≥ b} y_t ≥ ε·(e + 1) − d_j.
-            pb.add_constraint(t_row, Ge, (e + 1) as f64 * eps - j.deadline);
         }
         let machine_time = m as f64 * eps;
         for row in capacity {
             // With at most m windows the row cannot bind: each x is at most ε.
             if row.len() > m {
-                pb.add_constraint(row, Le, machine_time);
+                pb.add_constraint(row, ComparisonOp::Le, machine_time);
             }
         }
         TimeIndexed { problem: pb, cells }
+    }
+
+    /// The MIP's completion rows: z_{j,s} = z_{j,s−1} + x_{j,s} ∈ [0, p_j], binary y_{j,t}
+    /// non-decreasing with p_j·y_{j,t} ≤ z_{j,t}, and T_j + ε·Σ_{t ≥ b} y_t ≥ ε·(e + 1) − d_j
+    /// (C_j = ε·Σ_{t ≤ e} (1 − y_t), y_t = 0 for t < b).
+    fn completion_mip(
+        pb: &mut Problem,
+        j: &RelaxedJob,
+        w: &Window,
+        xs: &[Variable],
+        t_col: Variable,
+        eps: f64,
+        force: bool,
+    ) {
+        use ComparisonOp::{Eq, Ge, Le};
+        let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
+        let mut z_prev: Option<Variable> = None;
+        let mut y_prev: Option<Variable> = None;
+        for (s, &x) in (w.a..=w.e).zip(xs) {
+            let z = pb.add_var(0.0, (0.0, j.length));
+            match z_prev {
+                None => pb.add_constraint([(z, 1.0), (x, -1.0)], Eq, 0.0),
+                Some(p) => pb.add_constraint([(z, 1.0), (p, -1.0), (x, -1.0)], Eq, 0.0),
+            }
+            if s >= w.b {
+                // y_{j,e} = 1 when forced: the job ends inside its window (module doc).
+                let y = if force && s == w.e {
+                    pb.add_var(0.0, (1.0, 1.0))
+                } else {
+                    pb.add_binary_var(0.0)
+                };
+                pb.add_constraint([(y, j.length), (z, -1.0)], Le, 0.0);
+                if let Some(yp) = y_prev {
+                    pb.add_constraint([(yp, 1.0), (y, -1.0)], Le, 0.0);
+                }
+                y_prev = Some(y);
+                t_row.push((y, eps));
+            }
+            z_prev = Some(z);
+        }
+        pb.add_constraint(t_row, Ge, (w.e + 1) as f64 * eps - j.deadline);
+    }
+
+    /// The LP's completion rows, with y and z substituted out. With y continuous the
+    /// optimum takes y_t = z_t/p_j (a larger y only lowers T_j, and z ≤ p keeps y ≤ 1),
+    /// and z_t = Σ_{s ≤ t} x_s, so ε·Σ_{t ≥ b} y_t = (ε/p_j)·Σ_s x_s·(e − max(s, b) + 1):
+    /// one row per job instead of two per cell, the same optimum. Σ_s x_s ≤ p_j (= p_j
+    /// when forced) stands for z ≤ p_j.
+    fn completion_lp(
+        pb: &mut Problem,
+        j: &RelaxedJob,
+        w: &Window,
+        xs: &[Variable],
+        t_col: Variable,
+        eps: f64,
+        force: bool,
+    ) {
+        use ComparisonOp::{Eq, Ge, Le};
+        let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
+        t_row.extend(
+            (w.a..=w.e)
+                .zip(xs)
+                .map(|(s, &x)| (x, eps / j.length * (w.e - s.max(w.b) + 1) as f64)),
+        );
+        pb.add_constraint(t_row, Ge, (w.e + 1) as f64 * eps - j.deadline);
+        let work: Vec<(Variable, f64)> = xs.iter().map(|&x| (x, 1.0)).collect();
+        pb.add_constraint(work, if force { Eq } else { Le }, j.length);
     }
 }
 
