@@ -271,7 +271,7 @@ fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
     // A bad update is refused and leaves the job as it was.
     let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:9"]);
     assert!(!out.status.success(), "Gres=gpu:mig:9 was accepted");
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:4g.20gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1");
     let out = c.scontrol(&["release", &id.to_string()]);
     assert!(out.status.success());
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
@@ -285,11 +285,12 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
     let (_g, c) = start();
     let submit = || {
         let (id, _) = c
-            .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
+            .sbatch(&["--gres=gpu:mig:1", "--time=60", "--hold", "--wrap", "true"])
             .unwrap();
         c.job(id)["TresPerNode"].clone()
     };
-    assert_eq!(submit(), "gres:gpu:4g.20gb:1");
+    // Linear default class, due 1.5 × 60 + 60 = 150 min: 3g (140 min).
+    assert_eq!(submit(), "gres:gpu:3g.20gb:1");
     // A site class that does not scale becomes the default: the smallest slice wins.
     c.write_smartmig_toml(&format!(
         "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
@@ -339,7 +340,7 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     let (id, _) = c
         .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
         .unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:4g.20gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:1g.5gb:1");
 }
 
 #[test]
@@ -481,9 +482,16 @@ fn two_nodes_in_network_namespaces_take_routed_jobs() {
     opts.more_nodes = vec![vec![FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)])]];
     let c = Cluster::start(&opts);
     assert_eq!(c.nodes.len(), 2);
-    // As in the matrix: 4g.20gb (only on the first node) and 2g.10gb (only on the second).
+    // Due in 15 min, 10 on 7g: no slice meets it, so the fastest present, 4g.20gb (only
+    // on the first node); and as in the matrix 2g.10gb (only on the second).
     let (a, _) = c
-        .sbatch(&["--gres=gpu:mig:1", "--time=10", "--wrap", "sleep 1"])
+        .sbatch(&[
+            "--gres=gpu:mig:1",
+            "--time=10",
+            "--comment=smartmig:due=15",
+            "--wrap",
+            "sleep 1",
+        ])
         .unwrap();
     let mut args = CASES[0].args.to_vec();
     args.extend(["--wrap", "sleep 1"]);
