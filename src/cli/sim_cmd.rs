@@ -292,6 +292,7 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         plot::configuration_mix(
             &dir.join("configurations.svg"),
             series,
+            &plot::configuration_labels(&sc),
             &format!("{}: configuration mix", r.policy),
         )
         .map_err(CliError::failure)?;
@@ -355,7 +356,7 @@ pub fn compare(a: CompareArgs) -> CliResult {
     let cmp = run_compare(&sc, &policies, &seeds, sample, &pb).map_err(CliError::input)?;
     pb.finish_and_clear();
     if let Some(dir) = &a.plot {
-        compare_plots(dir, &cmp)?;
+        compare_plots(dir, &cmp, &plot::configuration_labels(&sc))?;
     }
     match a.format {
         Format::Json => print_json(&cmp),
@@ -386,7 +387,7 @@ pub(crate) fn compare_policies(
     policies
 }
 
-fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
+fn compare_plots(dir: &Path, cmp: &Comparison, labels: &[String]) -> CliResult {
     make_dir(dir)?;
     let first = cmp.runs.first().map(Vec::as_slice).unwrap_or_default();
     if let Some(series) = first
@@ -398,7 +399,7 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
             &dir.join("load.svg"),
             series,
             &format!(
-                "{}: arrivals, busy slices, waiting jobs ({})",
+                "{}: arrivals, busy slices, waiting jobs ({}, first day)",
                 cmp.scenario, cmp.reference
             ),
         )
@@ -409,20 +410,38 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
             plot::configuration_mix(
                 &dir.join(format!("configurations-{}.svg", r.policy)),
                 series,
-                &format!("{}: configuration mix over the day", r.policy),
+                labels,
+                &format!("{}: configuration mix over the first day", r.policy),
             )
             .map_err(CliError::failure)?;
         }
     }
-    let points: Vec<(String, f64, f64)> = cmp
+    let points: Vec<plot::EtPoint> = cmp
         .policies
         .iter()
-        .map(|p| (p.name.clone(), p.energy_kwh, p.avg_tardiness_min))
+        .map(|p| plot::EtPoint {
+            name: p.name.clone(),
+            energy_kwh: p.energy_kwh,
+            energy_sd: p.energy_wmin_sd / crate::energy::WMIN_PER_KWH,
+            tardiness_min: p.avg_tardiness_min,
+            tardiness_sd: p.avg_tardiness_min_sd,
+        })
         .collect();
+    let bounds = cmp.bounds.as_ref().and_then(|b| {
+        Some((
+            b["energy_kwh"].as_f64()?,
+            b["tardiness_min"].as_f64().unwrap_or(0.0),
+        ))
+    });
     plot::energy_vs_tardiness(
         &dir.join("energy-vs-tardiness.svg"),
         &points,
-        &format!("{}: energy vs tardiness", cmp.scenario),
+        bounds,
+        &format!(
+            "{}: energy vs tardiness (mean ± sd over {} days)",
+            cmp.scenario,
+            cmp.seeds.len()
+        ),
     )
     .map_err(CliError::failure)
 }
