@@ -45,7 +45,10 @@ pub fn write_smartmig_man_pages(dir: &Path) -> Result<Vec<PathBuf>, WriteError> 
 }
 
 fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-    items.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
 }
 
 /// The exit codes every smartmig command shares (src/cli/mod.rs).
@@ -69,9 +72,18 @@ pub fn page_text(name: &str) -> PageText {
         ],
         ..PageText::default()
     };
-    let config = ("/etc/smartmig/smartmig.toml", "The configuration (smartmig.toml(5)); also looked for beside slurm.conf.");
-    let scenarios = ("/usr/share/smartmig/scenarios/*.toml", "Scenarios: cluster, workload and baselines (the paper's reference is built in).");
-    let policies = ("/usr/share/smartmig/onnx/<gpu-key>-<semantics>.onnx", "Shipped learned policies; ./onnx/ is looked at first.");
+    let config = (
+        "/etc/smartmig/smartmig.toml",
+        "The configuration (smartmig.toml(5)); also looked for beside slurm.conf.",
+    );
+    let scenarios = (
+        "/usr/share/smartmig/scenarios/*.toml",
+        "Scenarios: cluster, workload and baselines (the paper's reference is built in).",
+    );
+    let policies = (
+        "/usr/share/smartmig/onnx/<gpu-key>-<semantics>.onnx",
+        "Shipped learned policies; ./onnx/ is looked at first.",
+    );
     let runtime = ("~/.cache/smartmig/onnxruntime/1.32.0/, /usr/lib/smartmig/", "ONNX Runtime, downloaded once by `smartmig policy fetch-runtime` (`--system`: for every user and smartmigd).");
     match name {
         "smartmig" => {
@@ -80,11 +92,23 @@ pub fn page_text(name: &str) -> PageText {
             ];
             t.files = pairs(&[config, scenarios, policies, runtime]);
             t.examples = pairs(&[
-                ("smartmig compare --seeds 20", "Every baseline on the paper's reference scenario over 20 days, with the lower bounds."),
-                ("smartmig mig configs --gpu a100-40gb", "The named configurations c1..c12 and their placements."),
-                ("smartmig doctor", "Check an installation: Slurm, plugin, config, snapshot, NVML, ONNX Runtime, gres.conf."),
+                (
+                    "smartmig compare --seeds 20",
+                    "Every baseline on the paper's reference scenario over 20 days, with the lower bounds.",
+                ),
+                (
+                    "smartmig mig configs --gpu a100-40gb",
+                    "The named configurations c1..c12 and their placements.",
+                ),
+                (
+                    "smartmig doctor",
+                    "Check an installation: Slurm, plugin, config, snapshot, NVML, ONNX Runtime, gres.conf.",
+                ),
             ]);
-            t.exit_status.push(("4, 5".into(), "smartmig doctor only: the worst finding is a warning (4) or a failure (5).".into()));
+            t.exit_status.push((
+                "4, 5".into(),
+                "smartmig doctor only: the worst finding is a warning (4) or a failure (5).".into(),
+            ));
         }
         "smartmig-compare" | "smartmig-simulate" | "smartmig-tune-static" | "smartmig-bounds" => {
             t.description = vec![
@@ -93,21 +117,42 @@ pub fn page_text(name: &str) -> PageText {
             t.files = pairs(&[scenarios, policies, runtime]);
             t.examples = match name {
                 "smartmig-compare" => pairs(&[
-                    ("smartmig compare --seeds 20", "The reference scenario over 20 evaluation days."),
-                    ("smartmig compare --set workload.multiplier=12 --format json", "At 12x load, as JSON."),
-                    ("smartmig compare --model p.onnx --plot out/", "With a trained policy, and figures as SVG in out/."),
+                    (
+                        "smartmig compare --seeds 20",
+                        "The reference scenario over 20 evaluation days.",
+                    ),
+                    (
+                        "smartmig compare --set workload.multiplier=12 --format json",
+                        "At 12x load, as JSON.",
+                    ),
+                    (
+                        "smartmig compare --model p.onnx --plot out/",
+                        "With a trained policy, and figures as SVG in out/.",
+                    ),
                 ]),
                 "smartmig-simulate" => pairs(&[
-                    ("smartmig simulate --policy static --layout c6 --scheduler edf --seed 7", "One day with every GPU in c6 under EDF."),
-                    ("smartmig simulate --trace history.sacct --trace-format sacct --plot out/", "A site's own history, with figures."),
+                    (
+                        "smartmig simulate --policy static --layout c6 --scheduler edf --seed 7",
+                        "One day with every GPU in c6 under EDF.",
+                    ),
+                    (
+                        "smartmig simulate --trace history.sacct --trace-format sacct --plot out/",
+                        "A site's own history, with figures.",
+                    ),
                 ]),
                 "smartmig-tune-static" => pairs(&[(
                     "smartmig tune-static --scenario my-site.toml --write",
                     "Search the best fixed layout and record it as baselines.static_best.",
                 )]),
                 _ => pairs(&[
-                    ("smartmig bounds", "Energy and tardiness lower bounds of the reference day."),
-                    ("smartmig bounds --set workload.multiplier=26 --relaxed", "A congested day, LP relaxation only."),
+                    (
+                        "smartmig bounds",
+                        "Energy and tardiness lower bounds of the reference day.",
+                    ),
+                    (
+                        "smartmig bounds --set workload.multiplier=26 --relaxed",
+                        "A congested day, LP relaxation only.",
+                    ),
                 ]),
             };
         }
@@ -122,32 +167,57 @@ pub fn page_text(name: &str) -> PageText {
                 ("5", "A check failed."),
             ]);
             t.files = pairs(&[
-                ("$SLURM_CONF, /etc/slurm/slurm.conf", "slurm.conf (Includes read in place) and gres.conf beside it."),
+                (
+                    "$SLURM_CONF, /etc/slurm/slurm.conf",
+                    "slurm.conf (Includes read in place) and gres.conf beside it.",
+                ),
                 config,
-                ("/run/smartmig/snapshot.json", "The controller snapshot the plugin routes with."),
-                ("/usr/lib/smartmig/libonnxruntime.so.1.32.0", "The ONNX Runtime smartmigd-central loads when controller.onnxruntime is unset."),
+                (
+                    "/run/smartmig/snapshot.json",
+                    "The controller snapshot the plugin routes with.",
+                ),
+                (
+                    "/usr/lib/smartmig/libonnxruntime.so.1.32.0",
+                    "The ONNX Runtime smartmigd-central loads when controller.onnxruntime is unset.",
+                ),
             ]);
             t.examples = pairs(&[
                 ("smartmig doctor", "Check this host."),
-                ("smartmig doctor --skip nvml --format json", "On a controller-only host, as JSON."),
+                (
+                    "smartmig doctor --skip nvml --format json",
+                    "On a controller-only host, as JSON.",
+                ),
             ]);
             t.see_also.push("smartmigd-central(8), smartmigd-node(8)".into());
         }
         "smartmig-mig-plan" => {
-            t.exit_status[1] = ("1".into(), "The plan destroys a busy instance (--busy): it cannot run until that instance is idle.".into());
+            t.exit_status[1] = (
+                "1".into(),
+                "The plan destroys a busy instance (--busy): it cannot run until that instance is idle."
+                    .into(),
+            );
             t.examples = pairs(&[(
                 "smartmig mig plan --gpu a100-40gb --from c2 --to c6 --busy 3g.20gb@4",
                 "The driver calls from c2 to c6, keeping the busy 3g.",
             )]);
         }
         "smartmig-mig-probe" => {
-            t.exit_status[1] = ("1".into(), "A GPU's MIG profiles differ from the catalogue, or NVML cannot be used.".into());
+            t.exit_status[1] = (
+                "1".into(),
+                "A GPU's MIG profiles differ from the catalogue, or NVML cannot be used.".into(),
+            );
             t.files = pairs(&[("libnvidia-ml.so.1", "NVML, loaded at run time.")]);
         }
         "smartmig-mig-configs" => {
             t.examples = pairs(&[
-                ("smartmig mig configs --gpu a100-40gb", "c1..c12 on the A100-40GB."),
-                ("smartmig mig configs --pre-r510 --format json", "Every model, marking what drivers before R510 refuse."),
+                (
+                    "smartmig mig configs --gpu a100-40gb",
+                    "c1..c12 on the A100-40GB.",
+                ),
+                (
+                    "smartmig mig configs --pre-r510 --format json",
+                    "Every model, marking what drivers before R510 refuse.",
+                ),
             ]);
         }
         "smartmig-replay" => {
@@ -159,22 +229,43 @@ pub fn page_text(name: &str) -> PageText {
         }
         "smartmig-sweep" => {
             t.examples = pairs(&[
-                ("smartmig sweep --seeds 200 --emit-sbatch /shared/s1", "Write an array job, one task per day."),
-                ("smartmig sweep --collect /shared/s1", "Merge the results into the table compare prints."),
+                (
+                    "smartmig sweep --seeds 200 --emit-sbatch /shared/s1",
+                    "Write an array job, one task per day.",
+                ),
+                (
+                    "smartmig sweep --collect /shared/s1",
+                    "Merge the results into the table compare prints.",
+                ),
             ]);
         }
         "smartmig-status" => {
             t.exit_status[1] = ("1".into(), "The central role has written no status yet.".into());
-            t.files = pairs(&[config, ("/var/lib/smartmig/central-status.json", "The status smartmigd-central writes (controller.state_dir).")]);
-            t.examples = pairs(&[("smartmig status --json", "The status file as JSON, from any host that sees state_dir.")]);
+            t.files = pairs(&[
+                config,
+                (
+                    "/var/lib/smartmig/central-status.json",
+                    "The status smartmigd-central writes (controller.state_dir).",
+                ),
+            ]);
+            t.examples = pairs(&[(
+                "smartmig status --json",
+                "The status file as JSON, from any host that sees state_dir.",
+            )]);
         }
         "smartmig-policy-fetch-runtime" => {
             t.files = pairs(&[runtime]);
-            t.examples = pairs(&[("smartmig policy fetch-runtime --system", "As root: ONNX Runtime for every user and for smartmigd.")]);
+            t.examples = pairs(&[(
+                "smartmig policy fetch-runtime --system",
+                "As root: ONNX Runtime for every user and for smartmigd.",
+            )]);
         }
         "smartmig-config-check" => {
             t.files = pairs(&[config]);
-            t.examples = pairs(&[("smartmig config check /etc/smartmig/smartmig.toml", "Report the first bad key with its line.")]);
+            t.examples = pairs(&[(
+                "smartmig config check /etc/smartmig/smartmig.toml",
+                "Report the first bad key with its line.",
+            )]);
         }
         _ => {}
     }
@@ -595,7 +686,14 @@ mod tests {
             let text = std::fs::read_to_string(&page).unwrap();
             let name = page.file_stem().unwrap().to_string_lossy().into_owned();
             let mut want = vec![".SH DESCRIPTION", ".SH \"EXIT STATUS\"", ".SH \"SEE ALSO\""];
-            if ["smartmig", "smartmig-doctor", "smartmig-compare", "smartmig-status"].contains(&name.as_str()) {
+            if [
+                "smartmig",
+                "smartmig-doctor",
+                "smartmig-compare",
+                "smartmig-status",
+            ]
+            .contains(&name.as_str())
+            {
                 want.extend([".SH FILES", ".SH EXAMPLES"]);
             }
             for w in want {

@@ -94,7 +94,16 @@ fn mig_plan_reports_the_busy_instances_it_would_destroy() {
     let e = stderr(&o);
     assert!(e.contains("destroys busy instance(s) 4g.20gb@0"), "{e}");
     let idle = smartmig(&[
-        "mig", "plan", "--gpu", "a100-40gb", "--from", "c2", "--to", "c6", "--busy", "3g.20gb@4",
+        "mig",
+        "plan",
+        "--gpu",
+        "a100-40gb",
+        "--from",
+        "c2",
+        "--to",
+        "c6",
+        "--busy",
+        "3g.20gb@4",
     ]);
     assert!(idle.status.success(), "{}", stderr(&idle));
     assert!(stdout(&idle).contains("busy instances untouched"));
@@ -144,7 +153,10 @@ fn mig_configs_lists_every_named_configuration_with_its_placement() {
     let o = smartmig(&["mig", "configs", "--gpu", "a100-40gb"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("c3") && out.contains("4g.20gb@0 2g.10gb@4 1g.10gb@6"), "{out}");
+    assert!(
+        out.contains("c3") && out.contains("4g.20gb@0 2g.10gb@4 1g.10gb@6"),
+        "{out}"
+    );
     let v = json(&smartmig(&["mig", "configs", "--format", "json", "--pre-r510"]));
     let all = v.as_array().unwrap();
     // Every catalogue model, and c2 (4g with 3g) unavailable before R510.
@@ -174,7 +186,10 @@ fn status_exits_3_for_a_missing_config_and_1_for_a_missing_status_file() {
     let cfg = d.path().join("smartmig.toml");
     std::fs::write(
         &cfg,
-        format!("version = 1\n[controller]\nstate_dir = \"{}\"\n", d.path().display()),
+        format!(
+            "version = 1\n[controller]\nstate_dir = \"{}\"\n",
+            d.path().display()
+        ),
     )
     .unwrap();
     let o = smartmig(&["status", "--config", cfg.to_str().unwrap()]);
@@ -482,7 +497,15 @@ fn doctor_compares_gres_conf_with_a_simulated_nodes_instances_and_names_the_sour
 fn compare_says_in_one_line_why_the_smart_mig_row_is_missing() {
     let d = tempfile::tempdir().unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
-        .args(["compare", "--seeds", "1", "--set", "workload.multiplier=1", "--format", "json"])
+        .args([
+            "compare",
+            "--seeds",
+            "1",
+            "--set",
+            "workload.multiplier=1",
+            "--format",
+            "json",
+        ])
         .current_dir(d.path())
         .output()
         .unwrap();
@@ -496,7 +519,11 @@ fn compare_says_in_one_line_why_the_smart_mig_row_is_missing() {
     );
     // The JSON on standard output is untouched by the notice.
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(v["policies"].as_array().unwrap().iter().all(|p| p["name"] != "smart-mig"));
+    assert!(v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["name"] != "smart-mig"));
 }
 
 /// Issue 17: ONNX Runtime wrote ~/.cache/Microsoft/DeveloperTools/.onnxruntime/deviceid.

@@ -54,7 +54,13 @@ fn srun_salloc_and_steps_inside_allocations_run_with_gpu_mig() {
     // salloc: the allocation is routed by job_submit, the srun inside by the filter.
     let o = c.run_client(
         "salloc",
-        &["--gres=gpu:mig:1", "--time=10", "srun", "--gres=gpu:mig:1", "true"],
+        &[
+            "--gres=gpu:mig:1",
+            "--time=10",
+            "srun",
+            "--gres=gpu:mig:1",
+            "true",
+        ],
     );
     assert!(o.status.success(), "{}", text(&o));
 

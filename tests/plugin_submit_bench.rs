@@ -67,13 +67,22 @@ fn sdiag_submit_mean(c: &Cluster) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.lines()
         .find(|l| l.trim_start().starts_with("REQUEST_SUBMIT_BATCH_JOB"))
-        .and_then(|l| l.split("ave_time:").nth(1)?.split_whitespace().next()?.parse().ok())
+        .and_then(|l| {
+            l.split("ave_time:")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .unwrap_or_else(|| panic!("no REQUEST_SUBMIT_BATCH_JOB in sdiag:\n{text}"))
 }
 
 fn median_and_p99(mut v: Vec<u64>) -> (Option<u64>, Option<u64>) {
     v.sort_unstable();
-    let p99 = v.get((v.len() * 99 / 100).min(v.len().saturating_sub(1))).copied();
+    let p99 = v
+        .get((v.len() * 99 / 100).min(v.len().saturating_sub(1)))
+        .copied();
     (v.get(v.len() / 2).copied(), p99)
 }
 
@@ -153,9 +162,17 @@ fn submit_jobs_with_no_plugin_smartmig_and_lua() {
         for v in variants.iter_mut() {
             let c = &v.cluster;
             let out = c.scontrol(&["setdebug", level]);
-            assert!(out.status.success(), "setdebug: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "setdebug: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let reset = c.run_client("sdiag", &["-r"]);
-            assert!(reset.status.success(), "sdiag -r: {}", String::from_utf8_lossy(&reset.stderr));
+            assert!(
+                reset.status.success(),
+                "sdiag -r: {}",
+                String::from_utf8_lossy(&reset.stderr)
+            );
             v.log_start = c.ctld_log().len();
         }
         for i in 0..jobs {
@@ -170,7 +187,11 @@ fn submit_jobs_with_no_plugin_smartmig_and_lua() {
                 ];
                 let t = Instant::now();
                 if let Err(e) = v.cluster.sbatch(&args) {
-                    panic!("{}: submission {i} refused: {e}\n{}", v.name, v.cluster.log_tails());
+                    panic!(
+                        "{}: submission {i} refused: {e}\n{}",
+                        v.name,
+                        v.cluster.log_tails()
+                    );
                 }
                 v.wall[r] += t.elapsed();
             }
@@ -181,7 +202,11 @@ fn submit_jobs_with_no_plugin_smartmig_and_lua() {
     }
     for v in &variants {
         let routed = v.cluster.job(1)["TresPerNode"].clone();
-        assert!(!routed.contains("mig"), "{}: job 1 still asks for {routed}", v.name);
+        assert!(
+            !routed.contains("mig"),
+            "{}: job 1 still asks for {routed}",
+            v.name
+        );
     }
     let us = |v: Option<u64>| v.map_or("-".to_string(), |u| format!("{u} µs"));
     println!(

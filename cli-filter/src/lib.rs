@@ -241,7 +241,10 @@ mod tests {
     }
 
     fn map(pairs: &[(&str, &str)]) -> Map {
-        Map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        Map(pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect())
     }
 
     #[test]

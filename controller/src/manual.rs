@@ -4,7 +4,10 @@
 use smartmig_clidoc::PageText;
 
 fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-    items.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
 }
 
 const CONFIG: (&str, &str) = (
@@ -19,7 +22,10 @@ pub fn page_text(name: &str) -> PageText {
             ("0", "Success (a role started as a service runs until stopped)."),
             ("1", "An error, printed once with its causes."),
             ("2", "Bad command line."),
-            ("3", "smartmig.toml is missing or invalid; the message names the file, line and key."),
+            (
+                "3",
+                "smartmig.toml is missing or invalid; the message names the file, line and key.",
+            ),
         ]),
         see_also: vec![
             "smartmigd(8)".into(),
@@ -38,9 +44,15 @@ pub fn page_text(name: &str) -> PageText {
                 "Both run as systemd services: smartmigd-central.service and smartmigd-node.service, installed but not enabled.".into(),
             ];
             t.examples = pairs(&[
-                ("systemctl enable --now smartmigd-central", "On the Slurm controller host."),
+                (
+                    "systemctl enable --now smartmigd-central",
+                    "On the Slurm controller host.",
+                ),
                 ("systemctl enable --now smartmigd-node", "On every GPU node."),
-                ("smartmigd status", "The central role's layouts, decisions and errors."),
+                (
+                    "smartmigd status",
+                    "The central role's layouts, decisions and errors.",
+                ),
             ]);
         }
         "smartmigd-central" => {
@@ -57,9 +69,15 @@ pub fn page_text(name: &str) -> PageText {
                 ("/etc/slurm/smartmig-nodes.conf", "The managed nodes' NodeName= lines, Included by slurm.conf (controller.central.nodes_include)."),
             ]);
             t.examples = pairs(&[
-                ("smartmigd central --once --dry-run", "One trial cycle: decide, log, touch nothing."),
+                (
+                    "smartmigd central --once --dry-run",
+                    "One trial cycle: decide, log, touch nothing.",
+                ),
                 ("systemctl enable --now smartmigd-central", "Run it as a service."),
-                ("journalctl -u smartmigd-central", "Its log: every decision and what was done."),
+                (
+                    "journalctl -u smartmigd-central",
+                    "Its log: every decision and what was done.",
+                ),
             ]);
         }
         "smartmigd-node" => {
@@ -68,22 +86,40 @@ pub fn page_text(name: &str) -> PageText {
             ];
             t.files = pairs(&[
                 CONFIG,
-                ("/etc/slurm/gres.conf", "Rewritten after every layout change ([node] gres_conf)."),
-                ("/var/lib/smartmig/node-journal.jsonl", "The journal of driver calls ([controller] state_dir)."),
-                ("libnvidia-ml.so.1", "NVML, loaded at start ([node] backend = \"nvml\")."),
+                (
+                    "/etc/slurm/gres.conf",
+                    "Rewritten after every layout change ([node] gres_conf).",
+                ),
+                (
+                    "/var/lib/smartmig/node-journal.jsonl",
+                    "The journal of driver calls ([controller] state_dir).",
+                ),
+                (
+                    "libnvidia-ml.so.1",
+                    "NVML, loaded at start ([node] backend = \"nvml\").",
+                ),
             ]);
             t.examples = pairs(&[
                 ("systemctl enable --now smartmigd-node", "Run it as a service."),
-                ("smartmigd node --once", "Recover, handle the current desired state once, exit."),
+                (
+                    "smartmigd node --once",
+                    "Recover, handle the current desired state once, exit.",
+                ),
             ]);
         }
         "smartmigd-status" => {
             t.exit_status[1] = ("1".into(), "The central role has written no status yet.".into());
-            t.files = pairs(&[CONFIG, ("/var/lib/smartmig/central-status.json", "The status file read.")]);
+            t.files = pairs(&[
+                CONFIG,
+                ("/var/lib/smartmig/central-status.json", "The status file read."),
+            ]);
             t.examples = pairs(&[("smartmigd status --json", "The status file as JSON.")]);
         }
         "smartmigd-bench" => {
-            t.examples = pairs(&[("smartmigd bench --gpus 10000 --jobs 100000 --cycles 20", "The figures in BENCHMARKS.md.")]);
+            t.examples = pairs(&[(
+                "smartmigd bench --gpus 10000 --jobs 100000 --cycles 20",
+                "The figures in BENCHMARKS.md.",
+            )]);
         }
         _ => {}
     }

@@ -25,8 +25,14 @@ fn status_exits_3_for_a_missing_config_and_1_for_a_missing_status_file() {
     let cfg = d.path().join("smartmig.toml");
     std::fs::write(
         &cfg,
-        format!("version = 1\n[controller]\nstate_dir = \"{}\"\n", d.path().display()),
+        format!(
+            "version = 1\n[controller]\nstate_dir = \"{}\"\n",
+            d.path().display()
+        ),
     )
     .unwrap();
-    assert_eq!(status_code(&["status", "--config", cfg.to_str().unwrap()]), Some(1));
+    assert_eq!(
+        status_code(&["status", "--config", cfg.to_str().unwrap()]),
+        Some(1)
+    );
 }

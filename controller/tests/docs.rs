@@ -39,7 +39,12 @@ fn every_page_has_its_sections_and_the_central_page_explains_the_cycle() {
     smartmigd(&["manpages", dir.path().to_str().unwrap()]);
     for role in ["", "-central", "-node", "-status"] {
         let page = std::fs::read_to_string(dir.path().join(format!("smartmigd{role}.8"))).unwrap();
-        for want in [".SH DESCRIPTION", ".SH \"EXIT STATUS\"", ".SH FILES", ".SH \"SEE ALSO\""] {
+        for want in [
+            ".SH DESCRIPTION",
+            ".SH \"EXIT STATUS\"",
+            ".SH FILES",
+            ".SH \"SEE ALSO\"",
+        ] {
             assert!(page.contains(want), "smartmigd{role}(8) lacks {want}");
         }
     }

@@ -191,7 +191,12 @@ pub fn fetch_runtime_to(dir: &Path, progress: Progress) -> Result<PathBuf, Provi
     result
 }
 
-fn download_into(wheel: &Wheel, work: &Path, dir: &Path, progress: Progress) -> Result<PathBuf, ProvisionError> {
+fn download_into(
+    wheel: &Wheel,
+    work: &Path,
+    dir: &Path,
+    progress: Progress,
+) -> Result<PathBuf, ProvisionError> {
     let python = std::env::var_os(PYTHON_ENV)
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| OsString::from("python3"));
@@ -276,7 +281,12 @@ fn run(python: &OsString, cmd: &mut Command, what: &str, progress: Progress) -> 
     if progress == Progress::Stderr {
         // Both of pip's streams to our standard error, so a JSON standard output stays clean.
         use std::os::fd::AsFd;
-        let to_stderr = || std::io::stderr().as_fd().try_clone_to_owned().map(std::process::Stdio::from);
+        let to_stderr = || {
+            std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map(std::process::Stdio::from)
+        };
         let status = cmd
             .stdout(to_stderr().map_err(started)?)
             .stderr(to_stderr().map_err(started)?)

@@ -449,7 +449,11 @@ mod tests {
         let sec = |n: u64| t0 + Duration::from_secs(n);
         let (mut plugin, (err, line)) = Plugin::start(Some(beside.clone()), default.clone(), t0);
         assert!(!err && line.contains("default.toml"), "{line}");
-        write(&d, "smartmig.toml", "version = 1\n[routing]\nroute_untyped = true\n");
+        write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\nroute_untyped = true\n",
+        );
         let (err, line) = plugin.refresh(sec(2)).expect("switched");
         assert!(!err && line.contains(&beside.display().to_string()), "{line}");
         assert!(matches!(&plugin.state, State::Ready(r) if r.router.config().route_untyped));

@@ -323,17 +323,34 @@ fn configs(cat: &Catalogue, a: ConfigsArgs) -> CliResult {
             .filter(|c| c.gpu == m.key)
             .map(|c| {
                 let sizes: Vec<String> = c.slices.iter().map(u8::to_string).collect();
-                let placement: Vec<String> = c.instances.iter().map(|r| format!("{}@{}", r.profile, r.start)).collect();
+                let placement: Vec<String> = c
+                    .instances
+                    .iter()
+                    .map(|r| format!("{}@{}", r.profile, r.start))
+                    .collect();
                 vec![
                     c.name.clone(),
                     sizes.join("+"),
                     placement.join(" "),
-                    c.unavailable.clone().map_or_else(|| "yes".into(), |why| format!("no: {why}")),
+                    c.unavailable
+                        .clone()
+                        .map_or_else(|| "yes".into(), |why| format!("no: {why}")),
                 ]
             })
             .collect();
         println!("{} ({:?} driver rules):", m.key, drv);
-        print!("{}", table(&["config", "slices", "placement (profile@memory slice)", "available"], &rows));
+        print!(
+            "{}",
+            table(
+                &[
+                    "config",
+                    "slices",
+                    "placement (profile@memory slice)",
+                    "available"
+                ],
+                &rows
+            )
+        );
     }
     Ok(())
 }
@@ -380,7 +397,13 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
 }
 
 /// A configuration name or an instance list; `flag` names the option in errors.
-fn layout_arg(cat: &Catalogue, model: &GpuModel, drv: Driver, flag: &str, text: &str) -> Result<Layout, CliError> {
+fn layout_arg(
+    cat: &Catalogue,
+    model: &GpuModel,
+    drv: Driver,
+    flag: &str,
+    text: &str,
+) -> Result<Layout, CliError> {
     let bad = |e: &dyn std::fmt::Display| CliError::input(anyhow::anyhow!("{flag} {text}: {e}"));
     // Every instance list has `@start`; a word without one can only be a configuration name.
     if !text.contains('@') {

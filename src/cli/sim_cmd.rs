@@ -170,7 +170,11 @@ pub fn shipped_model(sc: &ResolvedScenario) -> Result<PathBuf, String> {
 
 /// The policy file of the `smart-mig` row: `--model`, else the shipped one; `--no-model`
 /// or a missing file leaves the row out, and the latter is said on standard error.
-pub(crate) fn smart_mig_model(sc: &ResolvedScenario, model: &Option<PathBuf>, no_model: bool) -> Option<PathBuf> {
+pub(crate) fn smart_mig_model(
+    sc: &ResolvedScenario,
+    model: &Option<PathBuf>,
+    no_model: bool,
+) -> Option<PathBuf> {
     if no_model {
         return None;
     }

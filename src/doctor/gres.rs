@@ -149,7 +149,10 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
                 continue;
             }
         };
-        if line_nodes.as_ref().is_some_and(|n| !n.iter().any(|x| nodes.contains(x))) {
+        if line_nodes
+            .as_ref()
+            .is_some_and(|n| !n.iter().any(|x| nodes.contains(x)))
+        {
             continue;
         }
         // The last AutoDetect line for these nodes wins, as in Slurm.

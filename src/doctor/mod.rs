@@ -110,7 +110,14 @@ fn timed(check: &'static str, limit: Duration, f: impl FnOnce() -> Finding + Sen
             // The receiver may be gone after a timeout: nothing left to tell.
             let _ = tx.send(f());
         });
-    let hung = |why: String| Finding::bad(check, Status::Fail, why, "find what blocks it (a hung driver, NFS, DNS) and run doctor again");
+    let hung = |why: String| {
+        Finding::bad(
+            check,
+            Status::Fail,
+            why,
+            "find what blocks it (a hung driver, NFS, DNS) and run doctor again",
+        )
+    };
     match spawned {
         Err(e) => hung(format!("could not start the check: {e}")),
         Ok(_) => rx
@@ -141,7 +148,9 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
     }
     if !skip("plugin") {
         let (conf, version) = (conf.clone(), version.clone());
-        emit(timed("plugin", CHECK_TIMEOUT, move || check_plugin(&conf, &version)));
+        emit(timed("plugin", CHECK_TIMEOUT, move || {
+            check_plugin(&conf, &version)
+        }));
     }
     let config_path = o.config.clone().unwrap_or_else(|| {
         let beside = o.slurm_conf.with_file_name("smartmig.toml");
@@ -305,17 +314,16 @@ fn slurm_version(scontrol: &Path, slurm_conf: &Path, limit: Duration) -> Result<
 }
 
 fn check_slurm(path: &Path, conf: &Result<SlurmConf, String>, version: &Result<String, String>) -> Finding {
-    let conf = match conf {
-        Ok(c) => c,
-        Err(e) => {
-            return Finding::bad(
+    let conf =
+        match conf {
+            Ok(c) => c,
+            Err(e) => return Finding::bad(
                 "slurm",
                 Status::Fail,
                 e.clone(),
                 "pass --slurm-conf PATH or set SLURM_CONF (doctor reads slurm.conf, and scontrol needs it)",
-            )
-        }
-    };
+            ),
+        };
     let version = match version {
         Ok(v) => v,
         Err(e) if e.starts_with("cannot run") => {
@@ -673,7 +681,11 @@ mod tests {
     fn slurm_finding(o: &Options) -> Finding {
         let mut seen = Vec::new();
         let all = run(o, &mut |f| seen.push(f.check));
-        assert_eq!(seen, all.iter().map(|f| f.check).collect::<Vec<_>>(), "reported as it went");
+        assert_eq!(
+            seen,
+            all.iter().map(|f| f.check).collect::<Vec<_>>(),
+            "reported as it went"
+        );
         all.into_iter().find(|f| f.check == "slurm").unwrap()
     }
 
@@ -685,7 +697,11 @@ mod tests {
         let never = fake_scontrol(d.path(), "sleep 60");
         let f = slurm_finding(&options(d.path(), never));
         assert_eq!(f.status, Status::Fail);
-        assert!(f.message.contains("slurm.conf") && f.message.contains("cannot read"), "{}", f.message);
+        assert!(
+            f.message.contains("slurm.conf") && f.message.contains("cannot read"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]
@@ -712,7 +728,10 @@ mod tests {
     /// unit cannot see.
     #[test]
     fn a_runtime_in_a_home_directory_is_refused_for_the_daemon() {
-        let e = service_runtime(Some(Path::new("/root/.cache/smartmig/onnxruntime/1.32.0/libonnxruntime.so"))).unwrap_err();
+        let e = service_runtime(Some(Path::new(
+            "/root/.cache/smartmig/onnxruntime/1.32.0/libonnxruntime.so",
+        )))
+        .unwrap_err();
         assert!(e.contains("ProtectHome=yes"), "{e}");
         let e = service_runtime(Some(Path::new("/nonexistent/libonnxruntime.so"))).unwrap_err();
         assert!(e.contains("no such file"), "{e}");

@@ -101,7 +101,10 @@ fn legend<DB: DrawingBackend>(
         let swatch: Result<(), _> = if *boxed {
             area.draw(&Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()))
         } else {
-            area.draw(&PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)))
+            area.draw(&PathElement::new(
+                vec![(x, y), (x + 14, y)],
+                color.stroke_width(2),
+            ))
         };
         swatch.map_err(|e| e.to_string())?;
         area.draw(&Text::new(label.clone(), (x + 20, y - 6), ("sans-serif", 12)))
@@ -137,7 +140,9 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
     let x_max = (t_end / unit).max(1e-3);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    let root = root.titled(title, ("sans-serif", 18)).map_err(|x| e(x.to_string()))?;
+    let root = root
+        .titled(title, ("sans-serif", 18))
+        .map_err(|x| e(x.to_string()))?;
     let (top, bottom) = root.split_vertically(200);
     // Arrivals in whole hours: rates from 10-minute counts are mostly noise. Short runs
     // keep their sampling interval.
@@ -147,7 +152,12 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
         .arrivals
         .chunks(per_bin)
         .enumerate()
-        .map(|(i, c)| (i as f64 * bin, f64::from(c.iter().sum::<u32>()) * 60.0 / (c.len() as f64 * s.every)))
+        .map(|(i, c)| {
+            (
+                i as f64 * bin,
+                f64::from(c.iter().sum::<u32>()) * 60.0 / (c.len() as f64 * s.every),
+            )
+        })
         .collect();
     let a_max = bars.iter().map(|b| b.1).fold(1.0, f64::max) * 1.1;
     let blue = PALETTE[0];
@@ -166,7 +176,10 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
         .map_err(|x| e(x.to_string()))?;
     upper
         .draw_series(bars.iter().map(|&(t0, v)| {
-            Rectangle::new([(t0 / unit, 0.0), ((t0 + bin).min(t_end) / unit, v)], blue.mix(0.6).filled())
+            Rectangle::new(
+                [(t0 / unit, 0.0), ((t0 + bin).min(t_end) / unit, v)],
+                blue.mix(0.6).filled(),
+            )
         }))
         .map_err(|x| e(x.to_string()))?;
     let waiting_max = s.samples.iter().map(|x| x.waiting as f64).fold(0.0, f64::max);
@@ -189,7 +202,10 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
     let (orange, green, grey) = (PALETTE[1], PALETTE[2], PALETTE[7]);
     lower
         .draw_series(LineSeries::new(
-            [(0.0, f64::from(s.total_slices)), (x_max, f64::from(s.total_slices))],
+            [
+                (0.0, f64::from(s.total_slices)),
+                (x_max, f64::from(s.total_slices)),
+            ],
             grey.stroke_width(1),
         ))
         .map_err(|x| e(x.to_string()))?;
@@ -298,7 +314,10 @@ pub fn configuration_mix(path: &Path, s: &Series, labels: &[String], title: &str
         chart
             .draw_series(std::iter::once(Polygon::new(outline, color.mix(0.85).filled())))
             .map_err(|x| e(x.to_string()))?;
-        let label = labels.get(c).cloned().unwrap_or_else(|| s.config_names[c].clone());
+        let label = labels
+            .get(c)
+            .cloned()
+            .unwrap_or_else(|| s.config_names[c].clone());
         items.push((label, color, true));
     }
     legend(&root, 50, &items).map_err(&e)?;
@@ -369,7 +388,12 @@ pub fn energy_vs_tardiness(
             // Dashes as short segments: plotters 0.3 strokes no dash pattern.
             let n = 60;
             (0..n).step_by(2).map(move |i| {
-                let f = |k: usize| (a.0 + (b.0 - a.0) * k as f64 / n as f64, a.1 + (b.1 - a.1) * k as f64 / n as f64);
+                let f = |k: usize| {
+                    (
+                        a.0 + (b.0 - a.0) * k as f64 / n as f64,
+                        a.1 + (b.1 - a.1) * k as f64 / n as f64,
+                    )
+                };
                 PathElement::new(vec![f(i), f(i + 1)], BLACK.stroke_width(1))
             })
         };
@@ -393,14 +417,24 @@ pub fn energy_vs_tardiness(
         let (t, en) = (p.tardiness_min, p.energy_kwh);
         chart
             .draw_series([
-                PathElement::new(vec![(t - p.tardiness_sd, en), (t + p.tardiness_sd, en)], color.stroke_width(2)),
-                PathElement::new(vec![(t, en - p.energy_sd), (t, en + p.energy_sd)], color.stroke_width(2)),
+                PathElement::new(
+                    vec![(t - p.tardiness_sd, en), (t + p.tardiness_sd, en)],
+                    color.stroke_width(2),
+                ),
+                PathElement::new(
+                    vec![(t, en - p.energy_sd), (t, en + p.energy_sd)],
+                    color.stroke_width(2),
+                ),
             ])
             .map_err(|x| e(x.to_string()))?;
         // Rings of three sizes, not discs: policies on the same spot all stay visible.
         let radius = 5 + 4 * (i % 3) as i32;
         chart
-            .draw_series(std::iter::once(Circle::new((t, en), radius, color.stroke_width(2))))
+            .draw_series(std::iter::once(Circle::new(
+                (t, en),
+                radius,
+                color.stroke_width(2),
+            )))
             .map_err(|x| e(x.to_string()))?;
         items.push((p.name.clone(), color, true));
     }
@@ -536,7 +570,12 @@ mod tests {
             total_slices: 56,
         };
         let text = svg("load", |p| load_over_time(p, &s, "load"));
-        for label in ["arrivals per hour", "busy compute slices", "all slices (56)", "waiting jobs"] {
+        for label in [
+            "arrivals per hour",
+            "busy compute slices",
+            "all slices (56)",
+            "waiting jobs",
+        ] {
             assert!(text.contains(label), "{label}");
         }
     }
@@ -581,7 +620,10 @@ mod tests {
                 (x.parse().unwrap(), y.parse().unwrap())
             })
             .collect();
-        let vertical = corners.windows(2).filter(|w| w[0].0 == w[1].0 && w[0].1 != w[1].1).count();
+        let vertical = corners
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0 && w[0].1 != w[1].1)
+            .count();
         assert!(vertical >= 2, "steps, not slopes: {corners:?}");
     }
 
@@ -596,7 +638,9 @@ mod tests {
             tardiness_sd: 0.4,
         };
         let points = [p("static-best", 41.84, 1.83), p("smart-mig", 41.84, 2.05)];
-        let text = svg("et", |path| energy_vs_tardiness(path, &points, Some((32.93, 0.0)), "et"));
+        let text = svg("et", |path| {
+            energy_vs_tardiness(path, &points, Some((32.93, 0.0)), "et")
+        });
         for want in ["static-best", "smart-mig", "lower bounds (32.93 kWh)"] {
             assert!(text.contains(want), "{want}");
         }

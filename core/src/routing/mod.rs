@@ -17,8 +17,8 @@ pub use classes::{builtin_classes, glob_match, speedup_on, JobClass, SIZES};
 pub use config::{ClassConfig, OnError, RoutingConfig, RuleConfig};
 pub use hints::{parse_hints, HintError, Hints, HINT_PREFIX};
 pub use request::{
-    known_types, max_instances, parse_request, rewrite, untype_auto, GpuEntry, GpuRequest, GpuType, RequestError,
-    Spelling, TresField, TresStrings, AUTO_TYPE,
+    known_types, max_instances, parse_request, rewrite, untype_auto, GpuEntry, GpuRequest, GpuType,
+    RequestError, Spelling, TresField, TresStrings, AUTO_TYPE,
 };
 pub use snapshot::{Snapshot, SnapshotError, TypeState, MAX_SNAPSHOT_BYTES, SNAPSHOT_VERSION};
 

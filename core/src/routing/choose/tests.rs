@@ -435,7 +435,10 @@ fn without_a_deadline_short_jobs_take_small_slices_and_long_jobs_whole_gpus() {
     };
     // 10 min on 7g: due in 1.5 × 10 + 60 = 75 min; 70 min on 1g meets it.
     let short = at(&r_all, 10);
-    assert_eq!((short.gpu_type.as_str(), short.time_limit_min), ("1g.5gb", Some(70)));
+    assert_eq!(
+        (short.gpu_type.as_str(), short.time_limit_min),
+        ("1g.5gb", Some(70))
+    );
     // 60 min: due in 150; 3g needs 140.
     assert_eq!(at(&r_all, 60).gpu_type, "3g.20gb");
     // 600 min: due in 960; 4g needs 1050, so the whole GPU.
