@@ -550,3 +550,42 @@ fn onnx_runtime_leaves_no_telemetry_files_behind() {
         home.path().display()
     );
 }
+
+/// docs/model.md's table of configurations is the catalogue's, placement by placement.
+#[test]
+fn the_configurations_table_in_docs_model_md_matches_the_catalogue() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/model.md")).unwrap();
+    let rows: Vec<(String, String)> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?;
+            let placement = cells.get(3)?;
+            (name.starts_with('c') && name[1..].parse::<u32>().is_ok())
+                .then(|| (name.to_string(), placement.to_string()))
+        })
+        .collect();
+    let v = json(&smartmig(&[
+        "mig",
+        "configs",
+        "--gpu",
+        "a100-40gb",
+        "--format",
+        "json",
+    ]));
+    let catalogue: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let placement: Vec<String> = c["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| format!("{}@{}", i["profile"].as_str().unwrap(), i["start"]))
+                .collect();
+            (c["name"].as_str().unwrap().to_string(), placement.join(" "))
+        })
+        .collect();
+    assert_eq!(rows, catalogue);
+}
