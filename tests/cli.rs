@@ -173,7 +173,7 @@ fn config_check_prints_the_configs_own_spellings() {
         concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml"),
     ]);
     let out = stdout(&o);
-    assert!(out.contains("policy: mean-field, mode: drain"), "{out}");
+    assert!(out.contains("policy: mean-field, mode: dry-run"), "{out}");
 }
 
 /// Issue 17: same codes as `smartmigd status` (controller/tests/cli.rs).

@@ -31,7 +31,7 @@ const CONFIG: &str = "/etc/smartmig/smartmig.toml";
 const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_smartmig.so";
 
 /// Files the packages must install, by package.
-const INSTALLED: [(&str, &str); 18] = [
+const INSTALLED: [(&str, &str); 19] = [
     ("smartmig", "/usr/bin/smartmig"),
     ("smartmig", CONFIG),
     ("smartmig", "/usr/share/man/man1/smartmig.1.gz"),
