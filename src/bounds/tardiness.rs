@@ -342,6 +342,19 @@ struct Window {
     e: usize,
 }
 
+/// One job's part of the model, for the completion rows: the job, its window, its work
+/// variables x_{j,s} (slots a..=e), its T_j, the slot length, and whether it must finish
+/// inside its window.
+#[derive(Clone, Copy)]
+struct Completion<'a> {
+    j: &'a RelaxedJob,
+    w: &'a Window,
+    xs: &'a [Variable],
+    t_col: Variable,
+    eps: f64,
+    force: bool,
+}
+
 impl TimeIndexed {
     fn build(
         jobs: &[RelaxedJob],
@@ -378,10 +391,18 @@ impl TimeIndexed {
                     x
                 })
                 .collect();
+            let c = Completion {
+                j,
+                w: &w,
+                xs: &xs,
+                t_col,
+                eps,
+                force,
+            };
             if integer {
-                Self::completion_mip(&mut pb, j, &w, &xs, t_col, eps, force);
+                Self::completion_mip(&mut pb, &c);
             } else {
-                Self::completion_lp(&mut pb, j, &w, &xs, t_col, eps, force);
+                Self::completion_lp(&mut pb, &c);
             }
         }
         let machine_time = m as f64 * eps;
@@ -397,16 +418,16 @@ impl TimeIndexed {
     /// The MIP's completion rows: z_{j,s} = z_{j,s−1} + x_{j,s} ∈ [0, p_j], binary y_{j,t}
     /// non-decreasing with p_j·y_{j,t} ≤ z_{j,t}, and T_j + ε·Σ_{t ≥ b} y_t ≥ ε·(e + 1) − d_j
     /// (C_j = ε·Σ_{t ≤ e} (1 − y_t), y_t = 0 for t < b).
-    fn completion_mip(
-        pb: &mut Problem,
-        j: &RelaxedJob,
-        w: &Window,
-        xs: &[Variable],
-        t_col: Variable,
-        eps: f64,
-        force: bool,
-    ) {
+    fn completion_mip(pb: &mut Problem, c: &Completion<'_>) {
         use ComparisonOp::{Eq, Ge, Le};
+        let Completion {
+            j,
+            w,
+            xs,
+            t_col,
+            eps,
+            force,
+        } = *c;
         let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
         let mut z_prev: Option<Variable> = None;
         let mut y_prev: Option<Variable> = None;
@@ -440,16 +461,16 @@ impl TimeIndexed {
     /// and z_t = Σ_{s ≤ t} x_s, so ε·Σ_{t ≥ b} y_t = (ε/p_j)·Σ_s x_s·(e − max(s, b) + 1):
     /// one row per job instead of two per cell, the same optimum. Σ_s x_s ≤ p_j (= p_j
     /// when forced) stands for z ≤ p_j.
-    fn completion_lp(
-        pb: &mut Problem,
-        j: &RelaxedJob,
-        w: &Window,
-        xs: &[Variable],
-        t_col: Variable,
-        eps: f64,
-        force: bool,
-    ) {
+    fn completion_lp(pb: &mut Problem, c: &Completion<'_>) {
         use ComparisonOp::{Eq, Ge, Le};
+        let Completion {
+            j,
+            w,
+            xs,
+            t_col,
+            eps,
+            force,
+        } = *c;
         let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
         t_row.extend(
             (w.a..=w.e)

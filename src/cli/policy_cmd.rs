@@ -120,7 +120,7 @@ pub(crate) fn ensure_runtime() -> CliResult {
             let dir = provision::cache_dir().map_err(CliError::failure)?;
             download_runtime(
                 &dir,
-                " for the smart-mig row (`smartmig policy fetch-runtime` does this ahead of time)",
+                " to run the learned policy (`smartmig policy fetch-runtime` does this ahead of time)",
             )
             .map(|_| ())
         }
@@ -226,6 +226,9 @@ fn inspect(a: InspectArgs) -> CliResult {
     // The metadata is read without ONNX Runtime, so a broken file is reported even where
     // the library is missing; ONNX Runtime then checks it against itself.
     let meta = read_metadata(&a.file, &bytes)?;
+    if a.onnxruntime.is_none() {
+        ensure_runtime()?;
+    }
     let rt = OnnxRuntime::init_or_fetch(a.onnxruntime.as_deref()).map_err(CliError::failure)?;
     let mut policy = PolicyRuntime::from_bytes(&rt, &bytes, &meta, &a.file.display().to_string())
         .map_err(CliError::input)?;
@@ -342,6 +345,9 @@ pub(crate) fn bench(onnxruntime: Option<&Path>, reps: u32) -> CliResult {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let net = PolicyNetwork::init(&[d, 64, 64, k * k], Activation::Tanh, &mut rng);
     let bytes = onnx_writer::to_bytes(&net, &meta).map_err(CliError::failure)?;
+    if onnxruntime.is_none() {
+        ensure_runtime()?;
+    }
     let rt = OnnxRuntime::init_or_fetch(onnxruntime).map_err(CliError::failure)?;
 
     let n = reps.max(1) as usize;

@@ -113,6 +113,34 @@ fn legend<DB: DrawingBackend>(
     Ok(())
 }
 
+/// A chart on `area` with the right margin for [`legend`] and room for the axes' labels.
+fn chart_in<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    caption: Option<&str>,
+    x_label_area: u32,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> Result<
+    ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    String,
+> {
+    let mut builder = ChartBuilder::on(area);
+    if let Some(c) = caption {
+        builder.caption(c, ("sans-serif", 18));
+    }
+    builder
+        .margin(10)
+        .margin_right(LEGEND_W)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x, y)
+        .map_err(|x| x.to_string())
+}
+
 /// The x axis of a day's figures: hours, or minutes for runs shorter than two hours.
 fn time_axis(t_max_min: f64) -> (f64, &'static str) {
     if t_max_min < 120.0 {
@@ -161,13 +189,7 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
         .collect();
     let a_max = bars.iter().map(|b| b.1).fold(1.0, f64::max) * 1.1;
     let blue = PALETTE[0];
-    let mut upper = ChartBuilder::on(&top)
-        .margin(10)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(10)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..a_max)
-        .map_err(|x| e(x.to_string()))?;
+    let mut upper = chart_in(&top, None, 10, 0.0..x_max, 0.0..a_max).map_err(&e)?;
     upper
         .configure_mesh()
         .x_labels(0)
@@ -184,13 +206,7 @@ pub fn load_over_time(path: &Path, s: &Series, title: &str) -> Result<(), PlotEr
         .map_err(|x| e(x.to_string()))?;
     let waiting_max = s.samples.iter().map(|x| x.waiting as f64).fold(0.0, f64::max);
     let y_max = f64::from(s.total_slices).max(waiting_max).max(1.0) * 1.08;
-    let mut lower = ChartBuilder::on(&bottom)
-        .margin(10)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|x| e(x.to_string()))?;
+    let mut lower = chart_in(&bottom, None, 35, 0.0..x_max, 0.0..y_max).map_err(&e)?;
     let places = decimals(x_max);
     lower
         .configure_mesh()
@@ -271,14 +287,7 @@ pub fn configuration_mix(path: &Path, s: &Series, labels: &[String], title: &str
         .max(1);
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_end / unit, 0.0..f64::from(gpus))
-        .map_err(|x| e(x.to_string()))?;
+    let mut chart = chart_in(&root, Some(title), 35, 0.0..t_end / unit, 0.0..f64::from(gpus)).map_err(&e)?;
     let places = decimals(t_end / unit);
     chart
         .configure_mesh()
@@ -368,14 +377,7 @@ pub fn energy_vs_tardiness(
     let pad = |a: f64, b: f64| ((b - a).abs() * 0.08).max(1e-3);
     let (px, py) = (pad(x0, x1), pad(y0, y1));
     let (x_lo, x_hi, y_lo, y_hi) = ((x0 - px).max(0.0), x1 + px, (y0 - py).max(0.0), y1 + py);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(15)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_lo..x_hi, y_lo..y_hi)
-        .map_err(|x| e(x.to_string()))?;
+    let mut chart = chart_in(&root, Some(title), 40, x_lo..x_hi, y_lo..y_hi).map_err(&e)?;
     chart
         .configure_mesh()
         .x_desc("average tardiness (min)")
@@ -484,14 +486,7 @@ pub fn slice_mix(path: &Path, rows: &[(String, [f64; 5])], title: &str) -> Resul
     let n = rows.len().max(1);
     let top = rows.iter().flat_map(|r| r.1).fold(0.0, f64::max).clamp(0.05, 1.0) * 1.1;
     // Size i's group is centred on x = i, where its tick is.
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .margin_right(LEGEND_W)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(-0.5..4.5, 0.0..top)
-        .map_err(|x| e(x.to_string()))?;
+    let mut chart = chart_in(&root, Some(title), 35, -0.5..4.5, 0.0..top).map_err(&e)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
