@@ -1,17 +1,32 @@
-//! The Prometheus text endpoint both roles serve: a thread that answers `GET /metrics`
-//! with what a render function returns at that moment (HTTP/1.0, one request per
-//! connection: all a Prometheus scrape needs, and no HTTP framework in a root daemon).
+//! The Prometheus text endpoint both roles serve: answers `GET /metrics` with what a
+//! render function returns at that moment (HTTP/1.0, one request per connection: all a
+//! Prometheus scrape needs, and no HTTP framework in a root daemon). Each connection gets
+//! a thread of its own, a few at a time, and every read and write a time limit; the
+//! request line is read up to a size limit: a process on the node that connects and
+//! stalls, or sends an endless line, delays no other scrape.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+/// Connections served at once; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 8;
+/// The longest request line read.
+pub const MAX_REQUEST_LINE: u64 = 4096;
+/// Time limit of each read and write.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn answer(stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?.take(MAX_REQUEST_LINE));
     let mut request = String::new();
     reader.read_line(&mut request)?;
-    let (status, body) = if request.starts_with("GET /metrics") {
+    let (status, body) = if !request.ends_with('\n') {
+        ("400 Bad Request", "request line too long or cut\n".to_string())
+    } else if request.starts_with("GET /metrics") {
         ("200 OK", render())
     } else {
         ("404 Not Found", "only /metrics\n".to_string())
@@ -28,18 +43,29 @@ fn answer(stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()>
 /// empty); returns the address bound.
 pub fn serve(
     listen: &str,
-    render: impl Fn() -> String + Send + 'static,
+    render: impl Fn() -> String + Send + Sync + 'static,
 ) -> std::io::Result<Option<SocketAddr>> {
     if listen.is_empty() {
         return Ok(None);
     }
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
+    let render = Arc::new(render);
+    let open = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            if let Err(e) = answer(stream, &render) {
-                log::debug!("metrics request: {e}");
+            if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                open.fetch_sub(1, Ordering::SeqCst);
+                log::debug!("metrics: {MAX_CONNECTIONS} connections open; one refused");
+                continue;
             }
+            let (render, open) = (Arc::clone(&render), Arc::clone(&open));
+            std::thread::spawn(move || {
+                if let Err(e) = answer(stream, render.as_ref()) {
+                    log::debug!("metrics request: {e}");
+                }
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
         }
     });
     Ok(Some(addr))
@@ -69,6 +95,22 @@ mod tests {
         assert!(get(addr, "/metrics").ends_with("\r\n\r\nscrape 0\n"));
         assert!(get(addr, "/metrics").ends_with("scrape 1\n"));
         assert!(get(addr, "/").starts_with("HTTP/1.0 404"));
+    }
+
+    #[test]
+    fn a_stalled_client_delays_no_other_scrape_and_an_endless_line_is_refused() {
+        let addr = serve("127.0.0.1:0", || "ok\n".to_string()).unwrap().unwrap();
+        // A process connects and sends nothing.
+        let _stalled = TcpStream::connect(addr).unwrap();
+        let start = std::time::Instant::now();
+        assert!(get(addr, "/metrics").ends_with("ok\n"));
+        assert!(start.elapsed() < IO_TIMEOUT, "answered beside the stalled client");
+        let mut conn = TcpStream::connect(addr).unwrap();
+        let long = "A".repeat(MAX_REQUEST_LINE as usize * 4);
+        let _ = conn.write_all(long.as_bytes());
+        let mut text = String::new();
+        let _ = conn.read_to_string(&mut text);
+        assert!(text.starts_with("HTTP/1.0 400"), "{text}");
     }
 
     #[test]

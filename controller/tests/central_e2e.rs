@@ -240,7 +240,7 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let idx: u32 = text
             .split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("GRES={}:1(IDX:", format!("gpu:{ty}"))))
+            .find_map(|w| w.strip_prefix(&format!("GRES=gpu:{ty}:1(IDX:")))
             .and_then(|rest| rest.trim_end_matches(')').parse().ok())
             .unwrap_or_else(|| panic!("no IDX for {ty}: {text}"));
         by_index.insert(idx, ty.to_string());

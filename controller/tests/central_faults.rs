@@ -329,6 +329,42 @@ fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_t
         "one restart: with the include put back"
     );
     assert_reverted_and_held(&c, &s0, &s1, &jobs, "restart-fails-once.sh` failed");
+
+    // The admin gives up on smartmig: freeze, release (controller), release (node).
+    let smartmigd = |args: &[&str]| {
+        let out = c
+            .in_ctl_ns(common::BIN)
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "smartmigd {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(smartmigd(&["freeze", "--reason", "removing smartmig"]).contains("frozen"));
+    let released = smartmigd(&["release"]);
+    for n in c.nodes.clone() {
+        assert!(
+            released.contains(&format!("{n}: resumed smartmig keys removed")),
+            "{released}"
+        );
+        assert!(!node_field(&c, &n, "Extra").contains("smartmig"), "{n}");
+    }
+    common::wait_nodes_in_service(&c, &[]);
+    let agent_conf = c.dir.join(format!("etc/smartmig-{}.toml", c.nodes[0]));
+    let out = c
+        .in_node_ns(0, common::BIN)
+        .args(["node", "--release", "--config"])
+        .arg(&agent_conf)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let gres = std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", c.nodes[0]))).unwrap();
+    assert!(
+        !gres.contains("BEGIN smartmig") && gres.contains("Type=4g.20gb"),
+        "{gres}"
+    );
 }
 
 #[test]

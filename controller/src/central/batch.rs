@@ -5,14 +5,13 @@
 //! "The re-layout transaction").
 //!
 //! ```text
-//!            drain ok             agent Done           all applied          agent Done
-//! Draining ──────────▶ Drained ─────────▶ Applying ─────────▶ Applied ───────────▶ Installing ──────▶ Installed
-//!     │ drain refused     │ became busy      │ agent Failed (rolled back)                │ failed/late       │
-//!     ▼                   ▼                  ▼                                           ▼                   │ Slurm refreshed
-//!   Closed(Skipped)    Resuming ◀────────── Resuming                                  Reverting ◀───────────┤ (else: include restored)
-//!                         │                                                              │                   ▼
-//!                         ▼ reason still ours?                                           ▼                Starting ──▶ Resuming
-//!                 Closed(Resumed | LeftDrained)                                     Closed(Held)
+//! Draining ──drain──▶ Drained ──idle──▶ Applying ──done──▶ Applied ──batch ready──▶ Installing ──done──▶ Installed
+//!    │ refused           │ busy            │ rolled back / slow                        │ failed, late        │ refreshed
+//!    ▼                   ▼                 ▼                                           ▼                     ▼  (failed: include
+//! Closed(Skipped)     Resuming ◀────── Reverting(resume) ◀─┘               Reverting(hold) ◀─────────── Starting    put back,
+//!                        │ reason still ours?                                   │                          │     Reverting(hold))
+//!                        ▼                                                      ▼                          ▼
+//!              Closed(Resumed | LeftDrained)                             Closed(Held)                  Resuming
 //! ```
 
 use std::collections::BTreeMap;
@@ -147,7 +146,8 @@ pub struct NodeTxn {
     pub gpu_set: Vec<(u32, String)>,
     /// The node's GPU GRES in Slurm when the batch was planned.
     pub old_gres: String,
-    /// Positions of its changes in the planning view's GPUs (for decision lines).
+    /// Its changes as the status file shows them: (GPU `node/index`, configuration now,
+    /// configuration chosen).
     #[serde(default)]
     pub lines: Vec<(String, String, String)>,
 }

@@ -26,6 +26,8 @@ pub struct FakeSlurm {
     pub auto_agent: bool,
     /// Make the agent fail every Apply with this message.
     pub agent_fails: Option<String>,
+    /// Nodes whose agent never answers Apply (slow NVML); other phases are answered.
+    pub slow_apply: Vec<String>,
     /// Reads (`nodes`, `jobs`, `node`) numbered in this range fail as if slurmctld were down.
     pub outage: std::ops::Range<u32>,
     /// Reads so far.
@@ -137,7 +139,9 @@ impl FakeSlurm {
         let Some(mut report) = self.report_of(i) else {
             return;
         };
-        if report.answers(d.generation, d.phase) {
+        if report.answers(d.generation, d.phase)
+            || (d.phase == Phase::Apply && self.slow_apply.contains(&self.nodes[i].name))
+        {
             return;
         }
         report.generation = d.generation;

@@ -445,6 +445,42 @@ fn a_node_drained_by_an_admin_during_the_relayout_stays_drained_with_their_reaso
 }
 
 #[test]
+fn a_node_slow_to_apply_is_reverted_and_resumed_and_the_rest_of_the_batch_goes_on() {
+    let dir = temp("slow-node");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.slow_apply = vec!["c".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    c.cycle();
+    for _ in 0..5 {
+        c.cycle_with(false);
+    }
+    let b = c.ledger.batch.as_mut().unwrap();
+    assert!(matches!(b.nodes["a"].state, NodeState::Applied { .. }), "{b:?}");
+    assert_eq!(b.nodes["c"].state, NodeState::Applying);
+    // The others have been ready for long.
+    for n in ["a", "b"] {
+        b.nodes.get_mut(n).unwrap().since -= 1000.0;
+    }
+    let r = c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert_eq!(
+        rec.batches(),
+        vec![vec![
+            ("a".to_string(), "gpu:3g.20gb:2".to_string()),
+            ("b".to_string(), "gpu:3g.20gb:2".to_string())
+        ]]
+    );
+    assert_eq!(layout_of(&mut c, "c"), C2, "reverted");
+    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain), "{r:?}");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "c/0" && d.action.contains("rolled back: still applying")));
+}
+
+#[test]
 fn a_restarted_central_role_finishes_the_batch_it_left_in_flight() {
     let dir = temp("restart");
     let rec = Recorder::default();

@@ -356,10 +356,26 @@ impl Central {
     }
 
     /// Every node of the batch has applied (or is out of it): ask them to install gres.conf.
+    /// A node still applying long after the first of the batch finished is reverted
+    /// (and resumed) so that it does not keep the others drained: it waits for a later batch.
     fn install_gate(&mut self, b: &mut Batch, report: &mut CycleReport) {
+        let applied = b.in_state(|s| matches!(s, NodeState::Applied { .. }));
+        let first_done = applied
+            .iter()
+            .map(|n| b.nodes[n].since)
+            .fold(f64::INFINITY, f64::min);
+        let grace = 2.0 * phase_timeout(b.slurmd_budget_s);
+        if unix_now() - first_done > grace {
+            for node in b.in_state(|s| matches!(s, NodeState::Applying)) {
+                if let Ok(Some(rec)) = self.api.node(&node) {
+                    let e =
+                        format!("still applying {grace:.0} s after the first node of the batch was ready");
+                    self.revert(b, &node, &rec, e, false, report);
+                }
+            }
+        }
         let waiting =
             b.in_state(|s| matches!(s, NodeState::Draining | NodeState::Drained | NodeState::Applying));
-        let applied = b.in_state(|s| matches!(s, NodeState::Applied { .. }));
         if !waiting.is_empty() || applied.is_empty() {
             return;
         }

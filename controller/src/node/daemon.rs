@@ -31,9 +31,11 @@ fn serve_metrics(resolved: &Resolved) -> anyhow::Result<()> {
     if listen.is_empty() {
         return Ok(());
     }
-    let backend = open_backend(&resolved.config.node)?;
+    // Scrapes run on threads of their own: one backend handle, one scrape at a time.
+    let backend = std::sync::Mutex::new(open_backend(&resolved.config.node)?);
     let catalogue = resolved.catalogue.clone();
     let addr = crate::metrics::serve(&listen, move || {
+        let backend = backend.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         super::metrics::render(backend.as_ref(), &catalogue)
     })
     .with_context(|| format!("node.metrics_listen = \"{listen}\""))?;

@@ -181,8 +181,32 @@ mod tests {
         assert_eq!(c.node.spool_dir, std::path::PathBuf::from("/s"));
         assert_eq!(c.node.slurmd_stop, ["systemctl", "stop", "slurmd"]);
         assert_eq!(c.node.poll_interval_s, 0.5);
-        assert_eq!(c.node.announce_interval_s, 300.0);
+        assert_eq!(c.node.announce_interval_s, 3600.0);
+        assert_eq!(c.node.idle_poll_interval_s, 120.0);
         assert_eq!(c.node.metrics_listen, "127.0.0.1:9818");
+    }
+
+    #[test]
+    fn relative_paths_and_durations_past_a_year_are_refused_naming_the_key() {
+        let e = Config::parse("version = 1\n[node]\ngres_conf = \"gres.conf\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gres_conf") && e.contains("absolute"), "{e}");
+        let e = Config::parse("version = 1\n[node]\npoll_interval_s = 1e20\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.toml:3:") && e.contains("one year"), "{e}");
+        let e = Config::parse("version = 1\n[controller]\nstate_dir = \"state\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("state_dir") && e.contains("absolute"), "{e}");
+        let e = Config::parse(
+            "version = 1\n[controller.central]\nmaintenance_windows = [\"Mon-Fri 25:00-06:00\"]\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("maintenance_windows") && e.contains("25:00"), "{e}");
     }
 
     #[test]
