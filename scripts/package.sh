@@ -41,7 +41,7 @@ mkdir -p "$out"
 scripts/cargo-deb.sh
 
 if [ "$build" = 1 ]; then
-    cargo build --locked --profile "$profile" -p smartmig -p smartmigd -p smartmig-slurm-plugin
+    cargo build --locked --profile "$profile" -p smartmig -p smartmigd -p smartmig-slurm-plugin -p smartmig-cli-filter
 fi
 
 # Man pages (gzip -n: no timestamp, reproducible) and completions, where the assets expect them.

@@ -5,8 +5,7 @@
 //! `SLURM_VERSION_NUMBER` becomes `plugin_version`, and selects the `job_modify` signature:
 //! releases from 23.02 on pass an `err_msg` (cfg `slurm_job_modify_err_msg`).
 
-use std::env;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// First Slurm release whose `job_modify` takes `char **err_msg` (23.02.0).
 const JOB_MODIFY_ERR_MSG_SINCE: u64 = 0x17_02_00;
@@ -14,23 +13,12 @@ const JOB_MODIFY_ERR_MSG_SINCE: u64 = 0x17_02_00;
 // Shared with controller/build.rs: where the Slurm headers are.
 #[path = "slurm_headers.rs"]
 mod slurm_headers;
-use slurm_headers::find_include_dir;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-check-cfg=cfg(slurm_job_modify_err_msg)");
-    let include = match find_include_dir() {
-        Ok(dir) => dir,
-        Err(tried) => {
-            eprintln!(
-                "error: Slurm headers not found (looked for slurm/slurm.h in: {tried}).\n\
-                 Install them (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR \
-                 to the directory that contains slurm/slurm.h."
-            );
-            std::process::exit(1);
-        }
-    };
+    let include = slurm_headers::include_dir_or_exit();
     let slurm_h = include.join("slurm/slurm.h");
     println!("cargo:rerun-if-changed={}", slurm_h.display());
     let version = read_version(&include.join("slurm/slurm_version.h")).unwrap_or_else(|e| {
@@ -40,9 +28,7 @@ fn main() {
     if version >= JOB_MODIFY_ERR_MSG_SINCE {
         println!("cargo:rustc-cfg=slurm_job_modify_err_msg");
     }
-    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let bindings = bindgen::Builder::default()
-        .header(slurm_h.display().to_string())
+    let builder = bindgen::Builder::default()
         .clang_arg(format!("-I{}", include.display()))
         .allowlist_type("job_desc_msg_t")
         .allowlist_var("SLURM_VERSION_NUMBER|NO_VAL|INFINITE|SLURM_SUCCESS|SLURM_ERROR")
@@ -52,17 +38,8 @@ fn main() {
         .prepend_enum_name(false)
         // Pulled in by job_desc_msg_t's members; the plugin never looks inside them.
         .opaque_type("list|List|xlist|cron_entry_t|.*_t_cron")
-        .derive_default(false)
-        .layout_tests(false)
-        .generate_comments(false)
-        .generate()
-        .unwrap_or_else(|e| {
-            eprintln!("error: bindgen failed on {}: {e}", slurm_h.display());
-            std::process::exit(1);
-        });
-    bindings
-        .write_to_file(out.join("slurm_bindings.rs"))
-        .expect("write bindings to OUT_DIR");
+        .derive_default(false);
+    slurm_headers::write_bindings(builder, &slurm_h);
 }
 
 /// `SLURM_VERSION_NUMBER` from slurm_version.h.

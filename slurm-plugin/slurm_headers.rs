@@ -1,5 +1,5 @@
-//! Build-script support shared by slurm-plugin/build.rs and controller/build.rs: finding
-//! the installed Slurm headers.
+//! Build-script support shared by slurm-plugin/build.rs, cli-filter/build.rs and
+//! controller/build.rs: finding the installed Slurm headers, writing the bindings.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -45,4 +45,36 @@ pub fn find_include_dir() -> Result<PathBuf, String> {
     }
     tried.push("/usr/include".into());
     Err(tried.join(", "))
+}
+
+/// The include directory holding `slurm/slurm.h`; without one the build stops, saying how
+/// to get the headers.
+#[allow(dead_code)] // controller/build.rs has its own message
+pub fn include_dir_or_exit() -> PathBuf {
+    find_include_dir().unwrap_or_else(|tried| {
+        eprintln!(
+            "error: Slurm headers not found (looked for slurm/slurm.h in: {tried}).\n\
+             Install them (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR \
+             to the directory that contains slurm/slurm.h."
+        );
+        std::process::exit(1);
+    })
+}
+
+/// Generates `builder`'s bindings of `slurm_h` into `$OUT_DIR/slurm_bindings.rs`, with
+/// the options every user shares; a failure stops the build naming the header.
+#[allow(dead_code)] // controller/build.rs generates its own
+pub fn write_bindings(builder: bindgen::Builder, slurm_h: &Path) {
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    builder
+        .header(slurm_h.display().to_string())
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .unwrap_or_else(|e| {
+            eprintln!("error: bindgen failed on {}: {e}", slurm_h.display());
+            std::process::exit(1);
+        })
+        .write_to_file(out.join("slurm_bindings.rs"))
+        .expect("write bindings to OUT_DIR");
 }

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use roff::{bold, italic, roman, Inline, Roff};
-pub use smartmig_clidoc::{write_completions, write_man_pages, WriteError};
+pub use smartmig_clidoc::{write_completions, write_man_pages, PageText, WriteError};
 
 /// The annotated example configuration, installed as /etc/smartmig/smartmig.toml.
 pub const EXAMPLE_CONFIG: &str = include_str!("../etc/smartmig.toml");
@@ -35,6 +35,241 @@ pub enum DocsError {
         /// What was wrong.
         message: String,
     },
+}
+
+/// Writes `smartmig(1)` and one page per subcommand into `dir`, each with its own
+/// [`page_text`].
+pub fn write_smartmig_man_pages(dir: &Path) -> Result<Vec<PathBuf>, WriteError> {
+    use clap::CommandFactory;
+    write_man_pages(crate::cli::Cli::command(), "1", dir, &page_text)
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// The exit codes every smartmig command shares (src/cli/mod.rs).
+const EXIT_CODES: [(&str, &str); 4] = [
+    ("0", "Success."),
+    ("1", "A run failed: I/O, an internal error, or (where the page says so) a check that did not pass."),
+    ("2", "Usage error: a bad option or argument."),
+    ("3", "Invalid input: a config, scenario, trace, layout or model file, with one line naming it and the problem."),
+];
+
+/// The sections of `smartmig`'s pages that clap cannot know, by page name.
+pub fn page_text(name: &str) -> PageText {
+    let guides = "/usr/share/doc/smartmig/admin-guide.md, user-guide.md and model.md";
+    let mut t = PageText {
+        exit_status: pairs(&EXIT_CODES),
+        see_also: vec![
+            "smartmig(1)".into(),
+            "smartmig.toml(5)".into(),
+            "smartmigd(8)".into(),
+            guides.into(),
+        ],
+        ..PageText::default()
+    };
+    let config = (
+        "/etc/smartmig/smartmig.toml",
+        "The configuration (smartmig.toml(5)); also looked for beside slurm.conf.",
+    );
+    let scenarios = (
+        "/usr/share/smartmig/scenarios/*.toml",
+        "Scenarios: cluster, workload and baselines (the paper's reference is built in).",
+    );
+    let policies = (
+        "/usr/share/smartmig/onnx/<gpu-key>-<semantics>.onnx",
+        "Shipped learned policies; ./onnx/ is looked at first.",
+    );
+    let runtime = ("~/.cache/smartmig/onnxruntime/1.32.0/, /usr/lib/smartmig/", "ONNX Runtime, downloaded once by `smartmig policy fetch-runtime` (`--system`: for every user and smartmigd).");
+    match name {
+        "smartmig" => {
+            t.description = vec![
+                "smartmig routes MIG GPU requests in Slurm to the slice size that fits, repartitions MIG GPUs with a learned mean-field policy (smartmigd(8)), and, before anything touches hardware, simulates a site's workload to compare policies, compute lower bounds and tune layouts. Each command has its own page, smartmig-COMMAND(1).".into(),
+            ];
+            t.files = pairs(&[config, scenarios, policies, runtime]);
+            t.examples = pairs(&[
+                (
+                    "smartmig compare --seeds 20",
+                    "Every baseline on the paper's reference scenario over 20 days, with the lower bounds.",
+                ),
+                (
+                    "smartmig mig configs --gpu a100-40gb",
+                    "The named configurations c1..c12 and their placements.",
+                ),
+                (
+                    "smartmig doctor",
+                    "Check an installation: Slurm, plugin, config, snapshot, NVML, ONNX Runtime, gres.conf.",
+                ),
+            ]);
+            t.exit_status.push((
+                "4, 5".into(),
+                "smartmig doctor only: the worst finding is a warning (4) or a failure (5).".into(),
+            ));
+        }
+        "smartmig-compare" | "smartmig-simulate" | "smartmig-tune-static" | "smartmig-bounds" => {
+            t.description = vec![
+                "Scenarios are TOML files (or the built-in reference, 8 A100-40GB at 20x load); every key can be overridden with --set KEY=VALUE, checked like the file. The model simulated (jobs, power, ET, schedulers, baselines, bounds) is described in /usr/share/doc/smartmig/model.md.".into(),
+            ];
+            t.files = pairs(&[scenarios, policies, runtime]);
+            t.examples = match name {
+                "smartmig-compare" => pairs(&[
+                    (
+                        "smartmig compare --seeds 20",
+                        "The reference scenario over 20 evaluation days.",
+                    ),
+                    (
+                        "smartmig compare --set workload.multiplier=12 --format json",
+                        "At 12x load, as JSON.",
+                    ),
+                    (
+                        "smartmig compare --model p.onnx --plot out/",
+                        "With a trained policy, and figures as SVG in out/.",
+                    ),
+                ]),
+                "smartmig-simulate" => pairs(&[
+                    (
+                        "smartmig simulate --policy static --layout c6 --scheduler edf --seed 7",
+                        "One day with every GPU in c6 under EDF.",
+                    ),
+                    (
+                        "smartmig simulate --trace history.sacct --trace-format sacct --plot out/",
+                        "A site's own history, with figures.",
+                    ),
+                ]),
+                "smartmig-tune-static" => pairs(&[(
+                    "smartmig tune-static --scenario my-site.toml --write",
+                    "Search the best fixed layout and record it as baselines.static_best.",
+                )]),
+                _ => pairs(&[
+                    (
+                        "smartmig bounds",
+                        "Energy and tardiness lower bounds of the reference day.",
+                    ),
+                    (
+                        "smartmig bounds --set workload.multiplier=26 --relaxed",
+                        "A congested day, LP relaxation only.",
+                    ),
+                ]),
+            };
+        }
+        "smartmig-doctor" => {
+            t.description = vec![
+                "Each check prints one line as soon as it ends, with a fix for every problem; each has a time limit, so a hanging driver or a Slurm without configuration cannot stall the run. Everything is read-only.".into(),
+            ];
+            t.exit_status = pairs(&[
+                ("0", "Every check is ok or skipped."),
+                ("2", "Usage error."),
+                ("4", "The worst finding is a warning."),
+                ("5", "A check failed."),
+            ]);
+            t.files = pairs(&[
+                (
+                    "$SLURM_CONF, /etc/slurm/slurm.conf",
+                    "slurm.conf (Includes read in place) and gres.conf beside it.",
+                ),
+                config,
+                (
+                    "/run/smartmig/snapshot.json",
+                    "The controller snapshot the plugin routes with.",
+                ),
+                (
+                    "/usr/lib/smartmig/libonnxruntime.so.1.32.0",
+                    "The ONNX Runtime smartmigd-central loads when controller.onnxruntime is unset.",
+                ),
+            ]);
+            t.examples = pairs(&[
+                ("smartmig doctor", "Check this host."),
+                (
+                    "smartmig doctor --skip nvml --format json",
+                    "On a controller-only host, as JSON.",
+                ),
+            ]);
+            t.see_also.push("smartmigd-central(8), smartmigd-node(8)".into());
+        }
+        "smartmig-mig-plan" => {
+            t.exit_status[1] = (
+                "1".into(),
+                "The plan destroys a busy instance (--busy): it cannot run until that instance is idle."
+                    .into(),
+            );
+            t.examples = pairs(&[(
+                "smartmig mig plan --gpu a100-40gb --from c2 --to c6 --busy 3g.20gb@4",
+                "The driver calls from c2 to c6, keeping the busy 3g.",
+            )]);
+        }
+        "smartmig-mig-probe" => {
+            t.exit_status[1] = (
+                "1".into(),
+                "A GPU's MIG profiles differ from the catalogue, or NVML cannot be used.".into(),
+            );
+            t.files = pairs(&[("libnvidia-ml.so.1", "NVML, loaded at run time.")]);
+        }
+        "smartmig-mig-configs" => {
+            t.examples = pairs(&[
+                (
+                    "smartmig mig configs --gpu a100-40gb",
+                    "c1..c12 on the A100-40GB.",
+                ),
+                (
+                    "smartmig mig configs --pre-r510 --format json",
+                    "Every model, marking what drivers before R510 refuse.",
+                ),
+            ]);
+        }
+        "smartmig-replay" => {
+            t.files = pairs(&[policies, runtime]);
+            t.examples = pairs(&[(
+                "smartmig replay --sacct history.sacct --html replay.html",
+                "What-if on a site's sacct history (see the admin guide for the sacct command line).",
+            )]);
+        }
+        "smartmig-sweep" => {
+            t.examples = pairs(&[
+                (
+                    "smartmig sweep --seeds 200 --emit-sbatch /shared/s1",
+                    "Write an array job, one task per day.",
+                ),
+                (
+                    "smartmig sweep --collect /shared/s1",
+                    "Merge the results into the table compare prints.",
+                ),
+            ]);
+        }
+        "smartmig-status" => {
+            t.exit_status[1] = ("1".into(), "The central role has written no status yet.".into());
+            t.files = pairs(&[
+                config,
+                (
+                    "/var/lib/smartmig/central-status.json",
+                    "The status smartmigd-central writes (controller.state_dir).",
+                ),
+            ]);
+            t.examples = pairs(&[(
+                "smartmig status --json",
+                "The status file as JSON, from any host that sees state_dir.",
+            )]);
+        }
+        "smartmig-policy-fetch-runtime" => {
+            t.files = pairs(&[runtime]);
+            t.examples = pairs(&[(
+                "smartmig policy fetch-runtime --system",
+                "As root: ONNX Runtime for every user and for smartmigd.",
+            )]);
+        }
+        "smartmig-config-check" => {
+            t.files = pairs(&[config]);
+            t.examples = pairs(&[(
+                "smartmig config check /etc/smartmig/smartmig.toml",
+                "Report the first bad key with its line.",
+            )]);
+        }
+        _ => {}
+    }
+    t
 }
 
 /// Writes `smartmig.toml.5`, generated from [`EXAMPLE_CONFIG`], into `dir`.
@@ -301,7 +536,7 @@ mod tests {
     fn smartmig_man_pages_name_every_subcommand_and_have_one_page_each() {
         let dir = tempfile::tempdir().unwrap();
         let cmd = crate::cli::Cli::command();
-        let written = write_man_pages(cmd.clone(), "1", dir.path()).unwrap();
+        let written = write_smartmig_man_pages(dir.path()).unwrap();
         // roff writes `-` as `\\-`.
         let main = std::fs::read_to_string(dir.path().join("smartmig.1"))
             .unwrap()
@@ -443,10 +678,34 @@ mod tests {
         }
     }
 
+    /// Issue 17: the pages were bare option lists.
+    #[test]
+    fn every_page_has_description_exit_status_and_see_also_and_the_main_ones_files_and_examples() {
+        let dir = tempfile::tempdir().unwrap();
+        for page in write_smartmig_man_pages(dir.path()).unwrap() {
+            let text = std::fs::read_to_string(&page).unwrap();
+            let name = page.file_stem().unwrap().to_string_lossy().into_owned();
+            let mut want = vec![".SH DESCRIPTION", ".SH \"EXIT STATUS\"", ".SH \"SEE ALSO\""];
+            if [
+                "smartmig",
+                "smartmig-doctor",
+                "smartmig-compare",
+                "smartmig-status",
+            ]
+            .contains(&name.as_str())
+            {
+                want.extend([".SH FILES", ".SH EXAMPLES"]);
+            }
+            for w in want {
+                assert!(text.contains(w), "{name} lacks {w}");
+            }
+        }
+    }
+
     #[test]
     fn generated_pages_render_with_groff_without_warnings() {
         let dir = tempfile::tempdir().unwrap();
-        let mut pages = write_man_pages(crate::cli::Cli::command(), "1", dir.path()).unwrap();
+        let mut pages = write_smartmig_man_pages(dir.path()).unwrap();
         pages.push(write_config_man_page(dir.path()).unwrap());
         for page in &pages {
             let Some(warnings) = groff_warnings(page) else {

@@ -124,7 +124,7 @@ pub struct WorkloadSpec {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WorkloadSource {
-    /// The reference diurnal generator (MODEL.md §2).
+    /// The reference diurnal generator (docs/model.md §2).
     #[default]
     Generator,
     /// A trace file.

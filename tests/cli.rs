@@ -87,10 +87,113 @@ fn mig_plan_reports_the_busy_instances_it_would_destroy() {
         "--busy",
         "3g.20gb@4,4g.20gb@0",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // Issue 17: a plan that destroys a busy instance cannot run; it used to exit 0.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("keep:    3g.20gb@4"), "{out}");
-    assert!(out.contains("touches busy: 4g.20gb@0"), "{out}");
+    let e = stderr(&o);
+    assert!(e.contains("destroys busy instance(s) 4g.20gb@0"), "{e}");
+    let idle = smartmig(&[
+        "mig",
+        "plan",
+        "--gpu",
+        "a100-40gb",
+        "--from",
+        "c2",
+        "--to",
+        "c6",
+        "--busy",
+        "3g.20gb@4",
+    ]);
+    assert!(idle.status.success(), "{}", stderr(&idle));
+    assert!(stdout(&idle).contains("busy instances untouched"));
+}
+
+/// Issue 17: `--from c13` was read as an instance list and got a misleading error.
+#[test]
+fn an_unknown_configuration_in_mig_plan_is_named_with_the_known_ones() {
+    let o = smartmig(&["mig", "plan", "--gpu", "a100-40gb", "--from", "c13", "--to", "c1"]);
+    assert_eq!(o.status.code(), Some(3));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--from c13: unknown configuration `c13`") && e.contains("c12"),
+        "{e}"
+    );
+}
+
+/// Issue 17: `mig layouts | head -1` panicked on the closed pipe (exit 101).
+#[test]
+fn no_command_panics_when_its_reader_closes_the_pipe() {
+    use std::io::Read;
+    use std::process::Stdio;
+    for args in [
+        &["mig", "layouts", "--gpu", "a100-40gb"][..],
+        &["mig", "models"],
+        &["mig", "configs"],
+        &["mig", "plan", "--gpu", "a100-40gb", "--from", "c12", "--to", "c1"],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read nothing: close our end at once, as `head -0` would.
+        drop(child.stdout.take());
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = child.wait().unwrap();
+        assert_ne!(status.code(), Some(101), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn mig_configs_lists_every_named_configuration_with_its_placement() {
+    let o = smartmig(&["mig", "configs", "--gpu", "a100-40gb"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("c3") && out.contains("4g.20gb@0 2g.10gb@4 1g.10gb@6"),
+        "{out}"
+    );
+    let v = json(&smartmig(&["mig", "configs", "--format", "json", "--pre-r510"]));
+    let all = v.as_array().unwrap();
+    // Every catalogue model, and c2 (4g with 3g) unavailable before R510.
+    let c2: Vec<&serde_json::Value> = all.iter().filter(|c| c["name"] == "c2").collect();
+    assert!(c2.len() >= 4 && c2.iter().all(|c| c["available"] == false), "{v}");
+}
+
+/// Issue 17: `config check` printed `MeanField` and `Drain`, not the file's spellings.
+#[test]
+fn config_check_prints_the_configs_own_spellings() {
+    let o = smartmig(&[
+        "config",
+        "check",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/etc/smartmig.toml"),
+    ]);
+    let out = stdout(&o);
+    assert!(out.contains("policy: mean-field, mode: dry-run"), "{out}");
+}
+
+/// Issue 17: same codes as `smartmigd status` (controller/tests/cli.rs).
+#[test]
+fn status_exits_3_for_a_missing_config_and_1_for_a_missing_status_file() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("nope.toml");
+    let o = smartmig(&["status", "--config", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let cfg = d.path().join("smartmig.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version = 1\n[controller]\nstate_dir = \"{}\"\n",
+            d.path().display()
+        ),
+    )
+    .unwrap();
+    let o = smartmig(&["status", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
 
 #[test]
@@ -540,4 +643,102 @@ fn a_mixed_a100_h100_a30_cluster_runs_in_compare() {
         share("a30-24gb/q3") > 0.0 && share("a30-24gb/q4") > 0.0,
         "{periodic}"
     );
+}
+
+/// Issue 17: outside the repository `compare` left the smart-mig row out without a word.
+#[test]
+fn compare_says_in_one_line_why_the_smart_mig_row_is_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
+        .args([
+            "compare",
+            "--seeds",
+            "1",
+            "--set",
+            "workload.multiplier=1",
+            "--format",
+            "json",
+        ])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let why: Vec<&str> = e.lines().filter(|l| l.contains("no smart-mig row")).collect();
+    assert_eq!(why.len(), 1, "{e}");
+    assert!(
+        why[0].contains("a100-40gb-preempt.onnx") && why[0].contains("--model"),
+        "{e}"
+    );
+    // The JSON on standard output is untouched by the notice.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["name"] != "smart-mig"));
+}
+
+/// Issue 17: ONNX Runtime wrote ~/.cache/Microsoft/DeveloperTools/.onnxruntime/deviceid.
+#[test]
+fn onnx_runtime_leaves_no_telemetry_files_behind() {
+    let lib = smartmig::policy::provision::fetch_runtime().expect("ONNX Runtime for the tests");
+    let home = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_smartmig"))
+        .args([
+            "policy",
+            "inspect",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/onnx/a100-40gb-drain.onnx"),
+        ])
+        .env("HOME", home.path())
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("ORT_DISABLE_TELEMETRY")
+        .env("ORT_DYLIB_PATH", &lib)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !home.path().join(".cache/Microsoft").exists(),
+        "ONNX Runtime wrote under {}",
+        home.path().display()
+    );
+}
+
+/// docs/model.md's table of configurations is the catalogue's, placement by placement.
+#[test]
+fn the_configurations_table_in_docs_model_md_matches_the_catalogue() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/model.md")).unwrap();
+    let rows: Vec<(String, String)> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?;
+            let placement = cells.get(3)?;
+            (name.starts_with('c') && name[1..].parse::<u32>().is_ok())
+                .then(|| (name.to_string(), placement.to_string()))
+        })
+        .collect();
+    let v = json(&smartmig(&[
+        "mig",
+        "configs",
+        "--gpu",
+        "a100-40gb",
+        "--format",
+        "json",
+    ]));
+    let catalogue: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let placement: Vec<String> = c["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| format!("{}@{}", i["profile"].as_str().unwrap(), i["start"]))
+                .collect();
+            (c["name"].as_str().unwrap().to_string(), placement.join(" "))
+        })
+        .collect();
+    assert_eq!(rows, catalogue);
 }

@@ -31,7 +31,7 @@ const CONFIG: &str = "/etc/smartmig/smartmig.toml";
 const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_smartmig.so";
 
 /// Files the packages must install, by package.
-const INSTALLED: [(&str, &str); 17] = [
+const INSTALLED: [(&str, &str); 19] = [
     ("smartmig", "/usr/bin/smartmig"),
     ("smartmig", CONFIG),
     ("smartmig", "/usr/share/man/man1/smartmig.1.gz"),
@@ -42,6 +42,7 @@ const INSTALLED: [(&str, &str); 17] = [
     ("smartmig", "/usr/share/smartmig/onnx/a100-40gb-preempt.onnx"),
     ("smartmig", "/usr/share/doc/smartmig/admin-guide.md"),
     ("smartmig", "/usr/share/doc/smartmig/examples/smartmig.toml"),
+    ("smartmig", "/usr/share/doc/smartmig/examples/catalogue.toml"),
     ("smartmigd", "/usr/bin/smartmigd"),
     ("smartmigd", "/usr/share/man/man8/smartmigd.8.gz"),
     ("smartmigd", "/usr/share/man/man8/smartmigd-central.8.gz"),
@@ -52,6 +53,10 @@ const INSTALLED: [(&str, &str); 17] = [
         "/usr/lib/systemd/system/smartmigd-node-restore.service",
     ),
     ("smartmig-slurm-plugin", PLUGIN),
+    (
+        "smartmig-slurm-plugin",
+        "/usr/lib/x86_64-linux-gnu/slurm-wlm/cli_filter_smartmig.so",
+    ),
 ];
 
 /// State smartmigd's units create at run time (systemd's StateDirectory and RuntimeDirectory);
@@ -183,6 +188,8 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
                 "dev",
                 "-p",
                 "smartmig-slurm-plugin",
+                "-p",
+                "smartmig-cli-filter",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR")));
     }

@@ -8,8 +8,9 @@
 //! The node has two fake A100-40GB GPUs in different layouts, c2 (4g + 3g) and c7
 //! (2g + 1g + 1g + 3g): types 4g.20gb ×1, 3g.20gb ×2, 2g.10gb ×1, 1g.5gb ×2. smartmig.toml's
 //! static layout says the same, so without a snapshot routing picks among these types.
-//! Expected types follow MODEL.md: run time on k slices = `--time` (on 7g) × s7/sk, due
-//! time = deadline, `due=` hint, or 1.5 × run time on 7g; the slowest slice meeting it wins.
+//! Expected types follow docs/admin-guide.md ("How routing decides"): run time on k slices
+//! = `--time` (on 7g) × s7/sk, due time = deadline, `due=` hint, or 1.5 × run time on 7g +
+//! 60 min; the slowest slice meeting it wins.
 
 mod slurm;
 
@@ -52,13 +53,22 @@ const CASES: &[Case] = &[
         limit: Some(210),
         routed: true,
     },
-    // No hint: the linear default class; due 1.5 × 10 = 15 min, 4g needs 17.5: nothing
-    // meets it, so the fastest slice present (no 7g in these layouts) and ⌈17.5⌉.
+    // No hint: the linear default class; due 1.5 × 10 + 60 = 75 min (the soft rule with
+    // its grace): 1g takes 70 and meets it, so a short job gets a small slice.
     Case {
         args: &["--gres=gpu:mig:1", "--time=10"],
         field: "TresPerNode",
-        tres: "gres:gpu:4g.20gb:1",
-        limit: Some(18),
+        tres: "gres:gpu:1g.5gb:1",
+        limit: Some(70),
+        routed: true,
+    },
+    // Issue 17: a per-job count (`--gpus`) may spread over GPUs; it was checked against
+    // one GPU's maximum and refused with "... has 0 GB for 2 instance(s)".
+    Case {
+        args: &["--gpus=mig:2", "--time=10"],
+        field: "TresPerJob",
+        tres: "gres:gpu:1g.5gb:2",
+        limit: Some(70),
         routed: true,
     },
     // `--gpus` lands in tres_per_job; a job that does not scale gets the smallest slice.
@@ -97,16 +107,16 @@ const CASES: &[Case] = &[
         limit: Some(10),
         routed: true,
     },
-    // resnet-train without --time: 60 min estimate on 7g, due 90; 3g needs 60 × 2.868 /
-    // 2.309 = 74.5 (meets), 2g 97.5 (misses). The limit stays the partition's.
+    // resnet-train without --time: 60 min estimate on 7g, due 90 + 60; 2g needs 60 × 2.868
+    // / 1.765 = 97.5 (meets), 1g 172 (misses). The limit stays the partition's.
     Case {
         args: &["--gres=gpu:mig:1", "--comment=smartmig:class=resnet-train"],
         field: "TresPerNode",
-        tres: "gres:gpu:3g.20gb:1",
+        tres: "gres:gpu:2g.10gb:1",
         limit: None,
         routed: true,
     },
-    // `--time` given on 1g: 70 min there is 10 on 7g; as in case 2, 4g and ⌈70/4⌉.
+    // `--time` given on 1g: 70 min there is 10 on 7g; as in case 2, 1g and 70.
     Case {
         args: &[
             "--gres=gpu:mig:1",
@@ -114,8 +124,8 @@ const CASES: &[Case] = &[
             "--comment=smartmig:class=bert-infer;time-on=1g",
         ],
         field: "TresPerNode",
-        tres: "gres:gpu:4g.20gb:1",
-        limit: Some(18),
+        tres: "gres:gpu:1g.5gb:1",
+        limit: Some(70),
         routed: true,
     },
     // A concrete type is validated and left alone, time included.
@@ -262,8 +272,8 @@ fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
         .sbatch(&["--hold", "--gres=gpu:1g.5gb:1", "--time=10", "--wrap", "true"])
         .unwrap();
     assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:1g.5gb:1");
-    // No hint: default (linear) class with the 60-minute estimate, due 90: nothing
-    // present meets it (4g needs 105), so 4g; TimeLimit given: 60 × 7/4 → 105.
+    // No hint: default (linear) class, TimeLimit 60 on 7g, due 90 + 60: 3g needs 140
+    // (meets), 2g 210; so 3g and 60 × 7/3 → 140.
     let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:1", "TimeLimit=60"]);
     assert!(
         out.status.success(),
@@ -271,13 +281,13 @@ fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
         String::from_utf8_lossy(&out.stderr)
     );
     let job = c.job(id);
-    assert_eq!(job["TresPerNode"], "gres:gpu:4g.20gb:1", "{job:?}");
-    assert_eq!(minutes(&job["TimeLimit"]), Some(105), "{job:?}");
+    assert_eq!(job["TresPerNode"], "gres:gpu:3g.20gb:1", "{job:?}");
+    assert_eq!(minutes(&job["TimeLimit"]), Some(140), "{job:?}");
     assert!(c.ctld_log().contains("job_modify"), "{}", c.log_tails());
     // A bad update is refused and leaves the job as it was.
     let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:9"]);
     assert!(!out.status.success(), "Gres=gpu:mig:9 was accepted");
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:4g.20gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1");
     let out = c.scontrol(&["release", &id.to_string()]);
     assert!(out.status.success());
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
@@ -291,11 +301,12 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
     let (_g, c) = start();
     let submit = || {
         let (id, _) = c
-            .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
+            .sbatch(&["--gres=gpu:mig:1", "--time=60", "--hold", "--wrap", "true"])
             .unwrap();
         c.job(id)["TresPerNode"].clone()
     };
-    assert_eq!(submit(), "gres:gpu:4g.20gb:1");
+    // Linear default class, due 1.5 × 60 + 60 = 150 min: 3g (140 min).
+    assert_eq!(submit(), "gres:gpu:3g.20gb:1");
     // A site class that does not scale becomes the default: the smallest slice wins.
     c.write_smartmig_toml(&format!(
         "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
@@ -345,7 +356,7 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     let (id, _) = c
         .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
         .unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:4g.20gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:1g.5gb:1");
 }
 
 #[test]
@@ -487,9 +498,16 @@ fn two_nodes_in_network_namespaces_take_routed_jobs() {
     opts.more_nodes = vec![vec![FakeGpu(vec![("2g.10gb", 1), ("1g.5gb", 2), ("3g.20gb", 1)])]];
     let c = Cluster::start(&opts);
     assert_eq!(c.nodes.len(), 2);
-    // As in the matrix: 4g.20gb (only on the first node) and 2g.10gb (only on the second).
+    // Due in 15 min, 10 on 7g: no slice meets it, so the fastest present, 4g.20gb (only
+    // on the first node); and as in the matrix 2g.10gb (only on the second).
     let (a, _) = c
-        .sbatch(&["--gres=gpu:mig:1", "--time=10", "--wrap", "sleep 1"])
+        .sbatch(&[
+            "--gres=gpu:mig:1",
+            "--time=10",
+            "--comment=smartmig:due=15",
+            "--wrap",
+            "sleep 1",
+        ])
         .unwrap();
     let mut args = CASES[0].args.to_vec();
     args.extend(["--wrap", "sleep 1"]);

@@ -85,7 +85,7 @@ fn tasks_run_one_by_one_collect_into_the_local_comparison_and_gaps_are_named() {
     let gap = smartmig(&["sweep", "--collect", d]);
     assert_eq!(gap.status.code(), Some(1));
     let err = String::from_utf8_lossy(&gap.stderr);
-    assert!(err.contains("1 of 3 tasks have no result (tasks [1])"), "{err}");
+    assert!(err.contains("1 of 3 tasks have no result (tasks 1)"), "{err}");
     assert!(err.contains("logs/task-1.out"), "{err}");
 
     ok(smartmig(&["sweep", "--run-task", d, "--task", "1"]));

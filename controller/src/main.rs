@@ -1,12 +1,15 @@
 //! smartmigd: the MIG repartitioning daemon (central and node roles).
 //!
-//! Exit codes: 0 success, 1 error (printed once with its causes), 2 bad command line.
+//! Exit codes (the same as `smartmig`'s): 0 success; 1 a run failed (printed once with its
+//! causes); 2 bad command line; 3 invalid input: smartmig.toml missing or wrong.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use smartmigd::central::run;
+
+mod manual;
 
 /// smartmigd: repartitions MIG GPUs between Slurm allocations.
 #[derive(Debug, Parser)]
@@ -176,13 +179,18 @@ fn bench_rpc(nodes: &[usize]) -> anyhow::Result<()> {
 
 /// `smartmigd manpages DIR`: section 8, the daemon's manual section.
 fn manpages(dir: PathBuf) -> anyhow::Result<()> {
-    for page in smartmig_clidoc::write_man_pages(Cli::command(), "8", &dir)? {
+    for page in smartmig_clidoc::write_man_pages(Cli::command(), "8", &dir, &manual::page_text)? {
         println!("{}", page.display());
     }
     Ok(())
 }
 
+/// Exit code for a missing or invalid smartmig.toml (as `smartmig` uses for bad input).
+const EXIT_INPUT: u8 = 3;
+
 fn main() -> ExitCode {
+    // Before any thread exists: the environment is still safe to change.
+    smartmig_policy::runtime::disable_telemetry();
     let cli = Cli::parse();
     // The benchmark's table is its output; its cycles' routine log lines would bury it.
     let level = if matches!(cli.role, Role::Bench { .. }) {
@@ -225,7 +233,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("smartmigd: {e:#}");
-            ExitCode::FAILURE
+            let bad_config = e
+                .chain()
+                .any(|c| c.downcast_ref::<smartmig_core::config::ConfigError>().is_some());
+            ExitCode::from(if bad_config { EXIT_INPUT } else { 1 })
         }
     }
 }

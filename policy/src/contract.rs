@@ -97,7 +97,7 @@ pub struct FeatureLayout {
 /// Features the queue summary adds: waiting, four throughput classes, busy share.
 pub const QUEUE_SUMMARY_WIDTH: usize = 6;
 
-/// The bin edges MODEL.md §6 gives (minutes): −100, 0, 0.05, 0.2, 0.5, 1, 5, 10, 20, 30 (, ∞).
+/// The bin edges docs/model.md §6 gives (minutes): −100, 0, 0.05, 0.2, 0.5, 1, 5, 10, 20, 30 (, ∞).
 pub const PAPER_EDGES_MIN: [f64; 10] = [-100.0, 0.0, 0.05, 0.2, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0];
 
 impl FeatureLayout {

@@ -1,4 +1,4 @@
-//! The mean-field features of MODEL.md §6, maintained as events happen so that reading
+//! The mean-field features of docs/model.md §6, maintained as events happen so that reading
 //! them costs the same whatever the number of GPUs and jobs.
 //!
 //! What is computed, in which order and with which bins is a

@@ -38,7 +38,7 @@ impl Job {
         self.times[size_index(compute)]
     }
 
-    /// The throughput class CEDF sorts by (MODEL.md §2): 1 if the 4g runs it at less
+    /// The throughput class CEDF sorts by (docs/model.md §2): 1 if the 4g runs it at less
     /// than 80% of the 7g's throughput, else 2 if the 2g does, else 3 if the 1g does, else 4.
     pub fn throughput_class(&self) -> u8 {
         let thr = |i: usize| 1.0 / self.times[i];

@@ -32,7 +32,7 @@ pub use runtime::{OnnxRuntime, PolicyRuntime, RuntimeError};
 pub use sampling::{SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
 
 /// The file name of the policy for a GPU model and repartition semantics:
-/// `<model key>-<semantics>.onnx`, as `smartmig train` ships them in `onnx/` and
+/// `<gpu-key>-<semantics>.onnx`, as `smartmig train` ships them in `onnx/` and
 /// `smartmigd` loads them from `policy.models_dir`.
 pub fn policy_file_name(gpu_key: &str, semantics: Semantics) -> String {
     format!("{gpu_key}-{}.onnx", semantics.as_str())

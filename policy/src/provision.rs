@@ -6,7 +6,9 @@
 //! the manylinux_2_28 wheel of this CPU architecture, checked against a pinned SHA-256
 //! (pip's `--require-hashes`), then the one file is unpacked with Python's `zipfile`.
 //! Where: `$XDG_CACHE_HOME/smartmig/onnxruntime/<version>/` (default
-//! `~/.cache/smartmig/onnxruntime/<version>/`). Nothing else is installed or changed.
+//! `~/.cache/smartmig/onnxruntime/<version>/`), or for every user and the daemon (whose
+//! systemd units hide home directories) [`SYSTEM_DIR`]. Nothing else is installed or
+//! changed.
 //! Python: `python3`, or the interpreter named by `SMARTMIG_PYTHON`.
 
 use std::ffi::OsString;
@@ -17,6 +19,9 @@ use thiserror::Error;
 
 /// The ONNX Runtime release smartmig loads and provisions.
 pub const ORT_VERSION: &str = "1.32.0";
+
+/// Size of the wheel download in MB (about; both architectures), for announcements.
+pub const WHEEL_MB: u32 = 28;
 
 /// Name of the library file in the cache.
 pub fn library_file_name() -> String {
@@ -97,6 +102,15 @@ pub enum ProvisionError {
     },
 }
 
+/// Where `smartmig policy fetch-runtime --system` puts the library for every user and for
+/// smartmigd, whose units run with `ProtectHome=yes` and cannot see a home cache.
+pub const SYSTEM_DIR: &str = "/usr/lib/smartmig";
+
+/// The library in [`SYSTEM_DIR`], if it is there.
+pub fn system_library() -> Option<PathBuf> {
+    library_in(Path::new(SYSTEM_DIR))
+}
+
 /// The cache directory for this ONNX Runtime version (not created).
 pub fn cache_dir() -> Result<PathBuf, ProvisionError> {
     let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
@@ -109,13 +123,17 @@ pub fn cache_dir() -> Result<PathBuf, ProvisionError> {
 
 /// The library in the cache, if it is there.
 pub fn cached_library() -> Option<PathBuf> {
-    let dir = cache_dir().ok()?;
+    library_in(&cache_dir().ok()?)
+}
+
+/// `libonnxruntime.so.<ORT_VERSION>` in `dir`, else the last other `libonnxruntime.so*`.
+fn library_in(dir: &Path) -> Option<PathBuf> {
     let exact = dir.join(library_file_name());
     if exact.is_file() {
         return Some(exact);
     }
     // A library put there by hand under another libonnxruntime.so* name also counts.
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
@@ -129,9 +147,24 @@ pub fn cached_library() -> Option<PathBuf> {
     found.pop()
 }
 
+/// How much of pip's work a fetch shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing: pip runs with `--quiet`; its error output ends up in the error.
+    Quiet,
+    /// pip's own lines and download progress bar, on this process's standard error (never
+    /// on standard output, which may carry a command's JSON).
+    Stderr,
+}
+
 /// Returns the cached library, downloading it first when absent (see the module doc).
 pub fn fetch_runtime() -> Result<PathBuf, ProvisionError> {
-    if let Some(p) = cached_library() {
+    fetch_runtime_to(&cache_dir()?, Progress::Quiet)
+}
+
+/// The library in `dir`, downloading it there first when absent.
+pub fn fetch_runtime_to(dir: &Path, progress: Progress) -> Result<PathBuf, ProvisionError> {
+    if let Some(p) = library_in(dir) {
         return Ok(p);
     }
     let wheel = WHEELS
@@ -141,12 +174,11 @@ pub fn fetch_runtime() -> Result<PathBuf, ProvisionError> {
             os: std::env::consts::OS,
             arch: std::env::consts::ARCH,
         })?;
-    let dir = cache_dir()?;
     let io = |action, path: &Path| {
         let path = path.to_path_buf();
         move |source| ProvisionError::Io { action, path, source }
     };
-    std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
+    std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
     // A private work directory next to the destination: the final rename stays on one
     // file system, and concurrent fetches do not see each other's partial files.
     let nanos = std::time::SystemTime::now()
@@ -154,12 +186,17 @@ pub fn fetch_runtime() -> Result<PathBuf, ProvisionError> {
         .map_or(0, |d| d.subsec_nanos());
     let work = dir.join(format!(".download-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(io("cannot create", &work))?;
-    let result = download_into(wheel, &work, &dir);
+    let result = download_into(wheel, &work, dir, progress);
     let _ = std::fs::remove_dir_all(&work);
     result
 }
 
-fn download_into(wheel: &Wheel, work: &Path, dir: &Path) -> Result<PathBuf, ProvisionError> {
+fn download_into(
+    wheel: &Wheel,
+    work: &Path,
+    dir: &Path,
+    progress: Progress,
+) -> Result<PathBuf, ProvisionError> {
     let python = std::env::var_os(PYTHON_ENV)
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| OsString::from("python3"));
@@ -174,7 +211,7 @@ fn download_into(wheel: &Wheel, work: &Path, dir: &Path) -> Result<PathBuf, Prov
         source,
     })?;
     let mut pip = Command::new(&python);
-    pip.args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check"])
+    pip.args(["-m", "pip", "download", "--disable-pip-version-check"])
         .args(["--no-deps", "--only-binary=:all:", "--require-hashes"])
         .args(["--platform", wheel.platform])
         .args([
@@ -189,6 +226,9 @@ fn download_into(wheel: &Wheel, work: &Path, dir: &Path) -> Result<PathBuf, Prov
         .arg(&requirements)
         .arg("-d")
         .arg(work);
+    if progress == Progress::Quiet {
+        pip.arg("--quiet");
+    }
     log::info!(
         "downloading onnxruntime {ORT_VERSION} ({}) from PyPI",
         wheel.platform
@@ -197,6 +237,7 @@ fn download_into(wheel: &Wheel, work: &Path, dir: &Path) -> Result<PathBuf, Prov
         &python,
         &mut pip,
         &format!("pip download onnxruntime=={ORT_VERSION}"),
+        progress,
     )?;
 
     let whl = std::fs::read_dir(work)
@@ -220,7 +261,7 @@ fn download_into(wheel: &Wheel, work: &Path, dir: &Path) -> Result<PathBuf, Prov
         .arg(&whl)
         .arg(&member)
         .arg(&unpacked);
-    run(&python, &mut unzip, &format!("unzip {member}"))?;
+    run(&python, &mut unzip, &format!("unzip {member}"), Progress::Quiet)?;
 
     let dest = dir.join(library_file_name());
     std::fs::rename(&unpacked, &dest).map_err(|source| ProvisionError::Io {
@@ -232,11 +273,36 @@ fn download_into(wheel: &Wheel, work: &Path, dir: &Path) -> Result<PathBuf, Prov
     Ok(dest)
 }
 
-fn run(python: &OsString, cmd: &mut Command, what: &str) -> Result<(), ProvisionError> {
-    let out = cmd.output().map_err(|source| ProvisionError::Python {
+fn run(python: &OsString, cmd: &mut Command, what: &str, progress: Progress) -> Result<(), ProvisionError> {
+    let started = |source| ProvisionError::Python {
         python: python.to_string_lossy().into_owned(),
         source,
-    })?;
+    };
+    if progress == Progress::Stderr {
+        // Both of pip's streams to our standard error, so a JSON standard output stays clean.
+        use std::os::fd::AsFd;
+        let to_stderr = || {
+            std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map(std::process::Stdio::from)
+        };
+        let status = cmd
+            .stdout(to_stderr().map_err(started)?)
+            .stderr(to_stderr().map_err(started)?)
+            .status()
+            .map_err(started)?;
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(ProvisionError::Step {
+                command: what.to_string(),
+                status: status.to_string(),
+                stderr: "see its output above".into(),
+            })
+        };
+    }
+    let out = cmd.output().map_err(started)?;
     if out.status.success() {
         return Ok(());
     }

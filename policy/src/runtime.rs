@@ -1,8 +1,9 @@
 //! Policy inference through ONNX Runtime, loaded at run time from a `libonnxruntime.so`.
 //!
 //! The library is looked for, in order: the path the caller configured
-//! (`controller.onnxruntime`), `$ORT_DYLIB_PATH`, then the per-user cache filled by
-//! [`provision::fetch_runtime`] (`smartmig policy fetch-runtime`). A configured path or
+//! (`controller.onnxruntime`), `$ORT_DYLIB_PATH`, the system copy in
+//! [`provision::SYSTEM_DIR`] (`smartmig policy fetch-runtime --system`), then the per-user
+//! cache filled by [`provision::fetch_runtime`] (`smartmig policy fetch-runtime`). A configured path or
 //! `ORT_DYLIB_PATH` that does not exist is an error, not a reason to look further. ONNX
 //! Runtime is loaded once per process: later requests get the library already loaded.
 
@@ -24,7 +25,7 @@ pub const ORT_DYLIB_ENV: &str = "ORT_DYLIB_PATH";
 #[derive(Debug, Error)]
 pub enum RuntimeError {
     /// No library at any of the places looked at.
-    #[error("ONNX Runtime library not found (looked at: {}); run `smartmig policy fetch-runtime` to download onnxruntime {ORT_VERSION} from PyPI into the cache, or set ORT_DYLIB_PATH or controller.onnxruntime", looked.join("; "))]
+    #[error("ONNX Runtime library not found (looked at: {}); run `smartmig policy fetch-runtime` to download onnxruntime {ORT_VERSION} from PyPI into your cache (`--system`: into /usr/lib/smartmig for every user and smartmigd), or set ORT_DYLIB_PATH or controller.onnxruntime", looked.join("; "))]
     NotFound {
         /// Each place looked at, with where it came from.
         looked: Vec<String>,
@@ -100,14 +101,20 @@ impl OnnxRuntime {
         if let Some(p) = std::env::var_os(ORT_DYLIB_ENV).filter(|v| !v.is_empty()) {
             return existing(Path::new(&p), ORT_DYLIB_ENV);
         }
-        if let Some(p) = provision::cached_library() {
+        if let Some(p) = provision::system_library().or_else(provision::cached_library) {
             return Ok(p);
         }
+        let system = format!(
+            "{} (system)",
+            Path::new(provision::SYSTEM_DIR)
+                .join(provision::library_file_name())
+                .display()
+        );
         let cache = provision::cache_dir()
             .map(|d| format!("{} (cache)", d.join(provision::library_file_name()).display()))
             .unwrap_or_else(|e| format!("cache: {e}"));
         Err(RuntimeError::NotFound {
-            looked: vec![format!("{ORT_DYLIB_ENV} (unset)"), cache],
+            looked: vec![format!("{ORT_DYLIB_ENV} (unset)"), system, cache],
         })
     }
 
@@ -126,6 +133,7 @@ impl OnnxRuntime {
             return Ok(rt.clone());
         }
         let library = OnnxRuntime::locate(explicit)?;
+        disable_telemetry();
         let load = |reason: String| RuntimeError::Load {
             path: library.clone(),
             reason,
@@ -165,6 +173,20 @@ impl OnnxRuntime {
     /// ONNX Runtime's build description (version, commit).
     pub fn build_info(&self) -> String {
         ort::info().to_string()
+    }
+}
+
+/// ONNX Runtime's documented telemetry opt-out, read when the library sets up its
+/// environment. Without it the official Linux build writes a device id under
+/// `~/.cache/Microsoft/DeveloperTools/.onnxruntime/` (and may try to upload events);
+/// `with_telemetry(false)` alone comes too late for that.
+pub const TELEMETRY_OPT_OUT: &str = "ORT_DISABLE_TELEMETRY";
+
+/// Sets [`TELEMETRY_OPT_OUT`] unless the user set it. Both programs also set it first
+/// thing in `main`, before any thread starts; this covers other callers (tests).
+pub fn disable_telemetry() {
+    if std::env::var_os(TELEMETRY_OPT_OUT).is_none() {
+        std::env::set_var(TELEMETRY_OPT_OUT, "1");
     }
 }
 

@@ -9,7 +9,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
 
-/// Top-k of the paper (MODEL.md §6).
+/// Top-k of the paper (docs/model.md §6).
 pub const DEFAULT_TOP_K: usize = 3;
 
 /// How rows are cut and when a GPU stays.

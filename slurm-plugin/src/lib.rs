@@ -45,8 +45,8 @@ const REFUSED: c_int = sys::ESLURM_INVALID_GRES as c_int;
 #[no_mangle]
 pub extern "C" fn init() -> c_int {
     let r = catch_unwind(|| {
-        let path = state::config_path(ffi::extra_conf_path(state::CONFIG_NAME));
-        let (plugin, line) = state::Plugin::start(path, Instant::now());
+        let beside = ffi::extra_conf_path(state::CONFIG_NAME);
+        let (plugin, line) = state::Plugin::start(beside, state::default_config_path(), Instant::now());
         log_line(line);
         *state::lock() = Some(plugin);
         SUCCESS

@@ -6,7 +6,9 @@
 //! itself changed, so the plugin watches smartmig.toml (like job_submit/lua watches its
 //! script): at most once a second it compares the file's mtime, size and inode with those
 //! it loaded, and reloads on a change. A file that fails to load keeps the previous good
-//! config (logged once); with none, `gpu:mig` requests are refused with the reason.
+//! config (logged once); with none, `gpu:mig` requests are refused with the reason. The
+//! same check notices a smartmig.toml created beside slurm.conf after slurmctld started:
+//! the file beside slurm.conf wins over the default path whenever it exists.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -158,8 +160,12 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// Everything the plugin keeps between calls.
 pub struct Plugin {
-    /// The config file watched.
+    /// The config file watched: `beside` when it exists, else `default`.
     pub config_path: PathBuf,
+    /// smartmig.toml beside slurm.conf, as slurmctld names it.
+    beside: Option<PathBuf>,
+    /// The path used when there is none beside slurm.conf.
+    default: PathBuf,
     /// What was loaded from it.
     pub state: State,
     stamp: Option<Stamp>,
@@ -170,8 +176,9 @@ pub struct Plugin {
 pub type LogLine = (bool, String);
 
 impl Plugin {
-    /// Loads `config_path` (at `init`).
-    pub fn start(config_path: PathBuf, now: Instant) -> (Plugin, LogLine) {
+    /// Loads the config (at `init`): `beside` slurm.conf if it exists, else `default`.
+    pub fn start(beside: Option<PathBuf>, default: PathBuf, now: Instant) -> (Plugin, LogLine) {
+        let config_path = config_path(beside.clone(), &default);
         let stamp = stamp(&config_path);
         let (state, line) = match load(&config_path) {
             Ok(ready) => {
@@ -188,6 +195,8 @@ impl Plugin {
         };
         let plugin = Plugin {
             config_path,
+            beside,
+            default,
             state,
             stamp,
             last_check: now,
@@ -195,12 +204,19 @@ impl Plugin {
         (plugin, line)
     }
 
-    /// Reloads the config if its file changed (checked at most once a second).
+    /// Reloads the config if its file changed, or if the file to read changed (one
+    /// appeared beside slurm.conf, or it went away); checked at most once a second.
     pub fn refresh(&mut self, now: Instant) -> Option<LogLine> {
         if now.duration_since(self.last_check) < CONFIG_RECHECK {
             return None;
         }
         self.last_check = now;
+        let path = config_path(self.beside.clone(), &self.default);
+        if path != self.config_path {
+            self.config_path = path;
+            // A file not yet read: whatever its stamp, load it.
+            self.stamp = None;
+        }
         let current = stamp(&self.config_path);
         if current == self.stamp {
             return None;
@@ -260,12 +276,17 @@ pub fn load(path: &Path) -> Result<Ready, String> {
     })
 }
 
-/// The config to read: beside slurm.conf if there is one there, else the default path.
-pub fn config_path(beside_slurm_conf: Option<PathBuf>) -> PathBuf {
+/// The config to read: beside slurm.conf if there is one there, else `default`.
+pub fn config_path(beside_slurm_conf: Option<PathBuf>, default: &Path) -> PathBuf {
     match beside_slurm_conf {
         Some(p) if p.exists() => p,
-        _ => PathBuf::from(DEFAULT_PATH),
+        _ => default.to_path_buf(),
     }
+}
+
+/// Where the config lives when there is none beside slurm.conf.
+pub fn default_config_path() -> PathBuf {
+    PathBuf::from(DEFAULT_PATH)
 }
 
 impl Ready {
@@ -382,7 +403,7 @@ mod tests {
         let p = write(&d, "smartmig.toml", "version = 1\n");
         let t0 = Instant::now();
         let sec = |n: u64| t0 + Duration::from_secs(n);
-        let (mut plugin, (err, _)) = Plugin::start(p.clone(), t0);
+        let (mut plugin, (err, _)) = Plugin::start(Some(p.clone()), d.join("absent.toml"), t0);
         assert!(!err);
         let untyped = |pl: &Plugin| match &pl.state {
             State::Ready(r) => r.router.config().route_untyped,
@@ -414,6 +435,39 @@ mod tests {
             "{line}"
         );
         assert!(untyped(&plugin));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Issue 17: a smartmig.toml created beside slurm.conf after slurmctld started was
+    /// ignored ("cannot read /etc/smartmig/smartmig.toml") until a restart.
+    #[test]
+    fn a_config_that_appears_beside_slurm_conf_is_picked_up() {
+        let d = tmpdir("appears");
+        let beside = d.join("smartmig.toml");
+        let default = write(&d, "default.toml", "version = 1\n");
+        let t0 = Instant::now();
+        let sec = |n: u64| t0 + Duration::from_secs(n);
+        let (mut plugin, (err, line)) = Plugin::start(Some(beside.clone()), default.clone(), t0);
+        assert!(!err && line.contains("default.toml"), "{line}");
+        write(
+            &d,
+            "smartmig.toml",
+            "version = 1\n[routing]\nroute_untyped = true\n",
+        );
+        let (err, line) = plugin.refresh(sec(2)).expect("switched");
+        assert!(!err && line.contains(&beside.display().to_string()), "{line}");
+        assert!(matches!(&plugin.state, State::Ready(r) if r.router.config().route_untyped));
+        // Gone again: back to the default.
+        std::fs::remove_file(&beside).unwrap();
+        let (_, line) = plugin.refresh(sec(4)).expect("switched back");
+        assert!(line.contains("default.toml"), "{line}");
+        // With neither file, the first to appear is read.
+        let (mut plugin, (err, _)) = Plugin::start(Some(beside.clone()), d.join("absent.toml"), t0);
+        assert!(err && matches!(plugin.state, State::Broken(_)));
+        write(&d, "smartmig.toml", "version = 1\n");
+        let (err, line) = plugin.refresh(sec(2)).expect("loaded");
+        assert!(!err && line.starts_with("reloaded"), "{line}");
+        assert!(matches!(plugin.state, State::Ready(_)));
         std::fs::remove_dir_all(&d).ok();
     }
 

@@ -1,10 +1,10 @@
-//! The energy lower bound: E_LB = C*·Σ_g P_g[0] + α·Σ_j w_j (MODEL.md §7).
+//! The energy lower bound: E_LB = C*·Σ_g P_g[0] + α·Σ_j w_j (docs/model.md §7).
 //!
 //! What it relaxes, on top of the linearisation of [`super`]:
 //! - **Power**: every GPU draws at least its idle power plus α per busy compute slice,
 //!   α = min over the cluster's models and b = 1..7 of (P[b] − P[0])/b. For a concave
 //!   curve the minimum is at b = 7 (the chord from idle to full), so a homogeneous
-//!   cluster gets MODEL.md's E_LB = W·P[7] + (m·C* − W)·P[0] with W = Σ_j w_j/7; taking
+//!   cluster gets docs/model.md's E_LB = W·P[7] + (m·C* − W)·P[0] with W = Σ_j w_j/7; taking
 //!   the minimum over every b keeps the bound valid for a curve that is not concave.
 //! - **Heterogeneous clusters**: idle power is paid by every GPU until the last
 //!   completion, so the idle term is C*·Σ_g P_g[0] with each GPU's own idle power; work

@@ -1,4 +1,4 @@
-//! Lower bounds on energy and tardiness (MODEL.md §7): small pure functions, each of
+//! Lower bounds on energy and tardiness (docs/model.md §7): small pure functions, each of
 //! whose docs says what it relaxes.
 //!
 //! Both bounds start from the same relaxation, [`relax`]: every job becomes *linear*
@@ -10,7 +10,7 @@
 //!   w_j = min_k k·p_{j,k} (the job's *work*, in slice-minutes) that is ≥ f·w_j: no
 //!   schedule can finish a job in fewer slice-minutes than w_j. For the paper's sublinear
 //!   jobs (speed-up on k slices ≤ k) the minimum is at k = 1 and w_j = p_{j,1}, the
-//!   linearisation p_{j,k} = p_{j,1}/k of MODEL.md; taking the minimum over sizes keeps
+//!   linearisation p_{j,k} = p_{j,1}/k of docs/model.md §7; taking the minimum over sizes keeps
 //!   the bound valid for traces with superlinear jobs too.
 //! - Seen from a whole GPU, a job on a k-slice progresses at most at rate k/7 of a
 //!   machine that processes w_j/7 minutes of work per job; the slices of one GPU add up

@@ -1,5 +1,6 @@
-//! The tardiness lower bound: a time-indexed MIP on m identical machines (MODEL.md §7),
-//! exact for small instances, its LP relaxation for large ones, solved with HiGHS.
+//! The tardiness lower bound: a time-indexed MIP on m identical machines (docs/model.md §7),
+//! exact for small instances, its LP relaxation for large ones, solved with microlp (a
+//! pure-Rust simplex and branch-and-bound solver, so the bound builds with nothing but Rust).
 //!
 //! What it relaxes: the jobs of [`super::relax`] (linear, on whole machines, preemptive;
 //! the module doc of [`super`] shows no simulated schedule does better), then time is cut
@@ -14,10 +15,11 @@
 //! lateness of that schedule (much shorter windows when many jobs are late).
 //! Variables and constraints:
 //!
-//! - z_{j,s} ∈ [0, p_j], s ∈ a_j..=e_j: work of j done by the end of slot s;
-//!   0 ≤ z_{j,s} − z_{j,s−1} ≤ min(ε, (s+1)ε − r_j) (one machine at a time, nothing
-//!   before r_j); per slot Σ_j (z_{j,s} − z_{j,s−1}) ≤ mε (written only for slots where
-//!   more than m windows overlap: otherwise it is implied).
+//! - x_{j,s} ∈ [0, min(ε, (s+1)ε − r_j)], s ∈ a_j..=e_j: work of j done in slot s (one
+//!   machine at a time, nothing before r_j); z_{j,s} = z_{j,s−1} + x_{j,s} ∈ [0, p_j]: work
+//!   done by the end of slot s; per slot Σ_j x_{j,s} ≤ mε (written only for slots where
+//!   more than m windows overlap: otherwise it is implied). The LP is solved with y and z
+//!   substituted out (`TimeIndexed::completion_lp` shows why its optimum is the same).
 //! - y_{j,t} ∈ {0,1}, t ∈ b_j..=e_j, with p_j·y_{j,t} ≤ z_{j,t} (y = 1: finished by the end
 //!   of slot t), y non-decreasing in t (MIP only: with continuous y the optimum is
 //!   non-decreasing anyway), and y_{j,e_j} = 1 when L ≥ U ("forced"; otherwise a job
@@ -40,7 +42,7 @@
 //! bound when it stops at the time limit — is a lower bound. No slack has to be
 //! subtracted: slot rounding only moves the model's completions *earlier*.
 //!
-//! # How far below the optimum (the 2nε of MODEL.md)
+//! # How far below the optimum (the 2nε of docs/model.md §7)
 //!
 //! Conversely (when completion is forced) an optimal MIP solution, delayed by one slot (so that nothing runs in the
 //! slot holding a release) and cut slot by slot with McNaughton's wrap-around, is a real
@@ -62,7 +64,7 @@
 
 use std::time::Instant;
 
-use highs::{HighsModelStatus, RowProblem, Sense};
+use microlp::{ComparisonOp, OptimizationDirection, Problem, SolutionStatus, SolveOutcome, Variable};
 use serde::Serialize;
 
 use super::RelaxedJob;
@@ -88,7 +90,7 @@ pub enum Method {
 pub struct TardinessOptions {
     /// Exact, relaxed or automatic.
     pub method: Method,
-    /// Wall-clock limit for HiGHS, seconds (a MIP stopped by it reports its dual bound).
+    /// Wall-clock limit for the solver, seconds (a MIP stopped by it reports its proven bound).
     pub time_limit_s: f64,
     /// Size budget of the MIP: job-slot cells.
     pub exact_cells: usize,
@@ -113,15 +115,15 @@ impl Default for TardinessOptions {
 /// A tardiness bound problem.
 #[derive(Debug, thiserror::Error)]
 pub enum TardinessError {
-    /// HiGHS refused the model or failed while solving it.
-    #[error("HiGHS failed on the {what} ({cells} job-slot cells): {status:?}")]
+    /// The solver refused the model or failed while solving it.
+    #[error("the solver failed on the {what} ({cells} job-slot cells): {error}")]
     Solver {
         /// `MIP` or `LP`.
         what: &'static str,
         /// Model size.
         cells: usize,
-        /// HiGHS's status.
-        status: highs::HighsStatus,
+        /// The solver's error.
+        error: microlp::Error,
     },
     /// A job has a length, release or deadline that is not a finite number.
     #[error("job {index} has a non-finite time (release {release}, deadline {deadline}, length {length})")]
@@ -152,7 +154,7 @@ pub struct TardinessBound {
     pub slot_min: Option<f64>,
     /// Job-slot cells of the model.
     pub cells: usize,
-    /// HiGHS's model status.
+    /// How the solver ended (`optimal`, `time limit`, ...).
     pub status: String,
     /// Seconds spent building and solving the model.
     pub solve_s: f64,
@@ -294,46 +296,29 @@ pub fn tardiness_bound(
     out.slot_min = Some(eps);
     out.cells = model.cells;
     let what = if exact { "MIP" } else { "LP" };
-    let fail = |status| TardinessError::Solver {
-        what,
-        cells: model.cells,
-        status,
-    };
-    let mut solver = model.problem.try_optimise(Sense::Minimise).map_err(fail)?;
-    solver.make_quiet();
-    // One thread: bounds run beside simulations that already use every core. These are
-    // HiGHS's documented option names and types; a refusal would only cost speed or
-    // tightness, never validity, so it is logged rather than fatal.
-    let settings = [
-        solver.try_set_option("time_limit", opts.time_limit_s.max(0.01)),
-        solver.try_set_option("mip_rel_gap", 1e-6),
-        solver.try_set_option("threads", 1),
-    ];
-    for e in settings.into_iter().filter_map(Result::err) {
-        log::warn!("HiGHS refused an option: {e:?}");
-    }
-    let solved = solver.try_solve().map_err(fail)?;
-    let status = solved.status();
-    out.status = format!("{status:?}");
-    let bound = if exact {
-        // The dual bound is a proven lower bound whether or not the search finished (the
-        // incumbent's objective is not: the MIP stops at a relative gap).
-        match solved.double_info_value(c"mip_dual_bound") {
-            Ok(b) if b.is_finite() => {
-                out.method = if status == HighsModelStatus::Optimal {
-                    "mip".into()
-                } else {
-                    "mip-dual-bound".into()
-                };
-                Some(b)
-            }
-            _ => None,
+    let cells = model.cells;
+    let fail = |error| TardinessError::Solver { what, cells, error };
+    let mut problem = model.problem;
+    problem.set_time_limit(std::time::Duration::from_secs_f64(opts.time_limit_s.max(0.01)));
+    let outcome = problem.solve().map_err(fail)?;
+    out.status = format!("{:?}", outcome.termination_reason());
+    // A proven bound whether or not the search finished (an incumbent's objective is
+    // not one when a MIP stops early); for an LP solved to optimality it is its optimum.
+    let proven = outcome.stats().best_bound.filter(|b| b.is_finite());
+    let bound = match (&outcome, exact) {
+        (SolveOutcome::Solution(s), false) if s.status() == SolutionStatus::Optimal => {
+            out.method = "lp".into();
+            Some(s.objective())
         }
-    } else if status == HighsModelStatus::Optimal {
-        out.method = "lp".into();
-        Some(solved.objective_value())
-    } else {
-        None
+        (SolveOutcome::Solution(s), true) if s.status() == SolutionStatus::Optimal => {
+            out.method = "mip".into();
+            Some(s.objective())
+        }
+        (_, true) if proven.is_some() => {
+            out.method = "mip-dual-bound".into();
+            proven
+        }
+        _ => None,
     };
     match bound {
         Some(b) => out.avg_tardiness_min = per_job(b.max(trivial)),
@@ -343,10 +328,31 @@ pub fn tardiness_bound(
     Ok(out)
 }
 
-/// The time-indexed model of the module doc, ready for HiGHS.
+/// The time-indexed model of the module doc, ready for the solver.
 struct TimeIndexed {
-    problem: RowProblem,
+    problem: Problem,
     cells: usize,
+}
+
+/// One job's window of slots: a (holds the release), b (first slot the job can end in),
+/// e (holds d_j + lookahead), and the work it may do in each slot.
+struct Window {
+    a: usize,
+    b: usize,
+    e: usize,
+}
+
+/// One job's part of the model, for the completion rows: the job, its window, its work
+/// variables x_{j,s} (slots a..=e), its T_j, the slot length, and whether it must finish
+/// inside its window.
+#[derive(Clone, Copy)]
+struct Completion<'a> {
+    j: &'a RelaxedJob,
+    w: &'a Window,
+    xs: &'a [Variable],
+    t_col: Variable,
+    eps: f64,
+    force: bool,
 }
 
 impl TimeIndexed {
@@ -362,62 +368,118 @@ impl TimeIndexed {
         // slot late, a completion may be allowed a slot early; each only loosens the model.
         const TOL: f64 = 1e-9;
         let slot_of_end = |t: f64| ((t / eps) + TOL).ceil().max(1.0) as usize - 1;
-        let mut pb = RowProblem::default();
+        let mut pb = Problem::new(OptimizationDirection::Minimize);
         let mut cells = 0;
-        // Per slot: the increments z_{j,s} − z_{j,s−1} of the jobs whose window holds it,
-        // and how many windows that is.
-        let mut capacity: Vec<(Vec<(highs::Col, f64)>, usize)> = Vec::new();
+        // Per slot: the work variables x_{j,s} of the jobs whose window holds it.
+        let mut capacity: Vec<Vec<(Variable, f64)>> = Vec::new();
         for j in jobs {
             let a = ((j.release / eps) - TOL).floor().max(0.0) as usize;
             let e = slot_of_end(j.deadline + lookahead).max(a);
             let b = ((((j.release + j.length) / eps) - TOL).ceil().max(1.0) as usize - 1).clamp(a, e);
             if capacity.len() <= e {
-                capacity.resize_with(e + 1, || (Vec::new(), 0));
+                capacity.resize_with(e + 1, Vec::new);
             }
+            cells += e - a + 1;
             // T_j, cost 1, never below the job's own lateness at full speed.
-            let t_col = pb.add_column(1.0, (j.release + j.length - j.deadline).max(0.0)..);
-            let mut t_row: Vec<(highs::Col, f64)> = vec![(t_col, 1.0)];
-            let mut z_prev: Option<highs::Col> = None;
-            let mut y_prev: Option<highs::Col> = None;
-            for s in a..=e {
-                cells += 1;
-                let slot_cap = eps.min((s + 1) as f64 * eps - j.release).max(0.0);
-                let z = pb.add_column(0.0, 0.0..=j.length);
-                match z_prev {
-                    None => pb.add_row(0.0..=slot_cap, [(z, 1.0)]),
-                    Some(p) => pb.add_row(0.0..=slot_cap, [(z, 1.0), (p, -1.0)]),
-                }
-                capacity[s].0.push((z, 1.0));
-                capacity[s].1 += 1;
-                if s < e {
-                    capacity[s + 1].0.push((z, -1.0));
-                }
-                if s >= b {
-                    // y_{j,e} = 1 when forced: the job ends inside its window (module doc).
-                    let last = force && s == e;
-                    let lo = if last { 1.0 } else { 0.0 };
-                    let y = pb.add_column_with_integrality(0.0, lo..=1.0, integer && !last);
-                    pb.add_row(..=0.0, [(y, j.length), (z, -1.0)]);
-                    if let (true, Some(yp)) = (integer, y_prev) {
-                        pb.add_row(..=0.0, [(yp, 1.0), (y, -1.0)]);
-                    }
-                    y_prev = Some(y);
-                    t_row.push((y, eps));
-                }
-                z_prev = Some(z);
+            let t_col = pb.add_var(1.0, ((j.release + j.length - j.deadline).max(0.0), f64::INFINITY));
+            let w = Window { a, b, e };
+            let xs: Vec<Variable> = (a..=e)
+                .map(|s| {
+                    let slot_cap = eps.min((s + 1) as f64 * eps - j.release).max(0.0);
+                    let x = pb.add_var(0.0, (0.0, slot_cap));
+                    capacity[s].push((x, 1.0));
+                    x
+                })
+                .collect();
+            let c = Completion {
+                j,
+                w: &w,
+                xs: &xs,
+                t_col,
+                eps,
+                force,
+            };
+            if integer {
+                Self::completion_mip(&mut pb, &c);
+            } else {
+                Self::completion_lp(&mut pb, &c);
             }
-            // T_j ≥ C_j − d_j with C_j = ε·Σ_{t ≤ e} (1 − y_t) and y_t = 0 for t < b:
-            // T_j + ε·Σ_{t ≥ b} y_t ≥ ε·(e + 1) − d_j.
-            pb.add_row((e + 1) as f64 * eps - j.deadline.., t_row);
         }
         let machine_time = m as f64 * eps;
-        for (row, windows) in capacity {
-            // With at most m windows the row cannot bind: each increment is ≤ ε.
-            if windows > m {
-                pb.add_row(..=machine_time, row);
+        for row in capacity {
+            // With at most m windows the row cannot bind: each x is at most ε.
+            if row.len() > m {
+                pb.add_constraint(row, ComparisonOp::Le, machine_time);
             }
         }
         TimeIndexed { problem: pb, cells }
+    }
+
+    /// The MIP's completion rows: z_{j,s} = z_{j,s−1} + x_{j,s} ∈ [0, p_j], binary y_{j,t}
+    /// non-decreasing with p_j·y_{j,t} ≤ z_{j,t}, and T_j + ε·Σ_{t ≥ b} y_t ≥ ε·(e + 1) − d_j
+    /// (C_j = ε·Σ_{t ≤ e} (1 − y_t), y_t = 0 for t < b).
+    fn completion_mip(pb: &mut Problem, c: &Completion<'_>) {
+        use ComparisonOp::{Eq, Ge, Le};
+        let Completion {
+            j,
+            w,
+            xs,
+            t_col,
+            eps,
+            force,
+        } = *c;
+        let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
+        let mut z_prev: Option<Variable> = None;
+        let mut y_prev: Option<Variable> = None;
+        for (s, &x) in (w.a..=w.e).zip(xs) {
+            let z = pb.add_var(0.0, (0.0, j.length));
+            match z_prev {
+                None => pb.add_constraint([(z, 1.0), (x, -1.0)], Eq, 0.0),
+                Some(p) => pb.add_constraint([(z, 1.0), (p, -1.0), (x, -1.0)], Eq, 0.0),
+            }
+            if s >= w.b {
+                // y_{j,e} = 1 when forced: the job ends inside its window (module doc).
+                let y = if force && s == w.e {
+                    pb.add_var(0.0, (1.0, 1.0))
+                } else {
+                    pb.add_binary_var(0.0)
+                };
+                pb.add_constraint([(y, j.length), (z, -1.0)], Le, 0.0);
+                if let Some(yp) = y_prev {
+                    pb.add_constraint([(yp, 1.0), (y, -1.0)], Le, 0.0);
+                }
+                y_prev = Some(y);
+                t_row.push((y, eps));
+            }
+            z_prev = Some(z);
+        }
+        pb.add_constraint(t_row, Ge, (w.e + 1) as f64 * eps - j.deadline);
+    }
+
+    /// The LP's completion rows, with y and z substituted out. With y continuous the
+    /// optimum takes y_t = z_t/p_j (a larger y only lowers T_j, and z ≤ p keeps y ≤ 1),
+    /// and z_t = Σ_{s ≤ t} x_s, so ε·Σ_{t ≥ b} y_t = (ε/p_j)·Σ_s x_s·(e − max(s, b) + 1):
+    /// one row per job instead of two per cell, the same optimum. Σ_s x_s ≤ p_j (= p_j
+    /// when forced) stands for z ≤ p_j.
+    fn completion_lp(pb: &mut Problem, c: &Completion<'_>) {
+        use ComparisonOp::{Eq, Ge, Le};
+        let Completion {
+            j,
+            w,
+            xs,
+            t_col,
+            eps,
+            force,
+        } = *c;
+        let mut t_row: Vec<(Variable, f64)> = vec![(t_col, 1.0)];
+        t_row.extend(
+            (w.a..=w.e)
+                .zip(xs)
+                .map(|(s, &x)| (x, eps / j.length * (w.e - s.max(w.b) + 1) as f64)),
+        );
+        pb.add_constraint(t_row, Ge, (w.e + 1) as f64 * eps - j.deadline);
+        let work: Vec<(Variable, f64)> = xs.iter().map(|&x| (x, 1.0)).collect();
+        pb.add_constraint(work, if force { Eq } else { Le }, j.length);
     }
 }
 

@@ -25,7 +25,7 @@ pub fn run(cmd: ConfigCommand) -> CliResult {
             let resolved = cfg.resolve(file.parent()).map_err(CliError::input)?;
             let models: Vec<&str> = resolved.models.iter().map(|m| m.model.key.as_str()).collect();
             println!(
-                "{}: ok (version {}, GPU models: {}, policy: {:?}, mode: {:?})",
+                "{}: ok (version {}, GPU models: {}, policy: {}, mode: {})",
                 file.display(),
                 resolved.config.version.get_ref(),
                 models.join(", "),

@@ -53,37 +53,43 @@ pub fn run(a: DoctorArgs) -> CliResult {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let findings = doctor::run(&doctor::Options {
-        slurm_conf,
-        config: a.config,
-        scontrol: a.scontrol,
-        skip: a.skip,
-        now,
-        node: a.node,
-        simulated: a.simulated,
-    });
-    let worst = doctor::worst(&findings);
-    match a.format {
-        Format::Json => print_json(&serde_json::json!({
-            "worst": worst,
-            "findings": findings,
-        }))?,
-        Format::Table => {
-            for f in &findings {
-                let tag = match f.status {
-                    Status::Ok => "ok",
-                    Status::Skip => "skip",
-                    Status::Warn => "WARN",
-                    Status::Fail => "FAIL",
-                };
-                match &f.fix {
-                    Some(fix) if f.status >= Status::Warn => {
-                        println!("{tag:<4}  {:<8}  {} — fix: {fix}", f.check, f.message)
-                    }
-                    _ => println!("{tag:<4}  {:<8}  {}", f.check, f.message),
+    let tag = |status: Status| match status {
+        Status::Ok => "ok",
+        Status::Skip => "skip",
+        Status::Warn => "WARN",
+        Status::Fail => "FAIL",
+    };
+    // The table shows each line as soon as its check ends; JSON comes whole at the end.
+    let format = a.format;
+    let mut print_line = |f: &doctor::Finding| {
+        if format == Format::Table {
+            match &f.fix {
+                Some(fix) if f.status >= Status::Warn => {
+                    println!("{:<4}  {:<8}  {} — fix: {fix}", tag(f.status), f.check, f.message)
                 }
+                _ => println!("{:<4}  {:<8}  {}", tag(f.status), f.check, f.message),
             }
         }
+    };
+    let findings = doctor::run(
+        &doctor::Options {
+            slurm_conf,
+            config: a.config,
+            scontrol: a.scontrol,
+            skip: a.skip,
+            now,
+            node: a.node,
+            simulated: a.simulated,
+            scontrol_timeout: doctor::SCONTROL_TIMEOUT,
+        },
+        &mut print_line,
+    );
+    let worst = doctor::worst(&findings);
+    if format == Format::Json {
+        print_json(&serde_json::json!({
+            "worst": worst,
+            "findings": findings,
+        }))?;
     }
     match worst {
         Status::Ok | Status::Skip => Ok(()),

@@ -21,6 +21,9 @@ pub enum MigCommand {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// List the named configurations (c1..c12, the controller's action space) of each GPU
+    /// model: slice sizes, the placement NVML gets, and whether the driver allows it.
+    Configs(ConfigsArgs),
     /// List every maximal layout of a GPU model.
     Layouts(LayoutsArgs),
     /// Plan the driver calls from one layout to another.
@@ -79,6 +82,20 @@ pub struct ProbeArgs {
     /// Root of the driver's files (as `[node] nvidia_root`).
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub nvidia_root: std::path::PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `mig configs`.
+#[derive(Debug, Args)]
+pub struct ConfigsArgs {
+    /// GPU model (key, NVML name or alias); default: every model of the catalogue.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Apply the pre-R510 driver rule (no 4g with 3g).
+    #[arg(long)]
+    pub pre_r510: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -152,6 +169,7 @@ pub fn run(cmd: MigCommand) -> CliResult {
     let cat = Catalogue::embedded();
     match cmd {
         MigCommand::Models { format } => models(&cat, format),
+        MigCommand::Configs(a) => configs(&cat, a),
         MigCommand::Layouts(a) => {
             let model = cat.model(&a.gpu).map_err(CliError::input)?;
             let kinds: &[Kind] = if a.all_profiles { &Kind::ALL } else { &Kind::BASE };
@@ -450,6 +468,81 @@ fn probe(cat: &Catalogue, a: ProbeArgs) -> CliResult {
     Ok(())
 }
 
+#[derive(Serialize)]
+struct ConfigJson {
+    gpu: String,
+    name: String,
+    slices: Vec<u8>,
+    instances: Vec<InstanceRecord>,
+    available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unavailable: Option<String>,
+}
+
+/// `mig configs`: every named configuration resolved on each model asked for.
+fn configs(cat: &Catalogue, a: ConfigsArgs) -> CliResult {
+    let models: Vec<&GpuModel> = match &a.gpu {
+        Some(name) => vec![cat.model(name).map_err(CliError::input)?],
+        None => cat.models.iter().collect(),
+    };
+    let drv = driver(a.pre_r510);
+    let mut list = Vec::new();
+    for m in &models {
+        for c in resolve_configurations(cat, m, drv).map_err(CliError::input)? {
+            list.push(ConfigJson {
+                gpu: m.key.clone(),
+                slices: c.sizes.clone(),
+                instances: c.layout.to_records(m),
+                available: c.is_available(),
+                unavailable: c.unavailable.clone(),
+                name: c.name,
+            });
+        }
+    }
+    if a.format == Format::Json {
+        return print_json(&list);
+    }
+    for (i, m) in models.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        let rows: Vec<Vec<String>> = list
+            .iter()
+            .filter(|c| c.gpu == m.key)
+            .map(|c| {
+                let sizes: Vec<String> = c.slices.iter().map(u8::to_string).collect();
+                let placement: Vec<String> = c
+                    .instances
+                    .iter()
+                    .map(|r| format!("{}@{}", r.profile, r.start))
+                    .collect();
+                vec![
+                    c.name.clone(),
+                    sizes.join("+"),
+                    placement.join(" "),
+                    c.unavailable
+                        .clone()
+                        .map_or_else(|| "yes".into(), |why| format!("no: {why}")),
+                ]
+            })
+            .collect();
+        println!("{} ({:?} driver rules):", m.key, drv);
+        print!(
+            "{}",
+            table(
+                &[
+                    "config",
+                    "slices",
+                    "placement (profile@memory slice)",
+                    "available"
+                ],
+                &rows
+            )
+        );
+    }
+    Ok(())
+}
+
 fn models(cat: &Catalogue, format: Format) -> CliResult {
     #[derive(Serialize)]
     struct ModelJson<'a> {
@@ -501,20 +594,39 @@ fn models(cat: &Catalogue, format: Format) -> CliResult {
     }
 }
 
-/// A configuration name or an instance list (with or without placements).
-fn layout_arg(cat: &Catalogue, model: &GpuModel, drv: Driver, text: &str) -> Result<Layout, CliError> {
+/// A configuration name or an instance list (with or without placements); `flag` names
+/// the option in errors.
+fn layout_arg(
+    cat: &Catalogue,
+    model: &GpuModel,
+    drv: Driver,
+    flag: &str,
+    text: &str,
+) -> Result<Layout, CliError> {
     let configs = resolve_configurations(cat, model, drv).map_err(CliError::input)?;
-    if let Some(c) = configs.iter().find(|c| c.name.eq_ignore_ascii_case(text.trim())) {
+    let bad = |e: &dyn std::fmt::Display| CliError::input(anyhow::anyhow!("{flag} {text}: {e}"));
+    let word = text.trim();
+    if let Some(c) = configs.iter().find(|c| c.name.eq_ignore_ascii_case(word)) {
         return Ok(c.layout.clone());
     }
-    Layout::read(model, drv, text).map_err(CliError::input)
+    // One word that is no profile can only be meant as a configuration name: say which exist.
+    let one_word = !word.contains(|c: char| c == '@' || c == '+' || c == ',' || c.is_whitespace());
+    if one_word && model.profile_by_name(word).is_none() {
+        let known: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
+        return Err(bad(&format!(
+            "unknown configuration `{word}` (known for {}: {}; or an instance list such as `3g.20gb+2g.10gb`)",
+            model.key,
+            known.join(", ")
+        )));
+    }
+    Layout::read(model, drv, text).map_err(|e| bad(&e))
 }
 
 fn plan(cat: &Catalogue, a: PlanArgs) -> CliResult {
     let model = cat.model(&a.gpu).map_err(CliError::input)?;
     let drv = driver(a.pre_r510);
-    let from = layout_arg(cat, model, drv, &a.from)?;
-    let to = layout_arg(cat, model, drv, &a.to)?;
+    let from = layout_arg(cat, model, drv, "--from", &a.from)?;
+    let to = layout_arg(cat, model, drv, "--to", &a.to)?;
     let busy = match &a.busy {
         Some(b) => Layout::parse(model, b)
             .map_err(CliError::input)?
@@ -537,18 +649,22 @@ fn plan(cat: &Catalogue, a: PlanArgs) -> CliResult {
             destroy: Layout::new(p.destroy.clone()).to_records(model),
             create: Layout::new(p.create.clone()).to_records(model),
             steps: p.steps.iter().map(|s| s.describe(model)).collect(),
-            touches_busy: Layout::new(touched).to_records(model),
-        }),
+            touches_busy: Layout::new(touched.clone()).to_records(model),
+        })?,
         Format::Table => {
             print!("{}", p.display(model));
-            if !busy.is_empty() {
-                if touched.is_empty() {
-                    println!("busy instances untouched");
-                } else {
-                    println!("touches busy: {}", Layout::new(touched).display(model));
-                }
+            if !busy.is_empty() && touched.is_empty() {
+                println!("busy instances untouched");
             }
-            Ok(())
         }
+    }
+    if touched.is_empty() {
+        Ok(())
+    } else {
+        // The driver would refuse to destroy an instance in use: the plan cannot run now.
+        Err(CliError::failure(anyhow::anyhow!(
+            "the plan destroys busy instance(s) {}; it can run only once they are idle",
+            Layout::new(touched).display(model)
+        )))
     }
 }

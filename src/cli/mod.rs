@@ -184,8 +184,7 @@ pub fn run(cli: Cli) -> CliResult {
 
 /// `smartmig manpages DIR`: the command pages and smartmig.toml(5).
 fn manpages(dir: &std::path::Path) -> CliResult {
-    use clap::CommandFactory;
-    let mut pages = crate::docs::write_man_pages(Cli::command(), "1", dir).map_err(CliError::failure)?;
+    let mut pages = crate::docs::write_smartmig_man_pages(dir).map_err(CliError::failure)?;
     pages.push(crate::docs::write_config_man_page(dir).map_err(CliError::failure)?);
     for p in pages {
         println!("{}", p.display());

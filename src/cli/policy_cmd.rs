@@ -23,7 +23,8 @@ use crate::policy::{
 pub enum PolicyCommand {
     /// Show a policy file's contract and metadata, and a sample decision on zero features.
     Inspect(InspectArgs),
-    /// Download the pinned ONNX Runtime library from PyPI into the per-user cache (once).
+    /// Download the pinned ONNX Runtime library from PyPI into the per-user cache, or with
+    /// `--system` into /usr/lib/smartmig for every user and smartmigd (once).
     FetchRuntime(FetchArgs),
     /// Write an untrained policy (random weights) with the contract of a GPU model.
     Example(ExampleArgs),
@@ -44,7 +45,12 @@ pub struct InspectArgs {
 
 /// `policy fetch-runtime`.
 #[derive(Debug, Args)]
-pub struct FetchArgs {}
+pub struct FetchArgs {
+    /// Install into /usr/lib/smartmig (as root), where smartmigd's units, which cannot see
+    /// home directories, and every user find it.
+    #[arg(long)]
+    pub system: bool,
+}
 
 /// `policy example`.
 #[derive(Debug, Args)]
@@ -66,13 +72,18 @@ pub struct ExampleArgs {
 pub fn run(cmd: PolicyCommand) -> CliResult {
     match cmd {
         PolicyCommand::Inspect(a) => inspect(a),
-        PolicyCommand::FetchRuntime(_) => fetch(),
+        PolicyCommand::FetchRuntime(a) => fetch(a.system),
         PolicyCommand::Example(a) => example(a),
     }
 }
 
-fn fetch() -> CliResult {
-    let path = provision::fetch_runtime().map_err(CliError::failure)?;
+fn fetch(system: bool) -> CliResult {
+    let dir = if system {
+        PathBuf::from(provision::SYSTEM_DIR)
+    } else {
+        provision::cache_dir().map_err(CliError::failure)?
+    };
+    let path = download_runtime(&dir, "")?;
     // Prove the file is a working ONNX Runtime before saying so.
     let rt = OnnxRuntime::init(Some(&path)).map_err(CliError::failure)?;
     println!(
@@ -81,6 +92,40 @@ fn fetch() -> CliResult {
         rt.library().display()
     );
     Ok(())
+}
+
+/// The library in `dir`, downloaded there first when absent: said first, with pip's
+/// progress on standard error; `why` ends the announcement (`" for the smart-mig row"`).
+fn download_runtime(dir: &Path, why: &str) -> Result<PathBuf, CliError> {
+    if dir.join(provision::library_file_name()).is_file() {
+        return provision::fetch_runtime_to(dir, provision::Progress::Quiet).map_err(CliError::failure);
+    }
+    eprintln!(
+        "smartmig: downloading ONNX Runtime {} (the onnxruntime wheel from PyPI, about {} MB) into {}{why}; once only",
+        provision::ORT_VERSION,
+        provision::WHEEL_MB,
+        dir.display()
+    );
+    provision::fetch_runtime_to(dir, provision::Progress::Stderr).map_err(CliError::failure)
+}
+
+/// Makes sure a learned policy can run: when ONNX Runtime is configured nowhere and not
+/// cached yet, downloads it now (announced, with progress) rather than silently inside a
+/// run. A configured library that is missing is left for the run to report.
+pub(crate) fn ensure_runtime() -> CliResult {
+    match OnnxRuntime::locate(None) {
+        Err(crate::policy::RuntimeError::NotFound { .. })
+            if std::env::var_os(crate::policy::runtime::ORT_DYLIB_ENV).is_none_or(|v| v.is_empty()) =>
+        {
+            let dir = provision::cache_dir().map_err(CliError::failure)?;
+            download_runtime(
+                &dir,
+                " to run the learned policy (`smartmig policy fetch-runtime` does this ahead of time)",
+            )
+            .map(|_| ())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The metadata of a model the paper's way for a catalogue GPU model: its configurations,
@@ -181,6 +226,9 @@ fn inspect(a: InspectArgs) -> CliResult {
     // The metadata is read without ONNX Runtime, so a broken file is reported even where
     // the library is missing; ONNX Runtime then checks it against itself.
     let meta = read_metadata(&a.file, &bytes)?;
+    if a.onnxruntime.is_none() {
+        ensure_runtime()?;
+    }
     let rt = OnnxRuntime::init_or_fetch(a.onnxruntime.as_deref()).map_err(CliError::failure)?;
     let mut policy = PolicyRuntime::from_bytes(&rt, &bytes, &meta, &a.file.display().to_string())
         .map_err(CliError::input)?;
@@ -297,6 +345,9 @@ pub(crate) fn bench(onnxruntime: Option<&Path>, reps: u32) -> CliResult {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let net = PolicyNetwork::init(&[d, 64, 64, k * k], Activation::Tanh, &mut rng);
     let bytes = onnx_writer::to_bytes(&net, &meta).map_err(CliError::failure)?;
+    if onnxruntime.is_none() {
+        ensure_runtime()?;
+    }
     let rt = OnnxRuntime::init_or_fetch(onnxruntime).map_err(CliError::failure)?;
 
     let n = reps.max(1) as usize;

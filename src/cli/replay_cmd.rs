@@ -45,6 +45,16 @@ pub struct ReplayArgs {
     format: Format,
 }
 
+/// The figures' sampling interval for a history: about 150 samples over the time the jobs
+/// ran, at most 10 minutes (a day's figures) and at least 3 s, so a short history still
+/// draws lines rather than one point.
+fn sample_interval(runs: &[crate::workload::sacct::Ran]) -> f64 {
+    let start = runs.iter().map(|r| r.start).fold(f64::INFINITY, f64::min);
+    let end = runs.iter().map(|r| r.end).fold(f64::NEG_INFINITY, f64::max);
+    let span = if end > start { end - start } else { 0.0 };
+    (span / 150.0).clamp(0.05, 10.0)
+}
+
 /// Runs `replay`.
 pub fn run(a: ReplayArgs) -> CliResult {
     let sc = a.scenario.load()?;
@@ -71,15 +81,13 @@ pub fn run(a: ReplayArgs) -> CliResult {
     let model = if a.no_model {
         Err("left out with --no-model".to_string())
     } else {
-        a.model.clone().or_else(|| shipped_model(&sc)).ok_or_else(|| {
-            let key = sc.models.first().map_or("?", |m| m.model.key.as_str());
-            format!(
-                "no learned policy for this cluster (onnx/{key}-{}.onnx is not installed; pass --model FILE)",
-                sc.scenario.repartition.semantics.as_str()
-            )
-        })
+        a.model.clone().map_or_else(|| shipped_model(&sc), Ok)
     };
+    if model.is_ok() {
+        super::policy_cmd::ensure_runtime()?;
+    }
     let pb = indicatif::ProgressBar::hidden();
+    let sample_every = a.html.as_ref().map(|_| sample_interval(&runs));
     let input = ReplayInput {
         source: name,
         jobs,
@@ -88,11 +96,12 @@ pub fn run(a: ReplayArgs) -> CliResult {
         classes,
         model,
         seed: a.seed,
-        sample_every: a.html.as_ref().map(|_| 10.0),
+        sample_every,
     };
     let r = replay(&sc, input, &pb).map_err(CliError::input)?;
     if let Some(path) = &a.html {
-        let page = replay_html::render(&r).map_err(CliError::failure)?;
+        let labels = crate::sim::plot::configuration_labels(&sc);
+        let page = replay_html::render(&r, &labels).map_err(CliError::failure)?;
         std::fs::write(path, page)
             .with_context(|| format!("cannot write {}", path.display()))
             .map_err(CliError::failure)?;

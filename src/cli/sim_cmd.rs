@@ -131,7 +131,7 @@ pub struct CompareArgs {
     /// Training seeds for `--tune`.
     #[arg(long, default_value_t = 4)]
     tune_seeds: u32,
-    /// Policy file (ONNX) to include as `smart-mig` (default: `onnx/<gpu>-<semantics>.onnx`
+    /// Policy file (ONNX) to include as `smart-mig` (default: `onnx/<gpu-key>-<semantics>.onnx`
     /// in the current directory or /usr/share/smartmig/onnx, when present).
     #[arg(long)]
     model: Option<PathBuf>,
@@ -146,14 +146,45 @@ pub struct CompareArgs {
     plot: Option<PathBuf>,
 }
 
-/// The shipped policy for a scenario's GPU model and semantics, if one is installed.
-pub fn shipped_model(sc: &ResolvedScenario) -> Option<PathBuf> {
-    let cm = sc.models.first()?;
+/// Where the `smartmig` package installs the learned policies.
+pub const SHIPPED_POLICY_DIR: &str = "/usr/share/smartmig/onnx";
+
+/// The shipped policy for a scenario's GPU model and semantics (`onnx/` of the current
+/// directory, then [`SHIPPED_POLICY_DIR`]), or one line saying why there is none.
+pub fn shipped_model(sc: &ResolvedScenario) -> Result<PathBuf, String> {
+    let cm = sc
+        .models
+        .first()
+        .ok_or_else(|| "the scenario has no GPU model".to_string())?;
     let name = crate::policy::policy_file_name(&cm.model.key, sc.scenario.repartition.semantics);
-    [PathBuf::from("onnx"), PathBuf::from("/usr/share/smartmig/onnx")]
+    [PathBuf::from("onnx"), PathBuf::from(SHIPPED_POLICY_DIR)]
         .into_iter()
         .map(|d| d.join(&name))
         .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "no policy file {name} in ./onnx or {SHIPPED_POLICY_DIR} (run from the smartmig checkout, install the smartmig package, or pass --model FILE)"
+            )
+        })
+}
+
+/// The policy file of the `smart-mig` row: `--model`, else the shipped one; `--no-model`
+/// or a missing file leaves the row out, and the latter is said on standard error.
+pub(crate) fn smart_mig_model(
+    sc: &ResolvedScenario,
+    model: &Option<PathBuf>,
+    no_model: bool,
+) -> Option<PathBuf> {
+    if no_model {
+        return None;
+    }
+    match model.clone().map_or_else(|| shipped_model(sc), Ok) {
+        Ok(p) => Some(p),
+        Err(why) => {
+            eprintln!("smartmig: no smart-mig row: {why}");
+            None
+        }
+    }
 }
 
 /// The layout a learned policy starts from: the scenario's best static layout, else its reference.
@@ -233,11 +264,12 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         })?),
         PolicyArg::Periodic => LayoutSpec::Periodic,
         PolicyArg::MeanField => {
-            let model = a.model.clone().or_else(|| shipped_model(&sc)).ok_or_else(|| {
-                CliError::input(anyhow::anyhow!(
-                    "--policy mean-field needs --model FILE (no shipped policy for this GPU model and semantics)"
-                ))
-            })?;
+            let model = match a.model.clone() {
+                Some(m) => m,
+                None => shipped_model(&sc)
+                    .map_err(|why| CliError::input(anyhow::anyhow!("--policy mean-field needs a policy: {why}")))?,
+            };
+            super::policy_cmd::ensure_runtime()?;
             LayoutSpec::MeanField { model, initial: mean_field_start(&sc) }
         }
     };
@@ -264,6 +296,7 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         plot::configuration_mix(
             &dir.join("configurations.svg"),
             series,
+            &plot::configuration_labels(&sc),
             &format!("{}: configuration mix", r.policy),
         )
         .map_err(CliError::failure)?;
@@ -272,11 +305,11 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
         Format::Json => print_json(&r),
         Format::Table => {
             println!(
-                "scenario {} | policy {} | scheduler {} | semantics {:?} | seed {} | {} jobs on {} GPUs",
+                "scenario {} | policy {} | scheduler {} | semantics {} | seed {} | {} jobs on {} GPUs",
                 sc.scenario.name,
                 r.policy,
                 r.scheduler.name(),
-                r.semantics,
+                r.semantics.as_str(),
                 r.seed,
                 r.jobs,
                 sc.gpus.len()
@@ -316,11 +349,10 @@ pub fn compare(a: CompareArgs) -> CliResult {
     } else {
         sc.scenario.baselines.static_best.clone()
     };
-    let model = if a.no_model {
-        None
-    } else {
-        a.model.clone().or_else(|| shipped_model(&sc))
-    };
+    let model = smart_mig_model(&sc, &a.model, a.no_model);
+    if model.is_some() {
+        super::policy_cmd::ensure_runtime()?;
+    }
     let policies = compare_policies(&sc, best.as_deref(), model);
     let seeds = eval_seeds(a.seeds);
     let pb = progress(seeds.len() as u64, "compare");
@@ -328,7 +360,7 @@ pub fn compare(a: CompareArgs) -> CliResult {
     let cmp = run_compare(&sc, &policies, &seeds, sample, &pb).map_err(CliError::input)?;
     pb.finish_and_clear();
     if let Some(dir) = &a.plot {
-        compare_plots(dir, &cmp)?;
+        compare_plots(dir, &cmp, &plot::configuration_labels(&sc))?;
     }
     match a.format {
         Format::Json => print_json(&cmp),
@@ -359,7 +391,7 @@ pub(crate) fn compare_policies(
     policies
 }
 
-fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
+fn compare_plots(dir: &Path, cmp: &Comparison, labels: &[String]) -> CliResult {
     make_dir(dir)?;
     let first = cmp.runs.first().map(Vec::as_slice).unwrap_or_default();
     if let Some(series) = first
@@ -371,7 +403,7 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
             &dir.join("load.svg"),
             series,
             &format!(
-                "{}: arrivals, busy slices, waiting jobs ({})",
+                "{}: arrivals, busy slices, waiting jobs ({}, first day)",
                 cmp.scenario, cmp.reference
             ),
         )
@@ -382,20 +414,38 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
             plot::configuration_mix(
                 &dir.join(format!("configurations-{}.svg", r.policy)),
                 series,
-                &format!("{}: configuration mix over the day", r.policy),
+                labels,
+                &format!("{}: configuration mix over the first day", r.policy),
             )
             .map_err(CliError::failure)?;
         }
     }
-    let points: Vec<(String, f64, f64)> = cmp
+    let points: Vec<plot::EtPoint> = cmp
         .policies
         .iter()
-        .map(|p| (p.name.clone(), p.energy_kwh, p.avg_tardiness_min))
+        .map(|p| plot::EtPoint {
+            name: p.name.clone(),
+            energy_kwh: p.energy_kwh,
+            energy_sd: p.energy_wmin_sd / crate::energy::WMIN_PER_KWH,
+            tardiness_min: p.avg_tardiness_min,
+            tardiness_sd: p.avg_tardiness_min_sd,
+        })
         .collect();
+    let bounds = cmp.bounds.as_ref().and_then(|b| {
+        Some((
+            b["energy_kwh"].as_f64()?,
+            b["tardiness_min"].as_f64().unwrap_or(0.0),
+        ))
+    });
     plot::energy_vs_tardiness(
         &dir.join("energy-vs-tardiness.svg"),
         &points,
-        &format!("{}: energy vs tardiness", cmp.scenario),
+        bounds,
+        &format!(
+            "{}: energy vs tardiness (mean ± sd over {} days)",
+            cmp.scenario,
+            cmp.seeds.len()
+        ),
     )
     .map_err(CliError::failure)
 }

@@ -22,7 +22,8 @@ pub struct StatusArgs {
 /// Prints the status the central role wrote last.
 pub fn run(a: StatusArgs) -> CliResult {
     let cfg = Config::from_file(&a.config).map_err(CliError::input)?;
-    let s = Status::read(&cfg.controller.state_dir).map_err(|e| CliError::input(anyhow::Error::msg(e)))?;
+    // A missing status file is no bad input: the central role has not written it (yet).
+    let s = Status::read(&cfg.controller.state_dir).map_err(|e| CliError::failure(anyhow::Error::msg(e)))?;
     if a.json {
         super::print_json(&s)
     } else {

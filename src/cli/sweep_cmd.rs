@@ -15,7 +15,7 @@ use anyhow::{anyhow, Context};
 use clap::{ArgGroup, Args};
 use serde::{Deserialize, Serialize};
 
-use super::sim_cmd::{compare_policies, print_comparison, shipped_model, ScenarioArgs};
+use super::sim_cmd::{compare_policies, print_comparison, smart_mig_model, ScenarioArgs};
 use super::{print_json, CliError, CliResult, Format};
 use crate::eval::compare::{compare_day, summarise, Day, PolicySpec};
 use crate::eval::eval_seeds;
@@ -143,11 +143,7 @@ fn write(path: &Path, text: &str) -> CliResult {
 fn emit(a: &SweepArgs, dir: &Path) -> CliResult {
     // Loading now reports a bad scenario before anything reaches the cluster.
     let sc = a.scenario.load()?;
-    let model = if a.no_model {
-        None
-    } else {
-        a.model.clone().or_else(|| shipped_model(&sc))
-    };
+    let model = smart_mig_model(&sc, &a.model, a.no_model);
     let dir = absolute(dir)?;
     let results = dir.join("results");
     let busy = std::fs::read_dir(&results)
@@ -238,6 +234,25 @@ fn run_task(dir: &Path, task: usize) -> CliResult {
     Ok(())
 }
 
+/// Task numbers as Slurm writes array ranges: `0-3,7,9-196`.
+fn ranges(tasks: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < tasks.len() {
+        let mut j = i;
+        while j + 1 < tasks.len() && tasks[j + 1] == tasks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j == i {
+            tasks[i].to_string()
+        } else {
+            format!("{}-{}", tasks[i], tasks[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 fn collect(dir: &Path, format: Format) -> CliResult {
     let m = Manifest::read(dir)?;
     let (sc, policies) = m.load()?;
@@ -274,10 +289,11 @@ fn collect(dir: &Path, format: Format) -> CliResult {
     if !missing.is_empty() {
         let first = missing[0];
         return Err(CliError::failure(anyhow!(
-            "{}: {} of {} tasks have no result (tasks {missing:?}); see {}/logs/task-{first}.out",
+            "{}: {} of {} tasks have no result (tasks {}); see {}/logs/task-{first}.out",
             dir.display(),
             missing.len(),
             m.seeds.len(),
+            ranges(&missing),
             dir.display()
         )));
     }
@@ -288,5 +304,19 @@ fn collect(dir: &Path, format: Format) -> CliResult {
             print_comparison(&cmp, sc.scenario.baselines.static_best.as_deref());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 17: `--collect` listed 197 task numbers one by one.
+    #[test]
+    fn missing_tasks_are_listed_as_ranges() {
+        let missing: Vec<usize> = (3..200).filter(|&t| t != 7).collect();
+        assert_eq!(ranges(&missing), "3-6,8-199");
+        assert_eq!(ranges(&[0, 2, 4, 5]), "0,2,4-5");
+        assert_eq!(ranges(&[]), "");
     }
 }

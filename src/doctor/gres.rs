@@ -52,8 +52,6 @@ impl MigSource {
 struct GresLine {
     /// `FILE:LINE`.
     at: String,
-    /// `NodeName=` expanded (None: the line applies to every node).
-    nodes: Option<Vec<String>>,
     ty: Option<String>,
     /// `File=` or `MultipleFiles=` expanded.
     files: Vec<String>,
@@ -71,8 +69,45 @@ fn same_files(a: &[String], b: &[String]) -> bool {
     a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
 }
 
-/// The gres check of [`super::run`]: `node` is this node's Slurm name.
-pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) -> Finding {
+/// This host's Slurm node names: the `NodeName=` entries of slurm.conf (`Include`s read)
+/// whose `NodeHostname` (or, without one, whose name) is the short host name; the host
+/// name itself when none is.
+pub fn this_host_nodes(slurm_conf: &Path) -> Vec<String> {
+    let host = smartmig_core::config::node::short_hostname().unwrap_or_default();
+    let mut names = Vec::new();
+    for line in files::read_lines(slurm_conf).unwrap_or_default() {
+        let text = line.text.split('#').next().unwrap_or("").trim();
+        let fields = files::key_values(text);
+        let get = |k: &str| {
+            fields
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.as_str())
+        };
+        let Some(Ok(nodes)) = get("NodeName").map(expand_brackets) else {
+            continue;
+        };
+        let hosts = get("NodeHostname")
+            .and_then(|h| expand_brackets(h).ok())
+            .unwrap_or_else(|| nodes.clone());
+        for (i, n) in nodes.iter().enumerate() {
+            if hosts.get(i).unwrap_or(n) == &host && !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+    }
+    if names.is_empty() {
+        names.push(host);
+    }
+    names
+}
+
+/// The gres check of [`super::run`]: `nodes` are this host's Slurm node names. Only the
+/// gres.conf lines for them (or for every node) count: a shared gres.conf lists other
+/// nodes' devices, which this host neither has nor needs. With `AutoDetect=nvml` for
+/// these nodes Slurm takes the devices from NVML itself, so lines without `File=` are
+/// fine and device files are not compared.
+pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[String]) -> Finding {
     let path = slurm_conf.with_file_name("gres.conf");
     let lines = match files::read_lines(&path) {
         Ok(t) => t,
@@ -90,8 +125,10 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) ->
         .iter()
         .flat_map(|m| m.model.profiles.iter().map(|p| p.name.as_str()))
         .collect();
+    let node = nodes.join(",");
     let mut problems = Vec::new();
     let mut gpus = Vec::new();
+    let mut autodetect: Option<String> = None;
     for conf_line in &lines {
         let line = conf_line.text.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -104,10 +141,27 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) ->
                 .find(|(key, _)| key.eq_ignore_ascii_case(k))
                 .map(|(_, v)| v.as_str())
         };
+        let at = format!("{}:{}", conf_line.file.display(), conf_line.number);
+        let line_nodes = match get("NodeName").map(expand_brackets).transpose() {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(format!("{at}: NodeName: {e}"));
+                continue;
+            }
+        };
+        if line_nodes
+            .as_ref()
+            .is_some_and(|n| !n.iter().any(|x| nodes.contains(x)))
+        {
+            continue;
+        }
+        // The last AutoDetect line for these nodes wins, as in Slurm.
+        if let Some(a) = get("AutoDetect") {
+            autodetect = (!a.eq_ignore_ascii_case("off")).then(|| a.to_string());
+        }
         if get("Name") != Some("gpu") {
             continue;
         }
-        let at = format!("{}:{}", conf_line.file.display(), conf_line.number);
         let ty = get("Type").map(str::to_string);
         match &ty {
             Some(t) if profiles.contains(&t.as_str()) => {}
@@ -118,13 +172,6 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) ->
                 "{at}: a GPU line without Type= (MIG types cannot be routed)"
             )),
         }
-        let nodes = match get("NodeName").map(expand_brackets).transpose() {
-            Ok(n) => n,
-            Err(e) => {
-                problems.push(format!("{at}: NodeName: {e}"));
-                continue;
-            }
-        };
         let files = match get("File").or(get("MultipleFiles")) {
             Some(f) => match expand_brackets(f) {
                 Ok(files) => files,
@@ -133,13 +180,29 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) ->
                     continue;
                 }
             },
-            None if get("AutoDetect").is_some() => continue,
+            None if autodetect.is_some() || get("AutoDetect").is_some() => continue,
             None => {
                 problems.push(format!("{at}: no File= (Slurm 22.05 drops such a GPU silently)"));
                 continue;
             }
         };
-        gpus.push(GresLine { at, nodes, ty, files });
+        gpus.push(GresLine { at, ty, files });
+    }
+    if let Some(mode) = &autodetect {
+        let summary = format!(
+            "AutoDetect={mode} for node {node}: Slurm takes the MIG devices from NVML; {} explicit lines, every Type= a catalogue profile",
+            gpus.len()
+        );
+        return if problems.is_empty() {
+            Finding::ok("gres", format!("{}: {summary}", path.display()))
+        } else {
+            Finding::bad(
+                "gres",
+                Status::Fail,
+                problems.join("; "),
+                "use the catalogue's profile names in Type= (`smartmig mig models`)",
+            )
+        };
     }
 
     let (summary, source_line) = match source {
@@ -178,10 +241,7 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, node: &str) ->
                     )
                 }
             };
-            let mine: Vec<&GresLine> = gpus
-                .iter()
-                .filter(|l| l.nodes.as_ref().is_none_or(|n| n.iter().any(|x| x == node)))
-                .collect();
+            let mine: Vec<&GresLine> = gpus.iter().collect();
             problems.extend(compare(&mine, &actual, label));
             (
                 format!(
@@ -303,7 +363,7 @@ mod tests {
 
     fn gres(dir: &Path, lines: &[String], source: &MigSource) -> Finding {
         std::fs::write(dir.join("gres.conf"), lines.join("\n") + "\n").unwrap();
-        check(&dir.join("slurm.conf"), &resolved(), source, "n1")
+        check(&dir.join("slurm.conf"), &resolved(), source, &["n1".to_string()])
     }
 
     fn simulated(dir: &Path) -> MigSource {
@@ -384,6 +444,56 @@ mod tests {
             "{}",
             f.message
         );
+    }
+
+    /// Issue 17: a shared gres.conf failed the check on other nodes' lines (their device
+    /// files are not on this host, their types may be other GPUs').
+    #[test]
+    fn other_nodes_lines_of_a_shared_gres_conf_are_not_this_nodes_business() {
+        let d = tempfile::tempdir().unwrap();
+        let (_sim, mut lines) = node(d.path());
+        lines.push("NodeName=n[2-3] Name=gpu Type=v100 File=/nonexistent/nvidia[0-1]".into());
+        lines.push("NodeName=n4 Name=gpu Type=a100".into());
+        let f = gres(d.path(), &lines, &MigSource::DeviceFiles("no NVML here".into()));
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.message.contains("3 MIG devices"), "{}", f.message);
+    }
+
+    /// Issue 17: `AutoDetect=nvml`, which the admin guide suggests, failed the check.
+    #[test]
+    fn autodetect_nvml_needs_no_file_lines_and_is_said() {
+        let d = tempfile::tempdir().unwrap();
+        let lines = [
+            "AutoDetect=nvml".to_string(),
+            "Name=gpu Type=3g.20gb".to_string(),
+            "NodeName=n9 AutoDetect=off".to_string(),
+        ];
+        let f = gres(d.path(), &lines, &MigSource::DeviceFiles("no NVML here".into()));
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.message.contains("AutoDetect=nvml for node n1"), "{}", f.message);
+        // Turned off for this node: the same lines lack File=.
+        let lines = [
+            "AutoDetect=nvml".to_string(),
+            "NodeName=n1 AutoDetect=off".to_string(),
+            "Name=gpu Type=3g.20gb".to_string(),
+        ];
+        let f = gres(d.path(), &lines, &MigSource::DeviceFiles("no NVML here".into()));
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(f.message.contains("no File="), "{}", f.message);
+    }
+
+    #[test]
+    fn this_hosts_nodes_are_found_by_node_hostname() {
+        let d = tempfile::tempdir().unwrap();
+        let host = smartmig_core::config::node::short_hostname().unwrap();
+        std::fs::write(
+            d.path().join("slurm.conf"),
+            format!(
+                "ClusterName=x\nNodeName=gpu[01-02] NodeHostname=other,{host} Gres=gpu:1g.5gb:7\nNodeName={host}x CPUs=2\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(this_host_nodes(&d.path().join("slurm.conf")), ["gpu02"]);
     }
 
     #[test]

@@ -89,7 +89,7 @@ impl PolicySpec {
     }
 }
 
-/// The baselines of MODEL.md §5 for a scenario; `best` adds `static-best`.
+/// The baselines of docs/model.md §5 for a scenario; `best` adds `static-best`.
 pub fn baselines(sc: &ResolvedScenario, best: Option<&[String]>) -> Vec<PolicySpec> {
     let reference = sc.scenario.baselines.reference_layout.clone();
     let mut v = vec![

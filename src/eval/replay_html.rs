@@ -19,23 +19,28 @@ fn kwh(wmin: f64) -> String {
     format!("{:.3}", wmin / WMIN_PER_KWH)
 }
 
-/// Renders the report.
-pub fn render(r: &Replay) -> Result<String, PlotError> {
-    let mut points = vec![(
-        "as ran".to_string(),
-        r.as_ran.energy_wmin / WMIN_PER_KWH,
-        r.as_ran.avg_tardiness_min,
-    )];
+/// Renders the report; `labels` name the scenario's configurations in the figures
+/// ([`plot::configuration_labels`]).
+pub fn render(r: &Replay, labels: &[String]) -> Result<String, PlotError> {
+    let point = |name: &str, energy_wmin: f64, tardiness_min: f64| plot::EtPoint {
+        name: name.to_string(),
+        energy_kwh: energy_wmin / WMIN_PER_KWH,
+        energy_sd: 0.0,
+        tardiness_min,
+        tardiness_sd: 0.0,
+    };
+    let mut points = vec![point("as ran", r.as_ran.energy_wmin, r.as_ran.avg_tardiness_min)];
     points.extend(
         r.columns
             .iter()
-            .map(|c| (c.name.clone(), c.energy_wmin / WMIN_PER_KWH, c.avg_tardiness_min)),
+            .map(|c| point(&c.name, c.energy_wmin, c.avg_tardiness_min)),
     );
-    if let Some(t) = r.bounds.tardiness_min {
-        points.push(("lower bounds".into(), r.bounds.energy_wmin / WMIN_PER_KWH, t));
-    }
+    let bounds = Some((
+        r.bounds.energy_wmin / WMIN_PER_KWH,
+        r.bounds.tardiness_min.unwrap_or(0.0),
+    ));
     let et_svg = plot::svg_text("energy-vs-tardiness", |p| {
-        plot::energy_vs_tardiness(p, &points, "energy vs tardiness")
+        plot::energy_vs_tardiness(p, &points, bounds, "energy vs tardiness")
     })?;
     let total: f64 = r.as_ran.slice_minutes.iter().sum();
     let mut mix = vec![(
@@ -55,7 +60,7 @@ pub fn render(r: &Replay) -> Result<String, PlotError> {
         if let Some(series) = &run.series {
             if run.repartitions > 0 {
                 figures.push(plot::svg_text("configurations", |p| {
-                    plot::configuration_mix(p, series, &format!("{}: configuration mix", run.policy))
+                    plot::configuration_mix(p, series, labels, &format!("{}: configuration mix", run.policy))
                 })?);
             } else if run.policy == "static-best" {
                 figures.push(plot::svg_text("load", |p| {

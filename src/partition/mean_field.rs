@@ -1,4 +1,4 @@
-//! The SMART-MIG repartitioner (MODEL.md §6): every N arrivals and completions, read the
+//! The SMART-MIG repartitioner (docs/model.md §6): every N arrivals and completions, read the
 //! mean field of each GPU model, run the policy once per model to get a K×K transition
 //! matrix, and let every GPU sample its next configuration from its current row.
 
@@ -11,7 +11,7 @@ use crate::policy::{
 };
 use crate::scenario::ResolvedScenario;
 
-/// Decide after this many arrivals and completions (MODEL.md §6).
+/// Decide after this many arrivals and completions (docs/model.md §6).
 pub const DEFAULT_EVERY_EVENTS: u32 = 5;
 
 /// The metadata a policy for GPU model `model` of a scenario must carry: the model, its

@@ -1,4 +1,4 @@
-//! Scheduling heuristics for fixed layouts (MODEL.md §5), as decision functions: given a
+//! Scheduling heuristics for fixed layouts (docs/model.md §5), as decision functions: given a
 //! ready job and the free slices, they return the slice to start it on.
 
 use rand::Rng;

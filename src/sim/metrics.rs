@@ -64,7 +64,7 @@ impl RunResult {
     }
 }
 
-/// ET of (e, t) against (e_ref, t_ref) with energy weight `a` (MODEL.md §4).
+/// ET of (e, t) against (e_ref, t_ref) with energy weight `a` (docs/model.md §4).
 pub fn et(e: f64, t: f64, e_ref: f64, t_ref: f64, a: f64) -> f64 {
     (a * e / e_ref.max(1e-12) + t / t_ref.max(MIN_T_REF)) / (a + 1.0)
 }

@@ -1,4 +1,4 @@
-//! PPO for the central mean-field controller (MODEL.md §6): clipped surrogate, a value
+//! PPO for the central mean-field controller (docs/model.md §6): clipped surrogate, a value
 //! function on the same mean field, GAE. The actor's output is the K×K transition logits;
 //! the log-probability of a joint action is Σ over GPUs of log h[c_i, c'_i] under the
 //! top-k renormalised rows the rollout sampled from (the top-k sets are kept fixed

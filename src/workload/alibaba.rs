@@ -13,7 +13,7 @@
 //!   ([`SkipReason::NeverStarted`]).
 //! - d = `gpu_milli` / 1000, the share of one GPU the pod asked for (1..=1000 required).
 //! - runtime = `deletion_time` − `scheduled_time`, in minutes. The pod held its share d
-//!   for that long, so, in MODEL.md §2's compact model (a job that can use a fraction d
+//!   for that long, so, in docs/model.md §2's compact model (a job that can use a fraction d
 //!   of a GPU runs on g slices at min(g/7, d)/d of its full-GPU speed), it is also its
 //!   time on a full 7g GPU, and its time on g slices is runtime × d / min(g/7, d).
 //!   A zero runtime is skipped ([`SkipReason::NoRuntime`]); a negative one is bad.

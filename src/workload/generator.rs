@@ -1,4 +1,4 @@
-//! The reference workload generator (MODEL.md §2): diurnal Poisson arrivals, job classes
+//! The reference workload generator (docs/model.md §2): diurnal Poisson arrivals, job classes
 //! by share, 1g processing times from each class's distribution, per-slice times from the
 //! class's speed-up curve, and soft deadlines a random factor of the full-GPU time away.
 //!
@@ -209,7 +209,7 @@ mod tests {
     fn a_20x_day_has_about_4150_jobs_over_several_seeds() {
         let spec = reference();
         let mean = expected_count(&spec);
-        // MODEL.md's "about 4,150 jobs a day at 20×".
+        // docs/model.md's "about 4,150 jobs a day at 20×".
         assert!((mean - 4150.0).abs() < 20.0, "{mean}");
         let seeds = 8;
         let mut total = 0.0;

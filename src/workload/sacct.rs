@@ -33,7 +33,7 @@
 //! - runtime = End − Start, on g0 slices.
 //! - per-slice times: sacct says nothing about how a job scales, and no class is known,
 //!   so the job is assumed to use exactly the share d = g0/7 of a GPU it was given, in
-//!   MODEL.md §2's compact model (on g slices it runs at min(g/7, d)/d of its full-GPU
+//!   docs/model.md §2's compact model (on g slices it runs at min(g/7, d)/d of its full-GPU
 //!   speed): runtime on g0 and larger slices, runtime × g0/g on smaller ones. Jobs that
 //!   had a whole GPU come out linear. This is the conservative choice: it credits MIG
 //!   with no energy saving a job's history does not show.
@@ -394,7 +394,7 @@ mod tests {
     use super::*;
 
     // Written by hand in the shape `sacct --parsable2` prints in Slurm 22.05
-    // (SLURM-LAB.md, "Accounting"): a real dump from the Slurm test harness will replace
+    // (docs/admin-guide.md, "What-if on your own history"): a real dump from the Slurm test harness will replace
     // it once the harness runs with accounting.
     const DUMP: &str = "\
 JobID|JobName|Partition|Submit|Start|End|Elapsed|Timelimit|ReqTRES|AllocTRES|State

@@ -9,7 +9,7 @@ use super::job::SLICE_SIZES;
 
 /// Deadline slack of trace jobs: deadline = release + `DEADLINE_SLACK` × time on a full
 /// GPU. Traces record no soft deadlines; 1.25 is the mean of the reference generator's
-/// U(1, 1.5) factor (MODEL.md §2), so a trace's tardiness is on the generator's scale.
+/// U(1, 1.5) factor (docs/model.md §2), so a trace's tardiness is on the generator's scale.
 pub const DEADLINE_SLACK: f64 = 1.25;
 
 /// How many bad rows are described in the log before the rest are only counted.
@@ -326,7 +326,7 @@ pub(crate) fn line_of(rec: &csv::ByteRecord) -> u64 {
 
 /// Processing times on [`SLICE_SIZES`] of a job that can use a fraction `d` of a GPU
 /// and takes `full` minutes on a full one: on g slices it runs at min(g/7, d)/d of its
-/// full-GPU speed (MODEL.md §2's compact model), so its time is `full` × d / min(g/7, d).
+/// full-GPU speed (docs/model.md §2's compact model), so its time is `full` × d / min(g/7, d).
 /// The result never grows with slice size; `d` is clamped to (0, 1].
 pub fn share_times(full: f64, d: f64) -> [f64; 5] {
     let d = d.clamp(f64::MIN_POSITIVE, 1.0);

@@ -96,21 +96,44 @@ pub fn plugin_so() -> PathBuf {
 }
 
 fn build_plugin() -> PathBuf {
-    if let Some(p) = std::env::var_os("SMARTMIG_PLUGIN_SO") {
+    build_so(
+        "SMARTMIG_PLUGIN_SO",
+        "smartmig-slurm-plugin",
+        "libjob_submit_smartmig.so",
+    )
+}
+
+/// The cli_filter plugin (`cli-filter/`): `$SMARTMIG_CLI_FILTER_SO` if set, else built
+/// here with `cargo build -p smartmig-cli-filter --release`.
+pub fn cli_filter_so() -> PathBuf {
+    static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SO.get_or_init(|| {
+        build_so(
+            "SMARTMIG_CLI_FILTER_SO",
+            "smartmig-cli-filter",
+            "libcli_filter_smartmig.so",
+        )
+    })
+    .clone()
+}
+
+/// `$env` if set, else `package` built in release and its `file`.
+fn build_so(env: &str, package: &str, file: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
         return PathBuf::from(p);
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "smartmig-slurm-plugin", "--release"])
+        .args(["build", "-p", package, "--release"])
         .current_dir(&root)
         .status()
-        .expect("run cargo build for the plugin");
+        .unwrap_or_else(|e| panic!("run cargo build for {package}: {e}"));
     assert!(
         status.success(),
-        "building the plugin failed (are libslurm-dev and libclang-dev installed?)"
+        "building {package} failed (are libslurm-dev and libclang-dev installed?)"
     );
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let so = target.join("release/libjob_submit_smartmig.so");
+    let so = target.join("release").join(file);
     assert!(so.is_file(), "{} missing after build", so.display());
     so
 }
@@ -716,6 +739,20 @@ impl Cluster {
     /// Runs scontrol.
     pub fn scontrol(&self, args: &[&str]) -> Output {
         self.client("scontrol", args)
+    }
+
+    /// Runs srun, or salloc, with `args`.
+    pub fn run_client(&self, bin: &str, args: &[&str]) -> Output {
+        self.client(bin, args)
+    }
+
+    /// Puts the cli_filter plugin in the cluster's PluginDir and names it in slurm.conf
+    /// (`CliFilterPlugins=smartmig`): the client commands load it at their next start.
+    pub fn install_cli_filter(&self) {
+        std::fs::copy(cli_filter_so(), self.path("plugins/cli_filter_smartmig.so")).expect("copy cli_filter");
+        let mut conf = std::fs::read_to_string(&self.conf).unwrap();
+        conf.push_str("CliFilterPlugins=smartmig\n");
+        std::fs::write(&self.conf, conf).unwrap();
     }
 
     /// Runs sbatch with `args` (add `--wrap`); returns the job id or the stderr.

@@ -121,6 +121,24 @@ pub enum PolicyKind {
     MeanField,
 }
 
+impl PolicyKind {
+    /// The spelling in smartmig.toml (`mean-field`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::None => "none",
+            PolicyKind::Static => "static",
+            PolicyKind::Periodic => "periodic",
+            PolicyKind::MeanField => "mean-field",
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `[policy]`: how GPUs are repartitioned.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,7 +146,7 @@ pub struct PolicyConfig {
     /// Which policy runs.
     #[serde(default = "default_kind")]
     pub kind: PolicyKind,
-    /// Directory holding `<model>.onnx` policies.
+    /// Directory holding the `<gpu-key>-<semantics>.onnx` policies.
     #[serde(default = "default_models_dir")]
     pub models_dir: PathBuf,
     /// Seconds between decisions.
@@ -213,6 +231,23 @@ pub enum Mode {
     Drain,
     /// Requeue jobs on instances that must change (admin opt-in).
     Preempt,
+}
+
+impl Mode {
+    /// The spelling in smartmig.toml (`dry-run`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::DryRun => "dry-run",
+            Mode::Drain => "drain",
+            Mode::Preempt => "preempt",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `[controller]`: the smartmigd daemon.

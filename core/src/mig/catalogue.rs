@@ -54,7 +54,7 @@ impl Kind {
     /// The base kinds the paper and the default enumeration use.
     pub const BASE: [Kind; 5] = [Kind::G1, Kind::G2, Kind::G3, Kind::G4, Kind::G7];
 
-    /// The notation used in MODEL.md and configuration placements.
+    /// The notation used in docs/model.md and configuration placements.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::G1 => "1g",

@@ -1,4 +1,4 @@
-//! The slice choice (CEDF-style, MODEL.md §5) and the whole routing of one job.
+//! The slice choice (CEDF-style, docs/model.md §5) and the whole routing of one job.
 
 use super::classes::{glob_match, speedup_on, JobClass};
 use super::config::RoutingConfig;
@@ -18,6 +18,13 @@ pub struct Candidate {
     pub memory_gb: f64,
     /// Most instances one GPU holds.
     pub max_count: u64,
+}
+
+impl Candidate {
+    /// Whether one instance has the job's memory and one GPU holds what must share it.
+    pub fn holds(&self, need: &Need) -> bool {
+        self.memory_gb + 1e-9 >= need.gpumem_gb && need.on_one_gpu <= self.max_count
+    }
 }
 
 /// The candidate kinds: the base sizes and the double-memory 1g (same speed as 1g, more
@@ -67,10 +74,13 @@ pub struct Need {
     pub ref_compute: u8,
     /// Run time on the reference slice, minutes.
     pub run_min: f64,
-    /// Minutes from now to the due time; None: the site's slack rule.
+    /// Minutes from now to the due time; None: the site's soft due rule.
     pub due_in_min: Option<f64>,
     /// Instances asked for.
     pub count: u64,
+    /// Instances that must fit on one GPU: the count of a per-node, per-task or per-socket
+    /// request; 1 for `--gpus` (a per-job count, which Slurm may spread over GPUs).
+    pub on_one_gpu: u64,
 }
 
 impl Need {
@@ -108,10 +118,16 @@ pub struct Choice {
 
 /// CEDF's slice choice for one job: the slowest candidate that fits the job's memory and
 /// still meets its due time, preferring types free (then soon free) in the snapshot; if
-/// none meets it, the fastest that fits. None when no candidate has enough memory or
-/// instances.
-pub fn choose(cands: &[Candidate], need: &Need, slack: f64, snapshot: Option<&Snapshot>) -> Option<Choice> {
-    let due_in = need.due_in_min.unwrap_or_else(|| slack * need.run_on(7));
+/// none meets it, the fastest that fits. `soft_due` gives the due time (minutes from now)
+/// of a job without one, from its run time on 7g. None when no candidate has enough
+/// memory or instances.
+pub fn choose(
+    cands: &[Candidate],
+    need: &Need,
+    soft_due: impl Fn(f64) -> f64,
+    snapshot: Option<&Snapshot>,
+) -> Option<Choice> {
+    let due_in = need.due_in_min.unwrap_or_else(|| soft_due(need.run_on(7)));
     let availability = |c: &Candidate| -> (Availability, f64) {
         let Some(s) = snapshot else {
             return (Availability::Unknown, 0.0);
@@ -131,7 +147,7 @@ pub fn choose(cands: &[Candidate], need: &Need, slack: f64, snapshot: Option<&Sn
     };
     let mut best: Option<(Choice, (u8, u8, u8))> = None;
     for (index, c) in cands.iter().enumerate() {
-        if c.memory_gb + 1e-9 < need.gpumem_gb || need.count > c.max_count {
+        if !c.holds(need) {
             continue;
         }
         let (avail, wait) = availability(c);
@@ -158,6 +174,33 @@ pub fn choose(cands: &[Candidate], need: &Need, slack: f64, snapshot: Option<&Sn
         }
     }
     best.map(|(c, _)| c)
+}
+
+/// Whether the job's hints say its untyped GPUs are `gpu:mig` ones (`gpus=mig`, set by
+/// the cli_filter plugin for `srun`). Bad hints are reported when the job is routed.
+fn untyped_marked_mig(job: &Job<'_>) -> bool {
+    job.comment
+        .and_then(|c| parse_hints(c).ok())
+        .is_some_and(|h| h.gpus_mig == Some(true))
+}
+
+/// Why no candidate holds a job: too little memory everywhere, or too many instances for
+/// one GPU of every type with enough memory.
+fn no_fit(present: &[Candidate], need: &Need) -> RouteError {
+    let roomy: Vec<&Candidate> = present
+        .iter()
+        .filter(|c| c.memory_gb + 1e-9 >= need.gpumem_gb)
+        .collect();
+    match roomy.iter().max_by_key(|c| c.max_count) {
+        None => RouteError::NoMemory {
+            need_gb: need.gpumem_gb,
+            largest_gb: present.iter().map(|c| c.memory_gb).fold(0.0, f64::max),
+        },
+        Some(c) => RouteError::NoRoom {
+            count: need.on_one_gpu,
+            most: format!("{} holds at most {} per GPU", c.name, c.max_count),
+        },
+    }
 }
 
 /// A job as the plugin sees it at submission.
@@ -222,15 +265,21 @@ pub enum RouteError {
         /// The classes known.
         known: String,
     },
-    /// No slice present in the cluster has the memory or instances asked for.
-    #[error("no MIG slice in the cluster has {need_gb} GB for {count} instance(s); the largest has {largest_gb} GB")]
-    NoFit {
+    /// No slice present in the cluster has the memory asked for.
+    #[error("no MIG slice in the cluster has {need_gb} GB of memory; the largest has {largest_gb} GB")]
+    NoMemory {
         /// Memory asked for, GB.
         need_gb: f64,
-        /// Instances asked for.
-        count: u64,
         /// Memory of the largest slice, GB.
         largest_gb: f64,
+    },
+    /// No type with enough memory fits that many instances on one GPU.
+    #[error("{count} instances of one type do not fit on one GPU: {most}; ask for fewer per node, or for {count} anywhere with --gpus=mig:{count}")]
+    NoRoom {
+        /// Instances that must share a GPU.
+        count: u64,
+        /// The most any suitable type present holds, e.g. `7g.40gb holds 1 per GPU`.
+        most: String,
     },
     /// The configuration leaves nothing to route to.
     #[error("the configured GPU models have no MIG profile to route to")]
@@ -362,11 +411,14 @@ impl Router {
         let entries: Vec<GpuEntry> = match parse_request(&job.tres, &self.models, self.max_auto)? {
             GpuRequest::None => return Ok(Outcome::Unchanged("no GPU request")),
             GpuRequest::Concrete(_) => return Ok(Outcome::Unchanged("concrete MIG type")),
-            GpuRequest::Untyped(_) if !self.config.route_untyped => {
+            GpuRequest::Untyped(_) if !self.config.route_untyped && !untyped_marked_mig(job) => {
                 return Ok(Outcome::Unchanged("untyped GPU request (route_untyped = false)"))
             }
             GpuRequest::Untyped(e) => {
-                if let Some(big) = e.iter().find(|e| e.count > self.max_auto) {
+                if let Some(big) = e
+                    .iter()
+                    .find(|e| e.field != TresField::PerJob && e.count > self.max_auto)
+                {
                     return Err(RequestError::TooMany {
                         entry: big.to_string(),
                         count: big.count,
@@ -402,14 +454,16 @@ impl Router {
                 .map_or(self.config.default_runtime_min, f64::from),
             due_in_min,
             count: entries.iter().map(|e| e.count).max().unwrap_or(1),
+            on_one_gpu: entries
+                .iter()
+                .filter(|e| e.field != TresField::PerJob)
+                .map(|e| e.count)
+                .max()
+                .unwrap_or(1),
         };
         let present = self.present(snapshot);
-        let choice =
-            choose(&present, &need, self.config.slack, snapshot).ok_or_else(|| RouteError::NoFit {
-                need_gb: need.gpumem_gb,
-                count: need.count,
-                largest_gb: present.iter().map(|c| c.memory_gb).fold(0.0, f64::max),
-            })?;
+        let choice = choose(&present, &need, |t7| self.config.soft_due_min(t7), snapshot)
+            .ok_or_else(|| no_fit(&present, &need))?;
         let chosen = &present[choice.index];
         let cap = self.config.time_cap(job.partition);
         let time_limit_min = job.time_limit_min.map(|_| {

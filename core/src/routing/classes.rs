@@ -34,7 +34,7 @@ pub fn speedup_on(table: &[f64; 5], compute: u8) -> f64 {
     }
 }
 
-/// The built-in classes: MODEL.md §2's four reference job kinds, and `default`.
+/// The built-in classes: docs/model.md §2's four reference job kinds, and `default`.
 ///
 /// `default` assumes linear scaling: with it a rescaled time limit is never shorter than
 /// the job needs, whatever its real curve, so an unclassified job is never killed early.

@@ -61,9 +61,13 @@ pub struct RoutingConfig {
     /// A controller snapshot older than this is ignored (static rule instead).
     #[serde(default = "default_max_age", deserialize_with = "crate::config::seconds")]
     pub snapshot_max_age_s: f64,
-    /// Soft due time when the job has no `--deadline` or `due=` hint: submit + slack × run time on 7g.
+    /// Soft due time when the job has no `--deadline` or `due=` hint:
+    /// submit + slack × run time on 7g + `grace_min`.
     #[serde(default = "default_slack", deserialize_with = "crate::config::positive")]
     pub slack: f64,
+    /// Minutes added to the soft due time, so that short jobs may take small slices.
+    #[serde(default = "default_grace", deserialize_with = "crate::config::non_negative")]
+    pub grace_min: f64,
     /// The slice a user's `--time` refers to (1g, 2g, 3g, 4g or 7g).
     #[serde(default = "default_time_on", deserialize_with = "de_base_kind")]
     pub time_refers_to: Kind,
@@ -94,6 +98,7 @@ impl Default for RoutingConfig {
             route_untyped: false,
             snapshot_max_age_s: default_max_age(),
             slack: default_slack(),
+            grace_min: default_grace(),
             time_refers_to: default_time_on(),
             default_runtime_min: default_runtime(),
             max_time_min: 0,
@@ -110,6 +115,9 @@ fn default_max_age() -> f64 {
 }
 fn default_slack() -> f64 {
     1.5
+}
+fn default_grace() -> f64 {
+    60.0
 }
 fn default_time_on() -> Kind {
     Kind::G7
@@ -212,6 +220,14 @@ impl RoutingConfig {
             }
         }
         all
+    }
+
+    /// The soft due time, minutes after submission, of a job that gives neither
+    /// `--deadline` nor a `due=` hint and runs `run_on_7g_min` minutes on a whole GPU:
+    /// `slack` × that + `grace_min`. The grace lets short jobs take small slices (a
+    /// 10-minute job may take 70 minutes on 1g) while long ones keep large slices.
+    pub fn soft_due_min(&self, run_on_7g_min: f64) -> f64 {
+        self.slack * run_on_7g_min + self.grace_min
     }
 
     /// The time-limit cap for a partition (None: no cap).

@@ -11,6 +11,7 @@
 //! | `speedup` | five numbers `1,1.9,2.6,3.2,4.8` | speed-up over 1g on 1g/2g/3g/4g/7g |
 //! | `time-on` | `1g`, `2g`, `3g`, `4g`, `7g` | the slice `--time` refers to |
 //! | `due` | `90`, `90m`, `2h`, `1h30m`, `1d` | soft due time after submission (minutes by default) |
+//! | `gpus` | `mig` | the job's untyped GPU requests are `gpu:mig` ones: set by the cli_filter plugin on `srun`, whose step must ask for untyped GPUs (`docs/admin-guide.md`) |
 //!
 //! A key given twice, an unknown key or a bad value is an error: a typo must not route a
 //! job silently on defaults.
@@ -34,6 +35,8 @@ pub struct Hints {
     pub time_on: Option<Kind>,
     /// `due=`, in minutes after submission.
     pub due_min: Option<f64>,
+    /// `gpus=mig`: route the job's untyped GPU requests as `gpu:mig` ones.
+    pub gpus_mig: Option<bool>,
 }
 
 /// A hint that cannot be used.
@@ -43,7 +46,7 @@ pub enum HintError {
     #[error("hint `{0}` is not key=value")]
     NotKeyValue(String),
     /// An unknown key.
-    #[error("unknown hint `{0}` (known: class, gpumem, speedup, time-on, due)")]
+    #[error("unknown hint `{0}` (known: class, gpumem, speedup, time-on, due, gpus)")]
     UnknownKey(String),
     /// A key given twice.
     #[error("hint `{0}` is given twice")]
@@ -95,6 +98,8 @@ pub fn parse_hints(comment: &str) -> Result<Hints, HintError> {
                 "speedup" => set(&mut h.speedup, parse_speedup(value).map_err(bad)?, dup)?,
                 "time-on" => set(&mut h.time_on, parse_base_kind(value).map_err(bad)?, dup)?,
                 "due" => set(&mut h.due_min, parse_duration_min(value).map_err(bad)?, dup)?,
+                "gpus" if value == super::request::AUTO_TYPE => set(&mut h.gpus_mig, true, dup)?,
+                "gpus" => return Err(bad(format!("the only value is `{}`", super::request::AUTO_TYPE))),
                 _ => return Err(HintError::UnknownKey(key.to_string())),
             }
         }

@@ -210,8 +210,9 @@ pub fn max_instances(models: &[GpuModel], name: &str) -> Option<u64> {
 
 /// Parses and validates the GPU part of a request against the cluster's GPU models.
 ///
-/// `max_auto` is the most instances an automatic request may ask for (the largest
-/// `max_count` among the profiles routing may choose).
+/// `max_auto` is the most instances an automatic per-node, per-task or per-socket request
+/// may ask for (the largest `max_count` among the profiles routing may choose); a per-job
+/// count (`--gpus=mig:N`) is not bounded by one GPU.
 pub fn parse_request(
     tres: &TresStrings<'_>,
     models: &[GpuModel],
@@ -253,7 +254,11 @@ pub fn parse_request(
     }
     match first.gpu_type {
         GpuType::Auto => {
-            if let Some(e) = entries.iter().find(|e| e.count > max_auto) {
+            // A per-job count (`--gpus`) may spread over GPUs; the others share one GPU.
+            if let Some(e) = entries
+                .iter()
+                .find(|e| e.field != TresField::PerJob && e.count > max_auto)
+            {
                 return Err(RequestError::TooMany {
                     entry: e.to_string(),
                     count: e.count,
@@ -319,10 +324,67 @@ pub fn rewrite(tres: &TresStrings<'_>, entries: &[GpuEntry], gpu_type: &str) -> 
     out
 }
 
+/// A GPU option's value as `srun` and `salloc` hold it, with every `mig` type taken out:
+/// `gres:gpu:mig:2` → `gres:gpu:2` and `gpu:mig` → `gpu` for `--gres` (`named`: entries
+/// start with the GRES name), `mig:2` → `2` for `--gpus` and `--gpus-per-*`. None when no
+/// entry asks for `mig`. A job step inside a routed allocation must ask for untyped GPUs:
+/// they match the concrete type its job holds, which `gpu:mig` does not.
+pub fn untype_auto(value: &str, named: bool) -> Option<String> {
+    let mut changed = false;
+    let entries: Vec<String> = value
+        .split(',')
+        .map(|raw| {
+            let (lead, rest) = if named {
+                let bare = raw
+                    .strip_prefix("gres:")
+                    .or_else(|| raw.strip_prefix("gres/"))
+                    .unwrap_or(raw);
+                match bare.strip_prefix("gpu:") {
+                    Some(rest) => (&raw[..raw.len() - rest.len()], rest),
+                    None => return raw.to_string(),
+                }
+            } else {
+                ("", raw)
+            };
+            let (ty, count) = match rest.split_once(':') {
+                Some((t, n)) => (t, Some(n)),
+                None => (rest, None),
+            };
+            if !ty.eq_ignore_ascii_case(AUTO_TYPE) {
+                return raw.to_string();
+            }
+            changed = true;
+            match (count, named) {
+                (Some(n), _) => format!("{lead}{n}"),
+                (None, true) => lead.trim_end_matches(':').to_string(),
+                (None, false) => "1".to_string(),
+            }
+        })
+        .collect();
+    changed.then(|| entries.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::mig::Catalogue;
+
+    #[test]
+    fn untyping_takes_out_only_the_mig_type() {
+        assert_eq!(untype_auto("gres:gpu:mig:2", true).as_deref(), Some("gres:gpu:2"));
+        assert_eq!(untype_auto("gres/gpu:mig", true).as_deref(), Some("gres/gpu"));
+        assert_eq!(
+            untype_auto("gres:shard:1,gpu:MIG:3", true).as_deref(),
+            Some("gres:shard:1,gpu:3")
+        );
+        assert_eq!(untype_auto("mig:2", false).as_deref(), Some("2"));
+        assert_eq!(untype_auto("mig", false).as_deref(), Some("1"));
+        for left in ["gres:gpu:3g.20gb:1", "gres:gpu:2", "gres:shard:mig:1"] {
+            assert_eq!(untype_auto(left, true), None, "{left}");
+        }
+        assert_eq!(untype_auto("3g.20gb:1", false), None);
+        assert_eq!(untype_auto("4", false), None);
+    }
 
     fn models() -> Vec<GpuModel> {
         let c = Catalogue::embedded();

@@ -65,11 +65,12 @@ fn without_deadline_the_slack_rule_picks_the_slowest_slice_within_slack() {
         run_min: 60.0,
         due_in_min: None,
         count: 1,
+        on_one_gpu: 1,
     };
-    let expected = slowest_meeting(&r, &need, 1.5 * 60.0);
+    // Default soft due time: 1.5 × the 60 min on 7g, plus the 60-minute grace.
+    let expected = slowest_meeting(&r, &need, 1.5 * 60.0 + 60.0);
     assert_eq!(out.gpu_type, expected);
-    // bert-train is sublinear enough that 1.5× slack lets it leave 7g.
-    assert_ne!(out.gpu_type, "7g.40gb");
+    assert_eq!(expected, "3g.20gb", "bert-train needs 109 min on 3g, 154 on 2g");
     assert_eq!(
         out.tres,
         vec![(TresField::PerNode, format!("gres:gpu:{expected}:1"))]
@@ -188,7 +189,7 @@ fn time_limits_are_capped_by_the_partition_limit() {
 
 #[test]
 fn time_on_hint_changes_what_time_refers_to() {
-    let r = router();
+    let r = router_with("grace_min = 0", &["a100-40gb"]);
     let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;time-on=1g"));
     j.time_limit_min = Some(70);
     // 70 min on 1g is 10 on 7g; slack 1.5 → due 15 min: only 7g meets it.
@@ -287,7 +288,7 @@ fn more_memory_than_any_slice_is_refused() {
         .route(&job("gres:gpu:mig:1", Some("smartmig:gpumem=80G")), None)
         .unwrap_err();
     assert!(
-        matches!(e, RouteError::NoFit { largest_gb, .. } if largest_gb == 40.0),
+        matches!(e, RouteError::NoMemory { largest_gb, .. } if largest_gb == 40.0),
         "{e}"
     );
 }
@@ -302,7 +303,12 @@ fn counts_above_a_types_maximum_skip_that_type() {
     assert_eq!(out.gpu_type, "1g.5gb");
     let j = job("gres:gpu:mig:5", Some("smartmig:class=bert-infer;gpumem=6"));
     let e = r.route(&j, None).unwrap_err();
-    assert!(matches!(e, RouteError::NoFit { count: 5, .. }), "{e}");
+    assert!(matches!(e, RouteError::NoRoom { count: 5, .. }), "{e}");
+    let s = e.to_string();
+    assert!(
+        s.contains("1g.10gb holds at most 4 per GPU") && !s.contains("GB of memory"),
+        "the message names the count, not memory: {s}"
+    );
 }
 
 #[test]
@@ -371,7 +377,7 @@ fn without_a_snapshot_only_static_layout_types_are_chosen() {
         .route(&job("gres:gpu:mig:1", Some("smartmig:gpumem=30")), None)
         .unwrap_err();
     assert!(
-        matches!(e, RouteError::NoFit { largest_gb, .. } if largest_gb == 20.0),
+        matches!(e, RouteError::NoMemory { largest_gb, .. } if largest_gb == 20.0),
         "{e}"
     );
 }
@@ -407,4 +413,63 @@ fn on_a30s_jobs_route_to_the_a30s_profiles_and_its_whole_gpu_is_the_fastest() {
         names.contains(&"1g.6gb") && names.contains(&"7g.80gb") && names.contains(&"3g.20gb"),
         "{names:?}"
     );
+}
+
+/// Issue 17: `--gpus=mig:2` (a per-job count) was checked against one GPU's maximum and
+/// refused with "no MIG slice in the cluster has 0 GB for 2 instance(s)".
+#[test]
+fn a_per_job_count_may_spread_over_gpus() {
+    // The default static layout: every GPU whole (c1), 7g.40gb holds one per GPU.
+    let text = "version = 1\n";
+    let r = Router::from_resolved(&Config::parse(text, "t.toml").unwrap().resolve(None).unwrap()).unwrap();
+    for n in [2, 8] {
+        let tres = format!("gres:gpu:mig:{n}");
+        let j = Job {
+            tres: TresStrings([None, Some(&tres), None, None]),
+            now: NOW,
+            ..Job::default()
+        };
+        let out = routed(&r, &j, None);
+        assert_eq!(
+            out.tres,
+            vec![(TresField::PerJob, format!("gres:gpu:7g.40gb:{n}"))]
+        );
+    }
+    // Per node, the instances share a GPU: two 7g do not fit, and the message says so.
+    let e = r.route(&job("gres:gpu:mig:2", None), None).unwrap_err();
+    let s = e.to_string();
+    assert!(
+        matches!(e, RouteError::NoRoom { count: 2, .. })
+            && s.contains("7g.40gb holds at most 1 per GPU")
+            && s.contains("--gpus=mig:2"),
+        "{s}"
+    );
+}
+
+/// Issue 17: without a snapshot every linear job landed on 7g, because 1.5 × its time on
+/// a whole GPU is met by no smaller slice. The grace lets short jobs take small slices.
+#[test]
+fn without_a_deadline_short_jobs_take_small_slices_and_long_jobs_whole_gpus() {
+    let r = resolved_router("");
+    let r_all = Router::new(&RoutingConfig::default(), &models(&["a100-40gb"])).unwrap();
+    let at = |r: &Router, minutes: u32| {
+        let mut j = job("gres:gpu:mig:1", None);
+        j.time_limit_min = Some(minutes);
+        routed(r, &j, None)
+    };
+    // 10 min on 7g: due in 1.5 × 10 + 60 = 75 min; 70 min on 1g meets it.
+    let short = at(&r_all, 10);
+    assert_eq!(
+        (short.gpu_type.as_str(), short.time_limit_min),
+        ("1g.5gb", Some(70))
+    );
+    // 60 min: due in 150; 3g needs 140.
+    assert_eq!(at(&r_all, 60).gpu_type, "3g.20gb");
+    // 600 min: due in 960; 4g needs 1050, so the whole GPU.
+    assert_eq!(at(&r_all, 600).gpu_type, "7g.40gb");
+    // The same rule among a static layout's types (c2, c7: no 7g).
+    assert_eq!(at(&r, 10).gpu_type, "1g.5gb");
+    // grace_min = 0 restores the paper's 1.5 × rule: linear jobs need a whole GPU.
+    let strict = router_with("grace_min = 0", &["a100-40gb"]);
+    assert_eq!(at(&strict, 10).gpu_type, "7g.40gb");
 }

@@ -1,0 +1,85 @@
+//! End-to-end test of cli_filter_smartmig.so with real srun, salloc and sbatch on a
+//! throwaway Slurm (tests/slurm harness), beside job_submit_smartmig.so.
+//!
+//! Needs root and the Slurm packages; skips with a "skipped:" line otherwise. The plugins
+//! are built by the harness unless `SMARTMIG_PLUGIN_SO` / `SMARTMIG_CLI_FILTER_SO` name
+//! built ones. Run: `cargo test --test cli_filter_e2e -- --nocapture`.
+
+mod slurm;
+
+use std::process::Output;
+use std::time::Duration;
+
+use slurm::{Cluster, Options};
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Issue 17: `srun --gres=gpu:mig:1 cmd` failed ("Step requested GRES (gpu:mig) not found
+/// in the job"): the job was routed, its step still asked for `gpu:mig`.
+#[test]
+fn srun_salloc_and_steps_inside_allocations_run_with_gpu_mig() {
+    skip_unless_slurm!();
+    let c = Cluster::start(&Options::two_nodes());
+    let srun = |args: &[&str]| c.run_client("srun", args);
+
+    // Without the filter: the failure users met.
+    let o = srun(&["--gres=gpu:mig:1", "--time=10", "true"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("gpu:mig"),
+        "{}",
+        text(&o)
+    );
+
+    c.install_cli_filter();
+    // srun making its own allocation: the job is routed (a 10-minute job on 1g, the
+    // default soft due time), the step runs on it.
+    let o = srun(&["--gres=gpu:mig:1", "--time=10", "-J", "srun-alloc", "true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("smartmig: routed to gpu:1g.5gb:1"),
+        "{}",
+        text(&o)
+    );
+    // Per-job counts too (`--gpus`).
+    let o = srun(&["--gpus=mig:2", "--time=10", "true"]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // salloc: the allocation is routed by job_submit, the srun inside by the filter.
+    let o = c.run_client(
+        "salloc",
+        &[
+            "--gres=gpu:mig:1",
+            "--time=10",
+            "srun",
+            "--gres=gpu:mig:1",
+            "true",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+
+    // sbatch: steps with and without a GPU option inside the routed job.
+    let (id, _) = c
+        .sbatch(&[
+            "--gres=gpu:mig:1",
+            "--time=10",
+            "--wrap",
+            "srun --gres=gpu:mig:1 true && srun true",
+        ])
+        .expect("sbatch");
+    assert_eq!(
+        c.wait_job(id, &["COMPLETED", "FAILED"], Duration::from_secs(60)),
+        "COMPLETED",
+        "{:?}",
+        c.job(id)
+    );
+    // A concrete type still passes untouched.
+    let o = srun(&["--gres=gpu:3g.20gb:1", "true"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
