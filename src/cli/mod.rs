@@ -14,6 +14,7 @@ mod sim_cmd;
 mod status_cmd;
 mod sweep_cmd;
 mod train_cmd;
+mod tune_cmd;
 
 use std::fmt::Display;
 
@@ -125,7 +126,9 @@ pub enum Command {
     /// Compare every baseline on the same job streams (default: the reference scenario).
     Compare(sim_cmd::CompareArgs),
     /// Search the best static layout for a scenario.
-    TuneStatic(sim_cmd::TuneArgs),
+    TuneStatic(tune_cmd::TuneArgs),
+    /// Search the best time-of-day schedule for a scenario and write it for smartmigd.
+    TunePeriodic(tune_cmd::TunePeriodicArgs),
     /// Measure simulator speed and memory.
     Bench(bench_cmd::BenchArgs),
     /// Learned policies: inspect files, provision ONNX Runtime.
@@ -164,7 +167,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Config(c) => config_cmd::run(c),
         Command::Simulate(a) => sim_cmd::simulate(a),
         Command::Compare(a) => sim_cmd::compare(a),
-        Command::TuneStatic(a) => sim_cmd::tune_static(a),
+        Command::TuneStatic(a) => tune_cmd::tune_static(a),
+        Command::TunePeriodic(a) => tune_cmd::tune_periodic(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Train(a) => train_cmd::run(a),

@@ -15,10 +15,10 @@ use anyhow::{anyhow, Context};
 use clap::{ArgGroup, Args};
 use serde::{Deserialize, Serialize};
 
-use super::sim_cmd::{compare_policies, print_comparison, shipped_model, ScenarioArgs};
+use super::sim_cmd::{compare_policies, file_tuned, print_comparison, shipped_model, ScenarioArgs, SeedArg};
 use super::{print_json, CliError, CliResult, Format};
 use crate::eval::compare::{compare_day, summarise, Day, PolicySpec};
-use crate::eval::eval_seeds;
+use crate::eval::EVAL_SEED_BASE;
 use crate::scenario::ResolvedScenario;
 
 /// Version of `sweep.json`.
@@ -30,9 +30,10 @@ const MANIFEST_VERSION: u32 = 1;
 pub struct SweepArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
-    /// Evaluation days (seeds), one array task each.
-    #[arg(long, default_value_t = 10)]
-    seeds: u32,
+    /// Evaluation days, one array task each: a count from the first evaluation seed, or
+    /// a range of seeds (`1000000..=1000019`).
+    #[arg(long, default_value = "10")]
+    seeds: SeedArg,
     /// Policy file (ONNX) to include as `smart-mig` (default: the shipped one, when present).
     #[arg(long)]
     model: Option<PathBuf>,
@@ -102,8 +103,7 @@ impl Manifest {
             semantics: None,
         };
         let sc = args.load()?;
-        let best = sc.scenario.baselines.static_best.clone();
-        let policies = compare_policies(&sc, best.as_deref(), self.model.clone());
+        let policies = compare_policies(&sc, &file_tuned(&sc, &args, false), self.model.clone());
         Ok((sc, policies))
     }
 }
@@ -168,7 +168,7 @@ fn emit(a: &SweepArgs, dir: &Path) -> CliResult {
         version: MANIFEST_VERSION,
         scenario: a.scenario.scenario.as_deref().map(absolute).transpose()?,
         sets: a.scenario.all_sets(),
-        seeds: eval_seeds(a.seeds),
+        seeds: a.seeds.seeds(EVAL_SEED_BASE),
         model: model.as_deref().map(absolute).transpose()?,
     };
     let json = serde_json::to_string_pretty(&manifest).map_err(CliError::failure)?;
@@ -281,7 +281,8 @@ fn collect(dir: &Path, format: Format) -> CliResult {
             dir.display()
         )));
     }
-    let cmp = summarise(&sc, &policies, days);
+    let described = crate::eval::compare::Days::Seeds(m.seeds.clone()).describe();
+    let cmp = summarise(&sc, &policies, days, &described);
     match format {
         Format::Json => print_json(&cmp),
         Format::Table => {

@@ -61,7 +61,7 @@ impl Search<'_> {
             .filter(|c| !self.cache.contains_key(*c))
             .cloned()
             .collect();
-        let a = self.sc.scenario.objective.energy_weight;
+        let objective = &self.sc.scenario.objective;
         let scored: Vec<(Counts, f64)> = todo
             .into_par_iter()
             .map(|c| {
@@ -70,7 +70,7 @@ impl Search<'_> {
                     .days
                     .iter()
                     .map(|(seed, jobs, reference)| {
-                        run_static(self.sc, jobs, Scheduler::Cedf, &layout, *seed).et(reference, a)
+                        run_static(self.sc, jobs, Scheduler::Cedf, &layout, *seed).et(reference, objective)
                     })
                     .sum::<f64>()
                     / self.days.len() as f64;
@@ -251,11 +251,11 @@ mod tests {
             .iter()
             .map(|&s| (s, workload::from_scenario(&sc, s, false).unwrap()))
             .collect();
-        let a = sc.scenario.objective.energy_weight;
+        let objective = &sc.scenario.objective;
         let et = days
             .iter()
             .map(|(s, j)| {
-                run_static(&sc, j, Scheduler::Cedf, &t.layout, *s).et(&run_reference(&sc, j, *s), a)
+                run_static(&sc, j, Scheduler::Cedf, &t.layout, *s).et(&run_reference(&sc, j, *s), objective)
             })
             .sum::<f64>()
             / 2.0;
