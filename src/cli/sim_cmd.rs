@@ -12,6 +12,7 @@ use crate::eval::compare::{
     baselines, compare as run_compare, run_policy, run_reference, Comparison, Days, LayoutSpec, Paired,
     PolicySpec, Tuned, STATIC_BEST,
 };
+use crate::eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use crate::eval::tune::tune_static_on;
 use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE};
 use crate::scenario::{ResolvedScenario, Scenario, Semantics, TraceFormat};
@@ -253,15 +254,17 @@ pub struct CompareArgs {
     seeds: Option<SeedArg>,
     #[command(flatten)]
     trace: TraceArgs,
-    /// Search `static-best` now on training days instead of reading it from the scenario.
+    /// Search `static-best` and `periodic-best` now on training days instead of reading
+    /// them from the scenario (they are also searched when `--set` or `--trace` changes
+    /// the world the file's were tuned for).
     #[arg(long)]
     tune: bool,
-    /// Keep the scenario file's tuned layouts even when `--set` or `--trace` changes the
+    /// Keep the scenario file's tuned baselines even when `--set` or `--trace` changes the
     /// world they were tuned for (their rows are then marked).
     #[arg(long, conflicts_with = "tune")]
     no_tune: bool,
     /// Training days for tuning: a count from seed 1 or a range.
-    #[arg(long, default_value = "4")]
+    #[arg(long, default_value = "16")]
     tune_seeds: SeedArg,
     /// Skip the lower bounds (the tardiness bound solves an LP per day).
     #[arg(long)]
@@ -589,10 +592,30 @@ pub fn compare(a: CompareArgs) -> CliResult {
         .days(&sc, a.seeds, SeedArg::Count(10), EVAL_SEED_BASE)?;
     let trace = matches!(days, Days::Trace { .. });
     let mut tuned = file_tuned(&sc, &a.scenario, trace);
-    let stale = tuned.static_best.as_ref().is_some_and(|(_, n)| n.is_some());
-    if a.tune || (stale && !a.no_tune) {
-        let (layout, note) = tune_for_compare(&sc, &a, &days)?;
-        tuned.static_best = Some((layout, note));
+    let stale = |n: &Option<String>| n.is_some() && !a.no_tune;
+    let retune_static = a.tune || tuned.static_best.as_ref().is_some_and(|(_, n)| stale(n));
+    let retune_periodic = a.tune || tuned.periodic_best.as_ref().is_some_and(|(_, n)| stale(n));
+    if retune_static || retune_periodic {
+        let (train, label, note) = tuning_days(&sc, &a, &days)?;
+        if retune_static {
+            eprintln!("static-best: tuning on {label} for this run's scenario");
+            let pb = progress(30, "tune static-best");
+            let t = tune_static_on(&sc, train.clone(), &pb);
+            pb.finish_and_clear();
+            tuned.static_best = Some((t.layout, note.clone()));
+        }
+        if retune_periodic {
+            let start = tuned
+                .static_best
+                .as_ref()
+                .map_or_else(|| sc.scenario.baselines.reference_layout.clone(), |(l, _)| l.clone());
+            eprintln!("periodic-best: tuning on {label} for this run's scenario");
+            let pb = progress(60, "tune periodic-best");
+            let t = tune_periodic_on(&sc, train, &start, DEFAULT_BLOCKS, DEFAULT_PASSES, &pb)
+                .map_err(CliError::input)?;
+            pb.finish_and_clear();
+            tuned.periodic_best = Some((t.schedule, note));
+        }
     }
     let model = if a.no_model {
         None
@@ -616,32 +639,30 @@ pub fn compare(a: CompareArgs) -> CliResult {
     }
 }
 
-/// Tunes `static-best` for `compare` on training days (a trace's own days, in-sample).
-fn tune_for_compare(sc: &ResolvedScenario, a: &CompareArgs, days: &Days) -> Result<(Vec<String>, Option<String>), CliError> {
-    let (train, note) = match days {
-        Days::Trace { days, .. } => (
+/// The days `compare` tunes on: training seeds, or a trace's own days (in-sample, noted),
+/// with how to describe them.
+fn tuning_days(
+    sc: &ResolvedScenario,
+    a: &CompareArgs,
+    days: &Days,
+) -> Result<(Vec<(u64, JobSet)>, String, Option<String>), CliError> {
+    match days {
+        Days::Trace { days, .. } => Ok((
             days.iter().cloned().enumerate().map(|(i, d)| (i as u64, d)).collect(),
+            "the trace's days".to_string(),
             Some("tuned on the same trace days it is evaluated on (in-sample)".to_string()),
-        ),
+        )),
         Days::Seeds(_) => {
             let seeds = a.tune_seeds.seeds(TRAIN_SEED_BASE);
+            let label = format!("training {}", Days::Seeds(seeds.clone()).describe());
             let train = seeds
                 .iter()
                 .map(|&s| Ok((s, workload::from_scenario(sc, s, false)?)))
                 .collect::<Result<Vec<_>, workload::TraceError>>()
                 .map_err(CliError::input)?;
-            (train, None)
+            Ok((train, label, None))
         }
-    };
-    let label = match &note {
-        Some(_) => "the trace's days".to_string(),
-        None => format!("training seeds {}", Days::Seeds(a.tune_seeds.seeds(TRAIN_SEED_BASE)).describe()),
-    };
-    eprintln!("static-best: tuning on {label} for this run's scenario");
-    let pb = progress(30, "tune static-best");
-    let t = tune_static_on(sc, train, &pb);
-    pb.finish_and_clear();
-    Ok((t.layout, note))
+    }
 }
 
 /// The policies `compare` runs: the baselines, and `smart-mig` when a model is given.

@@ -8,11 +8,15 @@ use clap::Args;
 
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
-use crate::eval::compare::{compare as run_compare, Days, Paired, Tuned, PERIODIC_BEST, STATIC_BEST};
-use crate::eval::periodic::{tune_periodic_on, PeriodicTuneResult};
+use crate::eval::compare::{
+    compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned, GUARD_STANDARD_ERRORS,
+    PERIODIC_BEST, STATIC_BEST,
+};
+use crate::eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use crate::eval::tune::{tune_static_on, TuneResult};
-use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE};
+use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use crate::scenario::{PeriodicSpec, ResolvedScenario};
+use crate::sched::Scheduler;
 use crate::workload::JobSet;
 
 /// `tune-static`.
@@ -20,7 +24,7 @@ use crate::workload::JobSet;
 pub struct TuneArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
-    /// Training days: a count from seed 1, or a range (`1..=16`).
+    /// Training days: a count from seed 1 (default 16), or a range (`1..=16`).
     #[arg(long)]
     seeds: Option<SeedArg>,
     #[command(flatten)]
@@ -45,13 +49,18 @@ pub struct TunePeriodicArgs {
     /// evaluation seed, or a range.
     #[arg(long, default_value = "20")]
     eval_seeds: SeedArg,
+    /// Validation days for the guard (never trained or evaluated on): a count from the
+    /// first validation seed, or a range. The schedule is kept only if it beats
+    /// static-best there by two standard errors; otherwise the static layout is written.
+    #[arg(long, default_value = "16")]
+    validation_seeds: SeedArg,
     #[command(flatten)]
     trace: TraceArgs,
     /// Equal blocks the day is cut into (6: every 4 h); must divide 1,440 minutes.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = DEFAULT_BLOCKS)]
     blocks: u32,
     /// Most passes of coordinate descent over the blocks.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = DEFAULT_PASSES)]
     passes: u32,
     /// Record the schedule as `baselines.periodic_best` in the scenario file.
     #[arg(long, requires = "scenario")]
@@ -108,7 +117,7 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
         check_write(&a.scenario, &a.trace, false)?;
     }
     let sc = a.scenario.load()?;
-    let (days, train) = training_days(&sc, a.seeds, 4, &a.trace)?;
+    let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
     let pb = progress(30, "tune static-best");
     let t = tune_static_on(&sc, train, &pb);
     pb.finish_and_clear();
@@ -223,6 +232,9 @@ pub fn policy_periodic_toml(schedule: &[PeriodicSpec]) -> String {
 #[derive(Debug, serde::Serialize)]
 struct PeriodicReport {
     search: PeriodicTuneResult,
+    /// The searched schedule against static-best on the validation days; when it did not
+    /// pass, `search.schedule` is the static layout.
+    guard: GuardVerdict,
     /// `static-best`'s layout, the search's start.
     static_best: Vec<String>,
     /// Evaluation days.
@@ -255,8 +267,17 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         }
     };
     let pb = progress(u64::from(a.blocks * a.passes), "tune periodic-best");
-    let t = tune_periodic_on(&sc, train, &start, a.blocks, a.passes, &pb).map_err(CliError::input)?;
+    let mut t = tune_periodic_on(&sc, train, &start, a.blocks, a.passes, &pb).map_err(CliError::input)?;
     pb.finish_and_clear();
+    let candidate = PolicySpec::new(PERIODIC_BEST, Scheduler::Cedf, LayoutSpec::Periodic(t.schedule.clone()));
+    let verdict = guard(&sc, candidate, &start, a.validation_seeds.seeds(VALIDATION_SEED_BASE))
+        .map_err(CliError::input)?;
+    if !verdict.passed {
+        t.schedule = vec![PeriodicSpec {
+            at: "00:00".into(),
+            layout: t.start.clone(),
+        }];
+    }
     let eval = Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE));
     let tuned = Tuned {
         static_best: Some((start.clone(), None)),
@@ -271,6 +292,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     pb.finish_and_clear();
     let row = |name: &str| cmp.policies.iter().find(|p| p.name == name);
     let report = PeriodicReport {
+        guard: verdict,
         static_best: start,
         evaluation_days: eval.describe(),
         static_best_et: row(STATIC_BEST).map_or(f64::NAN, |p| p.et),
@@ -318,6 +340,19 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         s.evaluations,
         s.passes
     );
+    let g = &r.guard;
+    if g.passed {
+        println!(
+            "guard: beats static-best on the validation days by {} (> {GUARD_STANDARD_ERRORS} standard errors): kept",
+            g.vs_static_best.describe()
+        );
+    } else {
+        println!(
+            "guard: {} against static-best on the validation days, not {GUARD_STANDARD_ERRORS} standard errors above 0: \
+             the schedule is the static layout",
+            g.vs_static_best.describe()
+        );
+    }
     println!(
         "evaluation days ({}): periodic-best ET {:.3}, static-best ({}) {:.3}; periodic-best vs static-best {}; {:.1} repartitions/day",
         r.evaluation_days,

@@ -540,3 +540,48 @@ pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>,
         runs: per_seed.into_iter().map(|(_, r)| r).collect(),
     }
 }
+
+/// Standard errors by which a candidate's mean paired gain over `static-best` must clear
+/// zero on validation days before it is deployed instead (the guard).
+pub const GUARD_STANDARD_ERRORS: f64 = 2.0;
+
+/// What the guard found on the validation days.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GuardVerdict {
+    /// The candidate against `static-best`, paired by day.
+    pub vs_static_best: Paired,
+    /// Whether it may replace `static-best`.
+    pub passed: bool,
+}
+
+/// The deployment guard: runs `candidate` and `static-best` (`static_layout`) on the
+/// validation `seeds` (never trained or evaluated on) and lets the candidate replace the
+/// static layout only when its paired gain is positive by [`GUARD_STANDARD_ERRORS`].
+pub fn guard(
+    sc: &ResolvedScenario,
+    candidate: PolicySpec,
+    static_layout: &[String],
+    seeds: Vec<u64>,
+) -> Result<GuardVerdict, CompareError> {
+    let reference = sc.scenario.baselines.reference_layout.clone();
+    let policies = vec![
+        PolicySpec::new(REFERENCE, Scheduler::Cedf, LayoutSpec::Static(reference)),
+        PolicySpec::new(STATIC_BEST, Scheduler::Cedf, LayoutSpec::Static(static_layout.to_vec())),
+        candidate,
+    ];
+    let cmp = compare(
+        sc,
+        &policies,
+        &Days::Seeds(seeds),
+        None,
+        false,
+        &indicatif::ProgressBar::hidden(),
+    )?;
+    let paired = cmp.policies[2]
+        .vs_static_best
+        .unwrap_or(Paired::of(&[], &[]));
+    Ok(GuardVerdict {
+        vs_static_best: paired,
+        passed: paired.mean > 0.0 && paired.mean > GUARD_STANDARD_ERRORS * paired.se,
+    })
+}

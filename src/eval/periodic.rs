@@ -5,8 +5,10 @@
 //! or all GPUs when fewer), cycled over the cluster as smartmigd cycles
 //! `[[policy.periodic]]` layouts, so a schedule found on one node applies to any number
 //! of them. The search starts with every block in the best static layout and, block by
-//! block, tries moving one GPU from one configuration to another and copying a
-//! neighbouring block's layout (which merges blocks and saves re-layouts), keeping the
+//! block, tries moving one GPU from one configuration to another (under Slurm 22.05's
+//! drain rule also two at once keeping the node's instance count, so the node need not
+//! drain whole) and copying a neighbouring block's layout (which merges blocks and saves
+//! re-layouts), keeping the
 //! best move while mean ET on the training days improves. Every candidate runs through
 //! the simulator under the scenario's semantics and re-layout limits, so what the search
 //! finds is what smartmigd can deliver. It is a local optimum, not a proof of optimality.
@@ -17,10 +19,15 @@ use rayon::prelude::*;
 
 use super::compare::{run_policy, run_reference, LayoutSpec, PolicySpec, PERIODIC_BEST};
 use crate::partition::DAY_MIN;
-use crate::scenario::{PeriodicSpec, ResolvedScenario};
+use crate::scenario::{NodeRule, PeriodicSpec, ResolvedScenario, Semantics};
 use crate::sched::Scheduler;
 use crate::sim::RunResult;
 use crate::workload::JobSet;
+
+/// Blocks of the day by default: every 4 h.
+pub const DEFAULT_BLOCKS: u32 = 6;
+/// Most passes over the blocks by default.
+pub const DEFAULT_PASSES: u32 = 10;
 
 /// Why a schedule cannot be searched.
 #[derive(Debug, thiserror::Error)]
@@ -133,19 +140,36 @@ impl Search<'_> {
     }
 }
 
-/// The candidates of one block: one GPU moved between configurations, or a neighbour's layout.
-fn neighbours(best: &Blocks, b: usize, available: &[usize]) -> Vec<Blocks> {
+/// The candidates of one block: one GPU moved between configurations, or a neighbour's
+/// layout; with `instances` (each configuration's instance count, when Slurm 22.05's
+/// node rule makes a count change drain the whole node), also two GPUs moved at once
+/// keeping the node's instance count.
+fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[usize]>) -> Vec<Blocks> {
     let mut out = Vec::new();
-    for &from in available {
-        if best[b][from] == 0 {
-            continue;
-        }
-        for &to in available {
-            if to != from {
-                let mut c = best.clone();
-                c[b][from] -= 1;
-                c[b][to] += 1;
-                out.push(c);
+    let moves: Vec<(usize, usize)> = available
+        .iter()
+        .filter(|&&from| best[b][from] > 0)
+        .flat_map(|&from| available.iter().filter(move |&&to| to != from).map(move |&to| (from, to)))
+        .collect();
+    for &(from, to) in &moves {
+        let mut c = best.clone();
+        c[b][from] -= 1;
+        c[b][to] += 1;
+        out.push(c);
+    }
+    if let Some(count) = instances {
+        let delta = |(from, to): (usize, usize)| count[to] as i64 - count[from] as i64;
+        for (i, &m1) in moves.iter().enumerate() {
+            for &m2 in &moves[i + 1..] {
+                let room = m1.0 != m2.0 || best[b][m1.0] >= 2;
+                if delta(m1) != 0 && delta(m1) + delta(m2) == 0 && room {
+                    let mut c = best.clone();
+                    c[b][m1.0] -= 1;
+                    c[b][m1.1] += 1;
+                    c[b][m2.0] -= 1;
+                    c[b][m2.1] += 1;
+                    out.push(c);
+                }
             }
         }
     }
@@ -224,6 +248,9 @@ pub fn tune_periodic_on(
     let available: Vec<usize> = (0..sc.models[0].configurations.len())
         .filter(|&c| sc.models[0].configurations[c].is_available())
         .collect();
+    let rep = &sc.scenario.repartition;
+    let instances: Option<Vec<usize>> = (rep.semantics == Semantics::Drain && rep.node_rule == NodeRule::Slurm2205)
+        .then(|| sc.models[0].configurations.iter().map(|c| c.sizes.len()).collect());
     let mut best: Blocks = vec![start_counts.clone(); blocks as usize];
     let mut best_et = s.evaluate_many(vec![best.clone()])[0].1;
     let start_et = best_et;
@@ -232,7 +259,7 @@ pub fn tune_periodic_on(
         passes += 1;
         let mut improved = false;
         for b in 0..blocks as usize {
-            let scored = s.evaluate_many(neighbours(&best, b, &available));
+            let scored = s.evaluate_many(neighbours(&best, b, &available, instances.as_deref()));
             progress.inc(1);
             if let Some((c, et)) = scored.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
                 if et < best_et - 1e-9 {
