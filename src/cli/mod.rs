@@ -134,7 +134,7 @@ pub enum Command {
     /// Learned policies: inspect files, provision ONNX Runtime.
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCommand),
-    /// Train a mean-field policy with PPO and write it as ONNX.
+    /// Train a mean-field policy (imitation of a tuned controller, or PPO) and write it as ONNX.
     Train(train_cmd::TrainArgs),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),

@@ -87,6 +87,7 @@ impl PolicySpec {
                     DEFAULT_EVERY_EVENTS
                 };
                 let interval = meta.decision.seconds;
+                let draw = meta.draw;
                 Box::new(
                     MeanField::new(
                         sc,
@@ -96,7 +97,8 @@ impl PolicySpec {
                         every,
                         sampling,
                     )
-                    .with_interval(interval),
+                    .with_interval(interval)
+                    .with_draw(draw),
                 )
             }
         })
@@ -580,8 +582,24 @@ pub fn guard(
     let paired = cmp.policies[2]
         .vs_static_best
         .unwrap_or(Paired::of(&[], &[]));
-    Ok(GuardVerdict {
-        vs_static_best: paired,
-        passed: paired.mean > 0.0 && paired.mean > GUARD_STANDARD_ERRORS * paired.se,
-    })
+    Ok(GuardVerdict::of(paired))
+}
+
+impl GuardVerdict {
+    /// The guard's rule applied to a paired comparison with `static-best`.
+    pub fn of(paired: Paired) -> GuardVerdict {
+        GuardVerdict {
+            vs_static_best: paired,
+            passed: paired.mean > 0.0 && paired.mean > GUARD_STANDARD_ERRORS * paired.se,
+        }
+    }
+
+    /// `passed: +6.5% ± 0.5% over static-best on 16 validation days` (or `failed: …`).
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {} over static-best on validation days",
+            if self.passed { "passed" } else { "failed" },
+            self.vs_static_best.describe()
+        )
+    }
 }

@@ -192,4 +192,5 @@ impl Repartitioner for Periodic {
             .collect()
     }
 }
+pub mod ladder;
 pub mod mean_field;

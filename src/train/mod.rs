@@ -11,6 +11,7 @@
 //! seeded by `--seed` and the iteration. candle's CPU matrix products may split work by
 //! thread, so results are reproducible for a given seed *and* `RAYON_NUM_THREADS`.
 
+pub mod imitation;
 pub mod ppo;
 pub mod rollout;
 

@@ -13,7 +13,7 @@ use smartmig_policy::contract::CONTRACT_VERSION;
 use smartmig_policy::features::{layout as feature_layout, FeatureTracker};
 use smartmig_policy::job::Job;
 use smartmig_policy::{
-    mode_semantics, policy_file_name, DecisionInterval, OnnxRuntime, PolicyMetadata, PolicyRuntime,
+    mode_semantics, policy_file_name, DecisionInterval, Draw, OnnxRuntime, PolicyMetadata, PolicyRuntime,
     SamplingConfig, TransitionTable,
 };
 
@@ -100,6 +100,8 @@ pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> Polic
         training_scenario: String::new(),
         training_seed: 0,
         semantics: mode_semantics(mode),
+        draw: smartmig_policy::Draw::Sample,
+        guard: None,
     }
 }
 
@@ -143,8 +145,14 @@ impl Decider {
         self.stamps[m] = stamp(&path);
         let key = &resolved.models[m].model.key;
         let loaded = self.runtime.as_ref().map_err(Clone::clone).and_then(|rt| {
-            PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
-                .map_err(|e| error_chain(&e))
+            let policy = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
+                .map_err(|e| error_chain(&e))?;
+            // The trainer's deployment guard: a policy that did not beat the best static
+            // layout on its validation days is not run.
+            match policy.metadata().guard_failed() {
+                Some(why) => Err(format!("{}: its deployment guard {why}", path.display())),
+                None => Ok(policy),
+            }
         });
         match &loaded {
             Ok(_) => log::info!("policy for {key}: {}", path.display()),
@@ -214,10 +222,27 @@ impl Decider {
                         });
                     match table {
                         Ok(table) => {
-                            for &g in &gpus {
-                                // A GPU outside the configurations is left alone.
-                                if let Some(c) = view.gpus[g].config {
-                                    targets[g] = table.sample(c, &mut self.rng).ok().map(usize::from);
+                            // A GPU outside the configurations is left alone.
+                            let known: Vec<usize> = gpus.iter().copied().filter(|&g| view.gpus[g].config.is_some()).collect();
+                            match policy.metadata().draw {
+                                Draw::Sample => {
+                                    for &g in &known {
+                                        if let Some(c) = view.gpus[g].config {
+                                            targets[g] = table.sample(c, &mut self.rng).ok().map(usize::from);
+                                        }
+                                    }
+                                }
+                                Draw::Apportion => {
+                                    let current: Vec<u16> =
+                                        known.iter().map(|&g| view.gpus[g].config.unwrap_or(0) as u16).collect();
+                                    // The least busy GPUs move first: they drain soonest.
+                                    let mut order: Vec<usize> = (0..known.len()).collect();
+                                    order.sort_by_key(|&i| (view.gpus[known[i]].busy.len(), i));
+                                    if let Ok(next) = table.apportion(&current, &order) {
+                                        for (&g, c) in known.iter().zip(next) {
+                                            targets[g] = Some(usize::from(c));
+                                        }
+                                    }
                                 }
                             }
                             Source::Onnx {
