@@ -205,6 +205,21 @@ pub(crate) fn policy_metadata(
     policy_cmd::read_metadata(path, bytes).map_err(|e| e.message())
 }
 
+/// A layout in few words: runs of equal configurations counted (`c2×6 c6×2`).
+pub(crate) fn layout_summary(layout: &[String]) -> String {
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for c in layout {
+        match runs.last_mut() {
+            Some((name, n)) if *name == c.as_str() => *n += 1,
+            _ => runs.push((c, 1)),
+        }
+    }
+    runs.iter()
+        .map(|(c, n)| if *n == 1 { (*c).to_string() } else { format!("{c}×{n}") })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Prints a value as pretty JSON.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> CliResult {
     let s = serde_json::to_string_pretty(v).map_err(CliError::failure)?;

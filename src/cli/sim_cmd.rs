@@ -9,12 +9,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{print_json, table, CliError, CliResult, Format};
 use crate::eval::compare::{
-    baselines, compare as run_compare, run_policy, run_reference, Comparison, Days, LayoutSpec, Paired,
-    PolicySpec, Tuned, STATIC_BEST,
+    baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec, Paired,
+    PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
 };
 use crate::eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use crate::eval::tune::tune_static_on;
-use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE};
+use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use crate::scenario::{ResolvedScenario, Scenario, Semantics, TraceFormat};
 use crate::sched::Scheduler;
 use crate::sim::{plot, RunResult};
@@ -276,6 +276,10 @@ pub struct CompareArgs {
     /// Leave the learned policy out even when one is shipped.
     #[arg(long, conflicts_with = "model")]
     no_model: bool,
+    /// Show the learned policy as it is, without the deployment guard (which runs it only
+    /// where it beats static-best on 16 validation days of this scenario).
+    #[arg(long)]
+    no_guard: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -283,6 +287,9 @@ pub struct CompareArgs {
     #[arg(long)]
     plot: Option<PathBuf>,
 }
+
+/// Validation days the guard of `compare` uses.
+const GUARD_DAYS: u64 = 16;
 
 /// The shipped policy for a scenario's GPU model and semantics, if one is installed.
 pub fn shipped_model(sc: &ResolvedScenario) -> Option<PathBuf> {
@@ -622,7 +629,10 @@ pub fn compare(a: CompareArgs) -> CliResult {
     } else {
         a.model.clone().or_else(|| shipped_model(&sc))
     };
-    let policies = compare_policies(&sc, &tuned, model);
+    let mut policies = compare_policies(&sc, &tuned, model);
+    if !a.no_guard {
+        apply_guard(&sc, &mut policies)?;
+    }
     let pb = progress(days.seeds().len() as u64, "compare");
     let sample = a.plot.as_ref().map(|_| 10.0);
     let cmp = run_compare(&sc, &policies, &days, sample, !a.no_bounds, &pb).map_err(CliError::input)?;
@@ -665,12 +675,57 @@ fn tuning_days(
     }
 }
 
+/// The deployment guard on `compare`'s learned policy: validated against static-best on
+/// this scenario's validation days, it runs as itself when it passes; when it fails (or
+/// its file says its own guard failed, which smartmigd refuses) the deployed behaviour
+/// is static-best's layout, and the policy itself is shown as `smart-mig-unguarded`.
+fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResult {
+    let Some(i) = policies.iter().position(|p| p.name == SMART_MIG) else {
+        return Ok(());
+    };
+    let Some(static_layout) = policies
+        .iter()
+        .find(|p| p.name == STATIC_BEST)
+        .and_then(|p| match &p.layout {
+            LayoutSpec::Static(l) => Some(l.clone()),
+            _ => None,
+        })
+    else {
+        return Ok(());
+    };
+    let file_verdict = match &policies[i].layout {
+        LayoutSpec::MeanField { model, .. } => std::fs::read(model)
+            .ok()
+            .and_then(|b| super::policy_metadata(model, &b).ok())
+            .and_then(|m| m.guard_failed().map(str::to_string)),
+        _ => None,
+    };
+    let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
+    let pb = progress(1, "guard");
+    let verdict = guard(sc, policies[i].clone(), &static_layout, seeds).map_err(CliError::input)?;
+    pb.finish_and_clear();
+    let mut note = format!("guard {}", verdict.describe());
+    if let Some(why) = &file_verdict {
+        note.push_str(&format!("; its file's own guard {why}"));
+    }
+    if verdict.passed && file_verdict.is_none() {
+        policies[i].note = Some(note);
+        return Ok(());
+    }
+    let mut raw = policies[i].clone();
+    raw.name = format!("{SMART_MIG}-unguarded");
+    policies[i] = PolicySpec::new(SMART_MIG, Scheduler::Cedf, LayoutSpec::Static(static_layout))
+        .with_note(Some(format!("{note}: deployed as static-best")));
+    policies.push(raw);
+    Ok(())
+}
+
 /// The policies `compare` runs: the baselines, and `smart-mig` when a model is given.
 pub(crate) fn compare_policies(sc: &ResolvedScenario, tuned: &Tuned, model: Option<PathBuf>) -> Vec<PolicySpec> {
     let mut policies = baselines(sc, tuned);
     if let Some(model) = model {
         policies.push(PolicySpec::new(
-            "smart-mig",
+            SMART_MIG,
             Scheduler::Cedf,
             LayoutSpec::MeanField {
                 model,
@@ -798,7 +853,7 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
         println!("lower bounds (mean over days): energy {kwh:.2} kWh, avg tardiness {tardiness}");
     }
     match best {
-        Some(b) => println!("{STATIC_BEST} layout: {}", b.join(" ")),
+        Some(b) => println!("{STATIC_BEST} layout: {}", super::layout_summary(b)),
         None => {
             println!("{STATIC_BEST}: not in the scenario (run `smartmig tune-static --write` or pass --tune)")
         }

@@ -129,7 +129,7 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
     match a.format {
         Format::Json => print_json(&t),
         Format::Table => {
-            println!("best static layout: {}", t.layout.join(" "));
+            println!("best static layout: {}", super::layout_summary(&t.layout));
             println!(
                 "ET vs static-cedf on {}: {:.3} (gain {:+.1}%); best uniform {} at {:.3}; {} layouts simulated",
                 days.describe(),
@@ -329,7 +329,7 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         days.describe()
     );
     for e in &s.schedule {
-        println!("  from {}  {}", e.at, e.layout.join(" "));
+        println!("  from {}  {}", e.at, super::layout_summary(&e.layout));
     }
     println!(
         "training days: ET {:.3} vs static-cedf, static-best {:.3} ({:+.1}%); {:.1} re-layout batches/day; {} schedules simulated in {} passes",
@@ -357,7 +357,7 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         "evaluation days ({}): periodic-best ET {:.3}, static-best ({}) {:.3}; periodic-best vs static-best {}; {:.1} repartitions/day",
         r.evaluation_days,
         r.periodic_best_et,
-        r.static_best.join(" "),
+        super::layout_summary(&r.static_best),
         r.static_best_et,
         r.vs_static_best.map_or("-".into(), |p| p.describe()),
         r.repartitions

@@ -20,6 +20,8 @@ pub const REFERENCE: &str = "static-cedf";
 pub const STATIC_BEST: &str = "static-best";
 /// Name of the best time-of-day schedule's row.
 pub const PERIODIC_BEST: &str = "periodic-best";
+/// Name of the learned policy's row.
+pub const SMART_MIG: &str = "smart-mig";
 
 /// A policy to evaluate: a repartitioner and a scheduler.
 #[derive(Debug, Clone)]

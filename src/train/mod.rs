@@ -84,7 +84,7 @@ fn default_validate_every() -> u32 {
 }
 
 fn default_validation_days() -> u32 {
-    8
+    16
 }
 
 impl Default for TrainConfig {

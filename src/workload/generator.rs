@@ -316,6 +316,31 @@ mod tests {
     }
 
     #[test]
+    fn hourly_shares_move_the_mix_hour_by_hour() {
+        let mut spec = reference();
+        // Inference only in the morning, training only in the afternoon.
+        let half = |morning: f64| -> Option<Vec<f64>> {
+            Some((0..24).map(|h| if h < 12 { morning } else { 1.0 - morning }).collect())
+        };
+        for c in &mut spec.classes {
+            c.hourly_share = half(if c.name.ends_with("infer") { 1.0 } else { 0.0 });
+        }
+        let set = generate(&spec, 9);
+        assert!(set.jobs.len() > 1000);
+        for j in &set.jobs {
+            let label = &set.classes[usize::from(j.class)];
+            let morning = j.release < 720.0;
+            assert_eq!(label.ends_with("infer"), morning, "{label} at {}", j.release);
+        }
+        // Without hourly shares the draws are those of the daily shares, seed for seed.
+        let mut same = reference();
+        for c in &mut same.classes {
+            c.hourly_share = Some(vec![c.share; 24]);
+        }
+        assert_eq!(generate(&same, 3), generate(&reference(), 3));
+    }
+
+    #[test]
     fn inference_1g_times_are_exponential_with_the_given_mean() {
         let (spec, jobs) = week_of_jobs(0..2);
         for name in ["bert-infer", "resnet-infer"] {
