@@ -281,7 +281,7 @@ pub struct ObjectiveSpec {
     pub energy_weight: f64,
     /// Tardiness tolerance τ as a fraction of the jobs' mean time on a full GPU: ET
     /// compares (t + τ)/(t_ref + τ), so it stays finite, and is 1 for equal schedules,
-    /// when the reference is never late (docs/user-guide.md, "ET").
+    /// when the reference is never late (docs/evaluation.md, "The objective").
     #[serde(default = "default_tardiness_tolerance")]
     pub tardiness_tolerance: f64,
 }
@@ -530,7 +530,9 @@ impl Scenario {
                 for c in &w.classes {
                     check_class(c).map_err(|m| bad("workload.class", format!("class `{}`: {m}", c.name)))?;
                 }
-                if let Some(h) = (0..24).find(|&h| w.classes.iter().map(|c| c.share_at(h)).sum::<f64>() <= 0.0) {
+                if let Some(h) =
+                    (0..24).find(|&h| w.classes.iter().map(|c| c.share_at(h)).sum::<f64>() <= 0.0)
+                {
                     return Err(bad(
                         "workload.class",
                         format!("no class has a positive share in hour {h}"),
@@ -769,11 +771,17 @@ mod tests {
         let e = Scenario::reference(&["workload.multiplier=abc".into()])
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("--set workload.multiplier=abc: invalid type"), "{e}");
+        assert!(
+            e.starts_with("--set workload.multiplier=abc: invalid type"),
+            "{e}"
+        );
         let e = Scenario::reference(&["baselines.static_best=[c2,c6]".into()])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("`[c2,c6]` is not a TOML value") && e.contains("quotes"), "{e}");
+        assert!(
+            e.contains("`[c2,c6]` is not a TOML value") && e.contains("quotes"),
+            "{e}"
+        );
         let e = Scenario::reference(&["workload.multiplier=".into()])
             .unwrap_err()
             .to_string();

@@ -438,7 +438,10 @@ fn a_tuned_baseline_under_overrides_is_marked_or_retuned() {
     let o = smartmig(&args(&["--no-tune"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("static-best*") && out.contains("periodic-best*"), "{out}");
+    assert!(
+        out.contains("static-best*") && out.contains("periodic-best*"),
+        "{out}"
+    );
     assert!(
         out.contains("* static-best: tuned for the scenario file, not for --set workload.multiplier=3"),
         "{out}"
@@ -546,13 +549,19 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("guard:") && out.contains("written to baselines.periodic_best"), "{out}");
+    assert!(
+        out.contains("guard:") && out.contains("written to baselines.periodic_best"),
+        "{out}"
+    );
     let written = std::fs::read_to_string(&scenario).unwrap();
     assert!(written.contains("periodic_best = ["), "{written}");
     let check = smartmig(&["config", "check", conf.to_str().unwrap()]);
     assert!(check.status.success(), "{}", stderr(&check));
     let toml = std::fs::read_to_string(&conf).unwrap();
-    assert!(toml.contains("[[policy.periodic]]") && toml.contains("# site"), "{toml}");
+    assert!(
+        toml.contains("[[policy.periodic]]") && toml.contains("# site"),
+        "{toml}"
+    );
     // The written schedule runs: simulate --policy periodic-best reads it back.
     let v = json(&smartmig(&[
         "simulate",

@@ -632,13 +632,12 @@ pub(crate) mod tests {
             ..m.clone()
         };
         assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain.clone()));
-        assert_eq!(drain.guard_failed(), Some("failed: -0.3% ± 0.2% over static-best"));
+        assert_eq!(
+            drain.guard_failed(),
+            Some("failed: -0.3% ± 0.2% over static-best")
+        );
         // Files written before the optional keys read as sampled and unvalidated.
-        let old: Vec<(String, String)> = m
-            .to_props()
-            .into_iter()
-            .filter(|(k, _)| k != KEY_DRAW)
-            .collect();
+        let old: Vec<(String, String)> = m.to_props().into_iter().filter(|(k, _)| k != KEY_DRAW).collect();
         let read = PolicyMetadata::from_pairs(&old).unwrap();
         assert_eq!((read.draw, read.guard_failed()), (Draw::Sample, None));
     }

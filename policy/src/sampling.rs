@@ -271,7 +271,8 @@ impl TransitionTable {
             let exact: Vec<f64> = outcomes.iter().map(|&(_, q)| q * n as f64).collect();
             let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
             let mut by_remainder: Vec<usize> = (0..outcomes.len()).collect();
-            by_remainder.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
+            by_remainder
+                .sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
             let mut left = n.saturating_sub(counts.iter().sum());
             for i in by_remainder {
                 if left == 0 {

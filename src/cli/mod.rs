@@ -215,7 +215,13 @@ pub(crate) fn layout_summary(layout: &[String]) -> String {
         }
     }
     runs.iter()
-        .map(|(c, n)| if *n == 1 { (*c).to_string() } else { format!("{c}×{n}") })
+        .map(|(c, n)| {
+            if *n == 1 {
+                (*c).to_string()
+            } else {
+                format!("{c}×{n}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

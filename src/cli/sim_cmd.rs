@@ -9,8 +9,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{print_json, table, CliError, CliResult, Format};
 use crate::eval::compare::{
-    baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec, Paired,
-    PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
+    baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec,
+    Paired, PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
 };
 use crate::eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use crate::eval::tune::tune_static_on;
@@ -166,7 +166,13 @@ impl TraceArgs {
 
     /// The days to run: a trace's days (`--trace`, or the scenario's own trace), else the
     /// seeds. A trace ignores `seeds` (said on stderr when they were given).
-    pub fn days(&self, sc: &ResolvedScenario, seeds: Option<SeedArg>, default: SeedArg, base: u64) -> Result<Days, CliError> {
+    pub fn days(
+        &self,
+        sc: &ResolvedScenario,
+        seeds: Option<SeedArg>,
+        default: SeedArg,
+        base: u64,
+    ) -> Result<Days, CliError> {
         let trace = match self.load()? {
             Some(t) => Some(t),
             None if sc.scenario.workload.source == crate::scenario::WorkloadSource::Trace => {
@@ -365,7 +371,10 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
     Ok(match a.policy {
         PolicyArg::None => LayoutSpec::Static(vec!["c1".into()]),
         PolicyArg::Static => {
-            let l = a.layout.clone().unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
+            let l = a
+                .layout
+                .clone()
+                .unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
             sc.check_layout(&l)
                 .map_err(|m| CliError::input(anyhow::anyhow!("--layout {}: {m}", l.join(","))))?;
             LayoutSpec::Static(l)
@@ -580,23 +589,15 @@ pub(crate) fn file_tuned(sc: &ResolvedScenario, args: &ScenarioArgs, trace: bool
     };
     let b = &sc.scenario.baselines;
     Tuned {
-        static_best: b
-            .static_best
-            .clone()
-            .map(|l| (l, note(false, "tune-static"))),
-        periodic_best: b
-            .periodic_best
-            .clone()
-            .map(|p| (p, note(true, "tune-periodic"))),
+        static_best: b.static_best.clone().map(|l| (l, note(false, "tune-static"))),
+        periodic_best: b.periodic_best.clone().map(|p| (p, note(true, "tune-periodic"))),
     }
 }
 
 /// Runs `compare`.
 pub fn compare(a: CompareArgs) -> CliResult {
     let sc = a.scenario.load()?;
-    let days = a
-        .trace
-        .days(&sc, a.seeds, SeedArg::Count(10), EVAL_SEED_BASE)?;
+    let days = a.trace.days(&sc, a.seeds, SeedArg::Count(10), EVAL_SEED_BASE)?;
     let trace = matches!(days, Days::Trace { .. });
     let mut tuned = file_tuned(&sc, &a.scenario, trace);
     let stale = |n: &Option<String>| n.is_some() && !a.no_tune;
@@ -612,10 +613,10 @@ pub fn compare(a: CompareArgs) -> CliResult {
             tuned.static_best = Some((t.layout, note.clone()));
         }
         if retune_periodic {
-            let start = tuned
-                .static_best
-                .as_ref()
-                .map_or_else(|| sc.scenario.baselines.reference_layout.clone(), |(l, _)| l.clone());
+            let start = tuned.static_best.as_ref().map_or_else(
+                || sc.scenario.baselines.reference_layout.clone(),
+                |(l, _)| l.clone(),
+            );
             eprintln!("periodic-best: tuning on {label} for this run's scenario");
             let pb = progress(60, "tune periodic-best");
             let t = tune_periodic_on(&sc, train, &start, DEFAULT_BLOCKS, DEFAULT_PASSES, &pb)
@@ -649,16 +650,19 @@ pub fn compare(a: CompareArgs) -> CliResult {
     }
 }
 
+/// Days to tune on, how to describe them, and the caveat of the result.
+type TuningDays = (Vec<(u64, JobSet)>, String, Option<String>);
+
 /// The days `compare` tunes on: training seeds, or a trace's own days (in-sample, noted),
 /// with how to describe them.
-fn tuning_days(
-    sc: &ResolvedScenario,
-    a: &CompareArgs,
-    days: &Days,
-) -> Result<(Vec<(u64, JobSet)>, String, Option<String>), CliError> {
+fn tuning_days(sc: &ResolvedScenario, a: &CompareArgs, days: &Days) -> Result<TuningDays, CliError> {
     match days {
         Days::Trace { days, .. } => Ok((
-            days.iter().cloned().enumerate().map(|(i, d)| (i as u64, d)).collect(),
+            days.iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, d)| (i as u64, d))
+                .collect(),
             "the trace's days".to_string(),
             Some("tuned on the same trace days it is evaluated on (in-sample)".to_string()),
         )),
@@ -721,7 +725,11 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
 }
 
 /// The policies `compare` runs: the baselines, and `smart-mig` when a model is given.
-pub(crate) fn compare_policies(sc: &ResolvedScenario, tuned: &Tuned, model: Option<PathBuf>) -> Vec<PolicySpec> {
+pub(crate) fn compare_policies(
+    sc: &ResolvedScenario,
+    tuned: &Tuned,
+    model: Option<PathBuf>,
+) -> Vec<PolicySpec> {
     let mut policies = baselines(sc, tuned);
     if let Some(model) = model {
         policies.push(PolicySpec::new(
@@ -779,7 +787,9 @@ fn compare_plots(dir: &Path, cmp: &Comparison) -> CliResult {
 
 /// `+4.9% ± 0.4%` of a paired gain, or `-`.
 fn paired_cell(p: Option<&Paired>) -> String {
-    p.map_or("-".into(), |p| format!("{:+.1}% ± {:.1}%", 100.0 * p.mean, 100.0 * p.se))
+    p.map_or("-".into(), |p| {
+        format!("{:+.1}% ± {:.1}%", 100.0 * p.mean, 100.0 * p.se)
+    })
 }
 
 pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {

@@ -8,11 +8,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::sim_cmd::{file_tuned, ScenarioArgs};
 use super::{CliError, CliResult};
-use crate::partition::mean_field::scenario_metadata;
-use crate::sim::plot;
 use crate::eval::periodic::{DEFAULT_BLOCKS, DEFAULT_PASSES};
+use crate::partition::mean_field::scenario_metadata;
 use crate::policy::Draw;
 use crate::scenario::{PeriodicSpec, ResolvedScenario};
+use crate::sim::plot;
 use crate::train::imitation::{train_imitation, ImitationConfig};
 use crate::train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
 use crate::workload::JobSet;
@@ -47,6 +47,10 @@ pub struct TrainArgs {
     /// Imitation: rounds of fitting the network and relabelling what it saw.
     #[arg(long, default_value_t = ImitationConfig::default().student_rounds)]
     student_rounds: u32,
+    /// Imitation: most mean energy above the energy lower bound the teacher may use, as a
+    /// fraction (0.27: 27%); unset: ET alone.
+    #[arg(long)]
+    energy_cap: Option<f64>,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
@@ -112,7 +116,11 @@ pub fn run(a: TrainArgs) -> CliResult {
 
 /// The baselines the teacher starts from: the scenario file's, or searched now on the
 /// training days when absent or tuned for another world.
-fn teacher_start(sc: &ResolvedScenario, a: &TrainArgs, cfg: &ImitationConfig) -> Result<(Vec<PeriodicSpec>, Vec<String>), CliError> {
+fn teacher_start(
+    sc: &ResolvedScenario,
+    a: &TrainArgs,
+    cfg: &ImitationConfig,
+) -> Result<(Vec<PeriodicSpec>, Vec<String>), CliError> {
     let tuned = file_tuned(sc, &a.scenario, false);
     let first = crate::eval::TRAIN_SEED_BASE + cfg.seed * 100_000;
     let days = || -> Result<Vec<(u64, JobSet)>, CliError> {
@@ -133,9 +141,16 @@ fn teacher_start(sc: &ResolvedScenario, a: &TrainArgs, cfg: &ImitationConfig) ->
         _ => {
             eprintln!("periodic-best: tuning on the training days first");
             let pb = ProgressBar::hidden();
-            crate::eval::periodic::tune_periodic_on(sc, days()?, &static_best, DEFAULT_BLOCKS, DEFAULT_PASSES, &pb)
-                .map_err(CliError::input)?
-                .schedule
+            crate::eval::periodic::tune_periodic_on(
+                sc,
+                days()?,
+                &static_best,
+                DEFAULT_BLOCKS,
+                DEFAULT_PASSES,
+                &pb,
+            )
+            .map_err(CliError::input)?
+            .schedule
         }
     };
     Ok((schedule, static_best))
@@ -153,6 +168,7 @@ fn imitation(a: TrainArgs) -> CliResult {
         student_rounds: a.student_rounds,
         epochs: a.epochs,
         lr: a.lr.unwrap_or(ImitationConfig::default().lr),
+        energy_cap: a.energy_cap,
         ..ImitationConfig::default()
     };
     let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;
@@ -179,13 +195,27 @@ fn imitation(a: TrainArgs) -> CliResult {
     std::fs::write(&report_path, report)
         .with_context(|| format!("cannot write {}", report_path.display()))
         .map_err(CliError::failure)?;
-    let teacher: Vec<(u32, f64)> = outcome.teacher_curve.iter().enumerate().map(|(i, &e)| (i as u32, e)).collect();
+    let teacher: Vec<(u32, f64)> = outcome
+        .teacher_curve
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| (i as u32, e))
+        .collect();
     plot::learning_curve(
         &ckpt.join("teacher-curve.svg"),
-        &[("teacher, training days".to_string(), teacher)],
+        &[(
+            "teacher, training days (ET + energy-cap penalty)".to_string(),
+            teacher,
+        )],
         &[
-            ("static-best, validation days".to_string(), outcome.static_validation_et),
-            ("teacher, validation days".to_string(), outcome.teacher_validation_et),
+            (
+                "static-best, validation days".to_string(),
+                outcome.static_validation_et,
+            ),
+            (
+                "teacher, validation days".to_string(),
+                outcome.teacher_validation_et,
+            ),
         ],
         "teacher search: ET per round of coordinate descent",
     )
@@ -197,11 +227,20 @@ fn imitation(a: TrainArgs) -> CliResult {
         &ckpt.join("learning-curve.svg"),
         &[
             ("network, training days".to_string(), rounds(|r| r.train_et)),
-            ("network, validation days".to_string(), rounds(|r| r.validation_et)),
+            (
+                "network, validation days".to_string(),
+                rounds(|r| r.validation_et),
+            ),
         ],
         &[
-            ("static-best, validation days".to_string(), outcome.static_validation_et),
-            ("teacher, validation days".to_string(), outcome.teacher_validation_et),
+            (
+                "static-best, validation days".to_string(),
+                outcome.static_validation_et,
+            ),
+            (
+                "teacher, validation days".to_string(),
+                outcome.teacher_validation_et,
+            ),
         ],
         "mean-field network by imitation: ET per round",
     )
@@ -323,4 +362,3 @@ fn ppo(a: TrainArgs) -> CliResult {
     );
     Ok(())
 }
-

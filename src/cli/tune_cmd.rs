@@ -9,8 +9,8 @@ use clap::Args;
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
 use crate::eval::compare::{
-    compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned, GUARD_STANDARD_ERRORS,
-    PERIODIC_BEST, STATIC_BEST,
+    compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned,
+    GUARD_STANDARD_ERRORS, PERIODIC_BEST, STATIC_BEST,
 };
 use crate::eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use crate::eval::tune::{tune_static_on, TuneResult};
@@ -259,7 +259,10 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     let start = match file_tuned(&sc, &a.scenario, trace).static_best {
         Some((layout, None)) => layout,
         _ => {
-            eprintln!("static-best: tuning on {} first (the search starts from it)", days.describe());
+            eprintln!(
+                "static-best: tuning on {} first (the search starts from it)",
+                days.describe()
+            );
             let pb = progress(30, "tune static-best");
             let t = tune_static_on(&sc, train.clone(), &pb);
             pb.finish_and_clear();
@@ -269,9 +272,18 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     let pb = progress(u64::from(a.blocks * a.passes), "tune periodic-best");
     let mut t = tune_periodic_on(&sc, train, &start, a.blocks, a.passes, &pb).map_err(CliError::input)?;
     pb.finish_and_clear();
-    let candidate = PolicySpec::new(PERIODIC_BEST, Scheduler::Cedf, LayoutSpec::Periodic(t.schedule.clone()));
-    let verdict = guard(&sc, candidate, &start, a.validation_seeds.seeds(VALIDATION_SEED_BASE))
-        .map_err(CliError::input)?;
+    let candidate = PolicySpec::new(
+        PERIODIC_BEST,
+        Scheduler::Cedf,
+        LayoutSpec::Periodic(t.schedule.clone()),
+    );
+    let verdict = guard(
+        &sc,
+        candidate,
+        &start,
+        a.validation_seeds.seeds(VALIDATION_SEED_BASE),
+    )
+    .map_err(CliError::input)?;
     if !verdict.passed {
         t.schedule = vec![PeriodicSpec {
             at: "00:00".into(),
@@ -430,7 +442,11 @@ mod tests {
             .unwrap()
             .contains("# The paper's reference static layout"));
         let conf = dir.join("smartmig.toml");
-        std::fs::write(&conf, "version = 1\n# site comment\n[policy]\nkind = \"static\"\n").unwrap();
+        std::fs::write(
+            &conf,
+            "version = 1\n# site comment\n[policy]\nkind = \"static\"\n",
+        )
+        .unwrap();
         write_policy_periodic(&conf, &schedule).unwrap();
         let text = std::fs::read_to_string(&conf).unwrap();
         let cfg = smartmig_core::config::Config::parse(&text, "smartmig.toml").unwrap();

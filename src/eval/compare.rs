@@ -174,12 +174,21 @@ fn simulate(
     policy: &mut dyn Repartitioner,
 ) -> RunResult {
     let opts = RunOptions {
-        scheduler,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
         sample_every: sample,
+        ..RunOptions::of(sc, scheduler, seed)
     };
     Simulation::new(sc, &jobs.jobs, opts).run(policy)
+}
+
+/// Each day (seed, jobs) with its reference run, the days in parallel: what searches
+/// score their candidates against.
+pub fn with_references(sc: &ResolvedScenario, days: Vec<(u64, JobSet)>) -> Vec<(u64, JobSet, RunResult)> {
+    days.into_par_iter()
+        .map(|(seed, jobs)| {
+            let r = run_reference(sc, &jobs, seed);
+            (seed, jobs, r)
+        })
+        .collect()
 }
 
 /// Runs one policy on one job set (a learned policy is loaded first, which can fail).
@@ -389,7 +398,11 @@ impl Days {
     }
 
     /// The jobs of the day labelled `seed`.
-    pub fn jobs(&self, sc: &ResolvedScenario, seed: u64) -> Result<std::borrow::Cow<'_, JobSet>, CompareError> {
+    pub fn jobs(
+        &self,
+        sc: &ResolvedScenario,
+        seed: u64,
+    ) -> Result<std::borrow::Cow<'_, JobSet>, CompareError> {
         match self {
             Days::Seeds(_) => Ok(std::borrow::Cow::Owned(workload::from_scenario(sc, seed, false)?)),
             Days::Trace { days, .. } => days
@@ -465,7 +478,12 @@ pub fn compare(
 }
 
 /// The comparison table from every day's runs (days in order, runs in policy order).
-pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>, days_from: &str) -> Comparison {
+pub fn summarise(
+    sc: &ResolvedScenario,
+    policies: &[PolicySpec],
+    days: Vec<Day>,
+    days_from: &str,
+) -> Comparison {
     let objective = &sc.scenario.objective;
     let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
     let best_idx = policies.iter().position(|p| p.name == STATIC_BEST);
@@ -525,9 +543,7 @@ pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>,
                         / n
                 }),
                 relayout_batches: mean(&|r: &[RunResult]| r[i].relayout_batches as f64),
-                vs_static_best: best_idx
-                    .filter(|&b| b != i)
-                    .map(|b| Paired::of(&ets(i), &ets(b))),
+                vs_static_best: best_idx.filter(|&b| b != i).map(|b| Paired::of(&ets(i), &ets(b))),
                 note: p.note.clone(),
             }
         })
@@ -570,7 +586,11 @@ pub fn guard(
     let reference = sc.scenario.baselines.reference_layout.clone();
     let policies = vec![
         PolicySpec::new(REFERENCE, Scheduler::Cedf, LayoutSpec::Static(reference)),
-        PolicySpec::new(STATIC_BEST, Scheduler::Cedf, LayoutSpec::Static(static_layout.to_vec())),
+        PolicySpec::new(
+            STATIC_BEST,
+            Scheduler::Cedf,
+            LayoutSpec::Static(static_layout.to_vec()),
+        ),
         candidate,
     ];
     let cmp = compare(
@@ -581,9 +601,7 @@ pub fn guard(
         false,
         &indicatif::ProgressBar::hidden(),
     )?;
-    let paired = cmp.policies[2]
-        .vs_static_best
-        .unwrap_or(Paired::of(&[], &[]));
+    let paired = cmp.policies[2].vs_static_best.unwrap_or(Paired::of(&[], &[]));
     Ok(GuardVerdict::of(paired))
 }
 

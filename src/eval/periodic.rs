@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::compare::{run_policy, run_reference, LayoutSpec, PolicySpec, PERIODIC_BEST};
+use super::compare::{run_policy, with_references, LayoutSpec, PolicySpec, PERIODIC_BEST};
 use crate::partition::DAY_MIN;
 use crate::scenario::{NodeRule, PeriodicSpec, ResolvedScenario, Semantics};
 use crate::sched::Scheduler;
@@ -119,13 +119,16 @@ impl Search<'_> {
                     LayoutSpec::Periodic(self.schedule(&c)),
                 );
                 let n = self.days.len() as f64;
-                let (et, batches) = self.days.iter().fold((0.0, 0.0), |(et, b), (seed, jobs, reference)| {
-                    // A schedule policy has no file to load: running it cannot fail.
-                    match run_policy(self.sc, jobs, &spec, *seed, None) {
-                        Ok(r) => (et + r.et(reference, objective), b + r.relayout_batches as f64),
-                        Err(_) => (f64::INFINITY, b),
-                    }
-                });
+                let (et, batches) = self
+                    .days
+                    .iter()
+                    .fold((0.0, 0.0), |(et, b), (seed, jobs, reference)| {
+                        // A schedule policy has no file to load: running it cannot fail.
+                        match run_policy(self.sc, jobs, &spec, *seed, None) {
+                            Ok(r) => (et + r.et(reference, objective), b + r.relayout_batches as f64),
+                            Err(_) => (f64::INFINITY, b),
+                        }
+                    });
                 (c, (et / n, batches / n))
             })
             .collect();
@@ -149,7 +152,12 @@ fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[
     let moves: Vec<(usize, usize)> = available
         .iter()
         .filter(|&&from| best[b][from] > 0)
-        .flat_map(|&from| available.iter().filter(move |&&to| to != from).map(move |&to| (from, to)))
+        .flat_map(|&from| {
+            available
+                .iter()
+                .filter(move |&&to| to != from)
+                .map(move |&to| (from, to))
+        })
         .collect();
     for &(from, to) in &moves {
         let mut c = best.clone();
@@ -194,7 +202,10 @@ fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> Vec<
         whole[c] += 1;
     }
     let total = idx.len().max(1) as f64;
-    let exact: Vec<f64> = whole.iter().map(|&n| f64::from(n) * pattern as f64 / total).collect();
+    let exact: Vec<f64> = whole
+        .iter()
+        .map(|&n| f64::from(n) * pattern as f64 / total)
+        .collect();
     let mut counts: Vec<u32> = exact.iter().map(|x| x.floor() as u32).collect();
     let mut order: Vec<usize> = (0..k).collect();
     order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
@@ -230,27 +241,29 @@ pub fn tune_periodic_on(
     }
     sc.check_layout(start).map_err(PeriodicTuneError::Start)?;
     let seeds: Vec<u64> = days.iter().map(|(s, _)| *s).collect();
-    let days = days
-        .into_par_iter()
-        .map(|(seed, jobs)| {
-            let r = run_reference(sc, &jobs, seed);
-            (seed, jobs, r)
-        })
-        .collect();
+    let days = with_references(sc, days);
     let mut s = Search {
         sc,
         days,
         cache: HashMap::new(),
         block_min: DAY_MIN / f64::from(blocks),
     };
-    let pattern = (sc.scenario.cluster.gpus_per_node as usize).min(sc.gpus.len()).max(1);
+    let pattern = (sc.scenario.cluster.gpus_per_node as usize)
+        .min(sc.gpus.len())
+        .max(1);
     let start_counts = node_counts(sc, start, pattern);
     let available: Vec<usize> = (0..sc.models[0].configurations.len())
         .filter(|&c| sc.models[0].configurations[c].is_available())
         .collect();
     let rep = &sc.scenario.repartition;
-    let instances: Option<Vec<usize>> = (rep.semantics == Semantics::Drain && rep.node_rule == NodeRule::Slurm2205)
-        .then(|| sc.models[0].configurations.iter().map(|c| c.sizes.len()).collect());
+    let instances: Option<Vec<usize>> =
+        (rep.semantics == Semantics::Drain && rep.node_rule == NodeRule::Slurm2205).then(|| {
+            sc.models[0]
+                .configurations
+                .iter()
+                .map(|c| c.sizes.len())
+                .collect()
+        });
     let mut best: Blocks = vec![start_counts.clone(); blocks as usize];
     let mut best_et = s.evaluate_many(vec![best.clone()])[0].1;
     let start_et = best_et;
@@ -288,6 +301,7 @@ pub fn tune_periodic_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::compare::run_reference;
     use crate::scenario::Scenario;
 
     #[test]
@@ -307,8 +321,14 @@ mod tests {
         assert!(t.et <= t.start_et + 1e-12, "{} vs {}", t.et, t.start_et);
         assert_eq!(t.schedule[0].at, "00:00");
         assert!(t.schedule.len() <= 4);
-        assert!(t.schedule.windows(2).all(|w| w[0].layout != w[1].layout), "merged");
-        assert!(t.schedule.iter().all(|e| e.layout.len() == 2 && sc.check_layout(&e.layout).is_ok()));
+        assert!(
+            t.schedule.windows(2).all(|w| w[0].layout != w[1].layout),
+            "merged"
+        );
+        assert!(t
+            .schedule
+            .iter()
+            .all(|e| e.layout.len() == 2 && sc.check_layout(&e.layout).is_ok()));
         // Re-running the written schedule on the same days reproduces the reported ET.
         let spec = PolicySpec::new("p", Scheduler::Cedf, LayoutSpec::Periodic(t.schedule.clone()));
         let et = days
@@ -326,7 +346,9 @@ mod tests {
     #[test]
     fn a_cluster_layout_maps_to_one_nodes_share() {
         let sc = Scenario::reference(&["cluster.gpus=[{model=\"a100-40gb\",count=64}]".into()]).unwrap();
-        let layout: Vec<String> = (0..64).map(|i| if i < 48 { "c2" } else { "c6" }.to_string()).collect();
+        let layout: Vec<String> = (0..64)
+            .map(|i| if i < 48 { "c2" } else { "c6" }.to_string())
+            .collect();
         let counts = node_counts(&sc, &layout, 8);
         assert_eq!((counts[1], counts[5], counts.iter().sum::<u32>()), (6, 2, 8));
     }
@@ -334,9 +356,16 @@ mod tests {
     #[test]
     fn blocks_must_cut_the_day_evenly() {
         let sc = Scenario::reference(&[]).unwrap();
-        let e = tune_periodic_on(&sc, vec![], &["c2".into()], 7, 1, &indicatif::ProgressBar::hidden())
-            .unwrap_err()
-            .to_string();
+        let e = tune_periodic_on(
+            &sc,
+            vec![],
+            &["c2".into()],
+            7,
+            1,
+            &indicatif::ProgressBar::hidden(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--blocks 7"), "{e}");
     }
 }

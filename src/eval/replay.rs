@@ -640,7 +640,10 @@ mod tests {
             &indicatif::ProgressBar::hidden(),
         )
         .unwrap();
-        assert_eq!(r.as_ran.energy_wmin_low, r.as_ran.energy_wmin_high, "one placement only");
+        assert_eq!(
+            r.as_ran.energy_wmin_low, r.as_ran.energy_wmin_high,
+            "one placement only"
+        );
         assert_eq!(r.as_ran.avg_tardiness_min, 0.0);
         let best = &r.columns[0];
         assert_eq!(best.avg_tardiness_min, 0.0);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::compare::{run_reference, run_static};
+use super::compare::{run_static, with_references};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
 use crate::sim::RunResult;
@@ -109,13 +109,7 @@ pub fn tune_static_on(
     progress: &indicatif::ProgressBar,
 ) -> TuneResult {
     let seeds: Vec<u64> = days.iter().map(|(s, _)| *s).collect();
-    let days = days
-        .into_par_iter()
-        .map(|(seed, jobs)| {
-            let r = run_reference(sc, &jobs, seed);
-            (seed, jobs, r)
-        })
-        .collect();
+    let days = with_references(sc, days);
     let mut s = Search {
         sc,
         days,
@@ -223,6 +217,7 @@ pub fn tune_static_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::compare::run_reference;
     use crate::scenario::Scenario;
 
     #[test]

@@ -203,7 +203,9 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
                     // The least busy GPUs move first: they switch soonest and lose least.
                     let mut order: Vec<usize> = (0..gpus.len()).collect();
                     order.sort_by_key(|&i| (view.cluster.gpus[gpus[i]].busy, i));
-                    table.apportion(&current, &order).unwrap_or_else(|_| current.clone())
+                    table
+                        .apportion(&current, &order)
+                        .unwrap_or_else(|_| current.clone())
                 }
             };
             for ((&g, &current), next) in gpus.iter().zip(&current).zip(drawn) {

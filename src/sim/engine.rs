@@ -30,6 +30,18 @@ pub struct RunOptions {
     pub sample_every: Option<f64>,
 }
 
+impl RunOptions {
+    /// A run with `scheduler` under the scenario's semantics, without a time series.
+    pub fn of(sc: &ResolvedScenario, scheduler: Scheduler, seed: u64) -> RunOptions {
+        RunOptions {
+            scheduler,
+            semantics: sc.scenario.repartition.semantics,
+            seed,
+            sample_every: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Event {
     /// The job on a slot finishes, unless the slot's epoch moved on.
@@ -195,7 +207,11 @@ impl<'a> Simulation<'a> {
             .map(|m| vec![0.0; m.configurations.len()])
             .collect();
         let series = opts.sample_every.map(|dt| SeriesRecorder::new(dt, sc));
-        let gate = Gate::new(&sc.scenario.repartition, sc.scenario.cluster.gpus_per_node, sc.gpus.len());
+        let gate = Gate::new(
+            &sc.scenario.repartition,
+            sc.scenario.cluster.gpus_per_node,
+            sc.gpus.len(),
+        );
         let nodes = sc.gpus.len().div_ceil(gate.gpus_per_node() as usize);
         Simulation {
             sc,
@@ -572,11 +588,16 @@ impl<'a> Simulation<'a> {
     fn instance_count_changes(&self, node: u32) -> bool {
         let count = |g: u32, c: u16| {
             let gpu = &self.cluster.gpus[g as usize];
-            self.sc.models[gpu.model as usize].configurations[c as usize].sizes.len()
+            self.sc.models[gpu.model as usize].configurations[c as usize]
+                .sizes
+                .len()
         };
         let (before, after) = self.node_gpus(node).fold((0, 0), |(b, a), g| {
             let gpu = &self.cluster.gpus[g as usize];
-            (b + count(g, gpu.config), a + count(g, gpu.target.unwrap_or(gpu.config)))
+            (
+                b + count(g, gpu.config),
+                a + count(g, gpu.target.unwrap_or(gpu.config)),
+            )
         });
         before != after
     }
@@ -598,9 +619,9 @@ impl<'a> Simulation<'a> {
     /// anywhere on it, and lets the node take jobs again.
     fn try_switch_node(&mut self, node: u32) {
         let gpus = self.node_gpus(node);
-        let idle = gpus.clone().all(|g| {
-            Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job == NO_JOB)
-        });
+        let idle = gpus
+            .clone()
+            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job == NO_JOB));
         if !idle {
             return;
         }

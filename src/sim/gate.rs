@@ -165,7 +165,10 @@ mod tests {
         // GPU 1 is still switching: not proposed. Nodes 0 and 1 (GPUs 0, 2, 3) go first.
         assert_eq!(g.offer(0.0, &all, free, true), vec![(0, 5), (2, 5), (3, 5)]);
         // The rest stay proposed and go in the next batch.
-        assert_eq!(g.offer(1.0, &all[4..], free, true), vec![(4, 5), (5, 5), (6, 5), (7, 5)]);
+        assert_eq!(
+            g.offer(1.0, &all[4..], free, true),
+            vec![(4, 5), (5, 5), (6, 5), (7, 5)]
+        );
         assert_eq!(g.node_of(7), 3);
     }
 }

@@ -12,7 +12,15 @@ use crate::workload::Job;
 /// A scenario of `n` A100-40GBs whose jobs the test supplies, without the daemon's
 /// re-layout limits (a decision acts at once).
 fn cluster(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
-    limited(n, layout, penalty_s, &["repartition.persist_cycles=1", "repartition.min_relayout_interval_s=0"])
+    limited(
+        n,
+        layout,
+        penalty_s,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+        ],
+    )
 }
 
 /// The same with the given `--set` overrides instead.
@@ -254,7 +262,13 @@ fn node_run(to: u16, rule: &str) -> RunResult {
         job(1, 1.0, 100.0, LINEAR7),
         job(2, 2.0, 100.0, LINEAR7),
     ];
-    run_with(&sc, &jobs, Scheduler::Edf, Semantics::Drain, &mut MoveFromOne { from: 0, gpu: 1, to })
+    run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut MoveFromOne { from: 0, gpu: 1, to },
+    )
 }
 
 #[test]
@@ -281,7 +295,17 @@ fn a_move_that_keeps_the_nodes_instance_count_drains_only_its_own_instances() {
         job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
         job(1, 1.0, 100.0, LINEAR7),
     ];
-    let r = run_with(&sc, &jobs, Scheduler::Edf, Semantics::Drain, &mut MoveFromOne { from: 1, gpu: 1, to: 4 });
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut MoveFromOne {
+            from: 1,
+            gpu: 1,
+            to: 4,
+        },
+    );
     assert_eq!((r.repartitions, r.relayout_batches), (1, 1));
     let end = 70.0 / 3.0;
     assert!(close(r.makespan_min, end), "{}", r.makespan_min);
@@ -294,14 +318,21 @@ fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
     // GPU1 is asked for c2 at every decision from 1: at J1's arrival (1), J1's completion
     // (2) and J2's arrival (2). With persistence 3 the third commits it: J1 ran whole on
     // GPU1's 7g (1..2); J2 then takes the new 3g (2..4.33). GPU0 runs J0 0..10.
-    let sets = ["repartition.persist_cycles=3", "repartition.min_relayout_interval_s=0"];
+    let sets = [
+        "repartition.persist_cycles=3",
+        "repartition.min_relayout_interval_s=0",
+    ];
     let sc = limited(2, &["c1"], 0.0, &sets);
     let jobs = [
         job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
         job(1, 1.0, 100.0, LINEAR7),
         job(2, 2.0, 100.0, LINEAR7),
     ];
-    let mut policy = MoveFromOne { from: 0, gpu: 1, to: 1 };
+    let mut policy = MoveFromOne {
+        from: 0,
+        gpu: 1,
+        to: 1,
+    };
     let r = run_with(&sc, &jobs, Scheduler::Edf, Semantics::Preempt, &mut policy);
     assert_eq!((r.repartitions, r.preemptions), (1, 0));
     let e = P[7] * 10.0 + P[0] * 1.0 + P[7] * 1.0 + P[3] * (7.0 / 3.0) + P[0] * (10.0 - 2.0 - 7.0 / 3.0);
@@ -312,7 +343,11 @@ fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
         &jobs,
         Scheduler::Edf,
         Semantics::Preempt,
-        &mut MoveFromOne { from: 0, gpu: 1, to: 1 },
+        &mut MoveFromOne {
+            from: 0,
+            gpu: 1,
+            to: 1,
+        },
     );
     assert!(!close(at_once.energy_wmin, e));
 }

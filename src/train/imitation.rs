@@ -37,7 +37,12 @@ fn instances(sc: &ResolvedScenario, p: &[u16]) -> usize {
 
 /// The ladder a schedule and a static layout suggest: their distinct node layouts, fewest
 /// instances first, with each of `blocks` blocks based on the schedule's rung then.
-pub fn ladder_from(sc: &ResolvedScenario, schedule: &[PeriodicSpec], static_layout: &[String], blocks: usize) -> LadderParams {
+pub fn ladder_from(
+    sc: &ResolvedScenario,
+    schedule: &[PeriodicSpec],
+    static_layout: &[String],
+    blocks: usize,
+) -> LadderParams {
     let per_node = schedule
         .first()
         .map_or(static_layout.len(), |e| e.layout.len())
@@ -57,7 +62,9 @@ pub fn ladder_from(sc: &ResolvedScenario, schedule: &[PeriodicSpec], static_layo
             let entry = schedule
                 .iter()
                 .rev()
-                .find(|e| smartmig_core::config::parse_time_of_day(&e.at).is_ok_and(|m| f64::from(m) <= minute))
+                .find(|e| {
+                    smartmig_core::config::parse_time_of_day(&e.at).is_ok_and(|m| f64::from(m) <= minute)
+                })
                 .or(schedule.last());
             let mut p = entry.map_or_else(|| rungs[0].clone(), |e| pattern(sc, &e.layout));
             p.sort_unstable();
@@ -74,30 +81,43 @@ pub fn ladder_from(sc: &ResolvedScenario, schedule: &[PeriodicSpec], static_layo
 }
 
 /// Runs the ladder controller on one day.
-pub fn run_ladder(sc: &ResolvedScenario, jobs: &JobSet, params: &LadderParams, every: u32, seed: u64) -> RunResult {
+pub fn run_ladder(
+    sc: &ResolvedScenario,
+    jobs: &JobSet,
+    params: &LadderParams,
+    every: u32,
+    seed: u64,
+) -> RunResult {
     let k = sc.models[0].configurations.len();
     let mut policy = Ladder::new(params.clone(), k, every);
-    let opts = RunOptions {
-        scheduler: Scheduler::Cedf,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
-        sample_every: None,
-    };
+    let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
     Simulation::new(sc, &jobs.jobs, opts).run(&mut policy)
 }
 
+/// ET per unit of energy above the cap of [`tune_ladder`]: large, so that the cap binds.
+const ENERGY_CAP_PENALTY: f64 = 10.0;
+
 /// Searches the ladder's thresholds, step and base rungs by coordinate descent on `days`
-/// (seed, jobs); `progress` advances per round of candidates. Returns the best parameters
-/// and their mean ET against static CEDF.
+/// (seed, jobs), at most `rounds` rounds; `on_round` sees the start's score and each
+/// improving round's. The score is the mean ET against static CEDF, plus a penalty for
+/// mean energy above the energy lower bound beyond `energy_cap` (a fraction, e.g. 0.27)
+/// when one is given. Returns the best parameters and their score.
 pub fn tune_ladder(
     sc: &ResolvedScenario,
     days: &[(u64, JobSet)],
     start: LadderParams,
     every: u32,
     rounds: u32,
-    progress: &indicatif::ProgressBar,
+    energy_cap: Option<f64>,
+    mut on_round: impl FnMut(u32, f64),
 ) -> (LadderParams, f64) {
-    let refs: Vec<RunResult> = days.par_iter().map(|(s, j)| run_reference(sc, j, *s)).collect();
+    let refs: Vec<(RunResult, f64)> = days
+        .par_iter()
+        .map(|(s, j)| {
+            let lb = energy_cap.map_or(0.0, |_| crate::bounds::energy_day(sc, &j.jobs).energy.energy_wmin);
+            (run_reference(sc, j, *s), lb)
+        })
+        .collect();
     let objective = &sc.scenario.objective;
     let mut cache: HashMap<String, f64> = HashMap::new();
     let mut score = |cands: Vec<LadderParams>| -> Vec<(LadderParams, f64)> {
@@ -109,13 +129,21 @@ pub fn tune_ladder(
         let scored: Vec<(String, f64)> = todo
             .par_iter()
             .map(|c| {
-                let et = days
-                    .iter()
-                    .zip(&refs)
-                    .map(|((s, j), r)| run_ladder(sc, j, c, every, *s).et(r, objective))
-                    .sum::<f64>()
-                    / days.len() as f64;
-                (format!("{c:?}"), et)
+                let n = days.len().max(1) as f64;
+                let (et, above) =
+                    days.iter()
+                        .zip(&refs)
+                        .fold((0.0, 0.0), |(et, above), ((s, j), (r, lb))| {
+                            let run = run_ladder(sc, j, c, every, *s);
+                            let a = if *lb > 0.0 {
+                                run.energy_wmin / lb - 1.0
+                            } else {
+                                0.0
+                            };
+                            (et + run.et(r, objective), above + a)
+                        });
+                let excess = energy_cap.map_or(0.0, |cap| (above / n - cap).max(0.0));
+                (format!("{c:?}"), et / n + ENERGY_CAP_PENALTY * excess)
             })
             .collect();
         cache.extend(scored);
@@ -129,15 +157,22 @@ pub fn tune_ladder(
     };
     let mut best = start.clone();
     let mut best_et = score(vec![start])[0].1;
+    on_round(0, best_et);
     let thresholds = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0];
-    for _ in 0..rounds {
+    for round in 1..=rounds {
         let mut cands = Vec::new();
         for &t in &thresholds {
             if t > best.down {
-                cands.push(LadderParams { up: t, ..best.clone() });
+                cands.push(LadderParams {
+                    up: t,
+                    ..best.clone()
+                });
             }
             if t < best.up {
-                cands.push(LadderParams { down: t, ..best.clone() });
+                cands.push(LadderParams {
+                    down: t,
+                    ..best.clone()
+                });
             }
         }
         cands.push(LadderParams {
@@ -161,12 +196,11 @@ pub fn tune_ladder(
                 }
             }
         }
-        let scored = score(cands);
-        progress.inc(1);
-        match scored.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+        match score(cands).into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
             Some((c, et)) if et < best_et - 1e-9 => {
                 best = c;
                 best_et = et;
+                on_round(round, et);
             }
             _ => break,
         }
@@ -198,6 +232,10 @@ pub struct ImitationConfig {
     pub lr: f64,
     /// Hidden layer widths.
     pub hidden: Vec<usize>,
+    /// Most mean energy above the energy lower bound the teacher may use (a fraction,
+    /// e.g. 0.27); None: ET alone.
+    #[serde(default)]
+    pub energy_cap: Option<f64>,
 }
 
 impl Default for ImitationConfig {
@@ -213,6 +251,7 @@ impl Default for ImitationConfig {
             epochs: 40,
             lr: 3e-3,
             hidden: vec![64, 64],
+            energy_cap: None,
         }
     }
 }
@@ -237,7 +276,8 @@ pub struct StudentRound {
 pub struct ImitationOutcome {
     /// The tuned teacher.
     pub teacher: LadderParams,
-    /// The teacher's mean ET on the training days after each search round (0: start).
+    /// The teacher's score (mean ET on the training days, plus the energy cap's penalty)
+    /// at the start and after each improving search round.
     pub teacher_curve: Vec<f64>,
     /// The teacher's mean ET on the validation days.
     pub teacher_validation_et: f64,
@@ -267,7 +307,12 @@ fn minute_of(layout: &FeatureLayout, x: &[f32]) -> f64 {
 /// weight of each row: the transport that takes the GPU mix in `x` to the teacher's rung
 /// with the fewest moves (rows of absent configurations point at the rung's mix, weighted
 /// little).
-pub fn teacher_rows(params: &LadderParams, layout: &FeatureLayout, k: usize, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+pub fn teacher_rows(
+    params: &LadderParams,
+    layout: &FeatureLayout,
+    k: usize,
+    x: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
     let waiting = f64::from(x[layout.queue_summary_offset()]);
     let rung = &params.rungs[params.rung(minute_of(layout, x), waiting)];
     let mut want = vec![0f64; k];
@@ -323,12 +368,7 @@ fn run_student(
     )
     .with_draw(Draw::Apportion);
     policy.record = Some(Vec::new());
-    let opts = RunOptions {
-        scheduler: Scheduler::Cedf,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
-        sample_every: None,
-    };
+    let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
     let r = Simulation::new(sc, &jobs.jobs, opts).run(&mut policy);
     let seen = policy
         .record
@@ -367,14 +407,20 @@ pub fn train_imitation(
             .collect()
     };
     let train = load((first..first + u64::from(cfg.train_days)).collect())?;
-    let validation = load((0..u64::from(cfg.validation_days)).map(|d| VALIDATION_SEED_BASE + d).collect())?;
+    let validation = load(
+        (0..u64::from(cfg.validation_days))
+            .map(|d| VALIDATION_SEED_BASE + d)
+            .collect(),
+    )?;
     if train.last().is_some_and(|(s, _)| *s >= VALIDATION_SEED_BASE) {
         return Err(TrainError::Scenario(
             "training days would reach the validation and evaluation seeds: use a smaller --seed".into(),
         ));
     }
     let objective = &sc.scenario.objective;
-    let refs = |days: &[(u64, JobSet)]| -> Vec<RunResult> { days.par_iter().map(|(s, j)| run_reference(sc, j, *s)).collect() };
+    let refs = |days: &[(u64, JobSet)]| -> Vec<RunResult> {
+        days.par_iter().map(|(s, j)| run_reference(sc, j, *s)).collect()
+    };
     let (train_refs, val_refs) = (refs(&train), refs(&validation));
     let mean_et = |runs: &[RunResult], refs: &[RunResult]| -> Vec<f64> {
         runs.iter().zip(refs).map(|(r, f)| r.et(f, objective)).collect()
@@ -383,17 +429,19 @@ pub fn train_imitation(
 
     // 1. The teacher.
     let start = ladder_from(sc, schedule, static_layout, cfg.blocks);
-    let mut teacher = start.clone();
-    let mut teacher_curve = vec![tune_ladder(sc, &train, start, cfg.every_events, 0, &indicatif::ProgressBar::hidden()).1];
-    for _ in 0..cfg.teacher_rounds {
-        let (next, et) = tune_ladder(sc, &train, teacher.clone(), cfg.every_events, 1, &indicatif::ProgressBar::hidden());
-        if next == teacher {
-            break;
-        }
-        teacher = next;
-        teacher_curve.push(et);
-        on_progress(&format!("teacher round {}: training ET {et:.4}", teacher_curve.len() - 1));
-    }
+    let mut teacher_curve = Vec::new();
+    let (teacher, _) = tune_ladder(
+        sc,
+        &train,
+        start,
+        cfg.every_events,
+        cfg.teacher_rounds,
+        cfg.energy_cap,
+        |round, score| {
+            teacher_curve.push(score);
+            on_progress(&format!("teacher round {round}: training score {score:.4}"));
+        },
+    );
     let teacher_val: Vec<RunResult> = validation
         .par_iter()
         .map(|(s, j)| run_ladder(sc, j, &teacher, cfg.every_events, *s))
@@ -415,12 +463,7 @@ pub fn train_imitation(
         .flat_map(|(s, j)| {
             let mut policy = Ladder::new(teacher.clone(), k, cfg.every_events);
             policy.record = Some(Vec::new());
-            let opts = RunOptions {
-                scheduler: Scheduler::Cedf,
-                semantics: sc.scenario.repartition.semantics,
-                seed: *s,
-                sample_every: None,
-            };
+            let opts = RunOptions::of(sc, Scheduler::Cedf, *s);
             Simulation::new(sc, &j.jobs, opts).run(&mut policy);
             policy.record.take().unwrap_or_default()
         })
@@ -519,7 +562,10 @@ mod tests {
         let (rows, w) = teacher_rows(&params, &layout, k, &x);
         // c2 (0.75) keeps nothing: two thirds of its GPUs to c1 (0.5), one third to c6 (0.25).
         let c2 = &rows[k..2 * k];
-        assert!((c2[0] - 2.0 / 3.0).abs() < 1e-6 && (c2[5] - 1.0 / 3.0).abs() < 1e-6, "{c2:?}");
+        assert!(
+            (c2[0] - 2.0 / 3.0).abs() < 1e-6 && (c2[5] - 1.0 / 3.0).abs() < 1e-6,
+            "{c2:?}"
+        );
         // c6 (0.25) is short of its 0.5: it stays whole.
         assert!((rows[5 * k + 5] - 1.0).abs() < 1e-6);
         // An absent configuration's row points at the rung's mix, weighted little.

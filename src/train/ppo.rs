@@ -271,7 +271,9 @@ impl Learner {
         let (k, d) = (self.k, self.dim);
         let n = x.len() / d.max(1);
         if n == 0 || targets.len() != n * k * k || weights.len() != n * k || mask.len() != k * k {
-            return Err(TrainError::Internal("imitation batch shapes do not match the network".into()));
+            return Err(TrainError::Internal(
+                "imitation batch shapes do not match the network".into(),
+            ));
         }
         let x = Tensor::from_vec(x.to_vec(), (n, d), &self.device)?;
         let t = Tensor::from_vec(targets.to_vec(), (n, k, k), &self.device)?;
@@ -286,7 +288,10 @@ impl Learner {
             for chunk in order.chunks(self.cfg.minibatch.max(1)) {
                 let idx = Tensor::from_slice(chunk, chunk.len(), &self.device)?;
                 let b = chunk.len();
-                let logits = self.actor.forward(&x.index_select(&idx, 0)?)?.reshape((b, k, k))?;
+                let logits = self
+                    .actor
+                    .forward(&x.index_select(&idx, 0)?)?
+                    .reshape((b, k, k))?;
                 let masked = (logits.broadcast_mul(&m)? + off.broadcast_as((b, k, k))?)?;
                 let lsm = candle_nn::ops::log_softmax(&masked, D::Minus1)?;
                 let ce = (t.index_select(&idx, 0)? * lsm)?.sum(D::Minus1)?.neg()?;

@@ -129,12 +129,7 @@ pub fn run_episode(
         sampling,
     );
     policy.record = Some(Vec::new());
-    let opts = RunOptions {
-        scheduler: Scheduler::Cedf,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
-        sample_every: None,
-    };
+    let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
     let result = Simulation::new(sc, &jobs.jobs, opts.clone()).run(&mut policy);
     let steps = policy.record.take().unwrap_or_default();
     let mut kept = Trace {

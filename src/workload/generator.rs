@@ -320,7 +320,11 @@ mod tests {
         let mut spec = reference();
         // Inference only in the morning, training only in the afternoon.
         let half = |morning: f64| -> Option<Vec<f64>> {
-            Some((0..24).map(|h| if h < 12 { morning } else { 1.0 - morning }).collect())
+            Some(
+                (0..24)
+                    .map(|h| if h < 12 { morning } else { 1.0 - morning })
+                    .collect(),
+            )
         };
         for c in &mut spec.classes {
             c.hourly_share = half(if c.name.ends_with("infer") { 1.0 } else { 0.0 });

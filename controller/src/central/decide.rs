@@ -223,7 +223,11 @@ impl Decider {
                     match table {
                         Ok(table) => {
                             // A GPU outside the configurations is left alone.
-                            let known: Vec<usize> = gpus.iter().copied().filter(|&g| view.gpus[g].config.is_some()).collect();
+                            let known: Vec<usize> = gpus
+                                .iter()
+                                .copied()
+                                .filter(|&g| view.gpus[g].config.is_some())
+                                .collect();
                             match policy.metadata().draw {
                                 Draw::Sample => {
                                     for &g in &known {
@@ -233,8 +237,10 @@ impl Decider {
                                     }
                                 }
                                 Draw::Apportion => {
-                                    let current: Vec<u16> =
-                                        known.iter().map(|&g| view.gpus[g].config.unwrap_or(0) as u16).collect();
+                                    let current: Vec<u16> = known
+                                        .iter()
+                                        .map(|&g| view.gpus[g].config.unwrap_or(0) as u16)
+                                        .collect();
                                     // The least busy GPUs move first: they drain soonest.
                                     let mut order: Vec<usize> = (0..known.len()).collect();
                                     order.sort_by_key(|&i| (view.gpus[known[i]].busy.len(), i));
