@@ -87,14 +87,11 @@ impl Status {
         trim(&mut self.decisions);
     }
 
-    /// Writes the file atomically.
+    /// Writes the file durably (`crate::durable`).
     pub fn write(&self, state_dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(state_dir)?;
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        let path = state_dir.join(STATUS_FILE);
-        let tmp = state_dir.join(format!(".{STATUS_FILE}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, json)?;
-        std::fs::rename(&tmp, &path)
+        crate::durable::write(&state_dir.join(STATUS_FILE), &json).map_err(std::io::Error::other)
     }
 
     /// Reads the file.
