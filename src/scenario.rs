@@ -260,7 +260,7 @@ pub struct RepartitionSpec {
     /// before it is acted on (1: at once).
     #[serde(default = "default_persist_cycles")]
     pub persist_cycles: u32,
-    /// Most nodes one re-layout batch changes (0: no limit).
+    /// Most nodes one re-layout batch changes (>= 1).
     #[serde(default = "default_max_nodes_per_batch")]
     pub max_nodes_per_batch: u32,
     /// Seconds between the decisions of a time-of-day schedule (the daemon's
@@ -593,6 +593,9 @@ impl Scenario {
         }
         if r.persist_cycles == 0 {
             return Err(bad("repartition.persist_cycles", "must be >= 1".into()));
+        }
+        if r.max_nodes_per_batch == 0 {
+            return Err(bad("repartition.max_nodes_per_batch", "must be >= 1".into()));
         }
         if !(r.decision_interval_s > 0.0 && r.decision_interval_s.is_finite()) {
             return Err(bad(

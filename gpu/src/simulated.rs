@@ -781,7 +781,11 @@ mod tests {
     fn an_injected_create_error_fires_once_and_changes_nothing() {
         let (_d, mut s, m) = node("");
         s.set_faults(&Faults {
-            fail: vec![FailFault::once("create-gi", None, "NVML_ERROR_INSUFFICIENT_RESOURCES")],
+            fail: vec![FailFault::once(
+                "create-gi",
+                None,
+                "NVML_ERROR_INSUFFICIENT_RESOURCES",
+            )],
             ..Faults::default()
         })
         .unwrap();

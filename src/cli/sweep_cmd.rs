@@ -5,9 +5,11 @@
 //! file, resolved to absolute paths) and `DIR/sweep.sbatch` (an array job whose task i
 //! runs `smartmig sweep --run-task DIR --task i`). Each task writes
 //! `DIR/results/seed-<seed>.json`: every policy's run on that seed's job stream and the
-//! day's lower bounds. `--collect DIR` reads them all and prints what `compare` prints for
-//! the same seeds; the numbers are equal because the summary is computed by the same code
-//! from the same per-day results, read back bit-exact.
+//! day's lower bounds. `--collect DIR` reads them all and prints what `compare --no-tune`
+//! prints for the same seeds (the tuned baselines are the scenario file's, marked when the
+//! overrides change the world they were tuned for; the learned policy runs without
+//! `compare`'s guard); the numbers are equal because the summary is computed by the same
+//! code from the same per-day results, read back bit-exact.
 
 use std::path::{Path, PathBuf};
 

@@ -30,7 +30,7 @@ impl Gate {
         Gate {
             persist: spec.persist_cycles.max(1),
             min_interval_min: spec.min_relayout_interval_s / 60.0,
-            max_nodes: spec.max_nodes_per_batch as usize,
+            max_nodes: spec.max_nodes_per_batch.max(1) as usize,
             gpus_per_node: gpus_per_node.max(1),
             proposals: vec![None; gpus],
             active: Vec::new(),
@@ -97,7 +97,7 @@ impl Gate {
                 continue;
             };
             let node = self.node_of(g);
-            let room = self.max_nodes == 0 || nodes.len() < self.max_nodes || nodes.last() == Some(&node);
+            let room = nodes.len() < self.max_nodes || nodes.last() == Some(&node);
             if streak >= self.persist && room {
                 if nodes.last() != Some(&node) {
                     nodes.push(node);
@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_move_is_acted_on_only_after_it_persists_for_the_set_number_of_decisions() {
-        let mut g = gate(2, 0.0, 0, 8, 2);
+        let mut g = gate(2, 0.0, 8, 8, 2);
         let free = |_: u32| Some(0u16);
         assert!(g.offer(0.0, &[(0, 3)], free, true).is_empty(), "first sight");
         assert_eq!(g.offer(1.0, &[(0, 3)], free, true), vec![(0, 3)]);
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn batches_keep_the_minimum_interval_and_wait_for_the_previous_one() {
-        let mut g = gate(1, 900.0, 0, 8, 2);
+        let mut g = gate(1, 900.0, 8, 8, 2);
         let free = |_: u32| Some(0u16);
         assert_eq!(g.offer(100.0, &[(0, 1)], free, true), vec![(0, 1)]);
         // 10 minutes later: too soon, though the proposal persists.

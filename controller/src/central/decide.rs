@@ -418,12 +418,22 @@ pub fn write_preferring(
     to: usize,
 ) -> Result<PathBuf, smartmig_policy::WriteError> {
     let meta = expected_metadata(resolved, model, mode);
+    let path = policy_path(resolved, model, mode);
+    smartmig_policy::onnx_writer::write(&path, &preferring(&meta, &[to]), &meta)?;
+    Ok(path)
+}
+
+/// One linear layer whose every row puts a bias of 20 on each column in `to` (equally
+/// likely among them, ≈ 1 together).
+fn preferring(meta: &PolicyMetadata, to: &[usize]) -> smartmig_policy::PolicyNetwork {
     let (d, k) = (meta.input_dim(), meta.k());
     let mut b = vec![0.0f32; k * k];
     for row in 0..k {
-        b[row * k + to] = 20.0;
+        for &c in to {
+            b[row * k + c] = 20.0;
+        }
     }
-    let net = smartmig_policy::PolicyNetwork {
+    smartmig_policy::PolicyNetwork {
         layers: vec![smartmig_policy::Dense {
             in_dim: d,
             out_dim: k * k,
@@ -431,8 +441,113 @@ pub fn write_preferring(
             b,
         }],
         hidden: smartmig_policy::Activation::Tanh,
-    };
-    let path = policy_path(resolved, model, mode);
-    smartmig_policy::onnx_writer::write(&path, &net, &meta)?;
-    Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use smartmig_core::config::Config;
+    use smartmig_core::mig::Layout;
+
+    use super::super::view::GpuView;
+    use super::*;
+
+    fn resolved(dir: &std::path::Path) -> Resolved {
+        let text = format!(
+            "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c2\"]\n",
+            dir.display()
+        );
+        Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
+    }
+
+    /// Writes a policy for model 0 in drain mode with `draw` and `guard`, rows split
+    /// equally between configurations `to`.
+    fn write(r: &Resolved, to: &[usize], draw: Draw, guard: Option<&str>) {
+        let mut meta = expected_metadata(r, 0, Mode::Drain);
+        meta.draw = draw;
+        meta.guard = guard.map(str::to_string);
+        let path = policy_path(r, 0, Mode::Drain);
+        smartmig_policy::onnx_writer::write(&path, &preferring(&meta, to), &meta).unwrap();
+    }
+
+    /// Three idle GPUs in c2 on one node.
+    fn view(r: &Resolved) -> View {
+        let model = &r.models[0];
+        let c2 = model.configurations.iter().position(|c| c.name == "c2").unwrap();
+        let layout: Layout = model.configurations[c2].layout.clone();
+        View {
+            nodes: Vec::new(),
+            gpus: (0..3)
+                .map(|i| GpuView {
+                    node: "n".into(),
+                    index: i,
+                    model: 0,
+                    layout: layout.clone(),
+                    config: Some(c2),
+                    busy: Vec::new(),
+                    jobs: Vec::new(),
+                })
+                .collect(),
+            pending: Vec::new(),
+            running: Vec::new(),
+            problems: Vec::new(),
+            max_generation: 0,
+        }
+    }
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("smartmig-decide-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_policy_whose_deployment_guard_failed_is_not_run() {
+        let d = dir("guard");
+        let r = resolved(&d);
+        write(
+            &r,
+            &[4],
+            Draw::Sample,
+            Some("failed: -4.3% ± 0.8% over static-best on validation days"),
+        );
+        let decider = Decider::new(&r, Mode::Drain, 1);
+        let why = decider.policies[0].as_ref().err().cloned().unwrap_or_default();
+        // Without ONNX Runtime the file is refused before its metadata is read.
+        if decider.runtime.is_ok() {
+            assert!(why.contains("its deployment guard failed: -4.3%"), "{why}");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn an_apportioned_policy_splits_a_row_exactly_as_its_file_says() {
+        let d = dir("apportion");
+        let r = resolved(&d);
+        // Every row: c1 (0) and c5 (4) equally likely.
+        write(
+            &r,
+            &[0, 4],
+            Draw::Apportion,
+            Some("passed: +7% ± 1% over static-best"),
+        );
+        let mut decider = Decider::new(&r, Mode::Drain, 1);
+        if decider.runtime.is_err() {
+            eprintln!("skipped: no ONNX Runtime here");
+            return;
+        }
+        for seed_cycle in 0..3 {
+            let got = decider
+                .decide(&r, &view(&r), 1_000.0 * f64::from(seed_cycle))
+                .targets;
+            let (c1, c5) = (
+                got.iter().filter(|t| **t == Some(0)).count(),
+                got.iter().filter(|t| **t == Some(4)).count(),
+            );
+            // 3 × ½ each: one by floor each, the remainder to the first (c1): 2 and 1, always.
+            assert_eq!((c1, c5), (2, 1), "{got:?}");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
 }

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::de::seconds_or_zero;
 use super::de::seconds;
+use super::de::seconds_or_zero;
 use super::hostlist::HostList;
 use super::window::Window;
 

@@ -91,7 +91,8 @@ fn expand(expr: &str) -> Result<Vec<String>, String> {
     for range in ranges.split(',') {
         let (lo, hi) = range.split_once('-').unwrap_or((range, range));
         let bad = || format!("`{expr}`: `{range}` is not a number or a range such as 01-16");
-        if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) || !hi.bytes().all(|b| b.is_ascii_digit()) {
+        if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) || !hi.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(bad());
         }
         let (a, b): (u64, u64) = (lo.parse().map_err(|_| bad())?, hi.parse().map_err(|_| bad())?);
@@ -119,7 +120,9 @@ mod tests {
     #[test]
     fn ranges_keep_their_zero_padding_and_lists_combine() {
         let h = HostList::parse("gpu[001-003,010],login1,rack[1-2]-n[1-2]").unwrap();
-        for n in ["gpu001", "gpu002", "gpu003", "gpu010", "login1", "rack1-n1", "rack2-n2"] {
+        for n in [
+            "gpu001", "gpu002", "gpu003", "gpu010", "login1", "rack1-n1", "rack2-n2",
+        ] {
             assert!(h.contains(n), "{n}");
         }
         assert!(!h.contains("gpu004") && !h.contains("gpu1"));
@@ -128,7 +131,15 @@ mod tests {
 
     #[test]
     fn malformed_lists_are_errors_that_quote_them() {
-        for bad in ["gpu[1-", "gpu]1", "gpu[a-b]", "gpu[5-1]", "a,,b", "n[[1-2]]", "n[1-99999999]"] {
+        for bad in [
+            "gpu[1-",
+            "gpu]1",
+            "gpu[a-b]",
+            "gpu[5-1]",
+            "a,,b",
+            "n[[1-2]]",
+            "n[1-99999999]",
+        ] {
             let e = HostList::parse(bad).unwrap_err();
             assert!(e.contains('`'), "{bad}: {e}");
         }

@@ -2,10 +2,10 @@
 //! the catalogue, checking cross-field rules) as two separate steps.
 
 mod controller;
-pub mod hostlist;
-pub mod window;
 mod de;
+pub mod hostlist;
 pub mod node;
+pub mod window;
 
 use std::path::{Path, PathBuf};
 
@@ -331,7 +331,9 @@ impl Config {
         ] {
             if p.is_relative() {
                 let message = format!("must be an absolute path, got `{}`", p.display());
-                return Err(cfg.error_at_key(&format!("controller.{key}"), key, &message).into());
+                return Err(cfg
+                    .error_at_key(&format!("controller.{key}"), key, &message)
+                    .into());
             }
         }
         cfg.routing

@@ -102,7 +102,10 @@ impl NodeConfig {
         ];
         for (key, p) in paths {
             if p.is_relative() {
-                return Err((key.into(), format!("must be an absolute path, got `{}`", p.display())));
+                return Err((
+                    key.into(),
+                    format!("must be an absolute path, got `{}`", p.display()),
+                ));
             }
         }
         Ok(())

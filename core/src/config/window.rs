@@ -23,7 +23,9 @@ impl Window {
             Some((d, t)) => (parse_days(d.trim()).map_err(|e| bad(&e))?, t),
             None => (0x7f, text.trim()),
         };
-        let (a, b) = times.split_once('-').ok_or_else(|| bad("no `-` between the times"))?;
+        let (a, b) = times
+            .split_once('-')
+            .ok_or_else(|| bad("no `-` between the times"))?;
         let start = minutes(a).map_err(|e| bad(&e))?;
         let end = minutes(b).map_err(|e| bad(&e))?;
         if start == end {
@@ -38,14 +40,18 @@ impl Window {
         if self.start < self.end {
             starts_on(weekday) && (self.start..self.end).contains(&minute)
         } else {
-            (starts_on(weekday) && minute >= self.start) || (starts_on((weekday + 6) % 7) && minute < self.end)
+            (starts_on(weekday) && minute >= self.start)
+                || (starts_on((weekday + 6) % 7) && minute < self.end)
         }
     }
 }
 
 impl fmt::Display for Window {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let days: Vec<&str> = (0..7).filter(|d| self.days & (1 << d) != 0).map(|d| DAYS[d]).collect();
+        let days: Vec<&str> = (0..7)
+            .filter(|d| self.days & (1 << d) != 0)
+            .map(|d| DAYS[d])
+            .collect();
         let hm = |m: u32| format!("{:02}:{:02}", m / 60, m % 60);
         write!(f, "{} {}-{}", days.join(","), hm(self.start), hm(self.end))
     }
@@ -76,9 +82,7 @@ fn parse_days(text: &str) -> Result<u8, String> {
 }
 
 fn minutes(hm: &str) -> Result<u32, String> {
-    let (h, m) = hm
-        .split_once(':')
-        .ok_or_else(|| format!("`{hm}` is not HH:MM"))?;
+    let (h, m) = hm.split_once(':').ok_or_else(|| format!("`{hm}` is not HH:MM"))?;
     let (h, m): (u32, u32) = (
         h.parse().map_err(|_| format!("`{hm}` is not HH:MM"))?,
         m.parse().map_err(|_| format!("`{hm}` is not HH:MM"))?,
@@ -111,7 +115,14 @@ mod tests {
 
     #[test]
     fn malformed_windows_are_errors_that_quote_them() {
-        for bad in ["Mon-Fri", "Mun 01:00-02:00", "25:00-02:00", "01:00-01:00", "01:60-02:00", "1-2"] {
+        for bad in [
+            "Mon-Fri",
+            "Mun 01:00-02:00",
+            "25:00-02:00",
+            "01:00-01:00",
+            "01:60-02:00",
+            "1-2",
+        ] {
             let e = Window::parse(bad).unwrap_err();
             assert!(e.contains(bad), "{bad}: {e}");
         }
