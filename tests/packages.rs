@@ -47,6 +47,10 @@ const INSTALLED: [(&str, &str); 16] = [
     ("smartmigd", "/usr/share/man/man8/smartmigd-central.8.gz"),
     ("smartmigd", "/usr/lib/systemd/system/smartmigd-central.service"),
     ("smartmigd", "/usr/lib/systemd/system/smartmigd-node.service"),
+    (
+        "smartmigd",
+        "/usr/lib/systemd/system/smartmigd-node-restore.service",
+    ),
     ("smartmig-slurm-plugin", PLUGIN),
 ];
 

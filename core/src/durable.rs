@@ -83,14 +83,16 @@ pub fn previous_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Like [`write`], first saving the target's current content (if any) durably at
-/// [`previous_path`], so an undo can put it back with [`restore_previous`].
+/// Like [`write`], first saving the target's current content durably at
+/// [`previous_path`] (an absent target counts as empty), so an undo can put it back with
+/// [`restore_previous`].
 pub fn replace_keeping_previous(path: &Path, bytes: &[u8]) -> Result<(), DurableError> {
-    match fs::read(path) {
-        Ok(old) => write(&previous_path(path), &old)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+    let old = match fs::read(path) {
+        Ok(old) => old,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(fail(path, "read the current content")(e)),
-    }
+    };
+    write(&previous_path(path), &old)?;
     write(path, bytes)
 }
 

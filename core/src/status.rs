@@ -70,6 +70,9 @@ pub struct Status {
     pub counters: BTreeMap<String, u64>,
     /// Seconds spent by GPUs in each configuration (summed over GPUs).
     pub seconds_in_configuration: BTreeMap<String, f64>,
+    /// Why re-layouts are frozen (`smartmigd freeze`), if they are.
+    #[serde(default)]
+    pub frozen: Option<String>,
 }
 
 impl Status {
@@ -111,6 +114,9 @@ impl Status {
             "mode {}, {} cycles, generation {}, updated at {:.0}",
             self.mode, self.cycles, self.generation, self.updated_at
         );
+        if let Some(why) = &self.frozen {
+            let _ = writeln!(s, "FROZEN: no new re-layouts ({why}); `smartmigd thaw` lifts it");
+        }
         for (m, src) in &self.sources {
             let _ = writeln!(s, "policy {m}: {src}");
         }

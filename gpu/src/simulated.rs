@@ -131,8 +131,8 @@ pub struct Faults {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailFault {
-    /// Step kind: `destroy-ci`, `destroy-gi`, `create-gi` or `create-ci`; or `read` for
-    /// reading the GPUs and their state.
+    /// Step kind: `destroy-ci`, `destroy-gi`, `create-gi` or `create-ci`; `list` for
+    /// listing the GPUs, `read` for reading a GPU's state.
     pub op: String,
     /// GPU index; any GPU when absent.
     #[serde(default)]
@@ -494,7 +494,7 @@ impl GpuBackend for Simulated {
         let file = self.load()?;
         let lost = self.faults()?.lost;
         for g in &file.gpus {
-            self.inject("read", g.index, "nvmlDeviceGetHandleByIndex")?;
+            self.inject("list", g.index, "nvmlDeviceGetHandleByIndex")?;
         }
         Ok(file
             .gpus
@@ -811,8 +811,14 @@ mod tests {
         for _ in 0..2 {
             let e = s.state(0, &m).unwrap_err().to_string();
             assert!(e.contains("NVML_ERROR_GPU_IS_LOST"), "{e}");
-            assert!(s.gpus().is_err());
         }
+        s.set_faults(&Faults {
+            fail: vec![FailFault::once("list", None, "NVML_ERROR_UNKNOWN")],
+            ..Faults::default()
+        })
+        .unwrap();
+        assert!(s.gpus().is_err());
+        assert!(s.gpus().is_ok(), "once");
         s.set_faults(&Faults {
             lost: vec![0],
             ..Faults::default()
