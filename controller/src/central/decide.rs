@@ -452,9 +452,8 @@ fn preferring(meta: &PolicyMetadata, to: &[usize]) -> smartmig_policy::PolicyNet
 #[cfg(test)]
 mod tests {
     use smartmig_core::config::Config;
-    use smartmig_core::mig::Layout;
 
-    use super::super::view::GpuView;
+    use super::super::fake::FakeSlurm;
     use super::*;
 
     fn resolved(dir: &std::path::Path) -> Resolved {
@@ -475,29 +474,11 @@ mod tests {
         smartmig_policy::onnx_writer::write(&path, &preferring(&meta, to), &meta).unwrap();
     }
 
-    /// Three idle GPUs in c2 on one node.
+    /// Three idle GPUs in c2 on one node, as the central role reads them.
     fn view(r: &Resolved) -> View {
-        let model = &r.models[0];
-        let c2 = model.configurations.iter().position(|c| c.name == "c2").unwrap();
-        let layout: Layout = model.configurations[c2].layout.clone();
-        View {
-            nodes: Vec::new(),
-            gpus: (0..3)
-                .map(|i| GpuView {
-                    node: "n".into(),
-                    index: i,
-                    model: 0,
-                    layout: layout.clone(),
-                    config: Some(c2),
-                    busy: Vec::new(),
-                    jobs: Vec::new(),
-                })
-                .collect(),
-            pending: Vec::new(),
-            running: Vec::new(),
-            problems: Vec::new(),
-            max_generation: 0,
-        }
+        let c2 = ("A100-SXM4-40GB", "4g.20gb@0 3g.20gb@4");
+        let nodes = vec![FakeSlurm::node("n", &[c2, c2, c2])];
+        View::build(r, nodes, Vec::new(), &mut Default::default())
     }
 
     fn dir(tag: &str) -> PathBuf {
