@@ -575,3 +575,45 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts() {
     assert!(v["et"].as_f64().is_some());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn compare_on_a_trace_runs_its_days_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("smartmig-trace-days-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("two-days.csv");
+    let o = smartmig(&[
+        "simulate",
+        "--days",
+        "2",
+        "--set",
+        "workload.multiplier=1",
+        "--dump-jobs",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = smartmig(&[
+        "compare",
+        "--trace",
+        csv.to_str().unwrap(),
+        "--trace-format",
+        "jobs",
+        "--seeds",
+        "5",
+        "--no-model",
+        "--no-bounds",
+        "--no-tune",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--seeds is ignored: the days are the trace's"),
+        "{}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("2 evaluation days (2 days of trace {})", csv.display())),
+        "{out}"
+    );
+    assert!(out.contains("static-best*"), "tuned on the generator, not the trace: {out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
