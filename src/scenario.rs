@@ -78,6 +78,10 @@ pub struct ClusterSpec {
     /// Driver rules.
     #[serde(default)]
     pub driver: Driver,
+    /// GPUs per node, in order: GPUs `n·k .. (n+1)·k` share node `n` (drain semantics
+    /// re-lay out nodes, not single GPUs).
+    #[serde(default = "default_gpus_per_node")]
+    pub gpus_per_node: u32,
 }
 
 /// A number of GPUs of one model.
@@ -155,6 +159,20 @@ pub struct JobClassSpec {
     pub duration: DurationSpec,
     /// Speed-up over 1g on 1g/2g/3g/4g/7g (first is 1).
     pub speedup: [f64; 5],
+    /// Relative share in each hour 0..23, when the mix moves over the day (replaces
+    /// `share` hour by hour; shares are normalised within each hour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hourly_share: Option<Vec<f64>>,
+}
+
+impl JobClassSpec {
+    /// The class's (unnormalised) share of arrivals in hour `hour` of the day.
+    pub fn share_at(&self, hour: usize) -> f64 {
+        self.hourly_share
+            .as_ref()
+            .and_then(|h| h.get(hour % 24).copied())
+            .unwrap_or(self.share)
+    }
 }
 
 /// A processing-time distribution, in minutes.
@@ -194,6 +212,9 @@ pub struct BaselineSpec {
     /// Best static layout found by `tune-static --write` (absent until tuned).
     #[serde(default)]
     pub static_best: Option<Vec<String>>,
+    /// Best time-of-day schedule found by `tune-periodic --write` (absent until tuned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodic_best: Option<Vec<PeriodicSpec>>,
 }
 
 /// One entry of a periodic schedule.
@@ -209,7 +230,23 @@ pub struct PeriodicSpec {
 /// Repartition semantics (in smartmig-policy: policy files are named after them).
 pub use smartmig_policy::Semantics;
 
-/// `[repartition]`.
+/// Which Slurm rule a drain re-layout obeys on a node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeRule {
+    /// Slurm 22.05: a node whose total GPU-instance count changes must have no running
+    /// job when it is re-laid out, so the whole node drains; a node whose count stays
+    /// drains only the instances that change.
+    #[default]
+    #[serde(rename = "slurm-22.05")]
+    Slurm2205,
+    /// Only the instances that change drain, whatever the node's count (what a Slurm
+    /// that re-reads a node's GPUs without requeueing its jobs would allow).
+    Instances,
+}
+
+/// `[repartition]`: what a repartition costs and the limits the daemon puts on them
+/// (named as in smartmig.toml's `[controller.central]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepartitionSpec {
@@ -222,6 +259,23 @@ pub struct RepartitionSpec {
     /// Drain: seconds a GPU is unavailable while it switches (a Slurm re-layout).
     #[serde(default = "four")]
     pub reconfigure_s: f64,
+    /// Least seconds between two re-layout batches, cluster-wide (0: no limit).
+    #[serde(default = "default_min_relayout_interval")]
+    pub min_relayout_interval_s: f64,
+    /// A GPU's new configuration must be chosen in this many consecutive decisions
+    /// before it is acted on (1: at once).
+    #[serde(default = "default_persist_cycles")]
+    pub persist_cycles: u32,
+    /// Most nodes one re-layout batch changes (>= 1).
+    #[serde(default = "default_max_nodes_per_batch")]
+    pub max_nodes_per_batch: u32,
+    /// Seconds between the decisions of a time-of-day schedule (the daemon's
+    /// `policy.decision_interval_s`).
+    #[serde(default = "default_decision_interval")]
+    pub decision_interval_s: f64,
+    /// The Slurm rule for draining a node.
+    #[serde(default)]
+    pub node_rule: NodeRule,
 }
 
 /// `[objective]`.
@@ -231,6 +285,11 @@ pub struct ObjectiveSpec {
     /// Weight `a` of energy against tardiness.
     #[serde(default = "half")]
     pub energy_weight: f64,
+    /// Tardiness tolerance τ as a fraction of the jobs' mean time on a full GPU: ET
+    /// compares (t + τ)/(t_ref + τ), so it stays finite, and is 1 for equal schedules,
+    /// when the reference is never late (docs/evaluation.md, "The objective").
+    #[serde(default = "default_tardiness_tolerance")]
+    pub tardiness_tolerance: f64,
 }
 
 impl Default for BaselineSpec {
@@ -239,6 +298,7 @@ impl Default for BaselineSpec {
             reference_layout: default_reference_layout(),
             periodic: default_periodic(),
             static_best: None,
+            periodic_best: None,
         }
     }
 }
@@ -248,12 +308,20 @@ impl Default for RepartitionSpec {
             semantics: Semantics::Preempt,
             penalty_s: 4.0,
             reconfigure_s: 4.0,
+            min_relayout_interval_s: default_min_relayout_interval(),
+            persist_cycles: default_persist_cycles(),
+            max_nodes_per_batch: default_max_nodes_per_batch(),
+            decision_interval_s: default_decision_interval(),
+            node_rule: NodeRule::default(),
         }
     }
 }
 impl Default for ObjectiveSpec {
     fn default() -> Self {
-        ObjectiveSpec { energy_weight: 0.5 }
+        ObjectiveSpec {
+            energy_weight: 0.5,
+            tardiness_tolerance: default_tardiness_tolerance(),
+        }
     }
 }
 
@@ -265,6 +333,24 @@ fn four() -> f64 {
 }
 fn half() -> f64 {
     0.5
+}
+fn default_gpus_per_node() -> u32 {
+    8
+}
+fn default_min_relayout_interval() -> f64 {
+    900.0
+}
+fn default_persist_cycles() -> u32 {
+    2
+}
+fn default_max_nodes_per_batch() -> u32 {
+    4
+}
+fn default_decision_interval() -> f64 {
+    60.0
+}
+fn default_tardiness_tolerance() -> f64 {
+    0.05
 }
 fn default_deadline_factor() -> [f64; 2] {
     [1.0, 1.5]
@@ -349,7 +435,21 @@ impl Scenario {
                 // Line numbers refer to the merged text, not the file: drop them.
                 err.line = None;
                 err.column = None;
-                err
+                // A value an override set is wrong: name the override, not the merged text.
+                let culprit = err.key.as_deref().and_then(|k| {
+                    let mut hits = sets.iter().filter(|s| {
+                        let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k).trim();
+                        key == k || key.ends_with(&format!(".{k}"))
+                    });
+                    match (hits.next(), hits.next()) {
+                        (Some(one), None) => Some(one.clone()),
+                        _ => None,
+                    }
+                });
+                match culprit {
+                    Some(set) => ScenarioError::Set(format!("{set}: {}", err.message)),
+                    None => err.into(),
+                }
             })?
         };
         scenario.resolve(origin)
@@ -436,6 +536,14 @@ impl Scenario {
                 for c in &w.classes {
                     check_class(c).map_err(|m| bad("workload.class", format!("class `{}`: {m}", c.name)))?;
                 }
+                if let Some(h) =
+                    (0..24).find(|&h| w.classes.iter().map(|c| c.share_at(h)).sum::<f64>() <= 0.0)
+                {
+                    return Err(bad(
+                        "workload.class",
+                        format!("no class has a positive share in hour {h}"),
+                    ));
+                }
             }
             WorkloadSource::Trace => {
                 if w.trace.is_none() || w.format.is_none() {
@@ -455,15 +563,28 @@ impl Scenario {
         if let Some(best) = &self.baselines.static_best {
             check_layout("baselines.static_best", best)?;
         }
-        let mut last = None;
-        for p in &self.baselines.periodic {
-            let m = smartmig_core::config::parse_time_of_day(&p.at)
-                .map_err(|e| bad("baselines.periodic.at", e))?;
-            if last.is_some_and(|l| m <= l) {
-                return Err(bad("baselines.periodic.at", "times must increase".into()));
+        let check_schedule = |key: &str, entries: &[PeriodicSpec]| -> Result<(), ScenarioError> {
+            let mut last = None;
+            for p in entries {
+                let m = smartmig_core::config::parse_time_of_day(&p.at)
+                    .map_err(|e| bad(&format!("{key}.at"), e))?;
+                if last.is_some_and(|l| m <= l) {
+                    return Err(bad(&format!("{key}.at"), "times must increase".into()));
+                }
+                last = Some(m);
+                check_layout(&format!("{key}.layout"), &p.layout)?;
             }
-            last = Some(m);
-            check_layout("baselines.periodic.layout", &p.layout)?;
+            Ok(())
+        };
+        check_schedule("baselines.periodic", &self.baselines.periodic)?;
+        if let Some(best) = &self.baselines.periodic_best {
+            if best.is_empty() {
+                return Err(bad("baselines.periodic_best", "is empty".into()));
+            }
+            check_schedule("baselines.periodic_best", best)?;
+        }
+        if self.cluster.gpus_per_node == 0 {
+            return Err(bad("cluster.gpus_per_node", "must be >= 1".into()));
         }
         let r = &self.repartition;
         if !(r.penalty_s >= 0.0 && r.reconfigure_s >= 0.0) {
@@ -472,8 +593,29 @@ impl Scenario {
                 "penalty_s and reconfigure_s must be >= 0".into(),
             ));
         }
+        if !(r.min_relayout_interval_s >= 0.0 && r.min_relayout_interval_s.is_finite()) {
+            return Err(bad(
+                "repartition.min_relayout_interval_s",
+                format!("{} must be a number of seconds >= 0", r.min_relayout_interval_s),
+            ));
+        }
+        if r.persist_cycles == 0 {
+            return Err(bad("repartition.persist_cycles", "must be >= 1".into()));
+        }
+        if r.max_nodes_per_batch == 0 {
+            return Err(bad("repartition.max_nodes_per_batch", "must be >= 1".into()));
+        }
+        if !(r.decision_interval_s > 0.0 && r.decision_interval_s.is_finite()) {
+            return Err(bad(
+                "repartition.decision_interval_s",
+                format!("{} must be a number of seconds > 0", r.decision_interval_s),
+            ));
+        }
         if !(self.objective.energy_weight >= 0.0) {
             return Err(bad("objective.energy_weight", "must be >= 0".into()));
+        }
+        if !(self.objective.tardiness_tolerance >= 0.0 && self.objective.tardiness_tolerance.is_finite()) {
+            return Err(bad("objective.tardiness_tolerance", "must be >= 0".into()));
         }
         Ok(ResolvedScenario {
             scenario: self,
@@ -487,6 +629,14 @@ impl Scenario {
 fn check_class(c: &JobClassSpec) -> Result<(), String> {
     if !(c.share >= 0.0) {
         return Err("share must be >= 0".into());
+    }
+    if let Some(h) = &c.hourly_share {
+        if h.len() != 24 {
+            return Err(format!("hourly_share has {} values, needs 24", h.len()));
+        }
+        if h.iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
+            return Err("hourly_share values must be >= 0".into());
+        }
     }
     if (c.speedup[0] - 1.0).abs() > 1e-12 {
         return Err("speedup must start with 1 (the 1g)".into());
@@ -516,7 +666,21 @@ pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ScenarioError
     let key = key.trim();
     let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(raw.to_string())),
-        Err(_) => toml::Value::String(raw.trim().to_string()),
+        Err(e) => {
+            let trimmed = raw.trim();
+            // An array or table that is not TOML is a typo, never a bare string.
+            if trimmed.starts_with('[') || trimmed.starts_with('{') {
+                return Err(ScenarioError::Set(format!(
+                    "`{set}`: `{trimmed}` is not a TOML value ({}); strings inside need quotes, \
+                     e.g. --set 'baselines.static_best=[\"c2\", \"c6\"]'",
+                    e.message().trim()
+                )));
+            }
+            if trimmed.is_empty() {
+                return Err(ScenarioError::Set(format!("`{set}`: no value after `=`")));
+            }
+            toml::Value::String(trimmed.to_string())
+        }
     };
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
@@ -652,6 +816,28 @@ mod tests {
     }
 
     #[test]
+    fn a_malformed_set_value_names_the_override_and_what_was_expected() {
+        let e = Scenario::reference(&["workload.multiplier=abc".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--set workload.multiplier=abc: invalid type"),
+            "{e}"
+        );
+        let e = Scenario::reference(&["baselines.static_best=[c2,c6]".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`[c2,c6]` is not a TOML value") && e.contains("quotes"),
+            "{e}"
+        );
+        let e = Scenario::reference(&["workload.multiplier=".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no value after `=`"), "{e}");
+    }
+
+    #[test]
     fn set_takes_arrays_and_strings() {
         let r = Scenario::reference(&[
             "baselines.reference_layout=[\"c6\"]".into(),
@@ -685,6 +871,7 @@ mod tests {
                 .into(),
             "baselines.periodic=[{at = \"00:00\", layout = [\"whole-gpu\"]}]".into(),
             "baselines.static_best=[\"whole-gpu\"]".into(),
+            "baselines.periodic_best=[{at = \"00:00\", layout = [\"whole-gpu\"]}]".into(),
         ];
         let r = Scenario::reference(&mixed).unwrap();
         assert_eq!(r.total_slices(), 7 + 7 + 4 + 4);

@@ -742,3 +742,235 @@ fn the_configurations_table_in_docs_model_md_matches_the_catalogue() {
         .collect();
     assert_eq!(rows, catalogue);
 }
+
+#[test]
+fn compare_takes_a_seed_range_and_skips_the_bounds() {
+    let v = json(&smartmig(&[
+        "compare",
+        "--seeds",
+        "1000003..=1000004",
+        "--no-bounds",
+        "--no-model",
+        "--set",
+        "workload.days=0.05",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["seeds"], serde_json::json!([1000003, 1000004]));
+    assert_eq!(v["days_from"], "seeds 1000003..=1000004");
+    assert!(v["bounds"].is_null());
+    let policies = v["policies"].as_array().unwrap();
+    let names: Vec<&str> = policies.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"periodic-best"), "{names:?}");
+    let none = policies.iter().find(|p| p["name"] == "none").unwrap();
+    assert_eq!(none["scheduler"], "edf", "no partitioning runs EDF");
+    let best = policies.iter().find(|p| p["name"] == "static-best").unwrap();
+    assert!(best.get("vs_static_best").is_none() && best.get("note").is_none());
+    let periodic = policies.iter().find(|p| p["name"] == "periodic-best").unwrap();
+    assert_eq!(periodic["vs_static_best"]["days"], 2);
+}
+
+#[test]
+fn a_tuned_baseline_under_overrides_is_marked_or_retuned() {
+    let args = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut a = vec![
+            "compare",
+            "--seeds",
+            "1",
+            "--no-bounds",
+            "--no-model",
+            "--set",
+            "workload.multiplier=3",
+            "--set",
+            "workload.days=0.05",
+            "--tune-seeds",
+            "1..=2",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let o = smartmig(&args(&["--no-tune"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("static-best*") && out.contains("periodic-best*"),
+        "{out}"
+    );
+    assert!(
+        out.contains("* static-best: tuned for the scenario file, not for --set workload.multiplier=3"),
+        "{out}"
+    );
+    let o = smartmig(&args(&[]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("static-best: tuning on training seeds 1..=2"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("static-best*"), "{}", stdout(&o));
+}
+
+#[test]
+fn writing_a_tuned_layout_under_overrides_is_refused() {
+    let dir = std::env::temp_dir().join(format!("smartmig-write-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.toml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/etc/scenarios/paper-a100x8.toml"),
+        &file,
+    )
+    .unwrap();
+    let o = smartmig(&[
+        "tune-static",
+        "--scenario",
+        file.to_str().unwrap(),
+        "--write",
+        "--set",
+        "workload.multiplier=3",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        stderr(&o).contains("--write: --set workload.multiplier=3 changes the scenario the file describes"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn simulate_over_several_days_reports_et_per_day_and_warns_of_ignored_flags() {
+    let o = smartmig(&[
+        "simulate",
+        "--policy",
+        "periodic",
+        "--layout",
+        "c1",
+        "--seeds",
+        "2",
+        "--set",
+        "workload.days=0.05",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        stderr(&o).contains("warning: --layout is ignored with --policy periodic"),
+        "{}",
+        stderr(&o)
+    );
+    let v = json(&o);
+    let days = v["days"].as_array().unwrap();
+    assert_eq!(days.len(), 2);
+    assert_eq!(days[1]["seed"], 1000001);
+    assert!(days.iter().all(|d| d["et"].as_f64().is_some_and(|e| e > 0.0)));
+    assert!(v["mean"]["et_se"].as_f64().is_some());
+    let e = stderr(&smartmig(&["simulate", "--seeds", "5..3"]));
+    assert!(e.contains("`5..3` is empty"), "{e}");
+}
+
+#[test]
+fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts() {
+    let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("s.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/etc/scenarios/paper-a100x8.toml"
+    ))
+    .unwrap()
+    .replace("count = 8 }", "count = 2 }")
+    .replace("multiplier = 20", "multiplier = 5")
+    .replace("days = 1\n", "days = 0.1\n");
+    std::fs::write(&scenario, text).unwrap();
+    let conf = dir.join("smartmig.toml");
+    std::fs::write(&conf, "version = 1\n# site\n[policy]\nkind = \"periodic\"\n").unwrap();
+    let o = smartmig(&[
+        "tune-periodic",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--blocks",
+        "2",
+        "--passes",
+        "1",
+        "--validation-seeds",
+        "2",
+        "--eval-seeds",
+        "2",
+        "--write",
+        "--smartmig-toml",
+        conf.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("guard:") && out.contains("written to baselines.periodic_best"),
+        "{out}"
+    );
+    let written = std::fs::read_to_string(&scenario).unwrap();
+    assert!(written.contains("periodic_best = ["), "{written}");
+    let check = smartmig(&["config", "check", conf.to_str().unwrap()]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let toml = std::fs::read_to_string(&conf).unwrap();
+    assert!(
+        toml.contains("[[policy.periodic]]") && toml.contains("# site"),
+        "{toml}"
+    );
+    // The written schedule runs: simulate --policy periodic-best reads it back.
+    let v = json(&smartmig(&[
+        "simulate",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--policy",
+        "periodic-best",
+        "--format",
+        "json",
+    ]));
+    assert!(v["et"].as_f64().is_some());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn compare_on_a_trace_runs_its_days_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("smartmig-trace-days-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("two-days.csv");
+    let o = smartmig(&[
+        "simulate",
+        "--days",
+        "2",
+        "--set",
+        "workload.multiplier=1",
+        "--dump-jobs",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = smartmig(&[
+        "compare",
+        "--trace",
+        csv.to_str().unwrap(),
+        "--trace-format",
+        "jobs",
+        "--seeds",
+        "5",
+        "--no-model",
+        "--no-bounds",
+        "--no-tune",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--seeds is ignored: the days are the trace's"),
+        "{}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("2 evaluation days (2 days of trace {})", csv.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("static-best*"),
+        "tuned on the generator, not the trace: {out}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -54,12 +54,13 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// `compare` locally, as table and JSON.
+/// `compare` locally with the scenario file's tuned baselines (as a sweep runs them), as
+/// table and JSON.
 fn local(seeds: &str) -> (String, String) {
-    let table = ok(smartmig(&args(&["compare"], &["--seeds", seeds])));
+    let table = ok(smartmig(&args(&["compare"], &["--seeds", seeds, "--no-tune"])));
     let json = ok(smartmig(&args(
         &["compare"],
-        &["--seeds", seeds, "--format", "json"],
+        &["--seeds", seeds, "--no-tune", "--format", "json"],
     )));
     (table, json)
 }

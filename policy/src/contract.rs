@@ -8,6 +8,8 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::Draw;
 use thiserror::Error;
 
 /// Version of this contract; bump it when the meaning of inputs, outputs or keys changes.
@@ -39,6 +41,12 @@ pub const KEY_TRAINING_SCENARIO: &str = "smartmig.training_scenario";
 pub const KEY_TRAINING_SEED: &str = "smartmig.training_seed";
 /// Metadata key: repartition semantics trained under (`preempt` or `drain`).
 pub const KEY_SEMANTICS: &str = "smartmig.semantics";
+/// Metadata key (optional, default `sample`): how the next configurations are drawn from
+/// the rows, `sample` or `apportion` ([`crate::Draw`]).
+pub const KEY_DRAW: &str = "smartmig.draw";
+/// Metadata key (optional): the deployment guard's verdict on validation days, text
+/// starting with `passed` or `failed`; a loader refuses a policy that failed.
+pub const KEY_GUARD: &str = "smartmig.guard";
 
 /// How the time of day enters the features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -263,6 +271,10 @@ pub struct PolicyMetadata {
     pub training_seed: u64,
     /// Repartition semantics used in training.
     pub semantics: Semantics,
+    /// How next configurations are drawn from the rows.
+    pub draw: Draw,
+    /// The deployment guard's verdict (`passed: …` / `failed: …`), if validated.
+    pub guard: Option<String>,
 }
 
 /// Why a policy's metadata is unreadable or does not match what the loader expects.
@@ -415,8 +427,10 @@ impl PolicyMetadata {
             (KEY_TRAINING_SCENARIO, self.training_scenario.clone()),
             (KEY_TRAINING_SEED, self.training_seed.to_string()),
             (KEY_SEMANTICS, self.semantics.as_str().to_string()),
+            (KEY_DRAW, self.draw.as_str().to_string()),
         ]
         .into_iter()
+        .chain(self.guard.clone().map(|g| (KEY_GUARD, g)))
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
@@ -465,6 +479,12 @@ impl PolicyMetadata {
             training_scenario: req(KEY_TRAINING_SCENARIO)?,
             training_seed: parse(KEY_TRAINING_SEED, req(KEY_TRAINING_SEED)?)?,
             semantics,
+            draw: match get(KEY_DRAW) {
+                None => Draw::Sample,
+                Some(text) => Draw::parse(text.trim())
+                    .ok_or_else(|| bad(KEY_DRAW, &text, "expected `sample` or `apportion`"))?,
+            },
+            guard: get(KEY_GUARD),
         };
         meta.validate()?;
         let dim_text = req(KEY_INPUT_DIM)?;
@@ -482,6 +502,11 @@ impl PolicyMetadata {
     /// Reads the metadata from `(key, value)` pairs.
     pub fn from_pairs(pairs: &[(String, String)]) -> Result<PolicyMetadata, ContractError> {
         PolicyMetadata::from_props(|key| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
+    }
+
+    /// Why the policy must not be deployed: its guard verdict, when it failed.
+    pub fn guard_failed(&self) -> Option<&str> {
+        self.guard.as_deref().filter(|g| g.starts_with("failed"))
     }
 
     /// Whether a policy with this metadata can serve where `expected` is configured.
@@ -564,6 +589,8 @@ pub(crate) mod tests {
             training_scenario: "etc/scenarios/paper-a100x8.toml".into(),
             training_seed: 42,
             semantics: Semantics::Preempt,
+            draw: Draw::Sample,
+            guard: None,
         }
     }
 
@@ -600,9 +627,19 @@ pub(crate) mod tests {
         assert_eq!(PolicyMetadata::from_pairs(&props), Ok(m.clone()));
         let drain = PolicyMetadata {
             semantics: Semantics::Drain,
-            ..m
+            draw: Draw::Apportion,
+            guard: Some("failed: -0.3% ± 0.2% over static-best".into()),
+            ..m.clone()
         };
-        assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain));
+        assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain.clone()));
+        assert_eq!(
+            drain.guard_failed(),
+            Some("failed: -0.3% ± 0.2% over static-best")
+        );
+        // Files written before the optional keys read as sampled and unvalidated.
+        let old: Vec<(String, String)> = m.to_props().into_iter().filter(|(k, _)| k != KEY_DRAW).collect();
+        let read = PolicyMetadata::from_pairs(&old).unwrap();
+        assert_eq!((read.draw, read.guard_failed()), (Draw::Sample, None));
     }
 
     #[test]

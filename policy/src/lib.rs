@@ -9,7 +9,8 @@
 //! 1. compute the `mean_field` features in the order of [`FeatureLayout`];
 //! 2. [`PolicyRuntime::infer`] → K·K transition logits;
 //! 3. [`TransitionTable::new`] (mask unavailable configurations, softmax, top-k) and
-//!    [`TransitionTable::sample_gpus`] → the next configuration of every GPU.
+//!    [`TransitionTable::sample_gpus`] (or [`TransitionTable::apportion`], as the policy
+//!    file's `draw` says) → the next configuration of every GPU.
 
 pub mod contract;
 pub mod features;
@@ -29,7 +30,7 @@ pub use network::{Activation, Dense, NetworkError, PolicyNetwork};
 pub use onnx_writer::WriteError;
 pub use provision::{fetch_runtime, ProvisionError, ORT_VERSION};
 pub use runtime::{OnnxRuntime, PolicyRuntime, RuntimeError};
-pub use sampling::{SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
+pub use sampling::{Draw, SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
 
 /// The file name of the policy for a GPU model and repartition semantics:
 /// `<gpu-key>-<semantics>.onnx`, as `smartmig train` ships them in `onnx/` and

@@ -12,6 +12,38 @@ use thiserror::Error;
 /// Top-k of the paper (docs/model.md §6).
 pub const DEFAULT_TOP_K: usize = 3;
 
+/// How the GPUs of a row are given their next configurations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Draw {
+    /// Each GPU draws from its row independently (the paper's).
+    #[default]
+    Sample,
+    /// The GPUs of a row are split among its outcomes in proportion to their
+    /// probabilities, rounded by largest remainders, with no randomness: the expected
+    /// mix of `Sample` without its noise, which a small cluster cannot average out.
+    Apportion,
+}
+
+impl Draw {
+    /// The name in policy files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Draw::Sample => "sample",
+            Draw::Apportion => "apportion",
+        }
+    }
+
+    /// Parses a name written by [`Draw::as_str`].
+    pub fn parse(s: &str) -> Option<Draw> {
+        match s {
+            "sample" => Some(Draw::Sample),
+            "apportion" => Some(Draw::Apportion),
+            _ => None,
+        }
+    }
+}
+
 /// How rows are cut and when a GPU stays.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingConfig {
@@ -200,6 +232,73 @@ impl TransitionTable {
             .collect())
     }
 
+    /// [`Draw::Apportion`]: the next configuration of every GPU, given each GPU's current
+    /// configuration and the order in which GPUs should be the first to move (e.g. the
+    /// least busy first; GPUs missing from `order` move last). In each row the GPUs are
+    /// split among the outcomes by largest remainders of count × probability (ties: the
+    /// more likely outcome); movers are taken in `order`, the most likely target first.
+    pub fn apportion(&self, current: &[u16], order: &[usize]) -> Result<Vec<u16>, SamplingError> {
+        if let Some(&bad) = current.iter().find(|&&c| usize::from(c) >= self.k) {
+            return Err(SamplingError::Configuration {
+                index: bad.into(),
+                k: self.k,
+            });
+        }
+        let mut rank = vec![usize::MAX; current.len()];
+        for (r, &g) in order.iter().enumerate() {
+            if let Some(x) = rank.get_mut(g) {
+                *x = (*x).min(r);
+            }
+        }
+        let mut next = current.to_vec();
+        for (c, row) in self.rows.iter().enumerate() {
+            let mut gpus: Vec<usize> = (0..current.len())
+                .filter(|&g| usize::from(current[g]) == c)
+                .collect();
+            if gpus.is_empty() {
+                continue;
+            }
+            gpus.sort_by_key(|&g| (rank[g], g));
+            let n = gpus.len();
+            // Outcome probabilities (the stay threshold folded in), most likely first.
+            let mut outcomes: Vec<(u16, f64)> = Vec::new();
+            for (&(_, q), &o) in row.candidates.iter().zip(&row.outcome) {
+                match outcomes.iter_mut().find(|(x, _)| *x == o) {
+                    Some((_, p)) => *p += q,
+                    None => outcomes.push((o, q)),
+                }
+            }
+            let exact: Vec<f64> = outcomes.iter().map(|&(_, q)| q * n as f64).collect();
+            let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+            let mut by_remainder: Vec<usize> = (0..outcomes.len()).collect();
+            by_remainder
+                .sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
+            let mut left = n.saturating_sub(counts.iter().sum());
+            for i in by_remainder {
+                if left == 0 {
+                    break;
+                }
+                counts[i] += 1;
+                left -= 1;
+            }
+            // Stayers are the GPUs last in order; movers the first.
+            let stay = outcomes
+                .iter()
+                .position(|&(o, _)| usize::from(o) == c)
+                .map_or(0, |i| counts[i]);
+            let mut movers = gpus[..n - stay.min(n)].iter();
+            for (i, &(o, _)) in outcomes.iter().enumerate() {
+                if usize::from(o) == c {
+                    continue;
+                }
+                for &g in movers.by_ref().take(counts[i]) {
+                    next[g] = o;
+                }
+            }
+        }
+        Ok(next)
+    }
+
     /// Given how many GPUs are in each configuration (length K), the next configuration of
     /// each of them: `result[c]` has `counts[c]` entries, GPU by GPU.
     pub fn sample_counts(
@@ -304,6 +403,26 @@ mod tests {
         }
         assert_eq!(t.row(3).unwrap().stay, p[3]);
         assert_eq!(t.row(0).unwrap().stay, 0.0);
+    }
+
+    #[test]
+    fn apportioning_splits_each_row_by_largest_remainders_and_moves_the_preferred_gpus() {
+        // K = 3. Row 0: stay 0.5, to 1 0.3, to 2 0.2 (logits ln of those).
+        let mut logits = vec![0f32; 9];
+        logits[..3].copy_from_slice(&[0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()]);
+        logits[4] = 5.0; // row 1 stays
+        logits[8] = 5.0; // row 2 stays
+        let t = TransitionTable::new(&logits, &[true; 3], SamplingConfig::default()).unwrap();
+        // Five GPUs in 0: 2.5 stay, 1.5 to 1, 1 to 2 -> remainders .5, .5, 0: the likelier
+        // (stay) first: 3 stay, 1 to 1, 1 to 2. Order 4, 3 first: GPU 4 -> 1, GPU 3 -> 2.
+        let next = t.apportion(&[0, 0, 0, 0, 0, 1], &[4, 3]).unwrap();
+        assert_eq!(next, vec![0, 0, 0, 2, 1, 1]);
+        // One GPU: it moves only when a move is likelier than staying.
+        assert_eq!(t.apportion(&[0], &[]).unwrap(), vec![0]);
+        logits[..3].copy_from_slice(&[0.2f32.ln(), 0.7f32.ln(), 0.1f32.ln()]);
+        let t = TransitionTable::new(&logits, &[true; 3], SamplingConfig::default()).unwrap();
+        assert_eq!(t.apportion(&[0], &[]).unwrap(), vec![1]);
+        assert!(t.apportion(&[3], &[]).is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod sim_cmd;
 mod status_cmd;
 mod sweep_cmd;
 mod train_cmd;
+mod tune_cmd;
 
 use std::fmt::Display;
 
@@ -125,13 +126,15 @@ pub enum Command {
     /// Compare every baseline on the same job streams (default: the reference scenario).
     Compare(sim_cmd::CompareArgs),
     /// Search the best static layout for a scenario.
-    TuneStatic(sim_cmd::TuneArgs),
+    TuneStatic(tune_cmd::TuneArgs),
+    /// Search the best time-of-day schedule for a scenario and write it for smartmigd.
+    TunePeriodic(tune_cmd::TunePeriodicArgs),
     /// Measure simulator speed and memory.
     Bench(bench_cmd::BenchArgs),
     /// Learned policies: inspect files, provision ONNX Runtime.
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCommand),
-    /// Train a mean-field policy with PPO and write it as ONNX.
+    /// Train a mean-field policy (imitation of a tuned controller, or PPO) and write it as ONNX.
     Train(train_cmd::TrainArgs),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),
@@ -164,7 +167,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Config(c) => config_cmd::run(c),
         Command::Simulate(a) => sim_cmd::simulate(a),
         Command::Compare(a) => sim_cmd::compare(a),
-        Command::TuneStatic(a) => sim_cmd::tune_static(a),
+        Command::TuneStatic(a) => tune_cmd::tune_static(a),
+        Command::TunePeriodic(a) => tune_cmd::tune_periodic(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Policy(c) => policy_cmd::run(c),
         Command::Train(a) => train_cmd::run(a),
@@ -198,6 +202,27 @@ pub(crate) fn policy_metadata(
     bytes: &[u8],
 ) -> Result<crate::policy::PolicyMetadata, String> {
     policy_cmd::read_metadata(path, bytes).map_err(|e| e.message())
+}
+
+/// A layout in few words: runs of equal configurations counted (`c2×6 c6×2`).
+pub(crate) fn layout_summary(layout: &[String]) -> String {
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for c in layout {
+        match runs.last_mut() {
+            Some((name, n)) if *name == c.as_str() => *n += 1,
+            _ => runs.push((c, 1)),
+        }
+    }
+    runs.iter()
+        .map(|(c, n)| {
+            if *n == 1 {
+                (*c).to_string()
+            } else {
+                format!("{c}×{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Prints a value as pretty JSON.

@@ -152,6 +152,8 @@ fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata
         training_scenario: scenario.into(),
         training_seed: seed,
         semantics: Semantics::Preempt,
+        draw: crate::policy::Draw::Sample,
+        guard: None,
     })
 }
 
@@ -215,6 +217,9 @@ struct InspectReport {
     training_scenario: String,
     training_seed: u64,
     semantics: &'static str,
+    draw: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    guard: Option<String>,
     onnxruntime: String,
     zero_features_decision: Vec<RowReport>,
 }
@@ -270,6 +275,8 @@ fn inspect(a: InspectArgs) -> CliResult {
         training_scenario: meta.training_scenario.clone(),
         training_seed: meta.training_seed,
         semantics: meta.semantics.as_str(),
+        draw: meta.draw.as_str(),
+        guard: meta.guard.clone(),
         onnxruntime: rt.library().display().to_string(),
         zero_features_decision: rows,
     };
@@ -311,6 +318,10 @@ fn print_report(r: &InspectReport) {
         "  decisions        every {} events / {} s, top-{}, {} semantics",
         r.decision_events, r.decision_interval_s, r.top_k, r.semantics
     );
+    println!("  draw             {}", r.draw);
+    if let Some(g) = &r.guard {
+        println!("  guard            {g}");
+    }
     println!(
         "  trained on       {} (seed {})",
         r.training_scenario, r.training_seed

@@ -141,7 +141,7 @@ fn print_replay(r: &Replay) {
             format!("{:.3}", c.et_vs_as_ran),
             c.layout
                 .as_ref()
-                .map_or_else(|| "learned".into(), |l| l.join(" ")),
+                .map_or_else(|| "learned".into(), |l| super::layout_summary(l)),
         ]);
     }
     rows.push(vec![

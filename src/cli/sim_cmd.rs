@@ -1,6 +1,7 @@
-//! `smartmig simulate | compare | tune-static`.
+//! `smartmig simulate | compare`, and the arguments every simulator command shares.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -8,14 +9,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{print_json, table, CliError, CliResult, Format};
 use crate::eval::compare::{
-    baselines, compare as run_compare, run_policy, Comparison, LayoutSpec, PolicySpec,
+    baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec,
+    Paired, PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
 };
-use crate::eval::tune::{tune_static as run_tune, TuneResult};
-use crate::eval::{eval_seeds, train_seeds, EVAL_SEED_BASE};
+use crate::eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
+use crate::eval::tune::tune_static_on;
+use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use crate::scenario::{ResolvedScenario, Scenario, Semantics, TraceFormat};
 use crate::sched::Scheduler;
-use crate::sim::plot;
-use crate::workload::{self, write_jobs_csv};
+use crate::sim::{plot, RunResult};
+use crate::workload::{self, write_jobs_csv, JobSet};
 
 /// Scenario selection shared by every command that runs the simulator.
 #[derive(Debug, Args)]
@@ -60,6 +63,137 @@ impl ScenarioArgs {
         }
         sets
     }
+
+    /// The overrides that change the world a tuned baseline was searched for: everything
+    /// but other baselines, names and the number of days (the day repeats); a schedule
+    /// (`repartitions`) also depends on `repartition.*`, a static layout does not.
+    pub fn world_overrides(&self, repartitions: bool) -> Vec<String> {
+        self.all_sets()
+            .into_iter()
+            .filter(|s| {
+                let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k).trim();
+                let neutral = key.starts_with("baselines.")
+                    || matches!(key, "name" | "description" | "version" | "workload.days")
+                    || (!repartitions && key.starts_with("repartition."));
+                !neutral
+            })
+            .collect()
+    }
+}
+
+/// Days to run: a count from the command's first seed, or a range of seeds
+/// (`A..B` excludes B, `A..=B` includes it), e.g. training seeds `1..=16`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedArg {
+    /// This many days from the command's default first seed.
+    Count(u32),
+    /// Seeds `first..=last`.
+    Range(u64, u64),
+}
+
+impl FromStr for SeedArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SeedArg, String> {
+        let bad = || format!("`{s}`: expected a number of days (20) or a range of seeds (1..17, 1..=16)");
+        let parse = |x: &str| x.trim().parse::<u64>().map_err(|_| bad());
+        let range = if let Some((a, b)) = s.split_once("..=") {
+            Some((parse(a)?, parse(b)?))
+        } else if let Some((a, b)) = s.split_once("..") {
+            let (a, b) = (parse(a)?, parse(b)?);
+            if b <= a {
+                return Err(format!("`{s}` is empty"));
+            }
+            Some((a, b - 1))
+        } else {
+            None
+        };
+        match range {
+            Some((a, b)) if b < a => Err(format!("`{s}` is empty")),
+            Some((a, b)) => Ok(SeedArg::Range(a, b)),
+            None => match s.trim().parse::<u32>() {
+                Ok(0) => Err(format!("`{s}`: at least one day")),
+                Ok(n) => Ok(SeedArg::Count(n)),
+                Err(_) => Err(bad()),
+            },
+        }
+    }
+}
+
+impl SeedArg {
+    /// The seeds, counting from `base` for a count.
+    pub fn seeds(self, base: u64) -> Vec<u64> {
+        match self {
+            SeedArg::Count(n) => (0..u64::from(n)).map(|i| base + i).collect(),
+            SeedArg::Range(a, b) => (a..=b).collect(),
+        }
+    }
+}
+
+/// Reading jobs from a trace instead of the scenario's workload.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Read jobs from a trace instead of the scenario's workload.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Format of `--trace`.
+    #[arg(long, value_enum, requires = "trace")]
+    pub trace_format: Option<TraceFormat>,
+    /// Skip malformed trace lines (and report how many) instead of failing.
+    #[arg(long)]
+    pub skip_bad: bool,
+}
+
+impl TraceArgs {
+    /// The trace's jobs, if a trace was given.
+    pub fn load(&self) -> Result<Option<(String, JobSet)>, CliError> {
+        let Some(path) = &self.trace else {
+            return Ok(None);
+        };
+        let fmt = self
+            .trace_format
+            .ok_or_else(|| CliError::input(anyhow::anyhow!("--trace needs --trace-format")))?;
+        let (jobs, stats) = workload::load_trace(path, fmt, self.skip_bad).map_err(CliError::input)?;
+        if stats.total_skipped() > 0 {
+            eprintln!(
+                "{}: skipped {} lines ({})",
+                path.display(),
+                stats.total_skipped(),
+                stats
+            );
+        }
+        Ok(Some((path.display().to_string(), jobs)))
+    }
+
+    /// The days to run: a trace's days (`--trace`, or the scenario's own trace), else the
+    /// seeds. A trace ignores `seeds` (said on stderr when they were given).
+    pub fn days(
+        &self,
+        sc: &ResolvedScenario,
+        seeds: Option<SeedArg>,
+        default: SeedArg,
+        base: u64,
+    ) -> Result<Days, CliError> {
+        let trace = match self.load()? {
+            Some(t) => Some(t),
+            None if sc.scenario.workload.source == crate::scenario::WorkloadSource::Trace => {
+                let jobs = workload::from_scenario(sc, 0, self.skip_bad).map_err(CliError::input)?;
+                Some((sc.scenario.workload.trace.clone().unwrap_or_default(), jobs))
+            }
+            None => None,
+        };
+        match trace {
+            Some((name, jobs)) => {
+                if seeds.is_some() {
+                    eprintln!("warning: --seeds is ignored: the days are the trace's");
+                }
+                Ok(Days::Trace {
+                    name,
+                    days: workload::split_days(&jobs),
+                })
+            }
+            None => Ok(Days::Seeds(seeds.unwrap_or(default).seeds(base))),
+        }
+    }
 }
 
 /// Policies `simulate` can run.
@@ -73,6 +207,8 @@ pub enum PolicyArg {
     StaticBest,
     /// The scenario's periodic schedule.
     Periodic,
+    /// The scenario's best time-of-day schedule (`tune-periodic --write`).
+    PeriodicBest,
     /// The learned mean-field policy (`--model`, or the shipped one for the scenario).
     MeanField,
 }
@@ -85,7 +221,7 @@ pub struct SimulateArgs {
     /// Repartition policy.
     #[arg(long, value_enum, default_value = "static")]
     policy: PolicyArg,
-    /// Static layout: configurations cycled over the GPUs (`c6,c6,c2`).
+    /// Static layout: configurations cycled over the GPUs (`c6,c6,c2`); `--policy static` only.
     #[arg(long, value_delimiter = ',')]
     layout: Option<Vec<String>>,
     /// Policy file (ONNX) for `--policy mean-field`.
@@ -95,24 +231,20 @@ pub struct SimulateArgs {
     #[arg(long, value_enum, default_value = "cedf")]
     scheduler: Scheduler,
     /// Seed of the job stream and the run.
-    #[arg(long, default_value_t = EVAL_SEED_BASE)]
+    #[arg(long, default_value_t = EVAL_SEED_BASE, conflicts_with = "seeds")]
     seed: u64,
-    /// Read jobs from a trace instead of the scenario's workload.
+    /// Several days: a count from the first evaluation seed, or a range (`1..=16`).
     #[arg(long)]
-    trace: Option<PathBuf>,
-    /// Format of `--trace`.
-    #[arg(long, value_enum, requires = "trace")]
-    trace_format: Option<TraceFormat>,
-    /// Skip malformed trace lines (and report how many) instead of failing.
-    #[arg(long)]
-    skip_bad: bool,
-    /// Write the job list (smartmig's CSV) to this file.
+    seeds: Option<SeedArg>,
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Write the job list (smartmig's CSV) to this file (one day only).
     #[arg(long)]
     dump_jobs: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
-    /// Write figures (SVG) to this directory.
+    /// Write figures (SVG) to this directory (one day only).
     #[arg(long)]
     plot: Option<PathBuf>,
 }
@@ -122,15 +254,27 @@ pub struct SimulateArgs {
 pub struct CompareArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
-    /// Evaluation days (seeds).
-    #[arg(long, default_value_t = 10)]
-    seeds: u32,
-    /// Search `static-best` now on training seeds instead of reading it from the scenario.
+    /// Evaluation days: a count from the first evaluation seed (default 10), or a range
+    /// of seeds (`1000000..=1000019`, also training seeds `1..=16`).
+    #[arg(long)]
+    seeds: Option<SeedArg>,
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Search `static-best` and `periodic-best` now on training days instead of reading
+    /// them from the scenario (they are also searched when `--set` or `--trace` changes
+    /// the world the file's were tuned for).
     #[arg(long)]
     tune: bool,
-    /// Training seeds for `--tune`.
-    #[arg(long, default_value_t = 4)]
-    tune_seeds: u32,
+    /// Keep the scenario file's tuned baselines even when `--set` or `--trace` changes the
+    /// world they were tuned for (their rows are then marked).
+    #[arg(long, conflicts_with = "tune")]
+    no_tune: bool,
+    /// Training days for tuning: a count from seed 1 or a range.
+    #[arg(long, default_value = "16")]
+    tune_seeds: SeedArg,
+    /// Skip the lower bounds (the tardiness bound solves an LP per day).
+    #[arg(long)]
+    no_bounds: bool,
     /// Policy file (ONNX) to include as `smart-mig` (default: `onnx/<gpu-key>-<semantics>.onnx`
     /// in the current directory or /usr/share/smartmig/onnx, when present).
     #[arg(long)]
@@ -138,6 +282,10 @@ pub struct CompareArgs {
     /// Leave the learned policy out even when one is shipped.
     #[arg(long, conflicts_with = "model")]
     no_model: bool,
+    /// Show the learned policy as it is, without the deployment guard (which runs it only
+    /// where it beats static-best on 16 validation days of this scenario).
+    #[arg(long)]
+    no_guard: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -145,6 +293,9 @@ pub struct CompareArgs {
     #[arg(long)]
     plot: Option<PathBuf>,
 }
+
+/// Validation days the guard of `compare` uses.
+const GUARD_DAYS: u64 = 16;
 
 /// Where the `smartmig` package installs the learned policies.
 pub const SHIPPED_POLICY_DIR: &str = "/usr/share/smartmig/onnx";
@@ -196,23 +347,8 @@ fn mean_field_start(sc: &ResolvedScenario) -> Vec<String> {
         .unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone())
 }
 
-/// `tune-static`.
-#[derive(Debug, Args)]
-pub struct TuneArgs {
-    #[command(flatten)]
-    scenario: ScenarioArgs,
-    /// Training days (seeds) to search on.
-    #[arg(long, default_value_t = 4)]
-    seeds: u32,
-    /// Record the result as `baselines.static_best` in the scenario file.
-    #[arg(long, requires = "scenario")]
-    write: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t)]
-    format: Format,
-}
-
-fn progress(len: u64, what: &str) -> ProgressBar {
+/// A progress bar with a label.
+pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     let pb = ProgressBar::new(len);
     pb.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}")
@@ -222,142 +358,318 @@ fn progress(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
-/// Runs `simulate`.
-pub fn simulate(a: SimulateArgs) -> CliResult {
-    let sc = a.scenario.load()?;
-    let jobs = match (&a.trace, a.trace_format) {
-        (Some(path), Some(fmt)) => {
-            let (jobs, stats) = workload::load_trace(path, fmt, a.skip_bad).map_err(CliError::input)?;
-            if stats.total_skipped() > 0 {
-                eprintln!(
-                    "{}: skipped {} lines ({})",
-                    path.display(),
-                    stats.total_skipped(),
-                    stats
-                );
-            }
-            jobs
-        }
-        (Some(_), None) => return Err(CliError::input(anyhow::anyhow!("--trace needs --trace-format"))),
-        _ => workload::from_scenario(&sc, a.seed, a.skip_bad).map_err(CliError::input)?,
-    };
-    if let Some(path) = &a.dump_jobs {
-        let f = std::fs::File::create(path)
-            .with_context(|| format!("cannot create {}", path.display()))
-            .map_err(CliError::failure)?;
-        write_jobs_csv(&jobs, std::io::BufWriter::new(f))
-            .with_context(|| format!("cannot write {}", path.display()))
-            .map_err(CliError::failure)?;
+/// One simulated day with its ET against static CEDF on the same jobs.
+#[derive(Debug, Clone, serde::Serialize)]
+struct SimulatedDay {
+    #[serde(flatten)]
+    run: RunResult,
+    /// ET against static CEDF on the same jobs.
+    et: f64,
+}
+
+/// Warns about flags the chosen policy does not read.
+fn warn_ignored(a: &SimulateArgs) {
+    if a.layout.is_some() && a.policy != PolicyArg::Static {
+        eprintln!(
+            "warning: --layout is ignored with --policy {}",
+            policy_name(a.policy)
+        );
     }
-    let layout = match a.policy {
+    if a.model.is_some() && a.policy != PolicyArg::MeanField {
+        eprintln!(
+            "warning: --model is ignored with --policy {}",
+            policy_name(a.policy)
+        );
+    }
+    if a.trace.trace.is_some() && a.seeds.is_some() {
+        eprintln!("warning: --seeds is ignored with --trace (the trace is one run)");
+    }
+}
+
+fn policy_name(p: PolicyArg) -> String {
+    p.to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default()
+}
+
+/// The layout source `simulate --policy` names.
+fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec, CliError> {
+    let missing = |key: &str, cmd: &str| {
+        CliError::input(anyhow::anyhow!(
+            "the scenario has no baselines.{key}: run `smartmig {cmd} --scenario FILE --write`"
+        ))
+    };
+    Ok(match a.policy {
         PolicyArg::None => LayoutSpec::Static(vec![crate::scenario::WHOLE_GPU.into()]),
         PolicyArg::Static => {
-            let l = a.layout.clone().unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
+            let l = a
+                .layout
+                .clone()
+                .unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
             sc.check_layout(&l)
                 .map_err(|m| CliError::input(anyhow::anyhow!("--layout {}: {m}", l.join(","))))?;
             LayoutSpec::Static(l)
         }
-        PolicyArg::StaticBest => LayoutSpec::Static(sc.scenario.baselines.static_best.clone().ok_or_else(|| {
-            CliError::input(anyhow::anyhow!(
-                "the scenario has no baselines.static_best: run `smartmig tune-static --scenario FILE --write`"
-            ))
-        })?),
-        PolicyArg::Periodic => LayoutSpec::Periodic,
+        PolicyArg::StaticBest => LayoutSpec::Static(
+            sc.scenario
+                .baselines
+                .static_best
+                .clone()
+                .ok_or_else(|| missing("static_best", "tune-static"))?,
+        ),
+        PolicyArg::Periodic => LayoutSpec::Periodic(sc.scenario.baselines.periodic.clone()),
+        PolicyArg::PeriodicBest => LayoutSpec::Periodic(
+            sc.scenario
+                .baselines
+                .periodic_best
+                .clone()
+                .ok_or_else(|| missing("periodic_best", "tune-periodic"))?,
+        ),
         PolicyArg::MeanField => {
             let model = match a.model.clone() {
                 Some(m) => m,
-                None => shipped_model(&sc)
-                    .map_err(|why| CliError::input(anyhow::anyhow!("--policy mean-field needs a policy: {why}")))?,
+                None => shipped_model(sc).map_err(|why| {
+                    CliError::input(anyhow::anyhow!("--policy mean-field needs a policy: {why}"))
+                })?,
             };
             super::policy_cmd::ensure_runtime()?;
-            LayoutSpec::MeanField { model, initial: mean_field_start(&sc) }
+            LayoutSpec::MeanField {
+                model,
+                initial: mean_field_start(sc),
+            }
+        }
+    })
+}
+
+/// Runs `simulate`.
+pub fn simulate(a: SimulateArgs) -> CliResult {
+    warn_ignored(&a);
+    let sc = a.scenario.load()?;
+    let spec = PolicySpec::new(&policy_name(a.policy), a.scheduler, simulate_layout(&a, &sc)?);
+    let days: Vec<(u64, JobSet)> = match a.trace.load()? {
+        Some((_, jobs)) => vec![(a.seed, jobs)],
+        None => {
+            let seeds = a.seeds.map_or(vec![a.seed], |s| s.seeds(EVAL_SEED_BASE));
+            seeds
+                .into_iter()
+                .map(|seed| Ok((seed, workload::from_scenario(&sc, seed, a.trace.skip_bad)?)))
+                .collect::<Result<_, workload::TraceError>>()
+                .map_err(CliError::input)?
         }
     };
-    let name = a
-        .policy
-        .to_possible_value()
-        .map(|v| v.get_name().to_string())
-        .unwrap_or_default();
-    let spec = PolicySpec {
-        name,
-        scheduler: a.scheduler,
-        layout,
-    };
-    let sample = a.plot.as_ref().map(|_| 10.0);
-    let r = run_policy(&sc, &jobs, &spec, a.seed, sample).map_err(CliError::input)?;
-    if let (Some(dir), Some(series)) = (&a.plot, &r.series) {
-        make_dir(dir)?;
-        plot::load_over_time(
-            &dir.join("load.svg"),
-            series,
-            &format!("{}: arrivals, busy slices, waiting jobs", sc.scenario.name),
-        )
-        .map_err(CliError::failure)?;
-        plot::configuration_mix(
-            &dir.join("configurations.svg"),
-            series,
-            &plot::configuration_labels(&sc),
-            &format!("{}: configuration mix", r.policy),
-        )
-        .map_err(CliError::failure)?;
+    if days.len() > 1 && (a.dump_jobs.is_some() || a.plot.is_some()) {
+        eprintln!("warning: --dump-jobs and --plot are ignored with several days");
     }
-    match a.format {
-        Format::Json => print_json(&r),
-        Format::Table => {
-            println!(
-                "scenario {} | policy {} | scheduler {} | semantics {} | seed {} | {} jobs on {} GPUs",
-                sc.scenario.name,
-                r.policy,
-                r.scheduler.name(),
-                r.semantics.as_str(),
-                r.seed,
-                r.jobs,
-                sc.gpus.len()
-            );
-            let rows = vec![
-                vec![
-                    "energy".into(),
-                    format!("{:.3} kWh ({:.0} W·min)", r.energy_kwh(), r.energy_wmin),
-                ],
-                vec!["avg tardiness".into(), format!("{:.3} min", r.avg_tardiness_min)],
-                vec!["makespan".into(), format!("{:.1} min", r.makespan_min)],
-                vec!["utilisation".into(), format!("{:.1}%", 100.0 * r.utilisation)],
-                vec!["repartitions".into(), r.repartitions.to_string()],
-                vec!["preemptions".into(), r.preemptions.to_string()],
-                vec!["events".into(), r.events.to_string()],
-            ];
-            print!("{}", table(&["metric", "value"], &rows));
+    let one = days.len() == 1;
+    let mut out = Vec::with_capacity(days.len());
+    for (seed, jobs) in &days {
+        if let (true, Some(path)) = (one, &a.dump_jobs) {
+            let f = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))
+                .map_err(CliError::failure)?;
+            write_jobs_csv(jobs, std::io::BufWriter::new(f))
+                .with_context(|| format!("cannot write {}", path.display()))
+                .map_err(CliError::failure)?;
+        }
+        let sample = a.plot.as_ref().filter(|_| one).map(|_| 10.0);
+        let r = run_policy(&sc, jobs, &spec, *seed, sample).map_err(CliError::input)?;
+        let et = r.et(&run_reference(&sc, jobs, *seed), &sc.scenario.objective);
+        if let (Some(dir), Some(series)) = (a.plot.as_ref().filter(|_| one), &r.series) {
+            simulate_plots(dir, &sc, &r.policy, series)?;
+        }
+        out.push(SimulatedDay { run: r, et });
+    }
+    match (a.format, out.as_slice()) {
+        (Format::Json, [day]) => print_json(day),
+        (Format::Json, days) => print_json(&serde_json::json!({
+            "scenario": sc.scenario.name,
+            "policy": spec.name,
+            "days": days,
+            "mean": means(days),
+        })),
+        (Format::Table, [day]) => {
+            print_run(&sc, day);
+            Ok(())
+        }
+        (Format::Table, days) => {
+            print_days(&sc, days);
             Ok(())
         }
     }
 }
 
-fn make_dir(dir: &Path) -> Result<(), CliError> {
+fn simulate_plots(dir: &Path, sc: &ResolvedScenario, policy: &str, series: &crate::sim::Series) -> CliResult {
+    make_dir(dir)?;
+    plot::load_over_time(
+        &dir.join("load.svg"),
+        series,
+        &format!("{}: arrivals, busy slices, waiting jobs", sc.scenario.name),
+    )
+    .map_err(CliError::failure)?;
+    plot::configuration_mix(
+        &dir.join("configurations.svg"),
+        series,
+        &plot::configuration_labels(sc),
+        &format!("{policy}: configuration mix"),
+    )
+    .map_err(CliError::failure)
+}
+
+/// Means over days and the standard error of ET.
+fn means(days: &[SimulatedDay]) -> serde_json::Value {
+    let n = days.len().max(1) as f64;
+    let m = |f: &dyn Fn(&SimulatedDay) -> f64| days.iter().map(f).sum::<f64>() / n;
+    let et = m(&|d| d.et);
+    let se = (days.iter().map(|d| (d.et - et).powi(2)).sum::<f64>() / (n - 1.0).max(1.0) / n).sqrt();
+    serde_json::json!({
+        "energy_wmin": m(&|d| d.run.energy_wmin),
+        "avg_tardiness_min": m(&|d| d.run.avg_tardiness_min),
+        "et": et,
+        "et_se": se,
+        "repartitions": m(&|d| d.run.repartitions as f64),
+    })
+}
+
+fn print_run(sc: &ResolvedScenario, day: &SimulatedDay) {
+    let r = &day.run;
+    println!(
+        "scenario {} | policy {} | scheduler {} | semantics {} | seed {} | {} jobs on {} GPUs",
+        sc.scenario.name,
+        r.policy,
+        r.scheduler.name(),
+        r.semantics.as_str(),
+        r.seed,
+        r.jobs,
+        sc.gpus.len()
+    );
+    let rows = vec![
+        vec![
+            "energy".into(),
+            format!("{:.3} kWh ({:.0} W·min)", r.energy_kwh(), r.energy_wmin),
+        ],
+        vec!["avg tardiness".into(), format!("{:.3} min", r.avg_tardiness_min)],
+        vec!["ET vs static-cedf".into(), format!("{:.3}", day.et)],
+        vec!["makespan".into(), format!("{:.1} min", r.makespan_min)],
+        vec!["utilisation".into(), format!("{:.1}%", 100.0 * r.utilisation)],
+        vec!["repartitions".into(), r.repartitions.to_string()],
+        vec!["re-layout batches".into(), r.relayout_batches.to_string()],
+        vec!["preemptions".into(), r.preemptions.to_string()],
+        vec!["events".into(), r.events.to_string()],
+    ];
+    print!("{}", table(&["metric", "value"], &rows));
+}
+
+fn print_days(sc: &ResolvedScenario, days: &[SimulatedDay]) {
+    let first = &days[0].run;
+    println!(
+        "scenario {} | policy {} | scheduler {} | semantics {:?} | {} days on {} GPUs",
+        sc.scenario.name,
+        first.policy,
+        first.scheduler.name(),
+        first.semantics,
+        days.len(),
+        sc.gpus.len()
+    );
+    let rows: Vec<Vec<String>> = days
+        .iter()
+        .map(|d| {
+            vec![
+                d.run.seed.to_string(),
+                d.run.jobs.to_string(),
+                format!("{:.2}", d.run.energy_kwh()),
+                format!("{:.3}", d.run.avg_tardiness_min),
+                format!("{:.3}", d.et),
+                d.run.repartitions.to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &["seed", "jobs", "energy kWh", "tardiness min", "ET", "reparts"],
+            &rows
+        )
+    );
+    let m = means(days);
+    println!(
+        "mean: energy {:.2} kWh, tardiness {:.3} min, ET {:.3} ± {:.3} (standard error)",
+        m["energy_wmin"].as_f64().unwrap_or(f64::NAN) / crate::energy::WMIN_PER_KWH,
+        m["avg_tardiness_min"].as_f64().unwrap_or(f64::NAN),
+        m["et"].as_f64().unwrap_or(f64::NAN),
+        m["et_se"].as_f64().unwrap_or(f64::NAN)
+    );
+}
+
+pub(crate) fn make_dir(dir: &Path) -> Result<(), CliError> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create {}", dir.display()))
         .map_err(CliError::failure)
 }
 
+/// The scenario file's tuned baselines, each with a caveat when the run's overrides (or a
+/// trace) change the world it was tuned for.
+pub(crate) fn file_tuned(sc: &ResolvedScenario, args: &ScenarioArgs, trace: bool) -> Tuned {
+    let note = |repartitions: bool, cmd: &str| -> Option<String> {
+        let sets = args.world_overrides(repartitions);
+        let what = match (sets.is_empty(), trace) {
+            (true, false) => return None,
+            (true, true) => "the trace".to_string(),
+            (false, false) => format!("--set {}", sets.join(" --set ")),
+            (false, true) => format!("the trace and --set {}", sets.join(" --set ")),
+        };
+        Some(format!(
+            "tuned for the scenario file, not for {what}; run `smartmig {cmd}` with them"
+        ))
+    };
+    let b = &sc.scenario.baselines;
+    Tuned {
+        static_best: b.static_best.clone().map(|l| (l, note(false, "tune-static"))),
+        periodic_best: b.periodic_best.clone().map(|p| (p, note(true, "tune-periodic"))),
+    }
+}
+
 /// Runs `compare`.
 pub fn compare(a: CompareArgs) -> CliResult {
     let sc = a.scenario.load()?;
-    let best = if a.tune {
-        let pb = progress(30, "tune static-best");
-        let t = run_tune(&sc, &train_seeds(a.tune_seeds), &pb).map_err(CliError::input)?;
-        pb.finish_and_clear();
-        Some(t.layout)
-    } else {
-        sc.scenario.baselines.static_best.clone()
-    };
+    let days = a.trace.days(&sc, a.seeds, SeedArg::Count(10), EVAL_SEED_BASE)?;
+    let trace = matches!(days, Days::Trace { .. });
+    let mut tuned = file_tuned(&sc, &a.scenario, trace);
+    let stale = |n: &Option<String>| n.is_some() && !a.no_tune;
+    let retune_static = a.tune || tuned.static_best.as_ref().is_some_and(|(_, n)| stale(n));
+    let retune_periodic = a.tune || tuned.periodic_best.as_ref().is_some_and(|(_, n)| stale(n));
+    if retune_static || retune_periodic {
+        let (train, label, note) = tuning_days(&sc, &a, &days)?;
+        if retune_static {
+            eprintln!("static-best: tuning on {label} for this run's scenario");
+            let pb = progress(30, "tune static-best");
+            let t = tune_static_on(&sc, train.clone(), &pb);
+            pb.finish_and_clear();
+            tuned.static_best = Some((t.layout, note.clone()));
+        }
+        if retune_periodic {
+            let start = tuned.static_best.as_ref().map_or_else(
+                || sc.scenario.baselines.reference_layout.clone(),
+                |(l, _)| l.clone(),
+            );
+            eprintln!("periodic-best: tuning on {label} for this run's scenario");
+            let pb = progress(60, "tune periodic-best");
+            let t = tune_periodic_on(&sc, train, &start, DEFAULT_BLOCKS, DEFAULT_PASSES, &pb)
+                .map_err(CliError::input)?;
+            pb.finish_and_clear();
+            tuned.periodic_best = Some((t.schedule, note));
+        }
+    }
     let model = smart_mig_model(&sc, &a.model, a.no_model);
     if model.is_some() {
         super::policy_cmd::ensure_runtime()?;
     }
-    let policies = compare_policies(&sc, best.as_deref(), model);
-    let seeds = eval_seeds(a.seeds);
-    let pb = progress(seeds.len() as u64, "compare");
+    let mut policies = compare_policies(&sc, &tuned, model);
+    if !a.no_guard {
+        apply_guard(&sc, &mut policies)?;
+    }
+    let pb = progress(days.seeds().len() as u64, "compare");
     let sample = a.plot.as_ref().map(|_| 10.0);
-    let cmp = run_compare(&sc, &policies, &seeds, sample, &pb).map_err(CliError::input)?;
+    let cmp = run_compare(&sc, &policies, &days, sample, !a.no_bounds, &pb).map_err(CliError::input)?;
     pb.finish_and_clear();
     if let Some(dir) = &a.plot {
         compare_plots(dir, &cmp, &plot::configuration_labels(&sc))?;
@@ -365,28 +677,102 @@ pub fn compare(a: CompareArgs) -> CliResult {
     match a.format {
         Format::Json => print_json(&cmp),
         Format::Table => {
-            print_comparison(&cmp, best.as_deref());
+            print_comparison(&cmp, tuned.static_best.as_ref().map(|(l, _)| l.as_slice()));
             Ok(())
         }
     }
 }
 
+/// Days to tune on, how to describe them, and the caveat of the result.
+type TuningDays = (Vec<(u64, JobSet)>, String, Option<String>);
+
+/// The days `compare` tunes on: training seeds, or a trace's own days (in-sample, noted),
+/// with how to describe them.
+fn tuning_days(sc: &ResolvedScenario, a: &CompareArgs, days: &Days) -> Result<TuningDays, CliError> {
+    match days {
+        Days::Trace { days, .. } => Ok((
+            days.iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, d)| (i as u64, d))
+                .collect(),
+            "the trace's days".to_string(),
+            Some("tuned on the same trace days it is evaluated on (in-sample)".to_string()),
+        )),
+        Days::Seeds(_) => {
+            let seeds = a.tune_seeds.seeds(TRAIN_SEED_BASE);
+            let label = format!("training {}", Days::Seeds(seeds.clone()).describe());
+            let train = seeds
+                .iter()
+                .map(|&s| Ok((s, workload::from_scenario(sc, s, false)?)))
+                .collect::<Result<Vec<_>, workload::TraceError>>()
+                .map_err(CliError::input)?;
+            Ok((train, label, None))
+        }
+    }
+}
+
+/// The deployment guard on `compare`'s learned policy: validated against static-best on
+/// this scenario's validation days, it runs as itself when it passes; when it fails (or
+/// its file says its own guard failed, which smartmigd refuses) the deployed behaviour
+/// is static-best's layout, and the policy itself is shown as `smart-mig-unguarded`.
+fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResult {
+    let Some(i) = policies.iter().position(|p| p.name == SMART_MIG) else {
+        return Ok(());
+    };
+    let Some(static_layout) = policies
+        .iter()
+        .find(|p| p.name == STATIC_BEST)
+        .and_then(|p| match &p.layout {
+            LayoutSpec::Static(l) => Some(l.clone()),
+            _ => None,
+        })
+    else {
+        return Ok(());
+    };
+    let file_verdict = match &policies[i].layout {
+        LayoutSpec::MeanField { model, .. } => std::fs::read(model)
+            .ok()
+            .and_then(|b| super::policy_metadata(model, &b).ok())
+            .and_then(|m| m.guard_failed().map(str::to_string)),
+        _ => None,
+    };
+    let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
+    let pb = progress(1, "guard");
+    let verdict = guard(sc, policies[i].clone(), &static_layout, seeds).map_err(CliError::input)?;
+    pb.finish_and_clear();
+    let mut note = format!("guard {}", verdict.describe());
+    if let Some(why) = &file_verdict {
+        note.push_str(&format!("; its file's own guard {why}"));
+    }
+    if verdict.passed && file_verdict.is_none() {
+        policies[i].note = Some(note);
+        return Ok(());
+    }
+    let mut raw = policies[i].clone();
+    raw.name = format!("{SMART_MIG}-unguarded");
+    policies[i] = PolicySpec::new(SMART_MIG, Scheduler::Cedf, LayoutSpec::Static(static_layout))
+        .with_note(Some(format!("{note}: deployed as static-best")));
+    policies.push(raw);
+    Ok(())
+}
+
 /// The policies `compare` runs: the baselines, and `smart-mig` when a model is given.
 pub(crate) fn compare_policies(
     sc: &ResolvedScenario,
-    best: Option<&[String]>,
+    tuned: &Tuned,
     model: Option<PathBuf>,
 ) -> Vec<PolicySpec> {
-    let mut policies = baselines(sc, best);
+    let mut policies = baselines(sc, tuned);
     if let Some(model) = model {
-        policies.push(PolicySpec {
-            name: "smart-mig".into(),
-            scheduler: Scheduler::Cedf,
-            layout: LayoutSpec::MeanField {
+        policies.push(PolicySpec::new(
+            SMART_MIG,
+            Scheduler::Cedf,
+            LayoutSpec::MeanField {
                 model,
                 initial: mean_field_start(sc),
             },
-        });
+        ));
     }
     policies
 }
@@ -450,15 +836,21 @@ fn compare_plots(dir: &Path, cmp: &Comparison, labels: &[String]) -> CliResult {
     .map_err(CliError::failure)
 }
 
+/// `+4.9% ± 0.4%` of a paired gain, or `-`.
+fn paired_cell(p: Option<&Paired>) -> String {
+    p.map_or("-".into(), |p| {
+        format!("{:+.1}% ± {:.1}%", 100.0 * p.mean, 100.0 * p.se)
+    })
+}
+
 pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
     println!(
-        "scenario {} | {} GPUs | {} jobs/day | {} evaluation days (seeds {}..={}) | reference {}",
+        "scenario {} | {} GPUs | {} jobs/day | {} evaluation days ({}) | reference {}",
         cmp.scenario,
         cmp.gpus,
         cmp.jobs,
         cmp.seeds.len(),
-        cmp.seeds.first().copied().unwrap_or(0),
-        cmp.seeds.last().copied().unwrap_or(0),
+        cmp.days_from,
         cmp.reference
     );
     let rows: Vec<Vec<String>> = cmp
@@ -466,7 +858,11 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
         .iter()
         .map(|p| {
             vec![
-                p.name.clone(),
+                if p.note.is_some() {
+                    format!("{}*", p.name)
+                } else {
+                    p.name.clone()
+                },
                 p.scheduler.name().to_string(),
                 format!(
                     "{:.2} ± {:.2}",
@@ -476,6 +872,7 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
                 format!("{:.3} ± {:.3}", p.avg_tardiness_min, p.avg_tardiness_min_sd),
                 format!("{:.3} ± {:.3}", p.et, p.et_sd),
                 format!("{:+.1}%", 100.0 * p.et_gain),
+                paired_cell(p.vs_static_best.as_ref()),
                 format!("{:.1}", p.repartitions),
                 format!("{:.1}%", 100.0 * p.utilisation),
                 p.energy_above_lb
@@ -494,6 +891,7 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
                 "tardiness min",
                 "ET",
                 "ET gain",
+                "vs static-best",
                 "reparts",
                 "util",
                 "E vs LB"
@@ -501,6 +899,12 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
             &rows
         )
     );
+    println!(
+        "± over days: standard deviation; vs static-best: mean ± standard error of the per-day gain 1 − ET/ET(static-best)"
+    );
+    for p in cmp.policies.iter().filter(|p| p.note.is_some()) {
+        println!("* {}: {}", p.name, p.note.as_deref().unwrap_or_default());
+    }
     if let Some(b) = &cmp.bounds {
         let kwh = b["energy_kwh"].as_f64().unwrap_or(f64::NAN);
         let tardiness = match (b["tardiness_min"].as_f64(), b["tardiness_method"].as_str()) {
@@ -510,64 +914,9 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
         println!("lower bounds (mean over days): energy {kwh:.2} kWh, avg tardiness {tardiness}");
     }
     match best {
-        Some(b) => println!("static-best layout: {}", b.join(" ")),
+        Some(b) => println!("{STATIC_BEST} layout: {}", super::layout_summary(b)),
         None => {
-            println!("static-best: not in the scenario (run `smartmig tune-static --write` or pass --tune)")
+            println!("{STATIC_BEST}: not in the scenario (run `smartmig tune-static --write` or pass --tune)")
         }
     }
-}
-
-/// Runs `tune-static`.
-pub fn tune_static(a: TuneArgs) -> CliResult {
-    let sc = a.scenario.load()?;
-    let seeds = train_seeds(a.seeds);
-    let pb = progress(30, "tune static-best");
-    let t = run_tune(&sc, &seeds, &pb).map_err(CliError::input)?;
-    pb.finish_and_clear();
-    if a.write {
-        if let Some(path) = &a.scenario.scenario {
-            write_static_best(path, &t)?;
-        }
-    }
-    match a.format {
-        Format::Json => print_json(&t),
-        Format::Table => {
-            println!("best static layout: {}", t.layout.join(" "));
-            println!(
-                "ET vs static-cedf on training seeds {:?}: {:.3} (gain {:+.1}%); best uniform {} at {:.3}; {} layouts simulated",
-                t.seeds,
-                t.et,
-                100.0 * (1.0 - t.et),
-                t.best_uniform.0,
-                t.best_uniform.1,
-                t.evaluations
-            );
-            if a.write {
-                println!("written to baselines.static_best");
-            }
-            Ok(())
-        }
-    }
-}
-
-/// Sets `baselines.static_best` in a scenario file, keeping its comments and layout.
-fn write_static_best(path: &Path, t: &TuneResult) -> CliResult {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(CliError::failure)?;
-    let mut doc: toml_edit::DocumentMut = text
-        .parse()
-        .with_context(|| format!("cannot edit {}", path.display()))
-        .map_err(CliError::input)?;
-    let mut arr = toml_edit::Array::new();
-    for c in &t.layout {
-        arr.push(c.as_str());
-    }
-    if !doc.contains_table("baselines") {
-        doc["baselines"] = toml_edit::table();
-    }
-    doc["baselines"]["static_best"] = toml_edit::value(arr);
-    std::fs::write(path, doc.to_string())
-        .with_context(|| format!("cannot write {}", path.display()))
-        .map_err(CliError::failure)
 }

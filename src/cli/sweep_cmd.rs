@@ -5,9 +5,11 @@
 //! file, resolved to absolute paths) and `DIR/sweep.sbatch` (an array job whose task i
 //! runs `smartmig sweep --run-task DIR --task i`). Each task writes
 //! `DIR/results/seed-<seed>.json`: every policy's run on that seed's job stream and the
-//! day's lower bounds. `--collect DIR` reads them all and prints what `compare` prints for
-//! the same seeds; the numbers are equal because the summary is computed by the same code
-//! from the same per-day results, read back bit-exact.
+//! day's lower bounds. `--collect DIR` reads them all and prints what `compare --no-tune`
+//! prints for the same seeds (the tuned baselines are the scenario file's, marked when the
+//! overrides change the world they were tuned for; the learned policy runs without
+//! `compare`'s guard); the numbers are equal because the summary is computed by the same
+//! code from the same per-day results, read back bit-exact.
 
 use std::path::{Path, PathBuf};
 
@@ -15,10 +17,12 @@ use anyhow::{anyhow, Context};
 use clap::{ArgGroup, Args};
 use serde::{Deserialize, Serialize};
 
-use super::sim_cmd::{compare_policies, print_comparison, smart_mig_model, ScenarioArgs};
+use super::sim_cmd::{
+    compare_policies, file_tuned, print_comparison, smart_mig_model, ScenarioArgs, SeedArg,
+};
 use super::{print_json, CliError, CliResult, Format};
 use crate::eval::compare::{compare_day, summarise, Day, PolicySpec};
-use crate::eval::eval_seeds;
+use crate::eval::EVAL_SEED_BASE;
 use crate::scenario::ResolvedScenario;
 
 /// Version of `sweep.json`.
@@ -30,9 +34,10 @@ const MANIFEST_VERSION: u32 = 1;
 pub struct SweepArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
-    /// Evaluation days (seeds), one array task each.
-    #[arg(long, default_value_t = 10)]
-    seeds: u32,
+    /// Evaluation days, one array task each: a count from the first evaluation seed, or
+    /// a range of seeds (`1000000..=1000019`).
+    #[arg(long, default_value = "10")]
+    seeds: SeedArg,
     /// Policy file (ONNX) to include as `smart-mig` (default: the shipped one, when present).
     #[arg(long)]
     model: Option<PathBuf>,
@@ -102,8 +107,7 @@ impl Manifest {
             semantics: None,
         };
         let sc = args.load()?;
-        let best = sc.scenario.baselines.static_best.clone();
-        let policies = compare_policies(&sc, best.as_deref(), self.model.clone());
+        let policies = compare_policies(&sc, &file_tuned(&sc, &args, false), self.model.clone());
         Ok((sc, policies))
     }
 }
@@ -164,7 +168,7 @@ fn emit(a: &SweepArgs, dir: &Path) -> CliResult {
         version: MANIFEST_VERSION,
         scenario: a.scenario.scenario.as_deref().map(absolute).transpose()?,
         sets: a.scenario.all_sets(),
-        seeds: eval_seeds(a.seeds),
+        seeds: a.seeds.seeds(EVAL_SEED_BASE),
         model: model.as_deref().map(absolute).transpose()?,
     };
     let json = serde_json::to_string_pretty(&manifest).map_err(CliError::failure)?;
@@ -297,7 +301,8 @@ fn collect(dir: &Path, format: Format) -> CliResult {
             dir.display()
         )));
     }
-    let cmp = summarise(&sc, &policies, days);
+    let described = crate::eval::compare::Days::Seeds(m.seeds.clone()).describe();
+    let cmp = summarise(&sc, &policies, days, &described);
     match format {
         Format::Json => print_json(&cmp),
         Format::Table => {

@@ -2,23 +2,58 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::sim_cmd::ScenarioArgs;
+use super::sim_cmd::{file_tuned, ScenarioArgs};
 use super::{CliError, CliResult};
+use crate::eval::periodic::{DEFAULT_BLOCKS, DEFAULT_PASSES};
 use crate::partition::mean_field::scenario_metadata;
+use crate::policy::Draw;
+use crate::scenario::{PeriodicSpec, ResolvedScenario};
 use crate::sim::plot;
+use crate::train::imitation::{train_imitation, ImitationConfig};
 use crate::train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
+use crate::workload::JobSet;
+
+/// How `train` learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// Imitate a controller tuned on the training days (time-of-day base rung, moved by
+    /// the queue), then relabel what the network itself sees (DAgger).
+    Imitation,
+    /// Proximal policy optimisation from the simulator's rewards.
+    Ppo,
+}
 
 /// `train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
-    /// Where to write the policy (ONNX); checkpoints go to `<out>.ckpt/`.
+    /// Where to write the policy (ONNX); checkpoints and figures go to `<out>.ckpt/`.
     #[arg(long)]
     out: PathBuf,
+    /// How to learn.
+    #[arg(long, value_enum, default_value = "imitation")]
+    method: Method,
+    /// Imitation: training days (the teacher's search and the network's data).
+    #[arg(long, default_value_t = ImitationConfig::default().train_days)]
+    train_days: u32,
+    /// Imitation: most rounds of the teacher's search.
+    #[arg(long, default_value_t = ImitationConfig::default().teacher_rounds)]
+    teacher_rounds: u32,
+    /// Imitation: rounds of fitting the network and relabelling what it saw.
+    #[arg(long, default_value_t = ImitationConfig::default().student_rounds)]
+    student_rounds: u32,
+    /// Imitation: most mean energy above the energy lower bound the teacher may use, as a
+    /// fraction (0.27: 27%); unset: ET alone.
+    #[arg(long)]
+    energy_cap: Option<f64>,
+    /// Imitation: supervised epochs per round.
+    #[arg(long, default_value_t = ImitationConfig::default().epochs)]
+    epochs: usize,
     /// PPO iterations.
     #[arg(long, default_value_t = 100)]
     iterations: u32,
@@ -31,9 +66,9 @@ pub struct TrainArgs {
     /// Continue from the checkpoint in `<out>.ckpt/`.
     #[arg(long)]
     resume: bool,
-    /// Adam learning rate.
-    #[arg(long, default_value_t = PpoConfig::default().lr)]
-    lr: f64,
+    /// Adam learning rate (default: 3e-3 for imitation, 1e-4 for PPO).
+    #[arg(long)]
+    lr: Option<f64>,
     /// Decide every this many arrivals and completions.
     #[arg(long, default_value_t = 5)]
     every_events: u32,
@@ -73,6 +108,164 @@ fn validation(p: &CurvePoint) -> String {
 
 /// Runs `train`.
 pub fn run(a: TrainArgs) -> CliResult {
+    match a.method {
+        Method::Imitation => imitation(a),
+        Method::Ppo => ppo(a),
+    }
+}
+
+/// The baselines the teacher starts from: the scenario file's, or searched now on the
+/// training days when absent or tuned for another world.
+fn teacher_start(
+    sc: &ResolvedScenario,
+    a: &TrainArgs,
+    cfg: &ImitationConfig,
+) -> Result<(Vec<PeriodicSpec>, Vec<String>), CliError> {
+    let tuned = file_tuned(sc, &a.scenario, false);
+    let first = crate::eval::TRAIN_SEED_BASE + cfg.seed * 100_000;
+    let days = || -> Result<Vec<(u64, JobSet)>, CliError> {
+        (first..first + u64::from(cfg.train_days))
+            .map(|s| Ok((s, crate::workload::from_scenario(sc, s, false)?)))
+            .collect::<Result<_, crate::workload::TraceError>>()
+            .map_err(CliError::input)
+    };
+    let static_best = match tuned.static_best {
+        Some((l, None)) => l,
+        _ => {
+            eprintln!("static-best: tuning on the training days first");
+            crate::eval::tune::tune_static_on(sc, days()?, &ProgressBar::hidden()).layout
+        }
+    };
+    let schedule = match tuned.periodic_best {
+        Some((p, None)) => p,
+        _ => {
+            eprintln!("periodic-best: tuning on the training days first");
+            let pb = ProgressBar::hidden();
+            crate::eval::periodic::tune_periodic_on(
+                sc,
+                days()?,
+                &static_best,
+                DEFAULT_BLOCKS,
+                DEFAULT_PASSES,
+                &pb,
+            )
+            .map_err(CliError::input)?
+            .schedule
+        }
+    };
+    Ok((schedule, static_best))
+}
+
+/// `train --method imitation`.
+fn imitation(a: TrainArgs) -> CliResult {
+    let sc = a.scenario.load()?;
+    let cfg = ImitationConfig {
+        seed: a.seed,
+        train_days: a.train_days,
+        validation_days: a.validation_days,
+        every_events: a.every_events,
+        teacher_rounds: a.teacher_rounds,
+        student_rounds: a.student_rounds,
+        epochs: a.epochs,
+        lr: a.lr.unwrap_or(ImitationConfig::default().lr),
+        energy_cap: a.energy_cap,
+        ..ImitationConfig::default()
+    };
+    let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;
+    let outcome = train_imitation(&sc, &cfg, &schedule, &static_best, |line| eprintln!("{line}"))
+        .map_err(CliError::failure)?;
+    let ckpt = checkpoint_dir(&a.out);
+    std::fs::create_dir_all(&ckpt)
+        .with_context(|| format!("cannot create {}", ckpt.display()))
+        .map_err(CliError::failure)?;
+    let mut metadata = scenario_metadata(&sc, 0, cfg.every_events, 3, cfg.seed);
+    if let Some(path) = &a.scenario.scenario {
+        metadata.training_scenario = path.display().to_string();
+    }
+    metadata.draw = Draw::Apportion;
+    metadata.guard = Some(outcome.guard.describe());
+    let net = outcome
+        .network
+        .as_ref()
+        .ok_or_else(|| CliError::failure(anyhow::anyhow!("training kept no network")))?;
+    crate::policy::onnx_writer::write(&a.out, net, &metadata).map_err(CliError::failure)?;
+    let report = serde_json::to_string_pretty(&serde_json::json!({ "config": cfg, "outcome": outcome }))
+        .map_err(CliError::failure)?;
+    let report_path = ckpt.join("imitation.json");
+    std::fs::write(&report_path, report)
+        .with_context(|| format!("cannot write {}", report_path.display()))
+        .map_err(CliError::failure)?;
+    let teacher: Vec<(u32, f64)> = outcome
+        .teacher_curve
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| (i as u32, e))
+        .collect();
+    plot::learning_curve(
+        &ckpt.join("teacher-curve.svg"),
+        &[(
+            "teacher, training days (ET + energy-cap penalty)".to_string(),
+            teacher,
+        )],
+        &[
+            (
+                "static-best, validation days".to_string(),
+                outcome.static_validation_et,
+            ),
+            (
+                "teacher, validation days".to_string(),
+                outcome.teacher_validation_et,
+            ),
+        ],
+        "teacher search: ET per round of coordinate descent",
+    )
+    .map_err(CliError::failure)?;
+    let rounds = |f: fn(&crate::train::imitation::StudentRound) -> f64| -> Vec<(u32, f64)> {
+        outcome.rounds.iter().map(|r| (r.round, f(r))).collect()
+    };
+    plot::learning_curve(
+        &ckpt.join("learning-curve.svg"),
+        &[
+            ("network, training days".to_string(), rounds(|r| r.train_et)),
+            (
+                "network, validation days".to_string(),
+                rounds(|r| r.validation_et),
+            ),
+        ],
+        &[
+            (
+                "static-best, validation days".to_string(),
+                outcome.static_validation_et,
+            ),
+            (
+                "teacher, validation days".to_string(),
+                outcome.teacher_validation_et,
+            ),
+        ],
+        "mean-field network by imitation: ET per round",
+    )
+    .map_err(CliError::failure)?;
+    println!(
+        "wrote {} (round {} of {}, validation ET {:.4}; teacher {:.4}, static-best {:.4}; guard {}) in {:.0} s; figures in {}",
+        a.out.display(),
+        outcome.kept_round,
+        outcome.rounds.len(),
+        outcome
+            .rounds
+            .iter()
+            .find(|r| r.round == outcome.kept_round)
+            .map_or(f64::NAN, |r| r.validation_et),
+        outcome.teacher_validation_et,
+        outcome.static_validation_et,
+        outcome.guard.describe(),
+        outcome.seconds,
+        ckpt.display()
+    );
+    Ok(())
+}
+
+/// `train --method ppo`.
+fn ppo(a: TrainArgs) -> CliResult {
     let sc = a.scenario.load()?;
     let cfg = TrainConfig {
         iterations: a.iterations,
@@ -83,7 +276,7 @@ pub fn run(a: TrainArgs) -> CliResult {
         validate_every: a.validate_every,
         validation_days: a.validation_days,
         ppo: PpoConfig {
-            lr: a.lr,
+            lr: a.lr.unwrap_or(PpoConfig::default().lr),
             stay_bias: a.stay_bias,
             entropy: a.entropy,
             adam_eps: a.adam_eps,

@@ -9,13 +9,19 @@ use crate::bounds::{self, energy_day, relax, tardiness_bound, DayBounds, COMPARE
 use crate::partition::mean_field::{scenario_metadata, MeanField, DEFAULT_EVERY_EVENTS};
 use crate::partition::{Periodic, Repartitioner, Static};
 use crate::policy::{OnnxRuntime, PolicyRuntime, RuntimeError, SamplingConfig, DEFAULT_TOP_K};
-use crate::scenario::ResolvedScenario;
+use crate::scenario::{PeriodicSpec, ResolvedScenario};
 use crate::sched::Scheduler;
 use crate::sim::{RunOptions, RunResult, Simulation};
 use crate::workload::{self, JobSet, TraceError};
 
 /// Name of the reference policy (static CEDF on the paper's layout).
 pub const REFERENCE: &str = "static-cedf";
+/// Name of the best static layout's row; the paired gains are against it.
+pub const STATIC_BEST: &str = "static-best";
+/// Name of the best time-of-day schedule's row.
+pub const PERIODIC_BEST: &str = "periodic-best";
+/// Name of the learned policy's row.
+pub const SMART_MIG: &str = "smart-mig";
 
 /// A policy to evaluate: a repartitioner and a scheduler.
 #[derive(Debug, Clone)]
@@ -26,6 +32,8 @@ pub struct PolicySpec {
     pub scheduler: Scheduler,
     /// Layout source.
     pub layout: LayoutSpec,
+    /// A caveat printed with the row (e.g. a layout tuned for another scenario).
+    pub note: Option<String>,
 }
 
 /// Where a policy's layouts come from.
@@ -33,8 +41,8 @@ pub struct PolicySpec {
 pub enum LayoutSpec {
     /// Fixed configurations cycled over the GPUs.
     Static(Vec<String>),
-    /// The scenario's periodic schedule.
-    Periodic,
+    /// A time-of-day schedule.
+    Periodic(Vec<PeriodicSpec>),
     /// A learned mean-field policy (ONNX, one file for the scenario's single GPU model),
     /// starting from the given layout.
     MeanField {
@@ -46,19 +54,27 @@ pub enum LayoutSpec {
 }
 
 impl PolicySpec {
-    fn new(name: &str, scheduler: Scheduler, layout: LayoutSpec) -> PolicySpec {
+    /// A policy without a caveat.
+    pub fn new(name: &str, scheduler: Scheduler, layout: LayoutSpec) -> PolicySpec {
         PolicySpec {
             name: name.to_string(),
             scheduler,
             layout,
+            note: None,
         }
+    }
+
+    /// The same policy with a caveat.
+    pub fn with_note(mut self, note: Option<String>) -> PolicySpec {
+        self.note = note;
+        self
     }
 
     /// A fresh repartitioner for one run (a learned policy is loaded and checked here).
     pub fn repartitioner(&self, sc: &ResolvedScenario) -> Result<Box<dyn Repartitioner>, RuntimeError> {
         Ok(match &self.layout {
             LayoutSpec::Static(l) => Box::new(Static::new(self.name.clone(), l.clone())),
-            LayoutSpec::Periodic => Box::new(Periodic::new(sc, &sc.scenario.baselines.periodic)),
+            LayoutSpec::Periodic(schedule) => Box::new(Periodic::named(&self.name, sc, schedule)),
             LayoutSpec::MeanField { model, initial } => {
                 let expected = scenario_metadata(sc, 0, DEFAULT_EVERY_EVENTS, DEFAULT_TOP_K as u32, 0);
                 let rt = PolicyRuntime::load_with(&OnnxRuntime::init_or_fetch(None)?, model, &expected)?;
@@ -73,6 +89,7 @@ impl PolicySpec {
                     DEFAULT_EVERY_EVENTS
                 };
                 let interval = meta.decision.seconds;
+                let draw = meta.draw;
                 Box::new(
                     MeanField::new(
                         sc,
@@ -82,20 +99,34 @@ impl PolicySpec {
                         every,
                         sampling,
                     )
-                    .with_interval(interval),
+                    .with_interval(interval)
+                    .with_draw(draw),
                 )
             }
         })
     }
 }
 
-/// The baselines of docs/model.md §5 for a scenario; `best` adds `static-best`.
-pub fn baselines(sc: &ResolvedScenario, best: Option<&[String]>) -> Vec<PolicySpec> {
+/// A tuned baseline to include: its layout or schedule, and a caveat when it was tuned
+/// for a different scenario than the one being run.
+#[derive(Debug, Clone, Default)]
+pub struct Tuned {
+    /// `static-best`'s layout.
+    pub static_best: Option<(Vec<String>, Option<String>)>,
+    /// `periodic-best`'s schedule.
+    pub periodic_best: Option<(Vec<PeriodicSpec>, Option<String>)>,
+}
+
+/// The baselines of docs/model.md §5 for a scenario, and the tuned ones given.
+///
+/// `none` (every GPU whole) runs EDF: with one 7g per GPU, CEDF's class order only delays
+/// urgent jobs behind long ones; EDF is what reproduces the paper's no-partitioning figures.
+pub fn baselines(sc: &ResolvedScenario, tuned: &Tuned) -> Vec<PolicySpec> {
     let reference = sc.scenario.baselines.reference_layout.clone();
     let mut v = vec![
         PolicySpec::new(
             "none",
-            Scheduler::Cedf,
+            Scheduler::Edf,
             LayoutSpec::Static(vec![crate::scenario::WHOLE_GPU.into()]),
         ),
         PolicySpec::new(REFERENCE, Scheduler::Cedf, LayoutSpec::Static(reference.clone())),
@@ -111,15 +142,28 @@ pub fn baselines(sc: &ResolvedScenario, best: Option<&[String]>) -> Vec<PolicySp
         ),
         PolicySpec::new("static-random", Scheduler::Random, LayoutSpec::Static(reference)),
     ];
-    if let Some(best) = best {
-        v.push(PolicySpec::new(
-            "static-best",
-            Scheduler::Cedf,
-            LayoutSpec::Static(best.to_vec()),
-        ));
+    if let Some((best, note)) = &tuned.static_best {
+        v.push(
+            PolicySpec::new(STATIC_BEST, Scheduler::Cedf, LayoutSpec::Static(best.clone()))
+                .with_note(note.clone()),
+        );
     }
     if !sc.scenario.baselines.periodic.is_empty() {
-        v.push(PolicySpec::new("periodic", Scheduler::Cedf, LayoutSpec::Periodic));
+        v.push(PolicySpec::new(
+            "periodic",
+            Scheduler::Cedf,
+            LayoutSpec::Periodic(sc.scenario.baselines.periodic.clone()),
+        ));
+    }
+    if let Some((schedule, note)) = &tuned.periodic_best {
+        v.push(
+            PolicySpec::new(
+                PERIODIC_BEST,
+                Scheduler::Cedf,
+                LayoutSpec::Periodic(schedule.clone()),
+            )
+            .with_note(note.clone()),
+        );
     }
     v
 }
@@ -134,12 +178,21 @@ fn simulate(
     policy: &mut dyn Repartitioner,
 ) -> RunResult {
     let opts = RunOptions {
-        scheduler,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
         sample_every: sample,
+        ..RunOptions::of(sc, scheduler, seed)
     };
     Simulation::new(sc, &jobs.jobs, opts).run(policy)
+}
+
+/// Each day (seed, jobs) with its reference run, the days in parallel: what searches
+/// score their candidates against.
+pub fn with_references(sc: &ResolvedScenario, days: Vec<(u64, JobSet)>) -> Vec<(u64, JobSet, RunResult)> {
+    days.into_par_iter()
+        .map(|(seed, jobs)| {
+            let r = run_reference(sc, &jobs, seed);
+            (seed, jobs, r)
+        })
+        .collect()
 }
 
 /// Runs one policy on one job set (a learned policy is loaded first, which can fail).
@@ -186,6 +239,9 @@ pub enum CompareError {
     /// A learned policy could not be loaded.
     #[error(transparent)]
     Policy(#[from] RuntimeError),
+    /// A day index beyond the trace's days.
+    #[error("the trace has no day {0}")]
+    NoSuchDay(u64),
 }
 
 /// One policy's results over every seed.
@@ -222,6 +278,54 @@ pub struct PolicySummary {
     /// Mean over days of energy / E_LB − 1 (the energy lower bound of `crate::bounds`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy_above_lb: Option<f64>,
+    /// Mean re-layout batches per day.
+    pub relayout_batches: f64,
+    /// Paired against `static-best` on the same days, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_static_best: Option<Paired>,
+    /// A caveat (e.g. a layout tuned for another scenario).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A per-day paired comparison: gain_d = 1 − ET_d / ET_other,d on each day d.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Paired {
+    /// Mean gain over days.
+    pub mean: f64,
+    /// Its standard error (sample standard deviation / √days).
+    pub se: f64,
+    /// Days with a positive gain.
+    pub better_days: usize,
+    /// Days compared.
+    pub days: usize,
+}
+
+impl Paired {
+    /// The paired gain of `ets` over `others`, day by day.
+    pub fn of(ets: &[f64], others: &[f64]) -> Paired {
+        let gains: Vec<f64> = ets.iter().zip(others).map(|(e, o)| 1.0 - e / o).collect();
+        let n = gains.len();
+        let mean = gains.iter().sum::<f64>() / n.max(1) as f64;
+        let var = gains.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+        Paired {
+            mean,
+            se: (var / n.max(1) as f64).sqrt(),
+            better_days: gains.iter().filter(|&&g| g > 0.0).count(),
+            days: n,
+        }
+    }
+
+    /// `+4.9% ± 0.4% (20/20 days better)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:+.1}% ± {:.1}% ({}/{} days better)",
+            100.0 * self.mean,
+            100.0 * self.se,
+            self.better_days,
+            self.days
+        )
+    }
 }
 
 /// The comparison table.
@@ -231,33 +335,116 @@ pub struct Comparison {
     pub scenario: String,
     /// Number of GPUs.
     pub gpus: usize,
-    /// Mean jobs per seed.
+    /// Mean jobs per day.
     pub jobs: usize,
-    /// Seeds of the job streams.
+    /// Where the days come from: `seeds A..=B` or a trace's days.
+    pub days_from: String,
+    /// Seeds of the job streams (a trace's days: their index).
     pub seeds: Vec<u64>,
     /// The reference policy's name.
     pub reference: String,
     /// One entry per policy.
     pub policies: Vec<PolicySummary>,
     /// Lower bounds, means over days: `energy_wmin`, `energy_kwh`, `tardiness_min` and
-    /// `tardiness_method` (`crate::bounds::summary`).
+    /// `tardiness_method` (`crate::bounds::summary`); None with `--no-bounds`.
     pub bounds: Option<serde_json::Value>,
     /// Every run, for plots.
     #[serde(skip)]
     pub runs: Vec<Vec<RunResult>>,
 }
 
-/// One seed's runs of every policy and its lower bounds: what a sweep task computes.
+/// One day's runs of every policy and its lower bounds: what a sweep task computes.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Day {
-    /// Seed of the job stream.
+    /// Seed of the job stream (a trace's day: its index).
     pub seed: u64,
     /// Jobs in the stream.
     pub jobs: usize,
     /// One run per policy, in policy order.
     pub runs: Vec<RunResult>,
-    /// The day's lower bounds.
-    pub bounds: DayBounds,
+    /// The day's lower bounds (None when not asked for).
+    #[serde(default)]
+    pub bounds: Option<DayBounds>,
+}
+
+/// Where the days of a comparison come from.
+#[derive(Debug, Clone)]
+pub enum Days {
+    /// Generated by the scenario's workload (or its trace, once per seed), one per seed.
+    Seeds(Vec<u64>),
+    /// Days cut from one trace (`workload::split_days`), by index.
+    Trace {
+        /// The trace, for reports.
+        name: String,
+        /// Its days.
+        days: Vec<JobSet>,
+    },
+}
+
+impl Days {
+    /// The days' labels (seeds, or indices into a trace).
+    pub fn seeds(&self) -> Vec<u64> {
+        match self {
+            Days::Seeds(s) => s.clone(),
+            Days::Trace { days, .. } => (0..days.len() as u64).collect(),
+        }
+    }
+
+    /// How the days are described in reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Days::Seeds(s) => match (s.first(), s.last()) {
+                (Some(a), Some(b)) if s.windows(2).all(|w| w[1] == w[0] + 1) => format!("seeds {a}..={b}"),
+                _ => format!("seeds {s:?}"),
+            },
+            Days::Trace { name, days } => format!("{} days of trace {name}", days.len()),
+        }
+    }
+
+    /// The jobs of the day labelled `seed`.
+    pub fn jobs(
+        &self,
+        sc: &ResolvedScenario,
+        seed: u64,
+    ) -> Result<std::borrow::Cow<'_, JobSet>, CompareError> {
+        match self {
+            Days::Seeds(_) => Ok(std::borrow::Cow::Owned(workload::from_scenario(sc, seed, false)?)),
+            Days::Trace { days, .. } => days
+                .get(seed as usize)
+                .map(std::borrow::Cow::Borrowed)
+                .ok_or(CompareError::NoSuchDay(seed)),
+        }
+    }
+}
+
+/// Runs every policy on one day's jobs and, with `bounds`, bounds the day.
+pub fn compare_jobs(
+    sc: &ResolvedScenario,
+    policies: &[PolicySpec],
+    seed: u64,
+    jobs: &JobSet,
+    sample: Option<f64>,
+    bounds: bool,
+) -> Result<Day, CompareError> {
+    let runs = policies
+        .iter()
+        .map(|p| run_policy(sc, jobs, p, seed, sample))
+        .collect::<Result<Vec<_>, _>>()?;
+    let lbs = bounds.then(|| {
+        let mut lbs = energy_day(sc, &jobs.jobs);
+        match tardiness_bound(&relax(&jobs.jobs), sc.gpus.len(), &COMPARE_TARDINESS) {
+            Ok(t) => lbs.tardiness = Some(t),
+            // A solver failure costs one day's tardiness bound, not the comparison.
+            Err(e) => log::warn!("day {seed}: no tardiness bound: {e}"),
+        }
+        lbs
+    });
+    Ok(Day {
+        seed,
+        jobs: jobs.jobs.len(),
+        runs,
+        bounds: lbs,
+    })
 }
 
 /// Runs every policy on one seed's job stream and bounds the day.
@@ -268,57 +455,56 @@ pub fn compare_day(
     sample: Option<f64>,
 ) -> Result<Day, CompareError> {
     let jobs = workload::from_scenario(sc, seed, false)?;
-    let runs = policies
-        .iter()
-        .map(|p| run_policy(sc, &jobs, p, seed, sample))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut lbs = energy_day(sc, &jobs.jobs);
-    match tardiness_bound(&relax(&jobs.jobs), sc.gpus.len(), &COMPARE_TARDINESS) {
-        Ok(t) => lbs.tardiness = Some(t),
-        // A solver failure costs one day's tardiness bound, not the comparison.
-        Err(e) => log::warn!("seed {seed}: no tardiness bound: {e}"),
-    }
-    Ok(Day {
-        seed,
-        jobs: jobs.jobs.len(),
-        runs,
-        bounds: lbs,
-    })
+    compare_jobs(sc, policies, seed, &jobs, sample, true)
 }
 
-/// Runs every policy on every seed's job stream, in parallel over seeds.
+/// Runs every policy on every day, in parallel over days.
 pub fn compare(
     sc: &ResolvedScenario,
     policies: &[PolicySpec],
-    seeds: &[u64],
+    days: &Days,
     sample: Option<f64>,
+    bounds: bool,
     progress: &indicatif::ProgressBar,
 ) -> Result<Comparison, CompareError> {
-    let days: Vec<Day> = seeds
+    let results: Vec<Day> = days
+        .seeds()
         .par_iter()
         .map(|&seed| {
-            let day = compare_day(sc, policies, seed, sample);
+            let day = days
+                .jobs(sc, seed)
+                .and_then(|jobs| compare_jobs(sc, policies, seed, &jobs, sample, bounds));
             progress.inc(1);
             day
         })
         .collect::<Result<_, CompareError>>()?;
-    Ok(summarise(sc, policies, days))
+    Ok(summarise(sc, policies, results, &days.describe()))
 }
 
-/// The comparison table from every day's runs (days in seed order, runs in policy order).
-pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>) -> Comparison {
-    let a = sc.scenario.objective.energy_weight;
+/// The comparison table from every day's runs (days in order, runs in policy order).
+pub fn summarise(
+    sc: &ResolvedScenario,
+    policies: &[PolicySpec],
+    days: Vec<Day>,
+    days_from: &str,
+) -> Comparison {
+    let objective = &sc.scenario.objective;
     let ref_idx = policies.iter().position(|p| p.name == REFERENCE).unwrap_or(0);
+    let best_idx = policies.iter().position(|p| p.name == STATIC_BEST);
     let seeds: Vec<u64> = days.iter().map(|d| d.seed).collect();
-    let with_bounds: Vec<(usize, Vec<RunResult>, DayBounds)> =
-        days.into_iter().map(|d| (d.jobs, d.runs, d.bounds)).collect();
-    let day_lbs: Vec<DayBounds> = with_bounds.iter().map(|(_, _, b)| b.clone()).collect();
-    let per_seed: Vec<(usize, Vec<RunResult>)> = with_bounds.into_iter().map(|(j, r, _)| (j, r)).collect();
+    let day_lbs: Option<Vec<DayBounds>> = days.iter().map(|d| d.bounds.clone()).collect();
+    let per_seed: Vec<(usize, Vec<RunResult>)> = days.into_iter().map(|d| (d.jobs, d.runs)).collect();
     let n = seeds.len().max(1) as f64;
     let mean = |f: &dyn Fn(&[RunResult]) -> f64| per_seed.iter().map(|(_, r)| f(r)).sum::<f64>() / n;
     let sd = |f: &dyn Fn(&[RunResult]) -> f64| {
         let m = mean(f);
         (per_seed.iter().map(|(_, r)| (f(r) - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt()
+    };
+    let ets = |i: usize| -> Vec<f64> {
+        per_seed
+            .iter()
+            .map(|(_, r)| r[i].et(&r[ref_idx], objective))
+            .collect()
     };
     let summaries = policies
         .iter()
@@ -326,7 +512,7 @@ pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>)
         .map(|(i, p)| {
             let e = |r: &[RunResult]| r[i].energy_wmin;
             let t = |r: &[RunResult]| r[i].avg_tardiness_min;
-            let etf = |r: &[RunResult]| r[i].et(&r[ref_idx], a);
+            let etf = |r: &[RunResult]| r[i].et(&r[ref_idx], objective);
             let et = mean(&etf);
             let shares = per_seed
                 .first()
@@ -352,14 +538,17 @@ pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>)
                 preemptions: mean(&|r: &[RunResult]| r[i].preemptions as f64),
                 utilisation: mean(&|r: &[RunResult]| r[i].utilisation),
                 config_share,
-                energy_above_lb: Some(
+                energy_above_lb: day_lbs.as_ref().map(|lbs| {
                     per_seed
                         .iter()
-                        .zip(&day_lbs)
+                        .zip(lbs)
                         .map(|((_, r), b)| r[i].energy_wmin / b.energy.energy_wmin - 1.0)
                         .sum::<f64>()
-                        / n,
-                ),
+                        / n
+                }),
+                relayout_batches: mean(&|r: &[RunResult]| r[i].relayout_batches as f64),
+                vs_static_best: best_idx.filter(|&b| b != i).map(|b| Paired::of(&ets(i), &ets(b))),
+                note: p.note.clone(),
             }
         })
         .collect();
@@ -367,10 +556,74 @@ pub fn summarise(sc: &ResolvedScenario, policies: &[PolicySpec], days: Vec<Day>)
         scenario: sc.scenario.name.clone(),
         gpus: sc.gpus.len(),
         jobs: (per_seed.iter().map(|(j, _)| *j).sum::<usize>() as f64 / n).round() as usize,
+        days_from: days_from.to_string(),
         seeds,
         reference: REFERENCE.to_string(),
         policies: summaries,
-        bounds: Some(bounds::summary(&day_lbs)),
+        bounds: day_lbs.as_deref().map(bounds::summary),
         runs: per_seed.into_iter().map(|(_, r)| r).collect(),
+    }
+}
+
+/// Standard errors by which a candidate's mean paired gain over `static-best` must clear
+/// zero on validation days before it is deployed instead (the guard).
+pub const GUARD_STANDARD_ERRORS: f64 = 2.0;
+
+/// What the guard found on the validation days.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GuardVerdict {
+    /// The candidate against `static-best`, paired by day.
+    pub vs_static_best: Paired,
+    /// Whether it may replace `static-best`.
+    pub passed: bool,
+}
+
+/// The deployment guard: runs `candidate` and `static-best` (`static_layout`) on the
+/// validation `seeds` (never trained or evaluated on) and lets the candidate replace the
+/// static layout only when its paired gain is positive by [`GUARD_STANDARD_ERRORS`].
+pub fn guard(
+    sc: &ResolvedScenario,
+    candidate: PolicySpec,
+    static_layout: &[String],
+    seeds: Vec<u64>,
+) -> Result<GuardVerdict, CompareError> {
+    let reference = sc.scenario.baselines.reference_layout.clone();
+    let policies = vec![
+        PolicySpec::new(REFERENCE, Scheduler::Cedf, LayoutSpec::Static(reference)),
+        PolicySpec::new(
+            STATIC_BEST,
+            Scheduler::Cedf,
+            LayoutSpec::Static(static_layout.to_vec()),
+        ),
+        candidate,
+    ];
+    let cmp = compare(
+        sc,
+        &policies,
+        &Days::Seeds(seeds),
+        None,
+        false,
+        &indicatif::ProgressBar::hidden(),
+    )?;
+    let paired = cmp.policies[2].vs_static_best.unwrap_or(Paired::of(&[], &[]));
+    Ok(GuardVerdict::of(paired))
+}
+
+impl GuardVerdict {
+    /// The guard's rule applied to a paired comparison with `static-best`.
+    pub fn of(paired: Paired) -> GuardVerdict {
+        GuardVerdict {
+            vs_static_best: paired,
+            passed: paired.mean > 0.0 && paired.mean > GUARD_STANDARD_ERRORS * paired.se,
+        }
+    }
+
+    /// `passed: +6.5% ± 0.5% over static-best on 16 validation days` (or `failed: …`).
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {} over static-best on validation days",
+            if self.passed { "passed" } else { "failed" },
+            self.vs_static_best.describe()
+        )
     }
 }

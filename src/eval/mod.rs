@@ -1,10 +1,11 @@
 //! Evaluation: run policies on identical job streams and compare them on the paper's
-//! objective; search the best static layout.
+//! objective; search the best static layout and the best time-of-day schedule.
 //!
 //! Seeds: evaluation days use seeds `EVAL_SEED_BASE + i`; searches (tune-static,
 //! training) use seeds below it, so they never share a job stream.
 
 pub mod compare;
+pub mod periodic;
 pub mod replay;
 pub mod replay_html;
 pub mod tune;
@@ -16,13 +17,3 @@ pub const TRAIN_SEED_BASE: u64 = 1;
 /// First seed of the days training validates on (model selection): above every training
 /// day, below every evaluation day.
 pub const VALIDATION_SEED_BASE: u64 = 500_000;
-
-/// `n` evaluation seeds.
-pub fn eval_seeds(n: u32) -> Vec<u64> {
-    (0..u64::from(n)).map(|i| EVAL_SEED_BASE + i).collect()
-}
-
-/// `n` training seeds.
-pub fn train_seeds(n: u32) -> Vec<u64> {
-    (0..u64::from(n)).map(|i| TRAIN_SEED_BASE + i).collect()
-}

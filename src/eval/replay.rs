@@ -10,22 +10,24 @@
 //!   on a smaller slice than its history shows, see `workload::sacct`).
 //! - **Deadlines**: the reader's, `min(Timelimit, 1.25 × the run time as ran)` after submit.
 //! - **As-ran energy**: sacct does not say which GPU a slice was on, so the cluster's draw
-//!   is bracketed by packing the busy slices onto as few GPUs as possible and by spreading
-//!   them evenly (for one GPU model with a concave power curve: the least and the most any
-//!   placement draws); the estimate is the middle of that range. Power comes from the
-//!   model catalogue's curve, not from a meter.
+//!   is bracketed by packing the busy compute slices onto as few GPUs as possible (slices
+//!   of one job may be split: with a concave power curve no placement draws less) and by
+//!   spreading the running jobs, each whole on one GPU and within its compute and memory
+//!   slices, largest first onto the least busy GPU (a placement MIG allows); the estimate
+//!   is the middle of that range. Power comes from the model catalogue's curve, not from
+//!   a meter.
 
 use std::path::PathBuf;
 
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::compare::{run_policy, run_static, LayoutSpec, PolicySpec};
+use super::compare::{run_policy, run_static, LayoutSpec, PolicySpec, STATIC_BEST};
 use super::tune::tune_static_on;
 use crate::bounds::{energy_day, relax, tardiness_bound, COMPARE_TARDINESS};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
-use crate::sim::metrics::et;
+use crate::sim::metrics::Objective;
 use crate::sim::RunResult;
 use crate::workload::sacct::Ran;
 use crate::workload::{size_index, JobSet, ReadStats, SLICE_SIZES};
@@ -104,18 +106,17 @@ impl Column {
         sc: &ResolvedScenario,
         as_ran: &AsRan,
     ) -> Column {
-        let a = sc.scenario.objective.energy_weight;
+        let objective = Objective::new(&sc.scenario.objective, r.mean_full_gpu_min);
         Column {
             name: name.to_string(),
             layout,
             energy_wmin: r.energy_wmin,
             avg_tardiness_min: r.avg_tardiness_min,
-            et_vs_as_ran: et(
+            et_vs_as_ran: objective.et(
                 r.energy_wmin,
                 r.avg_tardiness_min,
                 as_ran.energy_wmin,
                 as_ran.avg_tardiness_min,
-                a,
             ),
             makespan_min: r.makespan_min,
             repartitions: r.repartitions,
@@ -235,10 +236,9 @@ pub fn apply_class_curves(jobs: &mut JobSet, runs: &[Ran], classes: &[JobClass])
     counts
 }
 
-/// Power of a cluster with `busy` compute slices packed onto as few GPUs as possible and
-/// spread as evenly as possible, W; GPUs in scenario order with their curves.
-fn placement_power(curves: &[&[f64]], busy: u32) -> (f64, f64) {
-    let m = curves.len() as u32;
+/// Power of a cluster with `busy` compute slices packed onto as few GPUs as possible
+/// (a job's slices may be split: no placement draws less), W; GPUs in scenario order.
+fn packed_power(curves: &[&[f64]], busy: u32) -> f64 {
     let mut packed = 0.0;
     let mut left = busy;
     for c in curves {
@@ -246,13 +246,46 @@ fn placement_power(curves: &[&[f64]], busy: u32) -> (f64, f64) {
         packed += c[b as usize];
         left -= b;
     }
-    let (base, extra) = busy.checked_div(m).map_or((0, 0), |b| (b, busy % m));
-    let spread = curves
-        .iter()
-        .enumerate()
-        .map(|(i, c)| c[(base + u32::from((i as u32) < extra)).min(c.len() as u32 - 1) as usize])
-        .sum();
-    (packed, spread)
+    packed
+}
+
+/// Memory slices a GPU instance of `compute` compute slices takes on a GPU of `cap`
+/// compute slices (docs/model.md §1): the 7-slice models have 8 memory slices and give
+/// 3g and 4g half the memory; on the others memory follows compute.
+fn memory_of(compute: u8, cap: u8) -> u8 {
+    match (cap, compute) {
+        (7, 3 | 4) => 4,
+        (7, 7) => 8,
+        _ => compute,
+    }
+}
+
+/// Power of a cluster running jobs of the given slice sizes (`running[i]` jobs on slices
+/// of `SLICE_SIZES[i]`), each whole on one GPU, spread: largest first onto the least busy
+/// GPU where its compute and memory slices fit, W.
+fn spread_power(curves: &[&[f64]], running: &[u32; 5]) -> f64 {
+    let cap = |g: usize| (curves[g].len() - 1).min(7) as u8;
+    let memory = |g: usize| if cap(g) == 7 { 8 } else { cap(g) };
+    // (busy compute, used memory) per GPU.
+    let mut gpus = vec![(0u8, 0u8); curves.len()];
+    for (i, &k) in SLICE_SIZES.iter().enumerate().rev() {
+        for _ in 0..running[i] {
+            let fits = |g: usize| {
+                let (b, m) = gpus[g];
+                b + k <= cap(g) && m + memory_of(k, cap(g)) <= memory(g)
+            };
+            // As ran, the jobs fitted; if spreading left no room, fall back to the least busy.
+            let pick = (0..gpus.len())
+                .filter(|&g| fits(g))
+                .min_by_key(|&g| gpus[g].0)
+                .or_else(|| (0..gpus.len()).min_by_key(|&g| gpus[g].0));
+            if let Some(g) = pick {
+                gpus[g].0 = (gpus[g].0 + k).min(cap(g));
+                gpus[g].1 = (gpus[g].1 + memory_of(k, cap(g))).min(memory(g));
+            }
+        }
+    }
+    curves.iter().zip(&gpus).map(|(c, &(b, _))| c[b as usize]).sum()
 }
 
 /// Measures the as-ran schedule on the scenario's cluster.
@@ -277,12 +310,23 @@ pub fn as_ran(
     let makespan = runs.iter().map(|r| r.end).fold(0.0, f64::max);
     let (mut low, mut high) = (0.0, 0.0);
     let (mut t, mut busy, mut peak) = (0.0, 0i64, 0u32);
+    let mut running = [0u32; 5];
+    // Days repeat the same mixes of running jobs: place each mix once.
+    let mut spread_of: std::collections::HashMap<[u32; 5], f64> = std::collections::HashMap::new();
     for (at, delta) in events {
-        let (p_low, p_high) = placement_power(&curves, busy as u32);
-        low += p_low * (at - t);
+        let p_high = *spread_of
+            .entry(running)
+            .or_insert_with(|| spread_power(&curves, &running));
+        low += packed_power(&curves, busy as u32) * (at - t);
         high += p_high * (at - t);
         t = at;
         busy += delta;
+        let size = size_index(delta.unsigned_abs().min(7) as u8);
+        if delta > 0 {
+            running[size] += 1;
+        } else {
+            running[size] = running[size].saturating_sub(1);
+        }
         peak = peak.max(busy as u32);
     }
     if peak > capacity {
@@ -355,20 +399,20 @@ pub fn replay(
     let as_ran = as_ran(sc, &input.source, &input.jobs, &input.runs)?;
     let jobs = &input.jobs;
     let tuned = tune_static_on(sc, vec![(input.seed, jobs.clone())], progress);
-    let mut specs = vec![PolicySpec {
-        name: "static-best".into(),
-        scheduler: Scheduler::Cedf,
-        layout: LayoutSpec::Static(tuned.layout.clone()),
-    }];
+    let mut specs = vec![PolicySpec::new(
+        STATIC_BEST,
+        Scheduler::Cedf,
+        LayoutSpec::Static(tuned.layout.clone()),
+    )];
     if let Ok(model) = &input.model {
-        specs.push(PolicySpec {
-            name: "smart-mig".into(),
-            scheduler: Scheduler::Cedf,
-            layout: LayoutSpec::MeanField {
+        specs.push(PolicySpec::new(
+            "smart-mig",
+            Scheduler::Cedf,
+            LayoutSpec::MeanField {
                 model: model.clone(),
                 initial: tuned.layout.clone(),
             },
-        });
+        ));
     }
     let results: Vec<Result<RunResult, String>> = specs
         .par_iter()
@@ -390,7 +434,7 @@ pub fn replay(
     let columns = runs
         .iter()
         .map(|r| {
-            let layout = (r.policy == "static-best").then(|| tuned.layout.clone());
+            let layout = (r.policy == STATIC_BEST).then(|| tuned.layout.clone());
             Column::new(&r.policy, layout, r, sc, &as_ran)
         })
         .collect();
@@ -546,10 +590,11 @@ mod tests {
             + 20.0 * (p[7] + p[4])
             + 10.0 * (p[4] + p[0])
             + 30.0 * (p[1] + p[0]);
-        let spread = 20.0 * (p[2] + p[1])
-            + 10.0 * (p[5] + p[5])
-            + 20.0 * (p[6] + p[5])
-            + 10.0 * (p[2] + p[2])
+        // Spread keeps each job whole: the 7g job fills one GPU, the others share the second.
+        let spread = 20.0 * (p[3] + p[0])
+            + 10.0 * (p[7] + p[3])
+            + 20.0 * (p[7] + p[4])
+            + 10.0 * (p[3] + p[1])
             + 30.0 * (p[1] + p[0]);
         assert!(
             (a.energy_wmin_low - packed).abs() < 1e-6,
@@ -571,6 +616,48 @@ mod tests {
             a.avg_tardiness_min
         );
         assert_eq!(a.slice_minutes, [60.0, 0.0, 180.0, 0.0, 210.0]);
+    }
+
+    #[test]
+    fn spreading_never_splits_a_job_or_overfills_a_gpus_memory() {
+        let p = cluster(2).models[0].model.power_w.clone();
+        let curves = [p.as_slice(), p.as_slice()];
+        // Two 3g jobs and a 1g: 3+3 fills a GPU's memory, so the 1g goes beside neither
+        // 3g on a full-memory GPU: {3g} and {3g, 1g}.
+        assert!((spread_power(&curves, &[1, 0, 2, 0, 0]) - (p[3] + p[4])).abs() < 1e-9);
+        // One 7g job: one GPU busy, one idle, as packed.
+        assert!((spread_power(&curves, &[0, 0, 0, 0, 1]) - packed_power(&curves, 7)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_unchanged_schedule_replays_as_no_gain() {
+        // One whole-GPU job on one GPU, on time: static-best runs it the same way.
+        let dump = "JobID|Submit|Start|End|State|AllocTRES|Timelimit|Comment\n\
+            1|2026-11-30T00:00:00|2026-11-30T00:00:00|2026-11-30T01:00:00|COMPLETED|gres/gpu=1|02:00:00|\n";
+        let (jobs, stats, runs) = read_sacct_runs(dump.as_bytes(), "one", false).unwrap();
+        let r = replay(
+            &cluster(1),
+            ReplayInput {
+                source: "one".into(),
+                jobs,
+                runs,
+                stats,
+                classes: smartmig_core::routing::builtin_classes(),
+                model: Err("none".into()),
+                seed: 1,
+                sample_every: None,
+            },
+            &indicatif::ProgressBar::hidden(),
+        )
+        .unwrap();
+        assert_eq!(
+            r.as_ran.energy_wmin_low, r.as_ran.energy_wmin_high,
+            "one placement only"
+        );
+        assert_eq!(r.as_ran.avg_tardiness_min, 0.0);
+        let best = &r.columns[0];
+        assert_eq!(best.avg_tardiness_min, 0.0);
+        assert!((best.et_vs_as_ran - 1.0).abs() < 1e-9, "{}", best.et_vs_as_ran);
     }
 
     #[test]

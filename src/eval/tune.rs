@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::compare::{run_reference, run_static};
+use super::compare::{run_static, with_references};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
 use crate::sim::RunResult;
@@ -61,7 +61,7 @@ impl Search<'_> {
             .filter(|c| !self.cache.contains_key(*c))
             .cloned()
             .collect();
-        let a = self.sc.scenario.objective.energy_weight;
+        let objective = &self.sc.scenario.objective;
         let scored: Vec<(Counts, f64)> = todo
             .into_par_iter()
             .map(|c| {
@@ -70,7 +70,7 @@ impl Search<'_> {
                     .days
                     .iter()
                     .map(|(seed, jobs, reference)| {
-                        run_static(self.sc, jobs, Scheduler::Cedf, &layout, *seed).et(reference, a)
+                        run_static(self.sc, jobs, Scheduler::Cedf, &layout, *seed).et(reference, objective)
                     })
                     .sum::<f64>()
                     / self.days.len() as f64;
@@ -109,13 +109,7 @@ pub fn tune_static_on(
     progress: &indicatif::ProgressBar,
 ) -> TuneResult {
     let seeds: Vec<u64> = days.iter().map(|(s, _)| *s).collect();
-    let days = days
-        .into_par_iter()
-        .map(|(seed, jobs)| {
-            let r = run_reference(sc, &jobs, seed);
-            (seed, jobs, r)
-        })
-        .collect();
+    let days = with_references(sc, days);
     let mut s = Search {
         sc,
         days,
@@ -223,6 +217,7 @@ pub fn tune_static_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::compare::run_reference;
     use crate::scenario::Scenario;
 
     #[test]
@@ -251,11 +246,11 @@ mod tests {
             .iter()
             .map(|&s| (s, workload::from_scenario(&sc, s, false).unwrap()))
             .collect();
-        let a = sc.scenario.objective.energy_weight;
+        let objective = &sc.scenario.objective;
         let et = days
             .iter()
             .map(|(s, j)| {
-                run_static(&sc, j, Scheduler::Cedf, &t.layout, *s).et(&run_reference(&sc, j, *s), a)
+                run_static(&sc, j, Scheduler::Cedf, &t.layout, *s).et(&run_reference(&sc, j, *s), objective)
             })
             .sum::<f64>()
             / 2.0;

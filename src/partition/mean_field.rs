@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{DecisionView, Repartitioner};
 use crate::policy::contract::{DecisionInterval, CONTRACT_VERSION};
 use crate::policy::{
-    FeatureLayout, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable,
+    Draw, FeatureLayout, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable,
 };
 use crate::scenario::ResolvedScenario;
 
@@ -37,6 +37,8 @@ pub fn scenario_metadata(
         training_scenario: sc.scenario.name.clone(),
         training_seed: seed,
         semantics: sc.scenario.repartition.semantics,
+        draw: crate::policy::Draw::Sample,
+        guard: None,
     }
 }
 
@@ -85,6 +87,7 @@ pub struct MeanField<M: TransitionModel> {
     /// Also decide every this many minutes (0: only on events).
     interval_min: f64,
     sampling: SamplingConfig,
+    draw: Draw,
     available: Vec<Vec<bool>>,
     layout: FeatureLayout,
     buf: Vec<f32>,
@@ -117,12 +120,19 @@ impl<M: TransitionModel> MeanField<M> {
             every: every.max(1),
             interval_min: 0.0,
             sampling,
+            draw: Draw::Sample,
             available,
             layout,
             buf: Vec::new(),
             record: None,
             failure_logged: false,
         }
+    }
+
+    /// Draws next configurations as the policy file says.
+    pub fn with_draw(mut self, draw: Draw) -> Self {
+        self.draw = draw;
+        self
     }
 
     /// Decides also every `seconds` of simulated time (0: only every N events).
@@ -174,14 +184,31 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
             };
             let k = table.k();
             let mut counts = self.record.as_ref().map(|_| vec![0u32; k * k]);
-            for (g, gpu) in view.cluster.gpus.iter().enumerate() {
-                if usize::from(gpu.model) != m {
-                    continue;
+            let gpus: Vec<usize> = (0..view.cluster.gpus.len())
+                .filter(|&g| usize::from(view.cluster.gpus[g].model) == m)
+                .collect();
+            let current: Vec<u16> = gpus
+                .iter()
+                .map(|&g| {
+                    let gpu = &view.cluster.gpus[g];
+                    gpu.target.unwrap_or(gpu.config)
+                })
+                .collect();
+            let drawn = match self.draw {
+                Draw::Sample => current
+                    .iter()
+                    .map(|&c| table.sample(usize::from(c), rng).unwrap_or(c))
+                    .collect(),
+                Draw::Apportion => {
+                    // The least busy GPUs move first: they switch soonest and lose least.
+                    let mut order: Vec<usize> = (0..gpus.len()).collect();
+                    order.sort_by_key(|&i| (view.cluster.gpus[gpus[i]].busy, i));
+                    table
+                        .apportion(&current, &order)
+                        .unwrap_or_else(|_| current.clone())
                 }
-                let current = gpu.target.unwrap_or(gpu.config);
-                let Ok(next) = table.sample(usize::from(current), rng) else {
-                    continue;
-                };
+            };
+            for ((&g, &current), next) in gpus.iter().zip(&current).zip(drawn) {
                 if let Some(c) = counts.as_mut() {
                     c[usize::from(current) * k + usize::from(next)] += 1;
                 }

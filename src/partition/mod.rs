@@ -108,15 +108,25 @@ impl Repartitioner for Static {
     }
 }
 
-/// Layouts by time of day, repeating daily.
+/// Layouts by time of day, repeating daily. Like smartmigd's periodic policy it states
+/// the schedule's layout at every decision (every `repartition.decision_interval_s`), so
+/// the re-layout limits (persistence, minimum interval) apply to it as to any policy.
 pub struct Periodic {
+    name: String,
     /// (minute of day, configuration per GPU), sorted by minute.
     entries: Vec<(f64, Vec<u16>)>,
+    /// Minutes between decisions.
+    every_min: f64,
 }
 
 impl Periodic {
     /// From a schedule; times were checked when the scenario was resolved.
     pub fn new(sc: &ResolvedScenario, spec: &[PeriodicSpec]) -> Periodic {
+        Periodic::named("periodic", sc, spec)
+    }
+
+    /// A named schedule (`periodic-best`).
+    pub fn named(name: &str, sc: &ResolvedScenario, spec: &[PeriodicSpec]) -> Periodic {
         let entries = spec
             .iter()
             .map(|p| {
@@ -130,7 +140,11 @@ impl Periodic {
                 )
             })
             .collect();
-        Periodic { entries }
+        Periodic {
+            name: name.to_string(),
+            entries,
+            every_min: sc.scenario.repartition.decision_interval_s / 60.0,
+        }
     }
 
     fn entry_at(&self, t: f64) -> &[u16] {
@@ -146,20 +160,26 @@ impl Periodic {
 
 impl Repartitioner for Periodic {
     fn name(&self) -> String {
-        "periodic".into()
+        self.name.clone()
     }
     fn initial_layout(&mut self, _: &ResolvedScenario) -> Vec<u16> {
         self.entry_at(0.0).to_vec()
     }
     fn next_wakeup(&self, now: f64) -> Option<f64> {
         let day = (now / DAY_MIN).floor() * DAY_MIN;
-        (0..2)
+        let boundary = (0..2)
             .flat_map(|d| {
                 self.entries
                     .iter()
                     .map(move |(m, _)| day + f64::from(d) * DAY_MIN + m)
             })
-            .find(|&t| t > now)
+            .find(|&t| t > now);
+        // Decide on every cycle, and exactly at each boundary.
+        let cycle = (self.every_min > 0.0).then_some(now + self.every_min);
+        match (boundary, cycle) {
+            (Some(b), Some(c)) => Some(b.min(c)),
+            (b, c) => b.or(c),
+        }
     }
     fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         let want = self.entry_at(view.now);
@@ -172,4 +192,5 @@ impl Repartitioner for Periodic {
             .collect()
     }
 }
+pub mod ladder;
 pub mod mean_field;

@@ -9,10 +9,11 @@ use smartmig_core::mig::{Instance, Plan};
 
 use super::cluster::{Cluster, Slice, NO_JOB};
 use super::features::FeatureTracker;
+use super::gate::Gate;
 use super::metrics::{RunResult, Sample, SeriesRecorder};
 use crate::energy::EnergyMeter;
 use crate::partition::{DecisionView, Repartitioner};
-use crate::scenario::{ResolvedScenario, Semantics};
+use crate::scenario::{NodeRule, ResolvedScenario, Semantics};
 use crate::sched::{PickContext, Scheduler};
 use crate::workload::Job;
 
@@ -27,6 +28,18 @@ pub struct RunOptions {
     pub seed: u64,
     /// Record a time series every this many minutes (None: no series).
     pub sample_every: Option<f64>,
+}
+
+impl RunOptions {
+    /// A run with `scheduler` under the scenario's semantics, without a time series.
+    pub fn of(sc: &ResolvedScenario, scheduler: Scheduler, seed: u64) -> RunOptions {
+        RunOptions {
+            scheduler,
+            semantics: sc.scenario.repartition.semantics,
+            seed,
+            sample_every: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -114,6 +127,7 @@ pub struct Simulation<'a> {
     completed: usize,
     makespan: f64,
     repartitions: u64,
+    relayout_batches: u64,
     preemptions: u64,
     event_count: u64,
     events_since_decision: u32,
@@ -128,6 +142,13 @@ pub struct Simulation<'a> {
     features: Option<FeatureTracker>,
     /// Lateness accrued so far and the deadlines still to pass (for policies that learn).
     lateness: Option<Lateness>,
+    /// The daemon's limits on re-layouts.
+    gate: Gate,
+    /// GPUs with a target they have not switched to yet.
+    switching: usize,
+    /// Per node: it drains whole (Slurm 22.05, its instance count changes) and switches
+    /// once no job runs on it.
+    node_hold: Vec<bool>,
 }
 
 /// Tardiness as it accrues: ∫ (jobs past their deadline and not done) dt, which at the
@@ -186,6 +207,12 @@ impl<'a> Simulation<'a> {
             .map(|m| vec![0.0; m.configurations.len()])
             .collect();
         let series = opts.sample_every.map(|dt| SeriesRecorder::new(dt, sc));
+        let gate = Gate::new(
+            &sc.scenario.repartition,
+            sc.scenario.cluster.gpus_per_node,
+            sc.gpus.len(),
+        );
+        let nodes = sc.gpus.len().div_ceil(gate.gpus_per_node() as usize);
         Simulation {
             sc,
             jobs,
@@ -204,6 +231,7 @@ impl<'a> Simulation<'a> {
             completed: 0,
             makespan: 0.0,
             repartitions: 0,
+            relayout_batches: 0,
             preemptions: 0,
             event_count: 0,
             events_since_decision: 0,
@@ -215,6 +243,9 @@ impl<'a> Simulation<'a> {
             busy_by_model: vec![0; sc.models.len()],
             features: None,
             lateness: None,
+            gate,
+            switching: 0,
+            node_hold: vec![false; nodes],
             opts,
         }
     }
@@ -366,8 +397,32 @@ impl<'a> Simulation<'a> {
             };
             policy.decide(&view, &mut self.rng)
         };
-        for (g, c) in changes {
-            self.retarget(g, c);
+        let sc = self.sc;
+        let gpus = &self.cluster.gpus;
+        // A configuration the GPU's model cannot take is never proposed.
+        let changes: Vec<(u32, u16)> = changes
+            .into_iter()
+            .filter(|&(g, c)| {
+                let model = gpus[g as usize].model as usize;
+                sc.models[model].configurations[c as usize].is_available()
+            })
+            .collect();
+        let free = |g: u32| {
+            let gpu = &gpus[g as usize];
+            gpu.target.is_none().then_some(gpu.config)
+        };
+        let batch = self.gate.offer(self.now, &changes, free, self.switching == 0);
+        if batch.is_empty() {
+            return;
+        }
+        self.relayout_batches += 1;
+        match self.opts.semantics {
+            Semantics::Preempt => {
+                for (g, c) in batch {
+                    self.install(g, c, false);
+                }
+            }
+            Semantics::Drain => self.start_drain(&batch),
         }
     }
 
@@ -457,7 +512,10 @@ impl<'a> Simulation<'a> {
         }
         self.makespan = self.makespan.max(self.now);
         self.set_busy(g, -i32::from(compute));
-        if self.cluster.gpus[g as usize].target.is_some() {
+        let node = self.gate.node_of(g);
+        if self.node_hold[node as usize] {
+            self.try_switch_node(node);
+        } else if self.cluster.gpus[g as usize].target.is_some() {
             self.try_switch(g);
         }
         self.cluster.refresh(g);
@@ -478,37 +536,71 @@ impl<'a> Simulation<'a> {
         self.enqueue(j);
     }
 
-    /// Points GPU `g` at configuration `c`: at once (preempt) or once its changing instances drain.
-    fn retarget(&mut self, g: u32, c: u16) {
-        let gi = g as usize;
-        if c == self.cluster.gpus[gi].config {
-            self.cluster.gpus[gi].target = None;
-            for id in Cluster::slots(g) {
-                self.cluster.slices[id as usize].draining = false;
-            }
-            self.cluster.refresh(g);
-            return;
-        }
+    /// Drain: points the batch's GPUs at their new configurations. Changing instances
+    /// take no new jobs; under Slurm 22.05's rule a node whose instance count changes
+    /// takes none anywhere. Each GPU (or held node) switches once what must stop is idle.
+    fn start_drain(&mut self, batch: &[(u32, u16)]) {
         let sc = self.sc;
-        let model = self.cluster.gpus[gi].model as usize;
-        if sc.models[model].configurations[c as usize].unavailable.is_some() {
-            return;
-        }
-        match self.opts.semantics {
-            Semantics::Preempt => {
-                self.install(g, c, false);
+        for &(g, c) in batch {
+            let gpu = &mut self.cluster.gpus[g as usize];
+            let model = gpu.model as usize;
+            gpu.target = Some(c);
+            self.switching += 1;
+            let target = &sc.models[model].configurations[c as usize].layout;
+            for id in Cluster::slots(g) {
+                let s = &mut self.cluster.slices[id as usize];
+                s.draining = s.compute > 0 && !target.contains(&s.instance);
             }
-            Semantics::Drain => {
-                self.cluster.gpus[gi].target = Some(c);
-                let target = &sc.models[model].configurations[c as usize].layout;
-                for id in Cluster::slots(g) {
-                    let s = &mut self.cluster.slices[id as usize];
-                    s.draining = s.compute > 0 && !target.contains(&s.instance);
+        }
+        let mut nodes: Vec<u32> = batch.iter().map(|&(g, _)| self.gate.node_of(g)).collect();
+        nodes.dedup();
+        for node in nodes {
+            if sc.scenario.repartition.node_rule == NodeRule::Slurm2205 && self.instance_count_changes(node) {
+                self.node_hold[node as usize] = true;
+                for g in self.node_gpus(node) {
+                    for id in Cluster::slots(g) {
+                        let s = &mut self.cluster.slices[id as usize];
+                        s.draining = s.compute > 0;
+                    }
                 }
-                self.try_switch(g);
+                self.try_switch_node(node);
+            } else {
+                for g in self.node_gpus(node) {
+                    if self.cluster.gpus[g as usize].target.is_some() {
+                        self.try_switch(g);
+                    }
+                }
+            }
+            for g in self.node_gpus(node) {
                 self.cluster.refresh(g);
             }
         }
+    }
+
+    /// GPUs of a node.
+    fn node_gpus(&self, node: u32) -> std::ops::Range<u32> {
+        let k = self.gate.gpus_per_node();
+        let n = self.cluster.gpus.len() as u32;
+        (node * k).min(n)..((node + 1) * k).min(n)
+    }
+
+    /// Whether the node's GPU instances, counted over its GPUs, change in number when
+    /// every pending target is reached (what Slurm 22.05 sees as a node's GPU count).
+    fn instance_count_changes(&self, node: u32) -> bool {
+        let count = |g: u32, c: u16| {
+            let gpu = &self.cluster.gpus[g as usize];
+            self.sc.models[gpu.model as usize].configurations[c as usize]
+                .sizes
+                .len()
+        };
+        let (before, after) = self.node_gpus(node).fold((0, 0), |(b, a), g| {
+            let gpu = &self.cluster.gpus[g as usize];
+            (
+                b + count(g, gpu.config),
+                a + count(g, gpu.target.unwrap_or(gpu.config)),
+            )
+        });
+        before != after
     }
 
     /// Drain: switches GPU `g` to its target once every draining slot is idle.
@@ -518,9 +610,31 @@ impl<'a> Simulation<'a> {
             !s.draining || s.job == NO_JOB
         });
         if idle {
-            if let Some(c) = self.cluster.gpus[g as usize].target.take() {
+            if let Some(c) = self.cluster.gpus[g as usize].target {
                 self.install(g, c, false);
             }
+        }
+    }
+
+    /// Drain, held node: switches every GPU of the node with a target once no job runs
+    /// anywhere on it, and lets the node take jobs again.
+    fn try_switch_node(&mut self, node: u32) {
+        let gpus = self.node_gpus(node);
+        let idle = gpus
+            .clone()
+            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job == NO_JOB));
+        if !idle {
+            return;
+        }
+        self.node_hold[node as usize] = false;
+        for g in gpus {
+            if let Some(c) = self.cluster.gpus[g as usize].target {
+                self.install(g, c, false);
+            }
+            for id in Cluster::slots(g) {
+                self.cluster.slices[id as usize].draining = false;
+            }
+            self.cluster.refresh(g);
         }
     }
 
@@ -550,7 +664,7 @@ impl<'a> Simulation<'a> {
                 return;
             };
             if plan.is_empty() {
-                self.cluster.gpus[gi].target = None;
+                self.clear_target(g);
                 return;
             }
             for id in Cluster::slots(g) {
@@ -607,12 +721,20 @@ impl<'a> Simulation<'a> {
         }
         counts[c as usize] += 1;
         gpu.config = c;
-        gpu.target = None;
+        self.clear_target(g);
+        let gpu = &mut self.cluster.gpus[gi];
         let sizes = &cm.configurations[c as usize].sizes;
         let mean = sizes.iter().map(|&s| f64::from(s)).sum::<f64>() / sizes.len().max(1) as f64;
         // CEDF visits GPUs by mean slice size, largest first; ties by GPU index.
         gpu.rank = (1000.0 - mean * 100.0).round() as u32;
         self.cluster.refresh(g);
+    }
+
+    /// Forgets GPU `g`'s pending target (it switched, or needs no change).
+    fn clear_target(&mut self, g: u32) {
+        if self.cluster.gpus[g as usize].target.take().is_some() {
+            self.switching -= 1;
+        }
     }
 
     fn sample(&mut self) {
@@ -666,6 +788,8 @@ impl<'a> Simulation<'a> {
             },
             makespan_min: self.makespan,
             repartitions: self.repartitions,
+            relayout_batches: self.relayout_batches,
+            mean_full_gpu_min: crate::sim::metrics::mean_full_gpu_min(self.jobs),
             preemptions: self.preemptions,
             utilisation: self.busy_integral / (f64::from(self.sc.total_slices()) * horizon),
             config_share,

@@ -2,12 +2,13 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod gate;
 pub use smartmig_policy::features;
 pub mod metrics;
 pub mod plot;
 
 pub use engine::{RunOptions, Simulation};
-pub use metrics::{et, RunResult, Series};
+pub use metrics::{Objective, RunResult, Series};
 
 #[cfg(test)]
 mod tests;

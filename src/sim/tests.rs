@@ -9,8 +9,22 @@ use crate::scenario::{ResolvedScenario, Scenario, Semantics};
 use crate::sched::Scheduler;
 use crate::workload::Job;
 
-/// A scenario of `n` A100-40GBs whose jobs the test supplies.
+/// A scenario of `n` A100-40GBs whose jobs the test supplies, without the daemon's
+/// re-layout limits (a decision acts at once).
 fn cluster(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
+    limited(
+        n,
+        layout,
+        penalty_s,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+        ],
+    )
+}
+
+/// The same with the given `--set` overrides instead.
+fn limited(n: u32, layout: &[&str], penalty_s: f64, sets: &[&str]) -> ResolvedScenario {
     let layout: Vec<String> = layout.iter().map(|c| format!("\"{c}\"")).collect();
     let text = format!(
         "version = 1\nname = \"t\"\n[cluster]\ngpus = [{{ model = \"a100-40gb\", count = {n} }}]\n\
@@ -18,7 +32,8 @@ fn cluster(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
          [baselines]\nreference_layout = [{}]\n[repartition]\npenalty_s = {penalty_s}\nreconfigure_s = {penalty_s}\n",
         layout.join(", ")
     );
-    Scenario::parse(&text, "test", &[]).unwrap()
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    Scenario::parse(&text, "test", &sets).unwrap()
 }
 
 fn job(id: u32, release: f64, deadline: f64, times: [f64; 5]) -> Job {
@@ -199,6 +214,142 @@ fn drain_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
     assert!(close(r.makespan_min, ready + 1.1), "{}", r.makespan_min);
     let e = P[7] * 2.0 + P[0] * (ready - 2.0) + P[1] * 1.1;
     assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+}
+
+/// Starts every GPU in configuration `from` and moves GPU `gpu` to `to` at every
+/// decision from t = 1 on.
+struct MoveFromOne {
+    from: u16,
+    gpu: u32,
+    to: u16,
+}
+
+impl Repartitioner for MoveFromOne {
+    fn name(&self) -> String {
+        "move".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        vec![self.from; sc.gpus.len()]
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        let g = &view.cluster.gpus[self.gpu as usize];
+        if view.now >= 1.0 && g.config != self.to {
+            vec![(self.gpu, self.to)]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// Two whole GPUs on one node; J0 (p7 = 10) runs on GPU0 from 0; J1 and J2 arrive at 1
+/// and 2 (each p7 = 1, deadline 100); GPU1 is asked for `to` from t = 1.
+fn node_run(to: u16, rule: &str) -> RunResult {
+    let sc = limited(
+        2,
+        &["c1"],
+        0.0,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+            &format!("repartition.node_rule=\"{rule}\""),
+        ],
+    );
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+        job(2, 2.0, 100.0, LINEAR7),
+    ];
+    run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut MoveFromOne { from: 0, gpu: 1, to },
+    )
+}
+
+#[test]
+fn under_slurm_22_05_a_node_whose_instance_count_changes_drains_whole_until_idle() {
+    // c1 -> c2 on GPU1 raises the node's instances from 2 to 3: no job may start anywhere
+    // on the node until J0 ends at 10; then GPU1 switches (no cost), J1 takes GPU0's 7g
+    // (10..11) and J2 GPU1's 3g (10..12.33).
+    let r = node_run(1, "slurm-22.05");
+    assert_eq!((r.repartitions, r.relayout_batches, r.preemptions), (1, 1, 0));
+    assert!(close(r.makespan_min, 10.0 + 7.0 / 3.0), "{}", r.makespan_min);
+    // Per-instance drain: GPU1 is idle, so it switches at 1 and J1, J2 run there at once.
+    let r = node_run(1, "instances");
+    assert_eq!(r.repartitions, 1);
+    assert!(close(r.makespan_min, 10.0), "J0 is last: {}", r.makespan_min);
+}
+
+#[test]
+fn a_move_that_keeps_the_nodes_instance_count_drains_only_its_own_instances() {
+    // Both GPUs in c2 (4g + 3g). J0 takes GPU0's 3g (0..23.33). At 1 GPU1 goes c2 -> c5
+    // (two instances either way): only its 4g drains, and it is idle, so GPU1 switches at
+    // once although the node is busy. c5's share of GPU time is then GPU1's 1..23.33.
+    let sc = cluster(2, &["c2"], 0.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+    ];
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut MoveFromOne {
+            from: 1,
+            gpu: 1,
+            to: 4,
+        },
+    );
+    assert_eq!((r.repartitions, r.relayout_batches), (1, 1));
+    let end = 70.0 / 3.0;
+    assert!(close(r.makespan_min, end), "{}", r.makespan_min);
+    let c5 = r.config_share.iter().find(|(n, _)| n == "c5").unwrap().1;
+    assert!(close(c5, (end - 1.0) / (2.0 * end)), "{c5}");
+}
+
+#[test]
+fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
+    // GPU1 is asked for c2 at every decision from 1: at J1's arrival (1), J1's completion
+    // (2) and J2's arrival (2). With persistence 3 the third commits it: J1 ran whole on
+    // GPU1's 7g (1..2); J2 then takes the new 3g (2..4.33). GPU0 runs J0 0..10.
+    let sets = [
+        "repartition.persist_cycles=3",
+        "repartition.min_relayout_interval_s=0",
+    ];
+    let sc = limited(2, &["c1"], 0.0, &sets);
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+        job(2, 2.0, 100.0, LINEAR7),
+    ];
+    let mut policy = MoveFromOne {
+        from: 0,
+        gpu: 1,
+        to: 1,
+    };
+    let r = run_with(&sc, &jobs, Scheduler::Edf, Semantics::Preempt, &mut policy);
+    assert_eq!((r.repartitions, r.preemptions), (1, 0));
+    let e = P[7] * 10.0 + P[0] * 1.0 + P[7] * 1.0 + P[3] * (7.0 / 3.0) + P[0] * (10.0 - 2.0 - 7.0 / 3.0);
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+    // Acting at once, J1 would have run on the 3g instead.
+    let at_once = run_with(
+        &cluster(2, &["c1"], 0.0),
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Preempt,
+        &mut MoveFromOne {
+            from: 0,
+            gpu: 1,
+            to: 1,
+        },
+    );
+    assert!(!close(at_once.energy_wmin, e));
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! seeded by `--seed` and the iteration. candle's CPU matrix products may split work by
 //! thread, so results are reproducible for a given seed *and* `RAYON_NUM_THREADS`.
 
+pub mod imitation;
 pub mod ppo;
 pub mod rollout;
 
@@ -83,7 +84,7 @@ fn default_validate_every() -> u32 {
 }
 
 fn default_validation_days() -> u32 {
-    8
+    16
 }
 
 impl Default for TrainConfig {
@@ -420,6 +421,10 @@ mod tests {
                 format!("baselines.reference_layout=[\"{}\"]", crate::scenario::WHOLE_GPU),
                 format!("baselines.static_best=[\"{}\"]", crate::scenario::WHOLE_GPU),
                 "baselines.periodic=[]".into(),
+                format!(
+                    "baselines.periodic_best=[{{at = \"00:00\", layout = [\"{}\"]}}]",
+                    crate::scenario::WHOLE_GPU
+                ),
             ])
             .unwrap();
             let k = sc.models[0].configurations.len();

@@ -254,6 +254,58 @@ impl Learner {
         Ok((lp, ent))
     }
 
+    /// Supervised epochs towards target rows (imitation): minimises, per sample, the
+    /// cross-entropy of each row's softmax (over the `mask`ed configurations) against the
+    /// target row, weighted by `weights` (one per row, e.g. the share of GPUs in it).
+    /// `x` is `[n, D]`, `targets` `[n, K, K]`, `weights` `[n, K]`, `mask` `[K, K]`
+    /// (1: the configuration is available). Returns the mean loss of the last epoch.
+    pub fn imitate(
+        &mut self,
+        x: &[f32],
+        targets: &[f32],
+        weights: &[f32],
+        mask: &[f32],
+        epochs: usize,
+        rng: &mut impl rand::Rng,
+    ) -> Result<f64, TrainError> {
+        let (k, d) = (self.k, self.dim);
+        let n = x.len() / d.max(1);
+        if n == 0 || targets.len() != n * k * k || weights.len() != n * k || mask.len() != k * k {
+            return Err(TrainError::Internal(
+                "imitation batch shapes do not match the network".into(),
+            ));
+        }
+        let x = Tensor::from_vec(x.to_vec(), (n, d), &self.device)?;
+        let t = Tensor::from_vec(targets.to_vec(), (n, k, k), &self.device)?;
+        let w = Tensor::from_vec(weights.to_vec(), (n, k), &self.device)?;
+        let m = Tensor::from_vec(mask.to_vec(), (1, k, k), &self.device)?;
+        let off = ((m.ones_like()? - &m)? * -1e9)?;
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        let mut last = 0.0;
+        for _ in 0..epochs {
+            rand::seq::SliceRandom::shuffle(order.as_mut_slice(), rng);
+            let (mut total, mut batches) = (0.0f64, 0.0f64);
+            for chunk in order.chunks(self.cfg.minibatch.max(1)) {
+                let idx = Tensor::from_slice(chunk, chunk.len(), &self.device)?;
+                let b = chunk.len();
+                let logits = self
+                    .actor
+                    .forward(&x.index_select(&idx, 0)?)?
+                    .reshape((b, k, k))?;
+                let masked = (logits.broadcast_mul(&m)? + off.broadcast_as((b, k, k))?)?;
+                let lsm = candle_nn::ops::log_softmax(&masked, D::Minus1)?;
+                let ce = (t.index_select(&idx, 0)? * lsm)?.sum(D::Minus1)?.neg()?;
+                let wb = w.index_select(&idx, 0)?;
+                let loss = ((ce * &wb)?.sum_all()? / wb.sum_all()?.to_scalar::<f32>()?.max(1e-9) as f64)?;
+                self.opt.backward_step(&loss)?;
+                total += f64::from(loss.to_scalar::<f32>()?);
+                batches += 1.0;
+            }
+            last = total / batches.max(1.0);
+        }
+        Ok(last)
+    }
+
     /// One PPO update on a batch of episodes.
     pub fn update(
         &mut self,

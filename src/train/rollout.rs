@@ -9,7 +9,7 @@ use crate::partition::{DecisionView, Repartitioner};
 use crate::policy::{FeatureLayout, PolicyNetwork, SamplingConfig};
 use crate::scenario::ResolvedScenario;
 use crate::sched::Scheduler;
-use crate::sim::metrics::MIN_T_REF;
+use crate::sim::Objective;
 use crate::sim::{RunOptions, Simulation};
 use crate::workload::{self, TraceError};
 
@@ -108,11 +108,13 @@ pub fn run_episode(
     seed: u64,
 ) -> Result<Episode, TraceError> {
     let jobs = workload::from_scenario(sc, seed, false)?;
-    let a = sc.scenario.objective.energy_weight;
     let reference = run_reference(sc, &jobs, seed);
+    let objective = Objective::new(&sc.scenario.objective, reference.mean_full_gpu_min);
+    let a = objective.energy_weight;
     let (e_ref, t_ref) = (reference.energy_wmin, reference.avg_tardiness_min);
     let n = jobs.jobs.len().max(1) as f64;
-    let l_ref = t_ref.max(MIN_T_REF) * n;
+    // ET's tardiness term is (t + τ)/(t_ref + τ): lateness counts per (t_ref + τ)·n.
+    let l_ref = (t_ref + objective.tolerance_min) * n;
     let sampling = SamplingConfig {
         top_k: spec.top_k,
         stay_threshold: 0.0,
@@ -127,12 +129,7 @@ pub fn run_episode(
         sampling,
     );
     policy.record = Some(Vec::new());
-    let opts = RunOptions {
-        scheduler: Scheduler::Cedf,
-        semantics: sc.scenario.repartition.semantics,
-        seed,
-        sample_every: None,
-    };
+    let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
     let result = Simulation::new(sc, &jobs.jobs, opts.clone()).run(&mut policy);
     let steps = policy.record.take().unwrap_or_default();
     let mut kept = Trace {
@@ -155,13 +152,12 @@ pub fn run_episode(
         let de = (e1 - s.energy_wmin) - (e0b - e0a);
         rewards.push((-(dl / l_ref + a * de / e_ref) / (1.0 + a)) as f32);
     }
-    let et = crate::sim::et(result.energy_wmin, result.avg_tardiness_min, e_ref, t_ref, a);
-    let start_et = crate::sim::et(
+    let et = objective.et(result.energy_wmin, result.avg_tardiness_min, e_ref, t_ref);
+    let start_et = objective.et(
         kept_result.energy_wmin,
         kept_result.avg_tardiness_min,
         e_ref,
         t_ref,
-        a,
     );
     Ok(Episode {
         seed,
@@ -203,9 +199,8 @@ mod tests {
         assert!(ep.repartitions > 0, "the test needs a policy that moves");
         assert_eq!(ep.rewards.len(), ep.steps.len());
         let jobs = workload::from_scenario(&sc, 11, false).unwrap();
-        let a = sc.scenario.objective.energy_weight;
-        let kept =
-            run_static(&sc, &jobs, Scheduler::Cedf, &initial, 11).et(&run_reference(&sc, &jobs, 11), a);
+        let kept = run_static(&sc, &jobs, Scheduler::Cedf, &initial, 11)
+            .et(&run_reference(&sc, &jobs, 11), &sc.scenario.objective);
         let sum: f64 = ep.rewards.iter().map(|&r| f64::from(r)).sum();
         assert!(
             (ep.start_et - kept).abs() < 1e-9,

@@ -50,11 +50,50 @@ impl Duration {
 
 /// One class as the generator samples it.
 struct Class {
-    /// Cumulative share up to and including this class, normalised to end at 1.
-    cumulative: f64,
     duration: Duration,
     speedup: [f64; 5],
     label: u16,
+}
+
+/// Cumulative shares of the classes in each hour of the day, each row normalised to end
+/// at 1, with the last class of positive share for a draw that rounding leaves past
+/// every bound.
+struct Mix {
+    cumulative: Vec<Vec<f64>>,
+    fallback: Vec<usize>,
+}
+
+impl Mix {
+    fn new(classes: &[crate::scenario::JobClassSpec]) -> Mix {
+        let (cumulative, fallback) = (0..24)
+            .map(|h| {
+                let total: f64 = classes.iter().map(|c| c.share_at(h).max(0.0)).sum();
+                let mut acc = 0.0;
+                let row: Vec<f64> = classes
+                    .iter()
+                    .map(|c| {
+                        acc += c.share_at(h).max(0.0);
+                        acc / total
+                    })
+                    .collect();
+                let last = classes
+                    .iter()
+                    .rposition(|c| c.share_at(h) > 0.0)
+                    .unwrap_or(classes.len() - 1);
+                (row, last)
+            })
+            .unzip();
+        Mix { cumulative, fallback }
+    }
+
+    /// The class a uniform draw `u` picks in hour `hour`.
+    fn pick(&self, hour: usize, u: f64) -> usize {
+        let h = hour % 24;
+        self.cumulative[h]
+            .iter()
+            .position(|&c| u < c)
+            .unwrap_or(self.fallback[h])
+    }
 }
 
 /// Generates the jobs of a generator workload for `seed`.
@@ -67,34 +106,22 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> JobSet {
         !spec.hourly_rates.is_empty(),
         "generate: hourly_rates is empty (scenario resolution requires 24)"
     );
-    let total_share: f64 = spec.classes.iter().map(|c| c.share.max(0.0)).sum();
     assert!(
-        total_share > 0.0,
-        "generate: no class has a positive share (scenario resolution requires one)"
+        (0..24).all(|h| spec.classes.iter().map(|c| c.share_at(h).max(0.0)).sum::<f64>() > 0.0),
+        "generate: an hour has no class with a positive share (scenario resolution requires one)"
     );
 
     let mut set = JobSet::default();
-    let mut acc = 0.0;
     let classes: Vec<Class> = spec
         .classes
         .iter()
-        .map(|c| {
-            acc += c.share.max(0.0);
-            Class {
-                cumulative: acc / total_share,
-                duration: Duration::new(&c.duration),
-                speedup: c.speedup,
-                label: set.class_index(&c.name),
-            }
+        .map(|c| Class {
+            duration: Duration::new(&c.duration),
+            speedup: c.speedup,
+            label: set.class_index(&c.name),
         })
         .collect();
-    // Rounding can leave the last cumulative share a hair under 1: pick the last class
-    // with a positive share for a draw that falls past every bound.
-    let fallback = spec
-        .classes
-        .iter()
-        .rposition(|c| c.share > 0.0)
-        .unwrap_or(classes.len() - 1);
+    let mix = Mix::new(&spec.classes);
     let [lo, hi] = spec.deadline_factor;
 
     let end = spec.days * DAY;
@@ -123,7 +150,7 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> JobSet {
                 break;
             }
             let u: f64 = rng.random();
-            let c = classes.iter().position(|c| u < c.cumulative).unwrap_or(fallback);
+            let c = mix.pick(s, u);
             let class = &classes[c];
             // An exponential draw can be exactly 0 (odds near 2^-53); a job needs a
             // positive time, and nothing else of the distribution changes.
@@ -286,6 +313,35 @@ mod tests {
             // Given n arrivals, a class's count is Binomial(n, p).
             within_5_sigma(&c.name, k, n * p, (n * p * (1.0 - p)).sqrt());
         }
+    }
+
+    #[test]
+    fn hourly_shares_move_the_mix_hour_by_hour() {
+        let mut spec = reference();
+        // Inference only in the morning, training only in the afternoon.
+        let half = |morning: f64| -> Option<Vec<f64>> {
+            Some(
+                (0..24)
+                    .map(|h| if h < 12 { morning } else { 1.0 - morning })
+                    .collect(),
+            )
+        };
+        for c in &mut spec.classes {
+            c.hourly_share = half(if c.name.ends_with("infer") { 1.0 } else { 0.0 });
+        }
+        let set = generate(&spec, 9);
+        assert!(set.jobs.len() > 1000);
+        for j in &set.jobs {
+            let label = &set.classes[usize::from(j.class)];
+            let morning = j.release < 720.0;
+            assert_eq!(label.ends_with("infer"), morning, "{label} at {}", j.release);
+        }
+        // Without hourly shares the draws are those of the daily shares, seed for seed.
+        let mut same = reference();
+        for c in &mut same.classes {
+            c.hourly_share = Some(vec![c.share; 24]);
+        }
+        assert_eq!(generate(&same, 3), generate(&reference(), 3));
     }
 
     #[test]

@@ -63,6 +63,38 @@ pub fn from_scenario(resolved: &ResolvedScenario, seed: u64, skip_bad: bool) -> 
     }
 }
 
+/// Minutes in a day.
+const DAY_MIN: f64 = 1440.0;
+
+/// Cuts a job set into days by release (day d holds the releases in [d·1440, (d+1)·1440)
+/// minutes), each shifted by whole days to start in its own day 0, so times of day are
+/// kept; a job keeps its deadline and times and may run past its day's end. Days without
+/// a job are dropped.
+pub fn split_days(set: &JobSet) -> Vec<JobSet> {
+    let mut days: Vec<JobSet> = Vec::new();
+    let mut current: Option<u64> = None;
+    for j in &set.jobs {
+        let d = (j.release / DAY_MIN).floor().max(0.0) as u64;
+        if current != Some(d) {
+            current = Some(d);
+            days.push(JobSet {
+                jobs: Vec::new(),
+                classes: set.classes.clone(),
+            });
+        }
+        let shift = d as f64 * DAY_MIN;
+        if let Some(day) = days.last_mut() {
+            day.jobs.push(Job {
+                id: day.jobs.len() as u32,
+                release: j.release - shift,
+                deadline: j.deadline - shift,
+                ..*j
+            });
+        }
+    }
+    days
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +134,24 @@ mod tests {
             e.starts_with("cannot read trace alibaba/openb_pod_list_default.csv"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_three_day_trace_splits_into_three_days_keeping_the_time_of_day() {
+        let mut spec = Scenario::reference(&[]).unwrap().scenario.workload;
+        spec.days = 3.0;
+        let set = generate(&spec, 2);
+        let days = split_days(&set);
+        assert_eq!(days.len(), 3);
+        assert_eq!(days.iter().map(|d| d.jobs.len()).sum::<usize>(), set.jobs.len());
+        let second = &days[1];
+        let first_of_second = set.jobs.iter().find(|j| j.release >= 1440.0).unwrap();
+        assert!((second.jobs[0].release - (first_of_second.release - 1440.0)).abs() < 1e-9);
+        assert!((second.jobs[0].deadline - (first_of_second.deadline - 1440.0)).abs() < 1e-9);
+        for d in &days {
+            assert!(d.jobs.iter().all(|j| (0.0..1440.0).contains(&j.release)));
+            assert!(d.jobs.iter().enumerate().all(|(i, j)| j.id as usize == i));
+        }
     }
 
     #[test]

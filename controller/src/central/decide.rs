@@ -13,7 +13,7 @@ use smartmig_policy::contract::CONTRACT_VERSION;
 use smartmig_policy::features::{layout as feature_layout, FeatureTracker};
 use smartmig_policy::job::Job;
 use smartmig_policy::{
-    mode_semantics, policy_file_name, DecisionInterval, OnnxRuntime, PolicyMetadata, PolicyRuntime,
+    mode_semantics, policy_file_name, DecisionInterval, Draw, OnnxRuntime, PolicyMetadata, PolicyRuntime,
     SamplingConfig, TransitionTable,
 };
 
@@ -105,6 +105,8 @@ pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> Polic
         training_scenario: String::new(),
         training_seed: 0,
         semantics: mode_semantics(mode),
+        draw: smartmig_policy::Draw::Sample,
+        guard: None,
     }
 }
 
@@ -147,8 +149,14 @@ impl Decider {
         self.stamps[m] = stamp(&path);
         let key = &resolved.models[m].model.key;
         let loaded = self.runtime.as_ref().map_err(Clone::clone).and_then(|rt| {
-            PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
-                .map_err(|e| error_chain(&e))
+            let policy = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
+                .map_err(|e| error_chain(&e))?;
+            // The trainer's deployment guard: a policy that did not beat the best static
+            // layout on its validation days is not run.
+            match policy.metadata().guard_failed() {
+                Some(why) => Err(format!("{}: its deployment guard {why}", path.display())),
+                None => Ok(policy),
+            }
         });
         match &loaded {
             Ok(_) => log::info!("policy for {key}: {}", path.display()),
@@ -218,10 +226,33 @@ impl Decider {
                         });
                     match table {
                         Ok(table) => {
-                            for &g in &gpus {
-                                // A GPU outside the configurations is left alone.
-                                if let Some(c) = view.gpus[g].config {
-                                    targets[g] = table.sample(c, &mut self.rng).ok().map(usize::from);
+                            // A GPU outside the configurations is left alone.
+                            let known: Vec<usize> = gpus
+                                .iter()
+                                .copied()
+                                .filter(|&g| view.gpus[g].config.is_some())
+                                .collect();
+                            match policy.metadata().draw {
+                                Draw::Sample => {
+                                    for &g in &known {
+                                        if let Some(c) = view.gpus[g].config {
+                                            targets[g] = table.sample(c, &mut self.rng).ok().map(usize::from);
+                                        }
+                                    }
+                                }
+                                Draw::Apportion => {
+                                    let current: Vec<u16> = known
+                                        .iter()
+                                        .map(|&g| view.gpus[g].config.unwrap_or(0) as u16)
+                                        .collect();
+                                    // The least busy GPUs move first: they drain soonest.
+                                    let mut order: Vec<usize> = (0..known.len()).collect();
+                                    order.sort_by_key(|&i| (view.gpus[known[i]].busy.len(), i));
+                                    if let Ok(next) = table.apportion(&current, &order) {
+                                        for (&g, c) in known.iter().zip(next) {
+                                            targets[g] = Some(usize::from(c));
+                                        }
+                                    }
                                 }
                             }
                             Source::Onnx {
@@ -380,12 +411,22 @@ pub fn write_preferring(
     to: usize,
 ) -> Result<PathBuf, smartmig_policy::WriteError> {
     let meta = expected_metadata(resolved, model, mode);
+    let path = policy_path(resolved, model, mode);
+    smartmig_policy::onnx_writer::write(&path, &preferring(&meta, &[to]), &meta)?;
+    Ok(path)
+}
+
+/// One linear layer whose every row puts a bias of 20 on each column in `to` (equally
+/// likely among them, ≈ 1 together).
+fn preferring(meta: &PolicyMetadata, to: &[usize]) -> smartmig_policy::PolicyNetwork {
     let (d, k) = (meta.input_dim(), meta.k());
     let mut b = vec![0.0f32; k * k];
     for row in 0..k {
-        b[row * k + to] = 20.0;
+        for &c in to {
+            b[row * k + c] = 20.0;
+        }
     }
-    let net = smartmig_policy::PolicyNetwork {
+    smartmig_policy::PolicyNetwork {
         layers: vec![smartmig_policy::Dense {
             in_dim: d,
             out_dim: k * k,
@@ -393,8 +434,94 @@ pub fn write_preferring(
             b,
         }],
         hidden: smartmig_policy::Activation::Tanh,
-    };
-    let path = policy_path(resolved, model, mode);
-    smartmig_policy::onnx_writer::write(&path, &net, &meta)?;
-    Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use smartmig_core::config::Config;
+
+    use super::super::fake::FakeSlurm;
+    use super::*;
+
+    fn resolved(dir: &std::path::Path) -> Resolved {
+        let text = format!(
+            "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c2\"]\n",
+            dir.display()
+        );
+        Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
+    }
+
+    /// Writes a policy for model 0 in drain mode with `draw` and `guard`, rows split
+    /// equally between configurations `to`.
+    fn write(r: &Resolved, to: &[usize], draw: Draw, guard: Option<&str>) {
+        let mut meta = expected_metadata(r, 0, Mode::Drain);
+        meta.draw = draw;
+        meta.guard = guard.map(str::to_string);
+        let path = policy_path(r, 0, Mode::Drain);
+        smartmig_policy::onnx_writer::write(&path, &preferring(&meta, to), &meta).unwrap();
+    }
+
+    /// Three idle GPUs in c2 on one node, as the central role reads them.
+    fn view(r: &Resolved) -> View {
+        let c2 = ("A100-SXM4-40GB", "4g.20gb@0 3g.20gb@4");
+        let nodes = vec![FakeSlurm::node("n", &[c2, c2, c2])];
+        View::build(r, nodes, Vec::new(), &mut Default::default())
+    }
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("smartmig-decide-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_policy_whose_deployment_guard_failed_is_not_run() {
+        let d = dir("guard");
+        let r = resolved(&d);
+        write(
+            &r,
+            &[4],
+            Draw::Sample,
+            Some("failed: -4.3% ± 0.8% over static-best on validation days"),
+        );
+        let decider = Decider::new(&r, Mode::Drain, 1);
+        let why = decider.policies[0].as_ref().err().cloned().unwrap_or_default();
+        // Without ONNX Runtime the file is refused before its metadata is read.
+        if decider.runtime.is_ok() {
+            assert!(why.contains("its deployment guard failed: -4.3%"), "{why}");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn an_apportioned_policy_splits_a_row_exactly_as_its_file_says() {
+        let d = dir("apportion");
+        let r = resolved(&d);
+        // Every row: c1 (0) and c5 (4) equally likely.
+        write(
+            &r,
+            &[0, 4],
+            Draw::Apportion,
+            Some("passed: +7% ± 1% over static-best"),
+        );
+        let mut decider = Decider::new(&r, Mode::Drain, 1);
+        if decider.runtime.is_err() {
+            eprintln!("skipped: no ONNX Runtime here");
+            return;
+        }
+        for seed_cycle in 0..3 {
+            let got = decider
+                .decide(&r, &view(&r), 1_000.0 * f64::from(seed_cycle))
+                .targets;
+            let (c1, c5) = (
+                got.iter().filter(|t| **t == Some(0)).count(),
+                got.iter().filter(|t| **t == Some(4)).count(),
+            );
+            // 3 × ½ each: one by floor each, the remainder to the first (c1): 2 and 1, always.
+            assert_eq!((c1, c5), (2, 1), "{got:?}");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
 }

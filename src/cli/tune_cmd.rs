@@ -1,0 +1,457 @@
+//! `smartmig tune-static | tune-periodic`: search the best static layout and the best
+//! time-of-day schedule of a scenario, and write them where they are used.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use clap::Args;
+
+use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
+use super::{print_json, CliError, CliResult, Format};
+use crate::eval::compare::{
+    compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned,
+    GUARD_STANDARD_ERRORS, PERIODIC_BEST, STATIC_BEST,
+};
+use crate::eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
+use crate::eval::tune::{tune_static_on, TuneResult};
+use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
+use crate::scenario::{PeriodicSpec, ResolvedScenario};
+use crate::sched::Scheduler;
+use crate::workload::JobSet;
+
+/// `tune-static`.
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    scenario: ScenarioArgs,
+    /// Training days: a count from seed 1 (default 16), or a range (`1..=16`).
+    #[arg(long)]
+    seeds: Option<SeedArg>,
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Record the result as `baselines.static_best` in the scenario file.
+    #[arg(long, requires = "scenario")]
+    write: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// `tune-periodic`.
+#[derive(Debug, Args)]
+pub struct TunePeriodicArgs {
+    #[command(flatten)]
+    scenario: ScenarioArgs,
+    /// Training days to search on: a count from seed 1 (default 16), or a range.
+    #[arg(long)]
+    seeds: Option<SeedArg>,
+    /// Evaluation days for the report against static-best: a count from the first
+    /// evaluation seed, or a range.
+    #[arg(long, default_value = "20")]
+    eval_seeds: SeedArg,
+    /// Validation days for the guard (never trained or evaluated on): a count from the
+    /// first validation seed, or a range. The schedule is kept only if it beats
+    /// static-best there by two standard errors; otherwise the static layout is written.
+    #[arg(long, default_value = "16")]
+    validation_seeds: SeedArg,
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Equal blocks the day is cut into (6: every 4 h); must divide 1,440 minutes.
+    #[arg(long, default_value_t = DEFAULT_BLOCKS)]
+    blocks: u32,
+    /// Most passes of coordinate descent over the blocks.
+    #[arg(long, default_value_t = DEFAULT_PASSES)]
+    passes: u32,
+    /// Record the schedule as `baselines.periodic_best` in the scenario file.
+    #[arg(long, requires = "scenario")]
+    write: bool,
+    /// Write the schedule as `[[policy.periodic]]` into this smartmig.toml (other keys
+    /// are kept; set `policy.kind = "periodic"` there to use it).
+    #[arg(long, value_name = "FILE")]
+    smartmig_toml: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// Refuses `--write` when the run's overrides or trace describe another world than the
+/// scenario file: the file would then hold a result it does not reproduce.
+fn check_write(args: &ScenarioArgs, trace: &TraceArgs, repartitions: bool) -> Result<(), CliError> {
+    let sets = args.world_overrides(repartitions);
+    if !sets.is_empty() {
+        return Err(CliError::input(anyhow!(
+            "--write: --set {} changes the scenario the file describes, so the file would hold a \
+             result it does not reproduce; put the overrides in (a copy of) the file instead",
+            sets.join(" --set ")
+        )));
+    }
+    if trace.trace.is_some() {
+        return Err(CliError::input(anyhow!(
+            "--write: --trace replaces the file's workload; make a scenario whose workload is the trace instead"
+        )));
+    }
+    Ok(())
+}
+
+/// The training days: a trace's days, or generated for the seeds (default: `default`
+/// days from seed 1).
+fn training_days(
+    sc: &ResolvedScenario,
+    seeds: Option<SeedArg>,
+    default: u32,
+    trace: &TraceArgs,
+) -> Result<(Days, Vec<(u64, JobSet)>), CliError> {
+    let days = trace.days(sc, seeds, SeedArg::Count(default), TRAIN_SEED_BASE)?;
+    let jobs = days
+        .seeds()
+        .into_iter()
+        .map(|s| days.jobs(sc, s).map(|j| (s, j.into_owned())))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CliError::input)?;
+    Ok((days, jobs))
+}
+
+/// Runs `tune-static`.
+pub fn tune_static(a: TuneArgs) -> CliResult {
+    if a.write {
+        check_write(&a.scenario, &a.trace, false)?;
+    }
+    let sc = a.scenario.load()?;
+    let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
+    let pb = progress(30, "tune static-best");
+    let t = tune_static_on(&sc, train, &pb);
+    pb.finish_and_clear();
+    if a.write {
+        if let Some(path) = &a.scenario.scenario {
+            write_static_best(path, &t)?;
+        }
+    }
+    match a.format {
+        Format::Json => print_json(&t),
+        Format::Table => {
+            println!("best static layout: {}", super::layout_summary(&t.layout));
+            println!(
+                "ET vs static-cedf on {}: {:.3} (gain {:+.1}%); best uniform {} at {:.3}; {} layouts simulated",
+                days.describe(),
+                t.et,
+                100.0 * (1.0 - t.et),
+                t.best_uniform.0,
+                t.best_uniform.1,
+                t.evaluations
+            );
+            if a.write {
+                println!("written to baselines.static_best");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Edits a TOML file in place, keeping its comments and layout.
+fn edit_toml(path: &Path, edit: impl FnOnce(&mut toml_edit::DocumentMut)) -> CliResult {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(CliError::input)?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("cannot edit {}", path.display()))
+        .map_err(CliError::input)?;
+    edit(&mut doc);
+    std::fs::write(path, doc.to_string())
+        .with_context(|| format!("cannot write {}", path.display()))
+        .map_err(CliError::failure)
+}
+
+fn names(layout: &[String]) -> toml_edit::Array {
+    layout.iter().map(String::as_str).collect()
+}
+
+/// Sets `baselines.static_best` in a scenario file.
+fn write_static_best(path: &Path, t: &TuneResult) -> CliResult {
+    edit_toml(path, |doc| {
+        if !doc.contains_table("baselines") {
+            doc["baselines"] = toml_edit::table();
+        }
+        doc["baselines"]["static_best"] = toml_edit::value(names(&t.layout));
+    })
+}
+
+/// Sets `baselines.periodic_best` in a scenario file: one inline table per line.
+fn write_periodic_best(path: &Path, schedule: &[PeriodicSpec]) -> CliResult {
+    edit_toml(path, |doc| {
+        if !doc.contains_table("baselines") {
+            doc["baselines"] = toml_edit::table();
+        }
+        let mut arr = toml_edit::Array::new();
+        for e in schedule {
+            let mut t = toml_edit::InlineTable::new();
+            t.insert("at", e.at.as_str().into());
+            t.insert("layout", toml_edit::Value::Array(names(&e.layout)));
+            let mut v = toml_edit::Value::InlineTable(t);
+            v.decor_mut().set_prefix("\n  ");
+            arr.push_formatted(v);
+        }
+        arr.set_trailing("\n");
+        arr.set_trailing_comma(true);
+        doc["baselines"]["periodic_best"] = toml_edit::value(arr);
+    })
+}
+
+/// Replaces `[[policy.periodic]]` in a smartmig.toml.
+fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec]) -> CliResult {
+    edit_toml(path, |doc| {
+        if !doc.contains_table("policy") {
+            doc["policy"] = toml_edit::table();
+        }
+        let mut tables = toml_edit::ArrayOfTables::new();
+        for e in schedule {
+            let mut t = toml_edit::Table::new();
+            t["at"] = toml_edit::value(e.at.as_str());
+            t["layout"] = toml_edit::value(names(&e.layout));
+            tables.push(t);
+        }
+        doc["policy"]["periodic"] = toml_edit::Item::ArrayOfTables(tables);
+    })
+}
+
+/// The `[[policy.periodic]]` text of a schedule, as smartmigd reads it.
+pub fn policy_periodic_toml(schedule: &[PeriodicSpec]) -> String {
+    let mut out = String::new();
+    for e in schedule {
+        let layout: Vec<String> = e.layout.iter().map(|c| format!("\"{c}\"")).collect();
+        out.push_str(&format!(
+            "[[policy.periodic]]\nat = \"{}\"\nlayout = [{}]\n",
+            e.at,
+            layout.join(", ")
+        ));
+    }
+    out
+}
+
+/// The report of `tune-periodic`: the search and the evaluation against static-best.
+#[derive(Debug, serde::Serialize)]
+struct PeriodicReport {
+    search: PeriodicTuneResult,
+    /// The searched schedule against static-best on the validation days; when it did not
+    /// pass, `search.schedule` is the static layout.
+    guard: GuardVerdict,
+    /// `static-best`'s layout, the search's start.
+    static_best: Vec<String>,
+    /// Evaluation days.
+    evaluation_days: String,
+    /// Mean ET against static CEDF on the evaluation days: static-best, periodic-best.
+    static_best_et: f64,
+    periodic_best_et: f64,
+    /// periodic-best against static-best, paired by day.
+    vs_static_best: Option<Paired>,
+    /// Mean re-layouts per evaluation day.
+    repartitions: f64,
+}
+
+/// Runs `tune-periodic`.
+pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
+    if a.write {
+        check_write(&a.scenario, &a.trace, true)?;
+    }
+    let sc = a.scenario.load()?;
+    let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
+    let trace = matches!(days, Days::Trace { .. });
+    let start = match file_tuned(&sc, &a.scenario, trace).static_best {
+        Some((layout, None)) => layout,
+        _ => {
+            eprintln!(
+                "static-best: tuning on {} first (the search starts from it)",
+                days.describe()
+            );
+            let pb = progress(30, "tune static-best");
+            let t = tune_static_on(&sc, train.clone(), &pb);
+            pb.finish_and_clear();
+            t.layout
+        }
+    };
+    let pb = progress(u64::from(a.blocks * a.passes), "tune periodic-best");
+    let mut t = tune_periodic_on(&sc, train, &start, a.blocks, a.passes, &pb).map_err(CliError::input)?;
+    pb.finish_and_clear();
+    let candidate = PolicySpec::new(
+        PERIODIC_BEST,
+        Scheduler::Cedf,
+        LayoutSpec::Periodic(t.schedule.clone()),
+    );
+    let verdict = guard(
+        &sc,
+        candidate,
+        &start,
+        a.validation_seeds.seeds(VALIDATION_SEED_BASE),
+    )
+    .map_err(CliError::input)?;
+    if !verdict.passed {
+        t.schedule = vec![PeriodicSpec {
+            at: "00:00".into(),
+            layout: t.start.clone(),
+        }];
+    }
+    let eval = Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE));
+    let tuned = Tuned {
+        static_best: Some((start.clone(), None)),
+        periodic_best: Some((t.schedule.clone(), None)),
+    };
+    let policies: Vec<_> = crate::eval::compare::baselines(&sc, &tuned)
+        .into_iter()
+        .filter(|p| [crate::eval::compare::REFERENCE, STATIC_BEST, PERIODIC_BEST].contains(&p.name.as_str()))
+        .collect();
+    let pb = progress(eval.seeds().len() as u64, "evaluate");
+    let cmp = run_compare(&sc, &policies, &eval, None, false, &pb).map_err(CliError::input)?;
+    pb.finish_and_clear();
+    let row = |name: &str| cmp.policies.iter().find(|p| p.name == name);
+    let report = PeriodicReport {
+        guard: verdict,
+        static_best: start,
+        evaluation_days: eval.describe(),
+        static_best_et: row(STATIC_BEST).map_or(f64::NAN, |p| p.et),
+        periodic_best_et: row(PERIODIC_BEST).map_or(f64::NAN, |p| p.et),
+        vs_static_best: row(PERIODIC_BEST).and_then(|p| p.vs_static_best),
+        repartitions: row(PERIODIC_BEST).map_or(f64::NAN, |p| p.repartitions),
+        search: t,
+    };
+    if a.write {
+        if let Some(path) = &a.scenario.scenario {
+            write_periodic_best(path, &report.search.schedule)?;
+        }
+    }
+    if let Some(path) = &a.smartmig_toml {
+        write_policy_periodic(path, &report.search.schedule)?;
+    }
+    match a.format {
+        Format::Json => print_json(&report),
+        Format::Table => {
+            print_periodic(&sc, &a, &days, &report);
+            Ok(())
+        }
+    }
+}
+
+fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &PeriodicReport) {
+    let s = &r.search;
+    println!(
+        "best time-of-day schedule ({} blocks of {} min, {} semantics, {} GPUs per node pattern) on {}:",
+        a.blocks,
+        1440 / a.blocks,
+        sc.scenario.repartition.semantics.as_str(),
+        s.start.len(),
+        days.describe()
+    );
+    for e in &s.schedule {
+        println!("  from {}  {}", e.at, super::layout_summary(&e.layout));
+    }
+    println!(
+        "training days: ET {:.3} vs static-cedf, static-best {:.3} ({:+.1}%); {:.1} re-layout batches/day; {} schedules simulated in {} passes",
+        s.et,
+        s.start_et,
+        100.0 * (1.0 - s.et / s.start_et),
+        s.relayout_batches,
+        s.evaluations,
+        s.passes
+    );
+    let g = &r.guard;
+    if g.passed {
+        println!(
+            "guard: beats static-best on the validation days by {} (> {GUARD_STANDARD_ERRORS} standard errors): kept",
+            g.vs_static_best.describe()
+        );
+    } else {
+        println!(
+            "guard: {} against static-best on the validation days, not {GUARD_STANDARD_ERRORS} standard errors above 0: \
+             the schedule is the static layout",
+            g.vs_static_best.describe()
+        );
+    }
+    println!(
+        "evaluation days ({}): periodic-best ET {:.3}, static-best ({}) {:.3}; periodic-best vs static-best {}; {:.1} repartitions/day",
+        r.evaluation_days,
+        r.periodic_best_et,
+        super::layout_summary(&r.static_best),
+        r.static_best_et,
+        r.vs_static_best.map_or("-".into(), |p| p.describe()),
+        r.repartitions
+    );
+    if a.write {
+        println!("written to baselines.periodic_best");
+    }
+    match &a.smartmig_toml {
+        Some(p) => println!(
+            "written to {} as [[policy.periodic]]; set policy.kind = \"periodic\" there to use it",
+            p.display()
+        ),
+        None => println!(
+            "for smartmig.toml (policy.kind = \"periodic\"):\n{}",
+            policy_periodic_toml(&s.schedule)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_written_for_smartmigd_parses_as_its_periodic_policy() {
+        let schedule = vec![
+            PeriodicSpec {
+                at: "00:00".into(),
+                layout: vec!["c1".into(), "c2".into()],
+            },
+            PeriodicSpec {
+                at: "08:00".into(),
+                layout: vec!["c2".into(), "c6".into()],
+            },
+        ];
+        let text = format!(
+            "version = 1\n[policy]\nkind = \"periodic\"\n{}",
+            policy_periodic_toml(&schedule)
+        );
+        let cfg = smartmig_core::config::Config::parse(&text, "t.toml").unwrap();
+        let p = &cfg.policy.periodic;
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[1].at.get_ref(), "08:00");
+        let layout: Vec<&str> = p[1].layout.iter().map(|c| c.get_ref().as_str()).collect();
+        assert_eq!(layout, ["c2", "c6"]);
+    }
+
+    #[test]
+    fn the_files_written_keep_comments_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("smartmig-tune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let scenario = dir.join("s.toml");
+        std::fs::write(&scenario, crate::scenario::REFERENCE).unwrap();
+        let schedule = vec![
+            PeriodicSpec {
+                at: "00:00".into(),
+                layout: vec!["c1".into()],
+            },
+            PeriodicSpec {
+                at: "04:00".into(),
+                layout: vec!["c2".into(), "c6".into()],
+            },
+        ];
+        write_periodic_best(&scenario, &schedule).unwrap();
+        let sc = crate::scenario::Scenario::load(&scenario, &[]).unwrap();
+        let best = sc.scenario.baselines.periodic_best.unwrap();
+        assert_eq!(best.len(), 2);
+        assert_eq!(best[1].layout, ["c2", "c6"]);
+        assert!(std::fs::read_to_string(&scenario)
+            .unwrap()
+            .contains("# The paper's reference static layout"));
+        let conf = dir.join("smartmig.toml");
+        std::fs::write(
+            &conf,
+            "version = 1\n# site comment\n[policy]\nkind = \"static\"\n",
+        )
+        .unwrap();
+        write_policy_periodic(&conf, &schedule).unwrap();
+        let text = std::fs::read_to_string(&conf).unwrap();
+        let cfg = smartmig_core::config::Config::parse(&text, "smartmig.toml").unwrap();
+        assert_eq!(cfg.policy.periodic.len(), 2);
+        assert!(text.contains("# site comment"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
