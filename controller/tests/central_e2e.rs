@@ -117,7 +117,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     // Node 1's agent serves its metrics on the default loopback port of its own host
     // (network namespace): the new layout, read from the device at scrape time.
     let out = c
-        .in_node_ns(1, "bash")
+        .in_node_ns(1, "bash", &[])
         .args([
             "-c",
             "exec 3<>/dev/tcp/127.0.0.1/9818; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",

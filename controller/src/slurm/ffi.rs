@@ -56,9 +56,20 @@ impl Default for Libslurm {
     }
 }
 
-fn last_error(call: String) -> SlurmError {
-    // SAFETY: slurm_get_errno reads a thread-local; slurm_strerror returns a static string.
+/// The error number of the last failed API call: `slurm_get_errno()` up to Slurm 23.x; later
+/// releases set `errno` itself (build.rs chooses from the headers).
+fn slurm_errno() -> i32 {
+    #[cfg(not(slurm_errno_is_errno))]
+    // SAFETY: slurm_get_errno reads a thread-local.
     let errno = unsafe { sys::slurm_get_errno() };
+    #[cfg(slurm_errno_is_errno)]
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    errno
+}
+
+fn last_error(call: String) -> SlurmError {
+    let errno = slurm_errno();
+    // SAFETY: slurm_strerror returns a static string.
     let message = unsafe {
         let p = sys::slurm_strerror(errno);
         if p.is_null() {
