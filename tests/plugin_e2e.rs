@@ -15,10 +15,13 @@
 
 mod slurm;
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use slurm::{minutes, tres, Cluster, FakeGpu, Options, SMARTMIG_TOML};
+use smartmig_core::config::Config;
+use smartmig_core::routing::{Job, Outcome, Router, TresStrings};
 
 /// One cluster at a time: the machine is small and slurmctld is not light.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -489,4 +492,129 @@ fn two_nodes_in_network_namespaces_take_routed_jobs() {
         assert_eq!(job["TresPerNode"], tres(&format!("gpu:{ty}:1")));
         assert_eq!(&job["NodeList"], node, "{job:?}");
     }
+}
+
+/// The requests of the storm: GPU request, comment, and whether it has a time limit.
+const STORM: &[(&str, Option<&str>, bool)] = &[
+    ("gpu:mig:1", None, true),
+    ("gpu:mig:1", Some("smartmig:class=bert-infer"), true),
+    ("gpu:mig:2", Some("smartmig:speedup=1,1,1,1,1"), true),
+    ("gpu:mig:1", Some("smartmig:class=resnet-train"), false),
+    ("gpu:mig:1", Some("run42 smartmig:class=bert-infer;gpumem=12G;due=2h"), true),
+    ("gpu:mig:1", Some("smartmig:class=bert-infer;time-on=1g"), true),
+    ("gpu:mig:1", Some("smartmig:class=resnet-train;due=3h"), true),
+    ("gpu:3g.20gb:1", None, true),
+    ("gpu:1", None, true),
+    ("gpu:mig:8", None, false),
+    ("gpu:mig:1", Some("smartmig:gpumem=30G"), true),
+];
+/// Time limits (minutes) cycled through the storm's requests that have one.
+const STORM_TIMES: [u32; 5] = [5, 17, 45, 90, 240];
+
+/// 1,000 submissions from four clients at once (held, never run): slurmctld answers every
+/// one, and each lands exactly where smartmig-core's router, fed the same smartmig.toml
+/// and request, puts it (type, spelling and time limit; refusals refused). The router is
+/// the same on every release, so this shows the same stream routes the same on each.
+#[test]
+fn a_storm_of_1000_submissions_routes_each_job_as_the_router_decides() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let jobs = 1000;
+    let request = |i: usize| {
+        let (gres, comment, timed) = STORM[i % STORM.len()];
+        let time = timed.then_some(STORM_TIMES[(i / STORM.len()) % STORM_TIMES.len()]);
+        (gres, comment, time)
+    };
+    let clients = 4;
+    let results: Vec<(usize, Result<u32, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|k| {
+                let c = &c;
+                s.spawn(move || {
+                    (k..jobs)
+                        .step_by(clients)
+                        .map(|i| {
+                            let (gres, comment, time) = request(i);
+                            let mut args = vec![format!("--gres={gres}"), "--hold".into()];
+                            args.extend(comment.map(|t| format!("--comment={t}")));
+                            args.extend(time.map(|t| format!("--time={t}")));
+                            args.extend(["--wrap".to_string(), "true".into()]);
+                            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                            (i, c.sbatch(&args).map(|(id, _)| id))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(results.len(), jobs);
+
+    let text = slurm::SMARTMIG_TOML.replace("@DIR@", &c.dir.display().to_string());
+    let resolved = Config::parse(&text, "smartmig.toml").unwrap().resolve(None).unwrap();
+    let router = Router::from_resolved(&resolved).unwrap();
+    let out = c.client_output("squeue", &["-h", "-t", "all", "-o", "%i|%b|%l"]);
+    let shown: HashMap<u32, (String, Option<u32>)> = out
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|');
+            let id = f.next()?.trim().parse().ok()?;
+            Some((id, (f.next()?.to_string(), minutes(f.next()?.trim()))))
+        })
+        .collect();
+    let mut routed = 0;
+    for (i, got) in &results {
+        let (gres, comment, time) = request(*i);
+        let asked = tres(gres);
+        let job = Job {
+            tres: TresStrings([Some(&asked), None, None, None]),
+            name: Some("wrap"),
+            comment,
+            time_limit_min: time,
+            ..Job::default()
+        };
+        match (router.route(&job, None), got) {
+            (Ok(outcome), Ok(id)) => {
+                let expected = match outcome {
+                    Outcome::Routed(r) => {
+                        routed += 1;
+                        (r.tres[0].1.clone(), r.time_limit_min.or(time))
+                    }
+                    Outcome::Unchanged(_) => (asked.clone(), time),
+                };
+                assert_eq!(shown.get(id), Some(&expected), "request {i} {:?} (job {id})", request(*i));
+            }
+            (Err(_), Err(stderr)) => {
+                assert!(stderr.contains("sbatch: error: smartmig: "), "request {i}: {stderr}")
+            }
+            (want, got) => panic!("request {i} {:?}: router says {want:?}, Slurm {got:?}", request(*i)),
+        }
+    }
+    assert!(routed > jobs / 2, "only {routed} routed");
+}
+
+/// slurmctld's loader refuses a plugin built for another release, naming its version, so
+/// it never runs inside a slurmctld whose structures it does not know (here: the host's
+/// build loaded by the root's slurmctld at a reconfigure). Needs two releases.
+#[test]
+fn a_plugin_built_for_another_release_is_refused_by_slurmctld_naming_its_version() {
+    skip_unless_slurm!();
+    if *slurm::install() == slurm::Install::Host {
+        eprintln!("skipped: needs a second Slurm release ({}; scripts/e2e.sh sets it)", slurm::ROOT_ENV);
+        return;
+    }
+    let (_g, c) = start();
+    let stranger = slurm::host_plugin_so();
+    let host = slurm::Install::Host.release();
+    assert_ne!(host, slurm::release(), "the root's Slurm is the host's release");
+    std::fs::copy(&stranger, c.dir.join("plugins/job_submit_smartmig.so")).unwrap();
+    let _ = c.scontrol(&["reconfigure"]);
+    let line = format!("job_submit_smartmig.so version ({host})");
+    c.wait_for("slurmctld to refuse the plugin", Duration::from_secs(20), |c| {
+        c.ctld_log()
+            .lines()
+            .any(|l| l.contains("Incompatible Slurm plugin") && l.contains(&line))
+    });
+    // Nothing of it ran: its init's first line is nowhere.
+    assert!(!c.ctld_log().contains(&format!("built for Slurm {host}")));
 }

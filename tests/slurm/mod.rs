@@ -113,17 +113,25 @@ pub fn plugin_so() -> PathBuf {
         if let Some(p) = std::env::var_os("SMARTMIG_PLUGIN_SO") {
             return PathBuf::from(p);
         }
-        let so = match install() {
-            Install::Host => {
-                cargo_build(&["-p", "smartmig-slurm-plugin", "--release"], &[]);
-                target_dir().join("release/libjob_submit_smartmig.so")
+        match install() {
+            Install::Host => host_plugin_so(),
+            Install::Root(_) => {
+                let so = build_for_root().join("libjob_submit_smartmig.so");
+                assert!(so.is_file(), "{} missing after build", so.display());
+                so
             }
-            Install::Root(_) => build_for_root().join("libjob_submit_smartmig.so"),
-        };
-        assert!(so.is_file(), "{} missing after build", so.display());
-        so
+        }
     })
     .clone()
+}
+
+/// The plugin built against the host's Slurm (`cargo build -p smartmig-slurm-plugin
+/// --release`), whichever Slurm the tests run.
+pub fn host_plugin_so() -> PathBuf {
+    cargo_build(&["-p", "smartmig-slurm-plugin", "--release"], &[]);
+    let so = target_dir().join("release/libjob_submit_smartmig.so");
+    assert!(so.is_file(), "{} missing after build", so.display());
+    so
 }
 
 /// smartmigd built against a root's Slurm (`$SMARTMIG_SMARTMIGD` if set, else by
@@ -770,6 +778,17 @@ impl Cluster {
             .current_dir(&self.dir)
             .output()
             .unwrap_or_else(|e| panic!("{bin}: {e}"))
+    }
+
+    /// Runs a Slurm client; returns its stdout, panicking (with its stderr) if it fails.
+    pub fn client_output(&self, bin: &str, args: &[&str]) -> String {
+        let out = self.client(bin, args);
+        assert!(
+            out.status.success(),
+            "{bin} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Runs scontrol.
