@@ -1,5 +1,6 @@
-//! End to end: the central role and two node agents on a real Slurm 22.05 (the shared
-//! harness: munged, slurmctld, one slurmd per network namespace), with simulated GPUs.
+//! End to end: the central role and two node agents on a real Slurm (the shared harness:
+//! munged, slurmctld, one slurmd per network namespace; the host's 22.05, or 24.11 with
+//! `$SMARTMIG_SLURM_ROOT`, see scripts/e2e.sh), with simulated GPUs.
 //!
 //! The decision is forced through the real ONNX path: the test writes, with
 //! `onnx_writer`, a one-layer policy whose logits send every configuration to c5
@@ -9,8 +10,9 @@
 //! starts in c1 (7g.40gb). The test shows that
 //! - a dry-run cycle changes nothing (no drain, no Extra, node file unchanged) and
 //!   reports the decisions the real cycle then makes;
-//! - the real cycle re-lays out both nodes with one slurmctld restart, and Slurm then
-//!   sees `gpu:3g.20gb:2` on both;
+//! - the real cycle re-lays out both nodes with one slurmctld restart (22.05) or one
+//!   reconfigure (23.11 and later: `relayout = "auto"`), and Slurm then sees
+//!   `gpu:3g.20gb:2` on both;
 //! - the job on the untouched 3g keeps running throughout (same job, never requeued);
 //! - new jobs run on the new layout (3g.20gb on node 1, which had only a 7g).
 //!
@@ -78,6 +80,12 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     // The real cycle.
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    let path = if slurm::release().at_least(23, 11) {
+        "reconfiguring Slurm for 2 node(s)"
+    } else {
+        "restarting slurmctld for 2 node(s)"
+    };
+    assert_eq!(out.matches(path).count(), 1, "one {path:?} for the batch: {out}");
     let real = Status::read(&c.dir.join("central")).unwrap();
     let applied: Vec<_> = real.decisions.iter().filter(|d| d.action == "applied").collect();
     assert_eq!(applied.len(), 2, "{real:?}");

@@ -128,7 +128,7 @@ pub fn plugin_so() -> PathBuf {
 /// The plugin built against the host's Slurm (`cargo build -p smartmig-slurm-plugin
 /// --release`), whichever Slurm the tests run.
 pub fn host_plugin_so() -> PathBuf {
-    cargo_build(&["-p", "smartmig-slurm-plugin", "--release"], &[]);
+    cargo_build(&["-p", "smartmig-slurm-plugin", "--release"]);
     let so = target_dir().join("release/libjob_submit_smartmig.so");
     assert!(so.is_file(), "{} missing after build", so.display());
     so
@@ -144,45 +144,40 @@ pub fn smartmigd_for_root() -> Option<PathBuf> {
 }
 
 /// Builds the plugin and smartmigd against the Slurm of `$SMARTMIG_SLURM_ROOT` (its
-/// headers and libslurm: `SLURM_PREFIX=<root>/usr`), in the dev profile, into their own
-/// target dir (`target/slurm-<release>`, so the host's build is left alone), once per
-/// process. Returns the directory holding them.
+/// headers and libslurm) with scripts/slurm-build.sh, into their own target dir
+/// (`target/slurm-<release>`, so the host's build is left alone), once per process.
+/// Returns the directory holding them.
 pub fn build_for_root() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let Install::Root(root) = install() else {
             panic!("build_for_root without {ROOT_ENV}");
         };
-        let target = target_dir().join(format!("slurm-{}", release()));
-        cargo_build(
-            &["-p", "smartmig-slurm-plugin", "-p", "smartmigd", "--bin", "smartmigd", "--lib"],
-            &[
-                ("SLURM_PREFIX", root.join("usr").as_os_str()),
-                ("CARGO_TARGET_DIR", target.as_os_str()),
-            ],
-        );
-        target.join("debug")
+        let mut cmd = Command::new(workspace_root().join("scripts/slurm-build.sh"));
+        cmd.arg(root.join("usr")).stderr(Stdio::inherit());
+        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(out.status.success(), "{cmd:?} failed (see its output above)");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     })
     .clone()
 }
 
-fn target_dir() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // The controller's tests live one level down; the workspace's target is shared.
-    let workspace = root
-        .ancestors()
+/// The workspace's directory (the controller's tests live one level down).
+fn workspace_root() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    dir.ancestors()
         .find(|d| d.join("Cargo.lock").is_file())
-        .unwrap_or(&root)
-        .to_path_buf();
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), PathBuf::from)
+        .unwrap_or(&dir)
+        .to_path_buf()
 }
 
-fn cargo_build(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) {
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+fn cargo_build(args: &[&str]) {
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.arg("build").args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    cmd.arg("build").args(args).current_dir(workspace_root());
     let status = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         status.success(),

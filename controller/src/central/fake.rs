@@ -29,6 +29,10 @@ pub struct FakeSlurm {
     /// Nodes whose base state is UNKNOWN (slurmctld restarted, slurmd not registered
     /// yet): a resume clears their drain flag and then fails, as in Slurm 22.05.
     pub unknown_state: Vec<String>,
+    /// Reconfigures so far.
+    pub reconfigures: u32,
+    /// What a reconfigure makes Slurm read: each node's new configured GRES.
+    pub gres_on_reconfigure: Vec<(String, String)>,
 }
 
 fn err(call: &str) -> SlurmError {
@@ -213,6 +217,15 @@ impl SlurmApi for FakeSlurm {
         Ok(())
     }
     fn ping(&mut self) -> Result<(), SlurmError> {
+        Ok(())
+    }
+    fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        self.reconfigures += 1;
+        for (node, gres) in &self.gres_on_reconfigure {
+            if let Some(n) = self.nodes.iter_mut().find(|n| &n.name == node) {
+                n.gres = gres.clone();
+            }
+        }
         Ok(())
     }
 }

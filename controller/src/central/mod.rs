@@ -14,6 +14,7 @@ pub mod decide;
 #[doc(hidden)]
 pub mod fake;
 pub mod metrics;
+pub mod reconfigure;
 pub mod relayout;
 pub mod run;
 pub mod status;

@@ -1,17 +1,22 @@
-//! Making Slurm see new layouts, behind a trait so that releases with a lighter path
-//! (dynamic nodes, a future `scontrol update Gres=` that can change types) can plug in.
+//! Making Slurm see new layouts, behind a trait: one implementation per path, chosen by
+//! `[controller.central] relayout` ([`chosen`]).
 //!
-//! Slurm 22.05's verified path (docs/admin-guide.md, "Central role"): the managed nodes'
-//! `NodeName=` lines live in a generated file that slurm.conf `Include`s; smartmig
-//! rewrites their `Gres=` values, every changing node's slurmd is stopped (the node agent
-//! does it in the Apply phase), slurmctld is restarted once for the whole batch (without
-//! `-c`: queue and running jobs survive), then the agents start slurmd again.
+//! Both paths start alike: the managed nodes' `NodeName=` lines live in a generated file
+//! that slurm.conf `Include`s, and smartmig rewrites their `Gres=` values. Slurm 22.05's
+//! verified path (docs/admin-guide.md, "Central role"), here: every changing node's slurmd
+//! is stopped (the node agent does it in the Apply phase), slurmctld is restarted once for
+//! the whole batch (without `-c`: queue and running jobs survive), then the agents start
+//! slurmd again. From Slurm 23.11 on, a reconfigure does it without a restart
+//! ([`super::reconfigure`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::slurm::SlurmApi;
+use smartmig_core::config::{CentralConfig, RelayoutKind};
+
+use super::reconfigure::{Reconfigure, RECONFIGURE_SINCE};
+use crate::slurm::{SlurmApi, SlurmError};
 
 /// Why Slurm could not be refreshed.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +48,19 @@ pub enum RelayoutError {
     /// slurmctld did not answer in time after the restart.
     #[error("slurmctld did not answer within {0:?} after the restart: {1}")]
     NoAnswer(Duration, String),
+    /// slurmctld refused the reconfigure.
+    #[error("scontrol reconfigure failed: {0}")]
+    Reconfigure(SlurmError),
+    /// After the reconfigure Slurm did not show the nodes' new GPU GRES in time.
+    #[error("Slurm did not show the new GRES of {} within {timeout:?} of the reconfigure (last: {last})", nodes.join(", "))]
+    NotSeen {
+        /// The nodes still showing another GRES.
+        nodes: Vec<String>,
+        /// How long it waited.
+        timeout: Duration,
+        /// The last answer (each such node's GRES, or why Slurm could not be read).
+        last: String,
+    },
 }
 
 /// One way of making Slurm see new layouts.
@@ -52,6 +70,46 @@ pub trait Relayout {
     /// Makes Slurm see each node's new GPU GRES (`(node, "gpu:1g.10gb:3,gpu:3g.40gb:1")`),
     /// all at once.
     fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError>;
+}
+
+/// The re-layout `cc.relayout` names; `auto` by the Slurm release smartmigd was built
+/// against (`built_for`, a `SLURM_VERSION_NUMBER`): [`Reconfigure`] from 23.11 on, where a
+/// reconfigure re-executes slurmctld in place, [`RestartSlurmctld`] before.
+pub fn chosen(cc: &CentralConfig, built_for: u32) -> Box<dyn Relayout> {
+    let timeout = Duration::from_secs_f64(cc.slurmctld_timeout_s);
+    let reconfigure = match cc.relayout {
+        RelayoutKind::Auto => built_for >= RECONFIGURE_SINCE,
+        RelayoutKind::Reconfigure => true,
+        RelayoutKind::RestartSlurmctld => false,
+    };
+    if reconfigure {
+        Box::new(Reconfigure {
+            include: cc.nodes_include.clone(),
+            timeout,
+        })
+    } else {
+        Box::new(RestartSlurmctld {
+            include: cc.nodes_include.clone(),
+            command: cc.restart_slurmctld.clone(),
+            timeout,
+        })
+    }
+}
+
+/// Sets each node's GPU `Gres=` in the generated node file `include`, atomically.
+pub fn rewrite_node_file(include: &Path, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+    let io = |source| RelayoutError::Io {
+        path: include.to_path_buf(),
+        source,
+    };
+    let mut text = std::fs::read_to_string(include).map_err(io)?;
+    for (node, gres) in nodes {
+        text = set_node_gres(&text, node, gres).ok_or_else(|| RelayoutError::NoNodeLine {
+            path: include.to_path_buf(),
+            node: node.clone(),
+        })?;
+    }
+    write_atomically(include, text.as_bytes()).map_err(io)
 }
 
 /// Slurm 22.05: rewrite the `Include`d node file and restart slurmctld once.
@@ -74,18 +132,7 @@ impl Relayout for RestartSlurmctld {
         if nodes.is_empty() {
             return Ok(());
         }
-        let io = |source| RelayoutError::Io {
-            path: self.include.clone(),
-            source,
-        };
-        let mut text = std::fs::read_to_string(&self.include).map_err(io)?;
-        for (node, gres) in nodes {
-            text = set_node_gres(&text, node, gres).ok_or_else(|| RelayoutError::NoNodeLine {
-                path: self.include.clone(),
-                node: node.clone(),
-            })?;
-        }
-        write_atomically(&self.include, text.as_bytes()).map_err(io)?;
+        rewrite_node_file(&self.include, nodes)?;
         let shown = self.command.join(" ");
         let (program, args) = self.command.split_first().ok_or_else(|| RelayoutError::Command {
             command: shown.clone(),

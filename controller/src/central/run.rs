@@ -12,7 +12,7 @@ use smartmig_policy::{onnx_writer, Activation, PolicyNetwork};
 
 use super::decide::{expected_metadata, policy_path, Decider};
 use super::fake::FakeSlurm;
-use super::relayout::{Relayout, RelayoutError, RestartSlurmctld};
+use super::relayout::{chosen, Relayout, RelayoutError};
 use super::status::Status;
 use super::{mode_name, unix_now, Central};
 use crate::slurm::{Libslurm, SlurmApi};
@@ -33,18 +33,16 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     };
     let cc = resolved.config.controller.central.clone();
     let seed = cc.seed.unwrap_or_else(rand::random);
+    let decider = Decider::new(&resolved, mode, seed);
+    let relayout = chosen(&cc, Libslurm::version());
     log::info!(
-        "central role: mode {}, policy {:?}, seed {seed}, re-layout {:?}",
+        "central role: mode {}, policy {:?}, seed {seed}, re-layout {} ({:?}; built for Slurm {})",
         mode_name(mode),
         resolved.config.policy.kind,
-        cc.relayout
+        relayout.name(),
+        cc.relayout,
+        crate::slurm::version_text(Libslurm::version())
     );
-    let decider = Decider::new(&resolved, mode, seed);
-    let relayout = RestartSlurmctld {
-        include: cc.nodes_include.clone(),
-        command: cc.restart_slurmctld.clone(),
-        timeout: Duration::from_secs_f64(cc.slurmctld_timeout_s),
-    };
     let mut api = Libslurm::new();
     if let Err(e) = api.ping() {
         log::warn!("slurmctld does not answer yet: {e}");
@@ -62,7 +60,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     if let Some(addr) = metrics {
         log::info!("metrics on http://{addr}/metrics");
     }
-    let mut c = Central::new(resolved, Box::new(api), decider, Box::new(relayout), mode);
+    let mut c = Central::new(resolved, Box::new(api), decider, relayout, mode);
     if once {
         let r = c.cycle();
         println!(

@@ -344,6 +344,15 @@ impl SlurmApi for Libslurm {
         }
         Ok(())
     }
+
+    fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        // SAFETY: plain call without arguments.
+        let rc = unsafe { sys::slurm_reconfigure() };
+        if rc != sys::SLURM_SUCCESS as i32 {
+            return Err(last_error("slurm_reconfigure".into()));
+        }
+        Ok(())
+    }
 }
 
 extern "C" {

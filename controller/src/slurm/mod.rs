@@ -8,7 +8,12 @@ mod gres;
 
 pub use carrier::{read_desired, read_report, write_desired, write_report};
 pub use ffi::Libslurm;
-pub use gres::{parse_gres, GresCount};
+pub use gres::{gpu_counts, parse_gres, GresCount};
+
+/// `major.minor.micro` of a `SLURM_VERSION_NUMBER` (e.g. [`Libslurm::version`]).
+pub fn version_text(v: u32) -> String {
+    format!("{}.{:02}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
+}
 
 /// A job's state, as far as smartmig cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,4 +131,6 @@ pub trait SlurmApi {
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError>;
     /// Whether slurmctld answers.
     fn ping(&mut self) -> Result<(), SlurmError>;
+    /// `scontrol reconfigure`: slurmctld and every slurmd re-read their configuration.
+    fn reconfigure(&mut self) -> Result<(), SlurmError>;
 }

@@ -10,9 +10,15 @@ use super::de::positive;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RelayoutKind {
+    /// By the Slurm release smartmigd was built against: `reconfigure` from 23.11 on,
+    /// `restart-slurmctld` before.
+    Auto,
     /// Slurm 22.05: rewrite the generated node file, restart slurmctld once per batch,
     /// with every changing node's slurmd stopped meanwhile.
     RestartSlurmctld,
+    /// Slurm 23.11 and later: rewrite the generated node file, then one `scontrol
+    /// reconfigure` per batch (slurmctld and slurmd re-execute in place; no RPC fails).
+    Reconfigure,
 }
 
 /// `[controller.central]`: the reconcile loop on the Slurm controller host.
@@ -39,7 +45,8 @@ pub struct CentralConfig {
     /// Command (program and arguments) that restarts slurmctld without `-c`.
     #[serde(default = "default_restart")]
     pub restart_slurmctld: Vec<String>,
-    /// Seconds to wait for slurmctld to answer after the restart (> 0).
+    /// Seconds to wait for slurmctld to answer after the restart, or to show the new
+    /// layouts after a reconfigure (> 0).
     #[serde(default = "default_ctld_timeout", deserialize_with = "positive")]
     pub slurmctld_timeout_s: f64,
 }
@@ -84,7 +91,7 @@ fn default_report_timeout() -> f64 {
     120.0
 }
 fn default_relayout() -> RelayoutKind {
-    RelayoutKind::RestartSlurmctld
+    RelayoutKind::Auto
 }
 fn default_nodes_include() -> PathBuf {
     PathBuf::from("/etc/slurm/smartmig-nodes.conf")
