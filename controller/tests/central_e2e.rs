@@ -87,6 +87,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     };
     assert_eq!(out.matches(path).count(), 1, "one {path:?} for the batch: {out}");
     let real = Status::read(&c.dir.join("central")).unwrap();
+    assert!(real.errors.is_empty(), "{:?}", real.errors);
     let applied: Vec<_> = real.decisions.iter().filter(|d| d.action == "applied").collect();
     assert_eq!(applied.len(), 2, "{real:?}");
     assert_eq!(decisions(&dry), {

@@ -31,8 +31,8 @@ pub struct FakeSlurm {
     pub unknown_state: Vec<String>,
     /// Reconfigures so far.
     pub reconfigures: u32,
-    /// What a reconfigure makes Slurm read: each node's new configured GRES.
-    pub gres_on_reconfigure: Vec<(String, String)>,
+    /// slurmctld stops answering pings after a reconfigure (it failed to load).
+    pub down_after_reconfigure: bool,
 }
 
 fn err(call: &str) -> SlurmError {
@@ -217,15 +217,17 @@ impl SlurmApi for FakeSlurm {
         Ok(())
     }
     fn ping(&mut self) -> Result<(), SlurmError> {
+        if self.down_after_reconfigure && self.reconfigures > 0 {
+            return Err(SlurmError::Call {
+                call: "slurm_ping".into(),
+                errno: 1007,
+                message: "Unable to contact slurm controller (connect failure)".into(),
+            });
+        }
         Ok(())
     }
     fn reconfigure(&mut self) -> Result<(), SlurmError> {
         self.reconfigures += 1;
-        for (node, gres) in &self.gres_on_reconfigure {
-            if let Some(n) = self.nodes.iter_mut().find(|n| &n.name == node) {
-                n.gres = gres.clone();
-            }
-        }
         Ok(())
     }
 }

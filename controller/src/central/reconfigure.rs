@@ -11,16 +11,19 @@
 //! count mismatch", as in 22.05), and a reconfigure whose configuration fails to load (a
 //! broken slurm.conf, a plugin built for another release) stops slurmctld in 24.11.
 //!
-//! The node agent's part on this path: apply the layout and write the node's gres.conf
-//! before it reports, and leave slurmd alone; slurmd re-reads gres.conf at the
-//! reconfigure. (A slurmd the agent did stop does no harm: it registers with the new
-//! gres.conf when started again.)
+//! Slurm shows a node's new types once its slurmd registers again: at once when slurmd runs
+//! (it re-executes at the reconfigure and re-reads gres.conf), else when it is started.
+//! slurmctld keeps a node's GRES from its saved state until then, so the node agent's part
+//! on this path is: apply the layout and write the node's gres.conf before it reports, and
+//! leave slurmd running. (A slurmd the agent did stop does no harm: it registers with the
+//! new gres.conf when started again.) Like the restart, [`Reconfigure::apply`] returns once
+//! slurmctld answers; whether every node registered is for the cycle to check.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::relayout::{rewrite_node_file, Relayout, RelayoutError};
-use crate::slurm::{gpu_counts, SlurmApi, SlurmNode};
+use super::relayout::{rewrite_node_file, wait_answer, Relayout, RelayoutError};
+use crate::slurm::SlurmApi;
 
 /// First Slurm release whose reconfigure re-executes slurmctld in place (23.11.0).
 pub const RECONFIGURE_SINCE: u32 = 0x17_0b_00;
@@ -30,7 +33,7 @@ pub const RECONFIGURE_SINCE: u32 = 0x17_0b_00;
 pub struct Reconfigure {
     /// The generated node file.
     pub include: PathBuf,
-    /// How long Slurm may take to show the new GRES.
+    /// How long slurmctld may take to answer after the reconfigure.
     pub timeout: Duration,
 }
 
@@ -46,45 +49,8 @@ impl Relayout for Reconfigure {
         rewrite_node_file(&self.include, nodes)?;
         log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
         api.reconfigure().map_err(RelayoutError::Reconfigure)?;
-        // The call returns once slurmctld has accepted it; the new process answers, with
-        // the new node records, once it has read everything back.
-        let start = Instant::now();
-        loop {
-            let (stale, last) = match api.nodes() {
-                Ok(all) => {
-                    let stale = not_showing(nodes, &all);
-                    if stale.is_empty() {
-                        log::info!("Slurm shows the new layouts after {:?}", start.elapsed());
-                        return Ok(());
-                    }
-                    let last: Vec<String> = stale.iter().map(|(n, g)| format!("{n}: {g}")).collect();
-                    (stale.into_iter().map(|(n, _)| n).collect(), last.join("; "))
-                }
-                Err(e) => (nodes.iter().map(|(n, _)| n.clone()).collect(), e.to_string()),
-            };
-            if start.elapsed() >= self.timeout {
-                return Err(RelayoutError::NotSeen {
-                    nodes: stale,
-                    timeout: self.timeout,
-                    last,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_answer(api, self.timeout, "reconfigure")
     }
-}
-
-/// `(node, the GRES Slurm shows)` for each node of `wanted` whose record in `all` shows
-/// other GPU counts per type (or is missing).
-fn not_showing(wanted: &[(String, String)], all: &[SlurmNode]) -> Vec<(String, String)> {
-    wanted
-        .iter()
-        .filter_map(|(node, gres)| {
-            let shown = all.iter().find(|n| &n.name == node).map(|n| n.gres.as_str());
-            let same = shown.is_some_and(|s| gpu_counts(s).is_some() && gpu_counts(s) == gpu_counts(gres));
-            (!same).then(|| (node.clone(), shown.unwrap_or("no record").to_string()))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -93,6 +59,7 @@ mod tests {
 
     use super::*;
     use crate::central::fake::FakeSlurm;
+    use crate::slurm::SlurmNode;
     use crate::central::relayout::chosen;
     use smartmig_core::config::{CentralConfig, RelayoutKind};
 
@@ -117,11 +84,9 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_rewrites_the_node_file_reconfigures_once_and_waits_for_slurm_to_show_it() {
+    fn a_batch_rewrites_the_node_file_and_reconfigures_once() {
         let (dir, mut r, mut slurm) = setup("ok");
-        let new = "gpu:3g.20gb:2";
-        slurm.gres_on_reconfigure = vec![("a".into(), "gpu:3g.20gb:2(S:0)".into())];
-        r.apply(&mut slurm, &[("a".into(), new.into())]).unwrap();
+        r.apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())]).unwrap();
         assert_eq!(slurm.reconfigures, 1);
         assert_eq!(
             std::fs::read_to_string(&r.include).unwrap(),
@@ -129,30 +94,24 @@ mod tests {
         );
         r.apply(&mut slurm, &[]).unwrap();
         assert_eq!(slurm.reconfigures, 1, "an empty batch reconfigures nothing");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn slurm_not_showing_the_new_gres_in_time_is_an_error_naming_the_node_and_what_it_shows() {
-        let (dir, mut r, mut slurm) = setup("stale");
-        // Slurm read the file for `a` only.
-        slurm.gres_on_reconfigure = vec![("a".into(), "gpu:3g.20gb:2".into())];
-        let e = r
-            .apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into()), ("b".into(), "gpu:1g.5gb:7".into())])
-            .unwrap_err();
-        match &e {
-            RelayoutError::NotSeen { nodes, last, .. } => {
-                assert_eq!(nodes, &vec!["b".to_string()]);
-                assert!(last.contains("b: gpu:7g.40gb:1"), "{last}");
-            }
-            other => panic!("{other}"),
-        }
-        assert!(e.to_string().contains("within 300ms"), "{e}");
         let e = r
             .apply(&mut slurm, &[("c".into(), "gpu:1g.5gb:7".into())])
             .unwrap_err()
             .to_string();
         assert!(e.contains("NodeName=c"), "a node the file does not define: {e}");
+        assert_eq!(slurm.reconfigures, 1, "nothing reconfigured for a file left as it was");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_slurmctld_that_does_not_answer_after_the_reconfigure_is_an_error_naming_the_wait() {
+        let (dir, mut r, mut slurm) = setup("down");
+        slurm.down_after_reconfigure = true;
+        let e = r
+            .apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("300ms") && e.contains("reconfigure"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }
 

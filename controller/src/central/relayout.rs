@@ -45,22 +45,19 @@ pub enum RelayoutError {
         /// Exit status or spawn error.
         why: String,
     },
-    /// slurmctld did not answer in time after the restart.
-    #[error("slurmctld did not answer within {0:?} after the restart: {1}")]
-    NoAnswer(Duration, String),
+    /// slurmctld did not answer in time after the restart or reconfigure.
+    #[error("slurmctld did not answer within {timeout:?} after the {after}: {last}")]
+    NoAnswer {
+        /// How long it waited.
+        timeout: Duration,
+        /// What came before (`restart`, `reconfigure`).
+        after: &'static str,
+        /// The last ping's error.
+        last: String,
+    },
     /// slurmctld refused the reconfigure.
     #[error("scontrol reconfigure failed: {0}")]
     Reconfigure(SlurmError),
-    /// After the reconfigure Slurm did not show the nodes' new GPU GRES in time.
-    #[error("Slurm did not show the new GRES of {} within {timeout:?} of the reconfigure (last: {last})", nodes.join(", "))]
-    NotSeen {
-        /// The nodes still showing another GRES.
-        nodes: Vec<String>,
-        /// How long it waited.
-        timeout: Duration,
-        /// The last answer (each such node's GRES, or why Slurm could not be read).
-        last: String,
-    },
 }
 
 /// One way of making Slurm see new layouts.
@@ -152,15 +149,24 @@ impl Relayout for RestartSlurmctld {
                 why: status.to_string(),
             });
         }
-        let start = Instant::now();
-        loop {
-            match api.ping() {
-                Ok(()) => return Ok(()),
-                Err(e) if start.elapsed() >= self.timeout => {
-                    return Err(RelayoutError::NoAnswer(self.timeout, e.to_string()))
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        wait_answer(api, self.timeout, "restart")
+    }
+}
+
+/// Waits until slurmctld answers a ping, for at most `timeout` after `after`.
+pub fn wait_answer(api: &mut dyn SlurmApi, timeout: Duration, after: &'static str) -> Result<(), RelayoutError> {
+    let start = Instant::now();
+    loop {
+        match api.ping() {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() >= timeout => {
+                return Err(RelayoutError::NoAnswer {
+                    timeout,
+                    after,
+                    last: e.to_string(),
+                })
             }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     }
 }

@@ -1,8 +1,6 @@
 //! Slurm's GRES strings (`gpu:1g.10gb:3,gpu:3g.40gb:1(S:0)`,
 //! `gpu:1g.10gb:1(IDX:0,2-3)`) as counts per type and device indices.
 
-use std::collections::BTreeMap;
-
 /// One `gpu:<type>:<count>` entry, with the device indices when Slurm gave them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GresCount {
@@ -62,16 +60,6 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, String> {
         });
     }
     Ok(out)
-}
-
-/// GPU count per type of a GRES string (order, socket and index annotations aside);
-/// None when it cannot be read.
-pub fn gpu_counts(text: &str) -> Option<BTreeMap<String, u32>> {
-    let mut m = BTreeMap::new();
-    for g in parse_gres(text, "GRES").ok()? {
-        *m.entry(g.gpu_type).or_default() += g.count;
-    }
-    Some(m)
 }
 
 /// Splits on commas outside parentheses (`IDX:0,2` lists contain commas).
