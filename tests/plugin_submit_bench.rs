@@ -55,6 +55,7 @@ fn run(variant: &'static str, plugins: &str, gres: &str, jobs: usize) -> Row {
         etc_files: vec![("job_submit.lua".into(), LUA.into())],
         extra_conf: "MaxJobCount=100000\n".into(),
         accounting: false,
+        dynamic_nodes: false,
     };
     let c = Cluster::start(&opts);
     let args = [

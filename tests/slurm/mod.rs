@@ -209,6 +209,10 @@ pub struct Options {
     pub extra_conf: String,
     /// Run MariaDB and slurmdbd too, so that `sacct` works.
     pub accounting: bool,
+    /// Dynamic nodes: no `NodeName=` lines; each slurmd registers itself with `-Z --conf`
+    /// (its node definition, kept in `etc/dynamic-<node>.conf`), the partition takes
+    /// `Nodes=ALL`.
+    pub dynamic_nodes: bool,
 }
 
 impl Options {
@@ -226,6 +230,7 @@ impl Options {
             etc_files: Vec::new(),
             extra_conf: String::new(),
             accounting: false,
+            dynamic_nodes: false,
         }
     }
 }
@@ -374,6 +379,11 @@ impl Cluster {
         self.netns.first()
     }
 
+    /// Where a dynamic node's definition (its slurmd's `--conf`) is kept.
+    pub fn dynamic_conf(&self, i: usize) -> PathBuf {
+        self.path(&format!("etc/dynamic-{}.conf", self.nodes[i]))
+    }
+
     fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }
@@ -413,13 +423,19 @@ impl Cluster {
             std::fs::write(&own, node_gres_conf).unwrap();
             writeln!(gres_conf, "Include {}", own.display()).unwrap();
             let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
-            writeln!(
-                node_lines,
-                "NodeName={node} NodeHostname={host} NodeAddr={} CPUs=16 RealMemory=4000 Gres={}",
+            let definition = format!(
+                "NodeHostname={host} NodeAddr={} CPUs=16 RealMemory=4000 Gres={}",
                 self.addrs[i],
                 gres.join(",")
-            )
-            .unwrap();
+            );
+            if opts.dynamic_nodes {
+                std::fs::write(self.dynamic_conf(i), definition).unwrap();
+            } else {
+                writeln!(node_lines, "NodeName={node} {definition}").unwrap();
+            }
+        }
+        if opts.dynamic_nodes {
+            node_lines = "# dynamic nodes only (slurmd -Z)\n".into();
         }
         std::fs::write(d.join("etc/gres.conf"), gres_conf).unwrap();
         // Node definitions in an included file, as smartmigd's central role expects them.
@@ -447,7 +463,7 @@ impl Cluster {
              MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              SchedulerType=sched/backfill\nMinJobAge=600\n\
-             Include {d}/etc/nodes.conf\n\
+             Include {d}/etc/nodes.conf\n{max_nodes}\
              PartitionName=gpu Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n\
              {extra}\n",
             n = self.node.trim_start_matches("smnode").replace('x', "n"),
@@ -459,7 +475,16 @@ impl Cluster {
             } else {
                 format!("JobSubmitPlugins={}\n", opts.job_submit_plugins)
             },
-            nodes = self.nodes.join(","),
+            nodes = if opts.dynamic_nodes {
+                "ALL".to_string()
+            } else {
+                self.nodes.join(",")
+            },
+            max_nodes = if opts.dynamic_nodes {
+                format!("MaxNodeCount={}\n", self.nodes.len())
+            } else {
+                String::new()
+            },
             extra = opts.extra_conf,
             accounting = if opts.accounting {
                 let types: Vec<String> = all_types.keys().map(|t| format!("gres/gpu:{t}")).collect();
@@ -536,9 +561,18 @@ impl Cluster {
              while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n",
             pid = pidfile.display()
         );
+        let dynamic = self.dynamic_conf(i);
         let exec = install().script_exec(
             self.netns.get(i + 1).map(String::as_str),
-            &format!("slurmd -f {} -N {node}", self.conf.display()),
+            &if dynamic.exists() {
+                format!(
+                    "slurmd -f {} -N {node} -Z --conf \"$(cat {})\"",
+                    self.conf.display(),
+                    dynamic.display()
+                )
+            } else {
+                format!("slurmd -f {} -N {node}", self.conf.display())
+            },
         );
         let start_text = format!(
             "#!/bin/sh\nexport SLURM_CONF={conf}\n{exec}\n",
@@ -705,6 +739,9 @@ impl Cluster {
             .arg(&self.conf)
             .arg("-N")
             .arg(&self.nodes[i]);
+        if let Ok(definition) = std::fs::read_to_string(self.dynamic_conf(i)) {
+            cmd.arg("-Z").arg("--conf").arg(definition.trim());
+        }
         std::fs::create_dir_all(self.path(&format!("spool/{}", self.nodes[i]))).unwrap();
         let name = format!("slurmd-{}", self.nodes[i]);
         self.spawn(&name, &mut cmd);
@@ -766,7 +803,8 @@ impl Cluster {
         std::fs::read_to_string(self.path("log/slurmctld.log")).unwrap_or_default()
     }
 
-    fn client(&self, bin: &str, args: &[&str]) -> Output {
+    /// Runs a Slurm client (in the controller's namespace, with this cluster's config).
+    pub fn client(&self, bin: &str, args: &[&str]) -> Output {
         Self::in_ns(self.ctl_ns(), bin, &[])
             .args(args)
             .env("SLURM_CONF", &self.conf)

@@ -99,6 +99,7 @@ pub fn two_nodes() -> Options {
         etc_files: Vec::new(),
         extra_conf: String::new(),
         accounting: false,
+        dynamic_nodes: false,
     }
 }
 
