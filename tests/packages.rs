@@ -208,7 +208,13 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn install_upgrade_purge(release: &Release) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
-    let lap = |what: &str| eprintln!("packages ({}): {what} at {:.0?}", release.suite, started.elapsed());
+    let lap = |what: &str| {
+        eprintln!(
+            "packages ({}): {what} at {:.0?}",
+            release.suite,
+            started.elapsed()
+        )
+    };
     let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let version = env!("CARGO_PKG_VERSION");
     let (v1, v2) = (format!("{version}-1"), format!("{version}-2"));

@@ -500,7 +500,11 @@ const STORM: &[(&str, Option<&str>, bool)] = &[
     ("gpu:mig:1", Some("smartmig:class=bert-infer"), true),
     ("gpu:mig:2", Some("smartmig:speedup=1,1,1,1,1"), true),
     ("gpu:mig:1", Some("smartmig:class=resnet-train"), false),
-    ("gpu:mig:1", Some("run42 smartmig:class=bert-infer;gpumem=12G;due=2h"), true),
+    (
+        "gpu:mig:1",
+        Some("run42 smartmig:class=bert-infer;gpumem=12G;due=2h"),
+        true,
+    ),
     ("gpu:mig:1", Some("smartmig:class=bert-infer;time-on=1g"), true),
     ("gpu:mig:1", Some("smartmig:class=resnet-train;due=3h"), true),
     ("gpu:3g.20gb:1", None, true),
@@ -551,7 +555,10 @@ fn a_storm_of_1000_submissions_routes_each_job_as_the_router_decides() {
     assert_eq!(results.len(), jobs);
 
     let text = slurm::SMARTMIG_TOML.replace("@DIR@", &c.dir.display().to_string());
-    let resolved = Config::parse(&text, "smartmig.toml").unwrap().resolve(None).unwrap();
+    let resolved = Config::parse(&text, "smartmig.toml")
+        .unwrap()
+        .resolve(None)
+        .unwrap();
     let router = Router::from_resolved(&resolved).unwrap();
     let out = c.client_output("squeue", &["-h", "-t", "all", "-o", "%i|%b|%l"]);
     let shown: HashMap<u32, (String, Option<u32>)> = out
@@ -582,12 +589,23 @@ fn a_storm_of_1000_submissions_routes_each_job_as_the_router_decides() {
                     }
                     Outcome::Unchanged(_) => (asked.clone(), time),
                 };
-                assert_eq!(shown.get(id), Some(&expected), "request {i} {:?} (job {id})", request(*i));
+                assert_eq!(
+                    shown.get(id),
+                    Some(&expected),
+                    "request {i} {:?} (job {id})",
+                    request(*i)
+                );
             }
             (Err(_), Err(stderr)) => {
-                assert!(stderr.contains("sbatch: error: smartmig: "), "request {i}: {stderr}")
+                assert!(
+                    stderr.contains("sbatch: error: smartmig: "),
+                    "request {i}: {stderr}"
+                )
             }
-            (want, got) => panic!("request {i} {:?}: router says {want:?}, Slurm {got:?}", request(*i)),
+            (want, got) => panic!(
+                "request {i} {:?}: router says {want:?}, Slurm {got:?}",
+                request(*i)
+            ),
         }
     }
     assert!(routed > jobs / 2, "only {routed} routed");
@@ -600,7 +618,10 @@ fn a_storm_of_1000_submissions_routes_each_job_as_the_router_decides() {
 fn a_plugin_built_for_another_release_is_refused_by_slurmctld_naming_its_version() {
     skip_unless_slurm!();
     if *slurm::install() == slurm::Install::Host {
-        eprintln!("skipped: needs a second Slurm release ({}; scripts/e2e.sh sets it)", slurm::ROOT_ENV);
+        eprintln!(
+            "skipped: needs a second Slurm release ({}; scripts/e2e.sh sets it)",
+            slurm::ROOT_ENV
+        );
         return;
     }
     let (_g, c) = start();

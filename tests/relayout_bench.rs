@@ -104,16 +104,28 @@ fn gres_file(c: &Cluster, a: &[(&str, u32)]) -> String {
         for _ in 0..n {
             let f = a_files.next().expect("at most 3 instances on GPU A");
             if !dev(f).exists() {
-                let ok = Command::new("mknod").arg(dev(f)).args(["c", "1", "3"]).status().unwrap();
+                let ok = Command::new("mknod")
+                    .arg(dev(f))
+                    .args(["c", "1", "3"])
+                    .status()
+                    .unwrap();
                 assert!(ok.success());
             }
-            text += &format!("NodeName={} Name=gpu Type={ty} File={}\n", c.node, dev(f).display());
+            text += &format!(
+                "NodeName={} Name=gpu Type={ty} File={}\n",
+                c.node,
+                dev(f).display()
+            );
         }
     }
     let mut b = 2;
     for &(ty, n) in GPU_B {
         for _ in 0..n {
-            text += &format!("NodeName={} Name=gpu Type={ty} File={}\n", c.node, dev(b).display());
+            text += &format!(
+                "NodeName={} Name=gpu Type={ty} File={}\n",
+                c.node,
+                dev(b).display()
+            );
             b += 1;
         }
     }
@@ -126,7 +138,10 @@ fn gres_value(a: &[(&str, u32)]) -> String {
     for &(ty, n) in a.iter().chain(GPU_B) {
         *m.entry(ty).or_default() += n;
     }
-    m.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect::<Vec<_>>().join(",")
+    m.iter()
+        .map(|(t, n)| format!("gpu:{t}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Slurm's device numbering: the types in the order of the node's configured `Gres=`,
@@ -188,7 +203,10 @@ fn apply(c: &Cluster, path: Path, a: &[(&str, u32)]) -> Vec<String> {
         Path::Reconfigure => {
             std::fs::write(&gres_path, gres_file(c, a)).unwrap();
             set_node_gres(c, &gres);
-            notes.push(format!("reconfigure: {}", out_text(&c.scontrol(&["reconfigure"]))));
+            notes.push(format!(
+                "reconfigure: {}",
+                out_text(&c.scontrol(&["reconfigure"]))
+            ));
         }
         Path::UpdateGres => {
             std::fs::write(&gres_path, gres_file(c, a)).unwrap();
@@ -309,7 +327,8 @@ fn trial(path: Path, a: &[(&str, u32)]) -> Trial {
             let job = c.job(j);
             let a = job_index(&c, j);
             let file = |files: &Vec<String>, i: Option<usize>| {
-                i.and_then(|i| files.get(i).cloned()).unwrap_or_else(|| "-".into())
+                i.and_then(|i| files.get(i).cloned())
+                    .unwrap_or_else(|| "-".into())
             };
             format!(
                 "{} {} restarts {}, IDX {} → {}, {} → {}",
@@ -348,7 +367,12 @@ fn relayout_paths_with_running_jobs_and_a_storm_of_client_calls() {
     println!("| path | longest stretch without an answer | slowest call | failed calls | slurmctld processes started | running jobs after (Slurm index, device file) | job needing the new layout ran after | node after |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut notes = Vec::new();
-    for path in [Path::Reconfigure, Path::UpdateGres, Path::DynamicNode, Path::Restart] {
+    for path in [
+        Path::Reconfigure,
+        Path::UpdateGres,
+        Path::DynamicNode,
+        Path::Restart,
+    ] {
         // A path may break the cluster itself (22.05's slurmctld does not survive a dynamic
         // node with GRES): that is a result too.
         let t = match std::panic::catch_unwind(|| trial(path, C5)) {
@@ -359,7 +383,11 @@ fn relayout_paths_with_running_jobs_and_a_storm_of_client_calls() {
                     .map(String::as_str)
                     .or_else(|| e.downcast_ref::<&str>().copied())
                     .unwrap_or("panic");
-                println!("| {} | the trial failed: {} |", path.name(), why.lines().next().unwrap_or(""));
+                println!(
+                    "| {} | the trial failed: {} |",
+                    path.name(),
+                    why.lines().next().unwrap_or("")
+                );
                 continue;
             }
         };
@@ -373,7 +401,8 @@ fn relayout_paths_with_running_jobs_and_a_storm_of_client_calls() {
             t.ctld_starts,
             if t.ctld_pid_changed { " (new pid)" } else { "" },
             t.jobs.join("; "),
-            t.schedulable.map_or("not within 40 s".into(), |d| format!("{:.2} s", d.as_secs_f64())),
+            t.schedulable
+                .map_or("not within 40 s".into(), |d| format!("{:.2} s", d.as_secs_f64())),
             t.node_state,
             t.node_gres,
         );
@@ -384,7 +413,13 @@ fn relayout_paths_with_running_jobs_and_a_storm_of_client_calls() {
     println!("|---|---|---|");
     for path in [Path::Reconfigure, Path::Restart] {
         let t = trial(path, MORE);
-        println!("| {} | {} | {} {} |", t.path.name(), t.jobs.join("; "), t.node_state, t.node_gres);
+        println!(
+            "| {} | {} | {} {} |",
+            t.path.name(),
+            t.jobs.join("; "),
+            t.node_state,
+            t.node_gres
+        );
         notes.push((t.path, t.notes));
     }
     println!("\nWhat the commands said:");

@@ -31,7 +31,10 @@ fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) 
 fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs() {
     skip_unless_slurm!();
     if *slurm::install() != slurm::Install::Host {
-        eprintln!("skipped: this process links the host's libslurm, which cannot talk to {}", slurm::install());
+        eprintln!(
+            "skipped: this process links the host's libslurm, which cannot talk to {}",
+            slurm::install()
+        );
         return;
     }
     // 3g first in gres.conf: shows whether Slurm numbers devices in file or type order.

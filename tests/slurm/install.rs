@@ -86,7 +86,13 @@ impl Release {
 
 impl std::fmt::Display for Release {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:02}.{}", self.0 >> 16, (self.0 >> 8) & 0xff, self.0 & 0xff)
+        write!(
+            f,
+            "{}.{:02}.{}",
+            self.0 >> 16,
+            (self.0 >> 8) & 0xff,
+            self.0 & 0xff
+        )
     }
 }
 
@@ -107,9 +113,18 @@ impl Install {
             Install::Host => enter_ns(bin),
             Install::Root(root) => {
                 let mut c = enter_ns("unshare");
-                c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c", ENTER_ROOT, "sh"])
-                    .arg(root)
-                    .arg(std::env::temp_dir());
+                c.args([
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    ENTER_ROOT,
+                    "sh",
+                ])
+                .arg(root)
+                .arg(std::env::temp_dir());
                 if Path::new(bin).is_absolute() {
                     if let Some(dir) = Path::new(bin).parent() {
                         c.arg(dir);

@@ -140,7 +140,10 @@ pub fn smartmigd_for_root() -> Option<PathBuf> {
     if *install() == Install::Host {
         return None;
     }
-    Some(std::env::var_os("SMARTMIG_SMARTMIGD").map_or_else(|| build_for_root().join("smartmigd"), PathBuf::from))
+    Some(
+        std::env::var_os("SMARTMIG_SMARTMIGD")
+            .map_or_else(|| build_for_root().join("smartmigd"), PathBuf::from),
+    )
 }
 
 /// Builds the plugin and smartmigd against the Slurm of `$SMARTMIG_SLURM_ROOT` (its

@@ -59,15 +59,19 @@ mod tests {
 
     use super::*;
     use crate::central::fake::FakeSlurm;
-    use crate::slurm::SlurmNode;
     use crate::central::relayout::chosen;
+    use crate::slurm::SlurmNode;
     use smartmig_core::config::{CentralConfig, RelayoutKind};
 
     fn setup(tag: &str) -> (PathBuf, Reconfigure, FakeSlurm) {
         let dir = std::env::temp_dir().join(format!("smartmig-reconf-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let include = dir.join("nodes.conf");
-        std::fs::write(&include, "NodeName=a CPUs=4 Gres=gpu:7g.40gb:1\nNodeName=b Gres=gpu:7g.40gb:1\n").unwrap();
+        std::fs::write(
+            &include,
+            "NodeName=a CPUs=4 Gres=gpu:7g.40gb:1\nNodeName=b Gres=gpu:7g.40gb:1\n",
+        )
+        .unwrap();
         let mut slurm = FakeSlurm::default();
         for n in ["a", "b"] {
             slurm.nodes.push(SlurmNode {
@@ -86,7 +90,8 @@ mod tests {
     #[test]
     fn a_batch_rewrites_the_node_file_and_reconfigures_once() {
         let (dir, mut r, mut slurm) = setup("ok");
-        r.apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())]).unwrap();
+        r.apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())])
+            .unwrap();
         assert_eq!(slurm.reconfigures, 1);
         assert_eq!(
             std::fs::read_to_string(&r.include).unwrap(),
@@ -99,7 +104,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("NodeName=c"), "a node the file does not define: {e}");
-        assert_eq!(slurm.reconfigures, 1, "nothing reconfigured for a file left as it was");
+        assert_eq!(
+            slurm.reconfigures, 1,
+            "nothing reconfigured for a file left as it was"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

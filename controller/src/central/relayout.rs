@@ -154,7 +154,11 @@ impl Relayout for RestartSlurmctld {
 }
 
 /// Waits until slurmctld answers a ping, for at most `timeout` after `after`.
-pub fn wait_answer(api: &mut dyn SlurmApi, timeout: Duration, after: &'static str) -> Result<(), RelayoutError> {
+pub fn wait_answer(
+    api: &mut dyn SlurmApi,
+    timeout: Duration,
+    after: &'static str,
+) -> Result<(), RelayoutError> {
     let start = Instant::now();
     loop {
         match api.ping() {
