@@ -51,22 +51,22 @@ fn main() {
             "slurm_init|slurm_load_jobs|slurm_free_job_info_msg|slurm_load_node|\
              slurm_free_node_info_msg|slurm_update_node|slurm_init_update_node_msg|\
              slurm_update_job|slurm_init_job_desc_msg|slurm_strerror|slurm_get_errno|\
-             slurm_requeue|slurm_ping|slurm_reconfigure|slurm_hostlist_create|\
-             slurm_hostlist_shift|slurm_hostlist_destroy",
+             slurm_requeue|slurm_ping|slurm_reconfigure|slurm_hostlist_create|slurm_hostlist_shift|\
+             slurm_hostlist_destroy|slurm_load_node_single|slurm_load_ctl_conf|slurm_free_ctl_conf",
         )
         .allowlist_type(
-            "job_info_msg_t|node_info_msg_t|update_node_msg_t|job_desc_msg_t|job_states|node_states",
+            "job_info_msg_t|node_info_msg_t|update_node_msg_t|job_desc_msg_t|job_states|node_states|slurm_conf_t",
         )
         .allowlist_var(
-            "SLURM_VERSION_NUMBER|NO_VAL|INFINITE|SLURM_SUCCESS|SHOW_ALL|SHOW_DETAIL|\
+            "SLURM_VERSION_NUMBER|NO_VAL|INFINITE|SLURM_SUCCESS|SHOW_ALL|SHOW_DETAIL|SLURM_NO_CHANGE_IN_DATA|ESLURM_INVALID_NODE_NAME|\
              JOB_STATE_BASE|JOB_PENDING|JOB_RUNNING|NODE_RESUME|NODE_STATE_DRAIN|\
-             NODE_STATE_BASE|NODE_STATE_DOWN|NODE_STATE_IDLE|NODE_STATE_ALLOCATED|NODE_STATE_MIXED|\
-             NODE_STATE_INVALID_REG",
+             NODE_STATE_BASE|NODE_STATE_DOWN|NODE_STATE_IDLE|NODE_STATE_ALLOCATED|NODE_STATE_MIXED",
         )
         // NODE_RESUME and NODE_STATE_DRAIN are SLURM_BIT(n): let clang evaluate them.
         .clang_macro_fallback()
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
+        .allowlist_type("slurm_err_t")
         .opaque_type("list|List|xlist|cron_entry_t|.*_t_cron|dynamic_plugin_data_t|hostlist|job_resources")
         .derive_default(false)
         .layout_tests(false)

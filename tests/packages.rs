@@ -34,7 +34,7 @@ const CONFIG: &str = "/etc/smartmig/smartmig.toml";
 const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_smartmig.so";
 
 /// Files the packages must install, by package.
-const INSTALLED: [(&str, &str); 16] = [
+const INSTALLED: [(&str, &str); 17] = [
     ("smartmig", "/usr/bin/smartmig"),
     ("smartmig", CONFIG),
     ("smartmig", "/usr/share/man/man1/smartmig.1.gz"),
@@ -50,6 +50,10 @@ const INSTALLED: [(&str, &str); 16] = [
     ("smartmigd", "/usr/share/man/man8/smartmigd-central.8.gz"),
     ("smartmigd", "/usr/lib/systemd/system/smartmigd-central.service"),
     ("smartmigd", "/usr/lib/systemd/system/smartmigd-node.service"),
+    (
+        "smartmigd",
+        "/usr/lib/systemd/system/smartmigd-node-restore.service",
+    ),
     ("smartmig-slurm-plugin", PLUGIN),
 ];
 

@@ -169,11 +169,27 @@ fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
             "{:?}: sbatch said {stderr:?}",
             case.args
         );
+        // A routed job carries what the user asked (the controller re-routes only those);
+        // an explicit request none.
+        let mark = job.get("AdminComment").cloned().unwrap_or_default();
+        let from = smartmig_core::routing::RoutedFrom::find(&mark);
+        assert_eq!(
+            from.is_some(),
+            case.routed,
+            "{:?}: AdminComment={mark:?}",
+            case.args
+        );
         if case.routed {
             let ty = case.tres.rsplit_once(':').map_or("", |(a, _)| a);
             assert!(
                 stderr.contains(ty),
                 "{:?}: info line {stderr:?} should name {ty}",
+                case.args
+            );
+            let asked = from.unwrap().tres.iter().flatten().any(|t| t.contains(":mig"));
+            assert!(
+                asked,
+                "{:?}: the mark keeps the request as written: {mark}",
                 case.args
             );
         }

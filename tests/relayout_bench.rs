@@ -181,7 +181,7 @@ fn run_script(path: &std::path::Path) -> String {
 
 /// Replaces the `Gres=` of the node's line in nodes.conf.
 fn set_node_gres(c: &Cluster, gres: &str) {
-    let path = c.dir.join("etc/nodes.conf");
+    let path = c.nodes_include();
     let text = std::fs::read_to_string(&path).unwrap();
     let new: Vec<String> = text
         .lines()

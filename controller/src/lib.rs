@@ -2,6 +2,7 @@
 
 pub mod central;
 pub mod channel;
+pub mod command;
 pub mod metrics;
 pub mod node;
 pub mod slurm;

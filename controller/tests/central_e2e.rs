@@ -22,6 +22,8 @@ mod common;
 #[path = "../../tests/slurm/mod.rs"]
 mod slurm;
 
+use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::Duration;
 
 use common::{node_field, run_central, start_agent, two_nodes, Policy, C1, C2};
@@ -60,7 +62,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         },
         "run/snapshot.json",
     );
-    let nodes_conf = std::fs::read_to_string(c.dir.join("etc/nodes.conf")).unwrap();
+    let nodes_conf = std::fs::read_to_string(c.nodes_include()).unwrap();
 
     // Dry-run: the decisions, and nothing touched.
     let out = run_central(&c, &config, &["--dry-run"]);
@@ -71,10 +73,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         assert!(node_field(&c, n, "Extra").is_empty(), "dry-run wrote {n}'s Extra");
         assert!(!c.node_state(n).contains("DRAIN"), "dry-run drained {n}");
     }
-    assert_eq!(
-        std::fs::read_to_string(c.dir.join("etc/nodes.conf")).unwrap(),
-        nodes_conf
-    );
+    assert_eq!(std::fs::read_to_string(c.nodes_include()).unwrap(), nodes_conf);
     assert!(!c.snapshot_path().exists(), "dry-run published a snapshot");
 
     // The real cycle.
@@ -142,4 +141,140 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         "{metrics}"
     );
     assert!(!metrics.contains("7g.40gb"), "{metrics}");
+}
+
+/// The site's own lines of a node's gres.conf, and its non-MIG GRES in slurm.conf.
+const SITE_LINES: [&str; 3] = [
+    "NodeName={node} AutoDetect=off",
+    "NodeName=othernode Name=gpu Type=1g.5gb File=/dev/null",
+    "# the site's comment stays too",
+];
+
+#[test]
+fn a_site_gres_conf_keeps_autodetect_a_non_mig_gpu_and_other_nodes_lines_across_a_relayout() {
+    skip_unless_netns!();
+    // Node 0 has a whole (non-MIG) GPU beside its MIG one: a line of its own in gres.conf
+    // and `gpu:a100:1` in its Gres, both the site's.
+    let mut opts = two_nodes();
+    opts.gpus.push(slurm::FakeGpu(vec![("a100", 1)]));
+    let mut c = Cluster::start(&opts);
+    let n0 = c.nodes[0].clone();
+    let own = c.dir.join(format!("etc/gres-{n0}.conf"));
+    let mut text = std::fs::read_to_string(&own).unwrap();
+    for l in SITE_LINES {
+        text.push_str(&l.replace("{node}", &n0));
+        text.push('\n');
+    }
+    std::fs::write(&own, &text).unwrap();
+    let s0 = start_agent(&mut c, 0, C2, &[]);
+    let s1 = start_agent(&mut c, 1, C1, &[]);
+    common::wait_announced(&c);
+    let config = common::central_config(&c, &Policy::Static("\"c5\""), "run/snapshot.json");
+    let out = run_central(&c, &config, &[]);
+    assert!(
+        out.contains("2 changed") && out.contains("0 error(s)"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    let after = std::fs::read_to_string(&own).unwrap();
+    for l in SITE_LINES {
+        let l = l.replace("{node}", &n0);
+        assert!(after.lines().any(|x| x == l), "{l:?} lost:\n{after}");
+    }
+    assert!(after.lines().any(|x| x.contains("Type=a100")), "{after}");
+    assert!(
+        std::fs::read_to_string(c.nodes_include())
+            .unwrap()
+            .contains("gpu:a100:1"),
+        "the node's non-MIG GRES stays in slurm.conf"
+    );
+    c.wait_for("node 0 back in service", Duration::from_secs(30), |c| {
+        !c.node_state(&n0).contains("DRAIN")
+    });
+    let gres = node_field(&c, &n0, "Gres");
+    assert!(
+        gres.contains("gpu:a100:1") && gres.contains("gpu:3g.20gb:2"),
+        "{gres}"
+    );
+    let (j, _) = c
+        .sbatch(&["-w", &n0, "--gres=gpu:a100:1", "--wrap", "true"])
+        .unwrap();
+    c.wait_job(j, &["COMPLETED"], Duration::from_secs(30));
+    common::assert_consistent(&c, &[&s0, &s1], &[j]);
+}
+
+#[test]
+fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_reads_them() {
+    skip_unless_netns!();
+    // gres.conf lists 1g.5gb, 1g.5gb, 2g.10gb, 1g.5gb+me (placement order); the node's Gres
+    // names them in another order, neither gres.conf's, alphabetical nor by name length.
+    let mut opts = two_nodes();
+    opts.gpus = vec![slurm::FakeGpu(vec![
+        ("1g.5gb", 2),
+        ("2g.10gb", 1),
+        ("1g.5gb+me", 1),
+    ])];
+    let c = Cluster::start(&opts);
+    let n0 = c.nodes[0].clone();
+    let include = std::fs::read_to_string(c.nodes_include()).unwrap();
+    let gres = "gpu:2g.10gb:1,gpu:1g.5gb+me:1,gpu:1g.5gb:2";
+    let line = include
+        .lines()
+        .find(|l| l.starts_with(&format!("NodeName={n0} ")))
+        .unwrap();
+    let old_gres = line.split_whitespace().find(|w| w.starts_with("Gres=")).unwrap();
+    std::fs::write(
+        c.nodes_include(),
+        include.replace(old_gres, &format!("Gres={gres}")),
+    )
+    .unwrap();
+    let (stop, start) = c.slurmd_scripts(0);
+    assert!(Command::new(&stop).status().unwrap().success());
+    assert!(Command::new(c.restart_slurmctld_script())
+        .status()
+        .unwrap()
+        .success());
+    assert!(Command::new(&start).status().unwrap().success());
+    c.wait_for("node 0 to register", Duration::from_secs(30), |c| {
+        let s = c.node_state(&n0);
+        !s.contains('*') && !s.contains("DOWN") && !s.contains("INVAL")
+    });
+    let mut by_index = BTreeMap::new();
+    for ty in ["1g.5gb", "1g.5gb", "2g.10gb", "1g.5gb+me"] {
+        let (j, _) = c
+            .sbatch(&["-w", &n0, &format!("--gres=gpu:{ty}:1"), "--wrap", "sleep 60"])
+            .unwrap();
+        c.wait_job(j, &["RUNNING"], Duration::from_secs(30));
+        let out = c.scontrol(&["-d", "show", "job", &j.to_string()]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let idx: u32 = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("GRES={}:1(IDX:", format!("gpu:{ty}"))))
+            .and_then(|rest| rest.trim_end_matches(')').parse().ok())
+            .unwrap_or_else(|| panic!("no IDX for {ty}: {text}"));
+        by_index.insert(idx, ty.to_string());
+    }
+    // What the central role computes from the node's Gres and the agent's layout.
+    let m = common::a100();
+    let layout = smartmig_core::mig::Layout::parse(&m, "1g.5gb@0 1g.5gb@1 2g.10gb@2 1g.5gb+me@6").unwrap();
+    let names: Vec<String> = layout
+        .instances()
+        .iter()
+        .map(|i| m.profiles[i.profile].name.clone())
+        .collect();
+    let order = smartmigd::central::view::slurm_index_order(
+        &node_field(&c, &n0, "Gres"),
+        &[(&layout, names.as_slice())],
+    )
+    .unwrap();
+    let computed: BTreeMap<u32, String> = order
+        .iter()
+        .enumerate()
+        .map(|(k, d)| (k as u32, m.profiles[d.unwrap().1.profile].name.clone()))
+        .collect();
+    assert_eq!(
+        by_index, computed,
+        "Slurm's IDX of each type vs the central role's mapping"
+    );
+    assert_eq!(by_index[&0], "2g.10gb", "the Gres order, not gres.conf's");
 }

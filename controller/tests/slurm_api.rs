@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use slurm::{Cluster, FakeGpu, Options};
 use smartmigd::channel::{Desired, GpuActual, Outcome, Phase, Report, CHANNEL_VERSION};
 use smartmigd::slurm::{
-    parse_gres, read_desired, read_report, write_desired, write_report, JobState, Libslurm, NodeUpdate,
-    SlurmApi,
+    parse_gres, read_desired, read_report, write_desired, write_report, JobState, JobUpdate, Libslurm,
+    NodeUpdate, SlurmApi,
 };
 
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
@@ -95,26 +95,38 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
     assert_eq!(h.tres[0].as_deref(), Some("gres:gpu:1g.10gb:1"));
 
     // Re-route the pending job to the 3g type through the API.
-    api.update_job_tres(held, 0, "gres:gpu:3g.40gb:1")
-        .expect("update job");
+    api.update_job(&JobUpdate {
+        job: held,
+        tres: Some((0, "gres:gpu:3g.40gb:1".into())),
+        time_limit_min: Some(17),
+    })
+    .expect("update job");
     let h = api.jobs().unwrap().into_iter().find(|j| j.id == held).unwrap();
     assert_eq!(h.tres[0].as_deref(), Some("gres:gpu:3g.40gb:1"));
+    assert_eq!(h.time_limit_min, Some(17));
     let e = api
-        .update_job_tres(999_999, 0, "gres:gpu:3g.40gb:1")
+        .update_job(&JobUpdate {
+            job: 999_999,
+            tres: Some((0, "gres:gpu:3g.40gb:1".into())),
+            time_limit_min: None,
+        })
         .unwrap_err()
         .to_string();
     assert!(e.contains("999999") && e.contains("slurm errno"), "{e}");
 
-    // The channel: Desired in Extra, Report in Comment, read back through the API.
-    let desired = Desired {
-        smartmig: CHANNEL_VERSION,
-        generation: 3,
-        phase: Phase::Apply,
-        gpus: Vec::new(),
-    };
-    write_desired(&mut api, &c.node, &desired).unwrap();
+    // The channel: Desired in Extra, Report in Comment (beside the site's keys), read back
+    // through the API, the whole table and the node's own record.
+    api.update_node(&NodeUpdate {
+        node: c.node.clone(),
+        extra: Some(r#"{"rack":"r7"}"#.into()),
+        ..NodeUpdate::default()
+    })
+    .unwrap();
+    let record = api.node(&c.node).unwrap().expect("the node's own record");
+    let desired = Desired::new(3, Phase::Apply, Vec::new());
+    write_desired(&mut api, &record, &desired).unwrap();
     let report = Report {
-        smartmig: CHANNEL_VERSION,
+        version: CHANNEL_VERSION,
         generation: 3,
         phase: Phase::Apply,
         outcome: Outcome::Failed {
@@ -125,10 +137,12 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
             model: "A100-SXM4-40GB".into(),
             layout: "3g.40gb@4 1g.10gb@0 1g.10gb@1 1g.10gb@2".into(),
         }],
+        read_error: None,
         slurmd_running: true,
+        watchdog: None,
         at: 1.5,
     };
-    write_report(&mut api, &c.node, &report).unwrap();
+    write_report(&mut api, &c.node, None, &report).unwrap();
     let n = api
         .nodes()
         .unwrap()
@@ -137,6 +151,14 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
         .unwrap();
     assert_eq!(read_desired(&n).unwrap().unwrap(), desired);
     assert_eq!(read_report(&n).unwrap().unwrap(), report);
+    assert!(
+        n.extra.as_deref().unwrap().contains(r#""rack":"r7""#),
+        "{:?}",
+        n.extra
+    );
+    assert_eq!(api.node(&c.node).unwrap().unwrap(), n);
+    assert_eq!(api.node("no-such-node").unwrap(), None);
+    assert_eq!(api.slurmd_timeout().unwrap(), 300, "Slurm's default");
 
     // Drain with a reason, then resume.
     api.update_node(&NodeUpdate {

@@ -3,7 +3,11 @@
 use std::path::Path;
 use std::process::Command;
 
-const UNITS: [&str; 2] = ["smartmigd-node.service", "smartmigd-central.service"];
+const UNITS: [&str; 3] = [
+    "smartmigd-node.service",
+    "smartmigd-node-restore.service",
+    "smartmigd-central.service",
+];
 
 fn unit_text(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,7 +33,22 @@ fn the_units_carry_the_sandboxing_options() {
     let node = unit_text("smartmigd-node.service");
     assert!(node.contains("ExecStart=/usr/bin/smartmigd node --config /etc/smartmig/smartmig.toml"));
     assert!(node.contains("DevicePolicy=closed") && node.contains("DeviceAllow=/dev/nvidiactl rw"));
-    assert!(node.contains("ReadWritePaths=/etc/slurm/gres.conf"));
+    assert!(
+        node.contains("ReadWritePaths=/etc/slurm\n"),
+        "gres.conf is replaced through its directory"
+    );
+    let restore = unit_text("smartmigd-node-restore.service");
+    for line in [
+        "Type=oneshot",
+        "ExecStart=/usr/bin/smartmigd node --restore --config /etc/smartmig/smartmig.toml",
+        "Before=slurmd.service smartmigd-node.service",
+        "RequiredBy=slurmd.service",
+    ] {
+        assert!(
+            restore.lines().any(|l| l == line),
+            "the restore unit lacks {line}"
+        );
+    }
     let central = unit_text("smartmigd-central.service");
     assert!(central.contains("ExecStart=/usr/bin/smartmigd central --config /etc/smartmig/smartmig.toml"));
 }

@@ -4,6 +4,7 @@
 //! Runtime, tensor library, solver or simulator may enter its dependency graph.
 
 pub mod config;
+pub mod durable;
 pub mod error;
 pub mod mig;
 pub mod routing;

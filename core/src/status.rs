@@ -70,6 +70,9 @@ pub struct Status {
     pub counters: BTreeMap<String, u64>,
     /// Seconds spent by GPUs in each configuration (summed over GPUs).
     pub seconds_in_configuration: BTreeMap<String, f64>,
+    /// Why re-layouts are frozen (`smartmigd freeze`), if they are.
+    #[serde(default)]
+    pub frozen: Option<String>,
 }
 
 impl Status {
@@ -87,14 +90,11 @@ impl Status {
         trim(&mut self.decisions);
     }
 
-    /// Writes the file atomically.
+    /// Writes the file durably (`crate::durable`).
     pub fn write(&self, state_dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(state_dir)?;
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        let path = state_dir.join(STATUS_FILE);
-        let tmp = state_dir.join(format!(".{STATUS_FILE}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, json)?;
-        std::fs::rename(&tmp, &path)
+        crate::durable::write(&state_dir.join(STATUS_FILE), &json).map_err(std::io::Error::other)
     }
 
     /// Reads the file.
@@ -114,6 +114,9 @@ impl Status {
             "mode {}, {} cycles, generation {}, updated at {:.0}",
             self.mode, self.cycles, self.generation, self.updated_at
         );
+        if let Some(why) = &self.frozen {
+            let _ = writeln!(s, "FROZEN: no new re-layouts ({why}); `smartmigd thaw` lifts it");
+        }
         for (m, src) in &self.sources {
             let _ = writeln!(s, "policy {m}: {src}");
         }

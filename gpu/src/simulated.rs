@@ -11,7 +11,6 @@
 //!   devices (character devices with /dev/null's numbers when run as root).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -123,22 +122,41 @@ pub struct Faults {
     /// been saved.
     #[serde(default)]
     pub abort_after_steps: Option<u32>,
+    /// GPUs the driver no longer lists (as when one falls off the bus).
+    #[serde(default)]
+    pub lost: Vec<u32>,
 }
 
-/// A step that fails with an NVML error.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A call that fails with an NVML error.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailFault {
-    /// Step kind: `destroy-ci`, `destroy-gi`, `create-gi` or `create-ci`.
+    /// Step kind: `destroy-ci`, `destroy-gi`, `create-gi` or `create-ci`; `list` for
+    /// listing the GPUs, `read` for reading a GPU's state.
     pub op: String,
     /// GPU index; any GPU when absent.
     #[serde(default)]
     pub gpu: Option<u32>,
     /// NVML error name returned, e.g. `NVML_ERROR_INSUFFICIENT_RESOURCES`.
     pub error: String,
-    /// Matching steps to let through before failing.
+    /// Matching calls to let through before failing.
     #[serde(default)]
     pub skip: u32,
+    /// Fail every matching call from then on, not only the first.
+    #[serde(default)]
+    pub always: bool,
+}
+
+impl FailFault {
+    /// A fault on the next `op` call (on `gpu`, or any GPU) with NVML error `error`.
+    pub fn once(op: &str, gpu: Option<u32>, error: &str) -> FailFault {
+        FailFault {
+            op: op.to_string(),
+            gpu,
+            error: error.to_string(),
+            ..FailFault::default()
+        }
+    }
 }
 
 /// What [`Simulated::create`] sets up for one GPU.
@@ -173,21 +191,13 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GpuError + '_ {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file, fsync and rename, so a crash leaves
-/// either the old or the new content.
+/// Writes `bytes` to `path` durably (`smartmig_core::durable`): a crash leaves either the
+/// old or the new content.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GpuError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            // Makes the rename itself durable; not all file systems allow it on directories.
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
+    smartmig_core::durable::write(path, bytes).map_err(|e| GpuError::Io {
+        path: e.path,
+        source: std::io::Error::new(e.source.kind(), format!("{}: {}", e.what, e.source)),
+    })
 }
 
 fn parse_instances(model: &GpuModel, names: &[String], path: &Path) -> Result<Vec<Instance>, GpuError> {
@@ -397,6 +407,35 @@ impl Simulated {
         Ok(())
     }
 
+    /// Fails the call `call` (of kind `op`, on `gpu`) when a fault in faults.json matches.
+    fn inject(&self, op: &str, gpu: u32, call: &str) -> Result<(), GpuError> {
+        let mut faults = self.faults()?;
+        let Some(pos) = faults
+            .fail
+            .iter()
+            .position(|f| f.op == op && f.gpu.is_none_or(|g| g == gpu))
+        else {
+            return Ok(());
+        };
+        if faults.fail[pos].skip > 0 {
+            faults.fail[pos].skip -= 1;
+            return self.set_faults(&faults);
+        }
+        let f = if faults.fail[pos].always {
+            faults.fail[pos].clone()
+        } else {
+            let f = faults.fail.remove(pos);
+            self.set_faults(&faults)?;
+            f
+        };
+        log::info!("simulated GPU {gpu}: injected {} on {call}", f.error);
+        Err(GpuError::Nvml {
+            gpu,
+            call: call.to_string(),
+            code: f.error,
+        })
+    }
+
     fn gpu_model(&self, g: &SimGpu) -> Result<GpuModel, GpuError> {
         self.catalogue
             .models
@@ -453,9 +492,14 @@ fn nvml_code(e: &DriverError) -> &'static str {
 impl GpuBackend for Simulated {
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
         let file = self.load()?;
+        let lost = self.faults()?.lost;
+        for g in &file.gpus {
+            self.inject("list", g.index, "nvmlDeviceGetHandleByIndex")?;
+        }
         Ok(file
             .gpus
             .iter()
+            .filter(|g| !lost.contains(&g.index))
             .map(|g| GpuInfo {
                 index: g.index,
                 uuid: g.uuid.clone(),
@@ -467,6 +511,7 @@ impl GpuBackend for Simulated {
     }
 
     fn state(&self, gpu: u32, model: &GpuModel) -> Result<GpuState, GpuError> {
+        self.inject("read", gpu, "nvmlDeviceGetGpuInstances")?;
         let file = self.load()?;
         let g = file.gpu(gpu)?;
         self.check_model(g, model)?;
@@ -529,26 +574,7 @@ impl GpuBackend for Simulated {
             std::thread::sleep(Duration::from_millis(*ms));
         }
         let call = step.describe(model);
-        let mut faults = self.faults()?;
-        if let Some(pos) = faults
-            .fail
-            .iter()
-            .position(|f| f.op == op && f.gpu.is_none_or(|g| g == gpu))
-        {
-            if faults.fail[pos].skip > 0 {
-                faults.fail[pos].skip -= 1;
-                self.set_faults(&faults)?;
-            } else {
-                let f = faults.fail.remove(pos);
-                self.set_faults(&faults)?;
-                log::info!("simulated GPU {gpu}: injected {} on {call}", f.error);
-                return Err(GpuError::Nvml {
-                    gpu,
-                    call,
-                    code: f.error,
-                });
-            }
-        }
+        self.inject(op, gpu, &call)?;
         let gi = file
             .gpus
             .iter()
@@ -594,6 +620,7 @@ impl GpuBackend for Simulated {
         file.gpus[gi].gpu_instances = names(model, d.layout().instances());
         file.gpus[gi].without_compute = names(model, &without);
         self.save(&file)?;
+        let mut faults = self.faults()?;
         if let Some(n) = faults.abort_after_steps {
             if n <= 1 {
                 faults.abort_after_steps = None;
@@ -754,13 +781,12 @@ mod tests {
     fn an_injected_create_error_fires_once_and_changes_nothing() {
         let (_d, mut s, m) = node("");
         s.set_faults(&Faults {
-            fail: vec![FailFault {
-                op: "create-gi".into(),
-                gpu: None,
-                error: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
-                skip: 0,
-            }],
-            abort_after_steps: None,
+            fail: vec![FailFault::once(
+                "create-gi",
+                None,
+                "NVML_ERROR_INSUFFICIENT_RESOURCES",
+            )],
+            ..Faults::default()
         })
         .unwrap();
         let seven = inst(&m, "7g@0");
@@ -769,5 +795,35 @@ mod tests {
         assert!(s.state(0, &m).unwrap().layout.instances().is_empty());
         s.apply(0, &m, Step::CreateGpu(seven)).unwrap();
         assert!(!s.state(0, &m).unwrap().is_settled());
+    }
+
+    #[test]
+    fn read_faults_fail_every_read_when_always_and_a_lost_gpu_is_not_listed() {
+        let (_d, s, m) = node("7g@0");
+        s.set_faults(&Faults {
+            fail: vec![FailFault {
+                always: true,
+                ..FailFault::once("read", Some(0), "NVML_ERROR_GPU_IS_LOST")
+            }],
+            ..Faults::default()
+        })
+        .unwrap();
+        for _ in 0..2 {
+            let e = s.state(0, &m).unwrap_err().to_string();
+            assert!(e.contains("NVML_ERROR_GPU_IS_LOST"), "{e}");
+        }
+        s.set_faults(&Faults {
+            fail: vec![FailFault::once("list", None, "NVML_ERROR_UNKNOWN")],
+            ..Faults::default()
+        })
+        .unwrap();
+        assert!(s.gpus().is_err());
+        assert!(s.gpus().is_ok(), "once");
+        s.set_faults(&Faults {
+            lost: vec![0],
+            ..Faults::default()
+        })
+        .unwrap();
+        assert!(s.gpus().unwrap().is_empty());
     }
 }

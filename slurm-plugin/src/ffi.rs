@@ -190,6 +190,19 @@ impl<'a> JobDesc<'a> {
     pub fn set_time_limit(&mut self, minutes: u32) {
         self.desc.time_limit = minutes;
     }
+
+    /// The admin comment (only Slurm admins and plugins can set it).
+    pub fn admin_comment(&self) -> Option<String> {
+        // SAFETY: as in `job`.
+        unsafe { text(self.desc.admin_comment).ok().flatten().map(str::to_string) }
+    }
+
+    /// Replaces the admin comment with a copy of `value` in Slurm's allocator.
+    pub fn set_admin_comment(&mut self, value: &str) {
+        // SAFETY: as in `set_tres`.
+        unsafe { xfree(&mut self.desc.admin_comment) };
+        self.desc.admin_comment = xstrdup(value);
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use smartmig_core::routing::{OnError, Outcome, TresField, AUTO_TYPE};
+use smartmig_core::routing::{OnError, Outcome, RoutedFrom, TresField, AUTO_TYPE};
 
 pub mod ffi;
 pub mod state;
@@ -197,6 +197,14 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
                 r.message,
                 started.elapsed().as_micros()
             ));
+            // What the user asked, so the controller may re-route the job later (only
+            // jobs with this mark, from this request).
+            let from = RoutedFrom {
+                tres: job.tres.0.map(|t| t.map(str::to_string)),
+                time_limit_min: job.time_limit_min,
+            };
+            let mark = from.mark(desc.admin_comment().as_deref());
+            desc.set_admin_comment(&mark);
             for (field, text) in &r.tres {
                 desc.set_tres(*field, text);
             }

@@ -441,8 +441,10 @@ impl Cluster {
             node_lines = "# dynamic nodes only (slurmd -Z)\n".into();
         }
         std::fs::write(d.join("etc/gres.conf"), gres_conf).unwrap();
-        // Node definitions in an included file, as smartmigd's central role expects them.
-        std::fs::write(d.join("etc/nodes.conf"), &node_lines).unwrap();
+        // Node definitions in an included file, as smartmigd's central role expects them,
+        // in a directory of its own (a test can give it a file system of its own).
+        std::fs::create_dir_all(self.nodes_include().parent().unwrap()).unwrap();
+        std::fs::write(self.nodes_include(), &node_lines).unwrap();
         // Tests without the plugin (the controller's) need not build it.
         if !opts.job_submit_plugins.is_empty() {
             std::fs::copy(plugin_so(), d.join("plugins/job_submit_smartmig.so")).expect("copy plugin");
@@ -466,7 +468,7 @@ impl Cluster {
              MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              SchedulerType=sched/backfill\nMinJobAge=600\n\
-             Include {d}/etc/nodes.conf\n{max_nodes}\
+             Include {include}\n{max_nodes}\
              PartitionName=gpu Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n\
              {extra}\n",
             n = self.node.trim_start_matches("smnode").replace('x', "n"),
@@ -488,6 +490,7 @@ impl Cluster {
             } else {
                 String::new()
             },
+            include = self.nodes_include().display(),
             extra = opts.extra_conf,
             accounting = if opts.accounting {
                 let types: Vec<String> = all_types.keys().map(|t| format!("gres/gpu:{t}")).collect();
@@ -514,6 +517,11 @@ impl Cluster {
         for (name, text) in &opts.etc_files {
             std::fs::write(d.join("etc").join(name), text).unwrap();
         }
+    }
+
+    /// The file of node definitions that slurm.conf includes.
+    pub fn nodes_include(&self) -> PathBuf {
+        self.path("etc/slurm-nodes/nodes.conf")
     }
 
     /// Replaces smartmig.toml beside slurm.conf (`@DIR@` becomes the cluster dir).
@@ -806,7 +814,7 @@ impl Cluster {
         std::fs::read_to_string(self.path("log/slurmctld.log")).unwrap_or_default()
     }
 
-    /// Runs a Slurm client (in the controller's namespace, with this cluster's config).
+    /// Runs a Slurm client (squeue, scancel, ...) in the controller's namespace.
     pub fn client(&self, bin: &str, args: &[&str]) -> Output {
         Self::in_ns(self.ctl_ns(), bin, &[])
             .args(args)

@@ -1,7 +1,7 @@
 //! The decision of one cycle: mean-field features per GPU model, one inference per model
 //! through ONNX Runtime, top-k sampling of each GPU's next configuration — or the
-//! configured static/periodic layout, which is also the fallback when a model's policy
-//! file is missing or refused.
+//! configured static/periodic layout. When a model's policy file is missing, refused or
+//! fails, its GPUs keep their current layouts (never a layout the admin did not ask for).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -34,7 +34,12 @@ pub enum Source {
     },
     /// The static or periodic layout of the config.
     Fixed {
-        /// `static`, `periodic`, or `static (fallback: <why>)`.
+        /// `static` or `periodic`.
+        why: String,
+    },
+    /// The learned policy cannot be used: every GPU keeps its layout.
+    Kept {
+        /// Why the policy cannot be used.
         why: String,
     },
     /// `policy.kind = "none"`: nothing changes.
@@ -105,8 +110,7 @@ pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> Polic
 
 impl Decider {
     /// Loads each model's policy when the kind is `mean-field`; a model whose file is
-    /// missing or refused falls back to the static layout (logged, and in every decision's
-    /// source).
+    /// missing or refused keeps its layouts (logged, and in every decision's source).
     pub fn new(resolved: &Resolved, mode: Mode, seed: u64) -> Decider {
         let p = &resolved.config.policy;
         let runtime = if p.kind == PolicyKind::MeanField {
@@ -148,13 +152,13 @@ impl Decider {
         });
         match &loaded {
             Ok(_) => log::info!("policy for {key}: {}", path.display()),
-            Err(e) => log::error!("policy for {key} unusable, static layout instead: {e}"),
+            Err(e) => log::error!("policy for {key} unusable; its GPUs keep their layouts: {e}"),
         }
         self.policies[m] = loaded;
     }
 
     /// Reloads the policy files replaced since they were loaded (a retrained policy, or
-    /// a broken file, which then falls back to the static layout).
+    /// a broken file, which then keeps the layouts).
     fn reload_changed(&mut self, resolved: &Resolved) {
         if self.kind != PolicyKind::MeanField || self.runtime.is_err() {
             return;
@@ -225,14 +229,15 @@ impl Decider {
                             }
                         }
                         Err(e) => {
-                            log::error!("policy for {} failed, static layout instead: {e}", rm.model.key);
-                            fixed(format!("static (fallback: {e})"), &rm.static_layout, &mut targets)
+                            log::error!(
+                                "policy for {} failed; its GPUs keep their layouts: {e}",
+                                rm.model.key
+                            );
+                            Source::Kept { why: e }
                         }
                     }
                 }
-                (PolicyKind::MeanField, Err(e), _) => {
-                    fixed(format!("static (fallback: {e})"), &rm.static_layout, &mut targets)
-                }
+                (PolicyKind::MeanField, Err(e), _) => Source::Kept { why: e.clone() },
                 (PolicyKind::MeanField, Ok(_), None) => Source::None,
             };
             sources.push(source);

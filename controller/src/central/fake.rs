@@ -1,9 +1,13 @@
-//! An in-memory Slurm for unit tests and the benchmark: nodes and jobs as plain data,
-//! every update recorded, and optionally an instant node agent that answers each
-//! desired state with a `Done` report.
+//! An in-memory Slurm for unit tests and the benchmarks: nodes and jobs as plain data,
+//! every update recorded, the RPCs counted, and optionally an instant node agent that
+//! answers each desired state the way a healthy agent would.
+
+use std::collections::BTreeMap;
 
 use crate::channel::{self, Desired, GpuActual, Outcome, Phase, Report, CHANNEL_VERSION};
-use crate::slurm::{JobState, NodeUpdate, SlurmApi, SlurmError, SlurmJob, SlurmNode};
+use crate::slurm::{
+    read_desired, JobState, JobUpdate, NodeUpdate, SlurmApi, SlurmError, SlurmJob, SlurmNode,
+};
 
 /// A synthetic Slurm.
 #[derive(Debug, Clone, Default)]
@@ -14,15 +18,15 @@ pub struct FakeSlurm {
     pub jobs: Vec<SlurmJob>,
     /// Every node update, in order.
     pub node_updates: Vec<NodeUpdate>,
-    /// Every job update: (job, field, value).
-    pub job_updates: Vec<(u32, usize, String)>,
+    /// Every job update.
+    pub job_updates: Vec<JobUpdate>,
     /// Requeued jobs.
     pub requeued: Vec<u32>,
     /// Answer desired states at once, like a node agent would.
     pub auto_agent: bool,
     /// Make the agent fail every Apply with this message.
     pub agent_fails: Option<String>,
-    /// Reads (`nodes`, `jobs`) numbered in this range fail as if slurmctld were down.
+    /// Reads (`nodes`, `jobs`, `node`) numbered in this range fail as if slurmctld were down.
     pub outage: std::ops::Range<u32>,
     /// Reads so far.
     pub reads: u32,
@@ -33,6 +37,17 @@ pub struct FakeSlurm {
     pub reconfigures: u32,
     /// slurmctld stops answering pings after a reconfigure (it failed to load).
     pub down_after_reconfigure: bool,
+    /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
+    pub slurmd_timeout_s: u32,
+    /// RPCs by call: `load_node` (whole table, changed), `load_node_unchanged`,
+    /// `load_node_single`, `load_jobs`, `load_jobs_unchanged`, `update_node`, ...
+    pub rpcs: BTreeMap<&'static str, u64>,
+    /// Bumped by every change, so table reads can answer "unchanged" as slurmctld does.
+    pub version: u64,
+    /// `version` at the last node-table read.
+    pub nodes_read_at: Option<u64>,
+    /// `version` at the last job-table read.
+    pub jobs_read_at: Option<u64>,
 }
 
 fn err(call: &str) -> SlurmError {
@@ -46,13 +61,8 @@ fn err(call: &str) -> SlurmError {
 impl FakeSlurm {
     /// A node record with an agent report of its GPUs (`(model, layout)` each).
     pub fn node(name: &str, gpus: &[(&str, &str)]) -> SlurmNode {
-        let report = Report {
-            smartmig: CHANNEL_VERSION,
-            generation: 0,
-            phase: Phase::StartSlurmd,
-            outcome: Outcome::Done,
-            gpus: gpus
-                .iter()
+        let report = FakeSlurm::report(
+            gpus.iter()
                 .enumerate()
                 .map(|(i, (m, l))| GpuActual {
                     index: i as u32,
@@ -60,13 +70,27 @@ impl FakeSlurm {
                     layout: l.to_string(),
                 })
                 .collect(),
-            slurmd_running: true,
-            at: 0.0,
-        };
+        );
         SlurmNode {
             name: name.to_string(),
-            comment: serde_json::to_string(&report).ok(),
+            comment: channel::merge(None, "fake", Some(&report)).ok(),
+            gres: crate::central::gres_of_report(&report.gpus),
             ..SlurmNode::default()
+        }
+    }
+
+    /// A node agent's first announcement of `gpus`.
+    pub fn report(gpus: Vec<GpuActual>) -> Report {
+        Report {
+            version: CHANNEL_VERSION,
+            generation: 0,
+            phase: Phase::Start,
+            outcome: Outcome::Done,
+            gpus,
+            read_error: None,
+            slurmd_running: true,
+            watchdog: None,
+            at: 0.0,
         }
     }
 
@@ -86,6 +110,7 @@ impl FakeSlurm {
             name: None,
             account: None,
             partition: None,
+            admin_comment: None,
         }
     }
 
@@ -99,48 +124,48 @@ impl FakeSlurm {
         }
     }
 
-    fn answer(&mut self, node: usize) {
-        let Some(Ok(d)) = self.nodes[node]
-            .extra
-            .as_deref()
-            .map(|t| channel::parse::<Desired>(t, "fake"))
-        else {
+    /// The report in node `i`'s `Comment`.
+    pub fn report_of(&self, i: usize) -> Option<Report> {
+        crate::slurm::read_report(&self.nodes[i]).and_then(Result::ok)
+    }
+
+    fn set_report(&mut self, i: usize, r: &Report) {
+        self.nodes[i].comment = channel::merge(self.nodes[i].comment.as_deref(), "fake", Some(r)).ok();
+    }
+
+    /// What an instant, healthy agent answers to node `i`'s desired state.
+    fn answer(&mut self, i: usize) {
+        let Some(Ok(d)) = read_desired(&self.nodes[i]) else {
             return;
         };
-        let Some(Ok(mut report)) = self.nodes[node]
-            .comment
-            .as_deref()
-            .map(|t| channel::parse::<Report>(t, "fake"))
-        else {
+        let Some(mut report) = self.report_of(i) else {
             return;
         };
+        if report.answers(d.generation, d.phase) {
+            return;
+        }
         report.generation = d.generation;
         report.phase = d.phase;
+        report.outcome = Outcome::Done;
         match (d.phase, &self.agent_fails) {
-            (Phase::Apply, Some(e)) => {
-                // A failed agent rolls back and never stopped slurmd.
-                report.outcome = Outcome::Failed { error: e.clone() };
-            }
-            (Phase::Apply, None) => {
-                for t in &d.gpus {
-                    if let Some(g) = report.gpus.iter_mut().find(|g| g.index == t.index) {
-                        g.layout = t.to.clone();
-                    }
-                }
-                report.outcome = Outcome::Done;
-                report.slurmd_running = false;
-            }
-            (Phase::StartSlurmd, _) => {
-                report.outcome = Outcome::Done;
+            // A failed agent rolls back; slurmd keeps running.
+            (Phase::Apply, Some(e)) => report.outcome = Outcome::Failed { error: e.clone() },
+            (Phase::Apply, None) => set_layouts(&mut report, &d, |t| &t.to),
+            (Phase::Install, _) => report.slurmd_running = !d.stop_slurmd,
+            (Phase::Start, _) => report.slurmd_running = true,
+            (Phase::Revert, _) => {
+                set_layouts(&mut report, &d, |t| &t.from);
                 report.slurmd_running = true;
             }
         }
-        self.nodes[node].comment = serde_json::to_string(&report).ok();
+        self.set_report(i, &report);
     }
-}
 
-impl FakeSlurm {
-    fn read(&mut self, call: &str) -> Result<(), SlurmError> {
+    fn count(&mut self, call: &'static str) {
+        *self.rpcs.entry(call).or_default() += 1;
+    }
+
+    fn read(&mut self, call: &'static str) -> Result<(), SlurmError> {
         let n = self.reads;
         self.reads += 1;
         if self.outage.contains(&n) {
@@ -152,23 +177,65 @@ impl FakeSlurm {
         }
         Ok(())
     }
+
+    /// Marks the data changed (tests that edit `nodes` or `jobs` directly call it too).
+    pub fn touch(&mut self) {
+        self.version += 1;
+    }
+}
+
+fn set_layouts(report: &mut Report, d: &Desired, layout: impl Fn(&crate::channel::GpuTarget) -> &String) {
+    for t in &d.gpus {
+        if let Some(g) = report.gpus.iter_mut().find(|g| g.index == t.index) {
+            g.layout = layout(t).clone();
+        }
+    }
 }
 
 impl SlurmApi for FakeSlurm {
     fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
         self.read("slurm_load_jobs")?;
+        let unchanged = self.jobs_read_at == Some(self.version);
+        self.count(if unchanged {
+            "load_jobs_unchanged"
+        } else {
+            "load_jobs"
+        });
+        self.jobs_read_at = Some(self.version);
         Ok(self.jobs.clone())
     }
     fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError> {
         self.read("slurm_load_node")?;
+        let unchanged = self.nodes_read_at == Some(self.version);
+        self.count(if unchanged {
+            "load_node_unchanged"
+        } else {
+            "load_node"
+        });
+        self.nodes_read_at = Some(self.version);
         Ok(self.nodes.clone())
     }
+    fn node(&mut self, name: &str) -> Result<Option<SlurmNode>, SlurmError> {
+        self.read("slurm_load_node_single")?;
+        self.count("load_node_single");
+        Ok(self.nodes.iter().find(|n| n.name == name).cloned())
+    }
+    fn slurmd_timeout(&mut self) -> Result<u32, SlurmError> {
+        self.count("load_ctl_conf");
+        Ok(if self.slurmd_timeout_s == 0 {
+            300
+        } else {
+            self.slurmd_timeout_s
+        })
+    }
     fn update_node(&mut self, u: &NodeUpdate) -> Result<(), SlurmError> {
+        self.count("update_node");
         let i = self
             .nodes
             .iter()
             .position(|n| n.name == u.node)
             .ok_or_else(|| err(&format!("slurm_update_node({})", u.node)))?;
+        self.touch();
         self.node_updates.push(u.clone());
         let n = &mut self.nodes[i];
         if let Some(e) = &u.extra {
@@ -176,6 +243,9 @@ impl SlurmApi for FakeSlurm {
         }
         if let Some(c) = &u.comment {
             n.comment = (!c.is_empty()).then(|| c.clone());
+        }
+        if let Some(g) = &u.gres {
+            n.gres = g.clone();
         }
         if let Some(r) = &u.drain {
             n.drain = true;
@@ -197,17 +267,26 @@ impl SlurmApi for FakeSlurm {
         }
         Ok(())
     }
-    fn update_job_tres(&mut self, job: u32, field: usize, value: &str) -> Result<(), SlurmError> {
+    fn update_job(&mut self, u: &JobUpdate) -> Result<(), SlurmError> {
+        self.count("update_job");
+        self.touch();
         let j = self
             .jobs
             .iter_mut()
-            .find(|j| j.id == job)
-            .ok_or_else(|| err(&format!("slurm_update_job({job})")))?;
-        j.tres[field] = Some(value.to_string());
-        self.job_updates.push((job, field, value.to_string()));
+            .find(|j| j.id == u.job)
+            .ok_or_else(|| err(&format!("slurm_update_job({})", u.job)))?;
+        if let Some((field, value)) = &u.tres {
+            j.tres[*field] = Some(value.clone());
+        }
+        if let Some(t) = u.time_limit_min {
+            j.time_limit_min = Some(t);
+        }
+        self.job_updates.push(u.clone());
         Ok(())
     }
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError> {
+        self.count("requeue");
+        self.touch();
         self.requeued.push(job);
         if let Some(j) = self.jobs.iter_mut().find(|j| j.id == job) {
             j.state = JobState::Pending;
@@ -216,7 +295,12 @@ impl SlurmApi for FakeSlurm {
         }
         Ok(())
     }
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
     fn ping(&mut self) -> Result<(), SlurmError> {
+        self.count("ping");
         if self.down_after_reconfigure && self.reconfigures > 0 {
             return Err(SlurmError::Call {
                 call: "slurm_ping".into(),
@@ -227,7 +311,47 @@ impl SlurmApi for FakeSlurm {
         Ok(())
     }
     fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        self.count("reconfigure");
         self.reconfigures += 1;
+        self.version += 1;
         Ok(())
+    }
+}
+
+/// One in-memory Slurm shared by several clients (the central role and many agents in the
+/// RPC benchmark), each counted on the same [`FakeSlurm::rpcs`].
+#[derive(Debug, Clone, Default)]
+pub struct SharedFake(pub std::rc::Rc<std::cell::RefCell<FakeSlurm>>);
+
+impl SlurmApi for SharedFake {
+    fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
+        self.0.borrow_mut().jobs()
+    }
+    fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError> {
+        self.0.borrow_mut().nodes()
+    }
+    fn node(&mut self, name: &str) -> Result<Option<SlurmNode>, SlurmError> {
+        self.0.borrow_mut().node(name)
+    }
+    fn slurmd_timeout(&mut self) -> Result<u32, SlurmError> {
+        self.0.borrow_mut().slurmd_timeout()
+    }
+    fn update_node(&mut self, update: &NodeUpdate) -> Result<(), SlurmError> {
+        self.0.borrow_mut().update_node(update)
+    }
+    fn update_job(&mut self, update: &JobUpdate) -> Result<(), SlurmError> {
+        self.0.borrow_mut().update_job(update)
+    }
+    fn requeue(&mut self, job: u32) -> Result<(), SlurmError> {
+        self.0.borrow_mut().requeue(job)
+    }
+    fn ping(&mut self) -> Result<(), SlurmError> {
+        self.0.borrow_mut().ping()
+    }
+    fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        self.0.borrow_mut().reconfigure()
+    }
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }

@@ -3,26 +3,29 @@
 //! neither slurmctld nor slurmd.
 //!
 //! From 23.11 on, a reconfigure makes slurmctld re-execute itself in place (it saves its
-//! state; the new process reads it back and takes over the listening sockets) and every
-//! slurmd re-read slurm.conf and gres.conf. Measured on Slurm 24.11 with jobs running and a
-//! storm of squeue and sbatch (BENCHMARKS.md, "Re-layout paths"): no client RPC failed, the
-//! node showed its new types at once, running jobs kept their devices. Two limits, both
-//! Slurm's: a change of a node's total GPU count kills the jobs running on it ("gres/gpu
-//! count mismatch", as in 22.05), and a reconfigure whose configuration fails to load (a
-//! broken slurm.conf, a plugin built for another release) stops slurmctld in 24.11.
+//! state; the new process reads it back and keeps the listening socket) and every slurmd
+//! re-read slurm.conf and gres.conf and register again. Measured on Slurm 24.11 with jobs
+//! running and a storm of squeue and sbatch (BENCHMARKS.md, "Re-layout paths"): no client
+//! call failed, the longest stretch without an answer was as between ordinary calls, the
+//! new types were schedulable at the next scheduler pass, running jobs kept running with
+//! their device index. Two limits, both Slurm's: a change of a node's total GPU count
+//! requeues the jobs running on it ("gres/gpu count mismatch", as in 22.05), and a
+//! reconfigure whose configuration fails to load (a broken slurm.conf, a plugin built for
+//! another release) stops slurmctld in 24.11.
 //!
-//! Slurm shows a node's new types once its slurmd registers again: at once when slurmd runs
-//! (it re-executes at the reconfigure and re-reads gres.conf), else when it is started.
-//! slurmctld keeps a node's GRES from its saved state until then, so the node agent's part
-//! on this path is: apply the layout and write the node's gres.conf before it reports, and
-//! leave slurmd running. (A slurmd the agent did stop does no harm: it registers with the
-//! new gres.conf when started again.) Like the restart, [`Reconfigure::apply`] returns once
-//! slurmctld answers; whether every node registered is for the cycle to check.
+//! The node agent's part ([`Relayout::stops_slurmd`] is false): install the new layout and
+//! gres.conf before it reports, and leave slurmd running. slurmctld keeps a node's GRES from
+//! its saved state until that node's slurmd registers again, which the running slurmd does
+//! by itself at the reconfigure (a slurmd that was stopped does it when started). So
+//! [`Reconfigure::apply`] returns once slurmctld answers; the node's record shows the new
+//! types a moment later.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::relayout::{rewrite_node_file, wait_answer, Relayout, RelayoutError};
+use super::relayout::{NodeFile, Relayout, RelayoutError};
+use crate::command;
 use crate::slurm::SlurmApi;
 
 /// First Slurm release whose reconfigure re-executes slurmctld in place (23.11.0).
@@ -35,6 +38,32 @@ pub struct Reconfigure {
     pub include: PathBuf,
     /// How long slurmctld may take to answer after the reconfigure.
     pub timeout: Duration,
+    /// The MIG types smartmig manages (the node's other GRES stay as written).
+    pub mig_types: HashSet<String>,
+}
+
+impl Reconfigure {
+    fn file(&self) -> NodeFile<'_> {
+        NodeFile {
+            include: &self.include,
+            mig_types: &self.mig_types,
+        }
+    }
+
+    /// Reconfigures and waits for slurmctld to answer.
+    fn reconfigure(&self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
+        log::info!("reconfiguring Slurm");
+        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
+        let mut last = String::new();
+        let answered = command::poll_until(self.timeout, Duration::from_millis(100), || match api.ping() {
+            Ok(()) => Some(()),
+            Err(e) => {
+                last = e.to_string();
+                None
+            }
+        });
+        answered.ok_or(RelayoutError::NoAnswerAfterReconfigure(self.timeout, last))
+    }
 }
 
 impl Relayout for Reconfigure {
@@ -42,104 +71,114 @@ impl Relayout for Reconfigure {
         "reconfigure"
     }
 
+    fn stops_slurmd(&self) -> bool {
+        false
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
+        self.file().check(nodes)
+    }
+
     fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
         if nodes.is_empty() {
             return Ok(());
         }
-        rewrite_node_file(&self.include, nodes)?;
+        self.file().write(nodes)?;
         log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
-        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
-        wait_answer(api, self.timeout, "reconfigure")
+        self.reconfigure(api)
+    }
+
+    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+        if !self.file().put_back(nodes)? {
+            return Ok(false);
+        }
+        self.reconfigure(api)?;
+        Ok(true)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::central::fake::FakeSlurm;
     use crate::central::relayout::chosen;
-    use crate::slurm::SlurmNode;
     use smartmig_core::config::{CentralConfig, RelayoutKind};
 
-    fn setup(tag: &str) -> (PathBuf, Reconfigure, FakeSlurm) {
-        let dir = std::env::temp_dir().join(format!("smartmig-reconf-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    fn setup(dir: &std::path::Path) -> Reconfigure {
         let include = dir.join("nodes.conf");
         std::fs::write(
             &include,
-            "NodeName=a CPUs=4 Gres=gpu:7g.40gb:1\nNodeName=b Gres=gpu:7g.40gb:1\n",
+            "NodeName=a CPUs=4 Gres=gpu:7g.40gb:1,license:2\nNodeName=b Gres=gpu:7g.40gb:1\n",
         )
         .unwrap();
-        let mut slurm = FakeSlurm::default();
-        for n in ["a", "b"] {
-            slurm.nodes.push(SlurmNode {
-                name: n.into(),
-                gres: "gpu:7g.40gb:1(S:0)".into(),
-                ..SlurmNode::default()
-            });
-        }
-        let r = Reconfigure {
+        Reconfigure {
             include,
             timeout: Duration::from_millis(300),
-        };
-        (dir, r, slurm)
+            mig_types: ["7g.40gb", "3g.20gb", "1g.5gb"].map(String::from).into(),
+        }
     }
 
     #[test]
-    fn a_batch_rewrites_the_node_file_and_reconfigures_once() {
-        let (dir, mut r, mut slurm) = setup("ok");
-        r.apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())])
-            .unwrap();
+    fn a_batch_rewrites_the_node_file_reconfigures_once_and_undo_puts_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = setup(dir.path());
+        let mut slurm = FakeSlurm::default();
+        assert!(!r.stops_slurmd(), "slurmd re-reads gres.conf at the reconfigure");
+        let batch = [("a".to_string(), "gpu:3g.20gb:2".to_string())];
+        r.apply(&mut slurm, &batch).unwrap();
         assert_eq!(slurm.reconfigures, 1);
         assert_eq!(
             std::fs::read_to_string(&r.include).unwrap(),
-            "NodeName=a CPUs=4 Gres=gpu:3g.20gb:2\nNodeName=b Gres=gpu:7g.40gb:1\n"
+            "NodeName=a CPUs=4 Gres=gpu:3g.20gb:2,license:2\nNodeName=b Gres=gpu:7g.40gb:1\n"
         );
         r.apply(&mut slurm, &[]).unwrap();
         assert_eq!(slurm.reconfigures, 1, "an empty batch reconfigures nothing");
-        let e = r
-            .apply(&mut slurm, &[("c".into(), "gpu:1g.5gb:7".into())])
-            .unwrap_err()
-            .to_string();
+        assert!(r.undo(&mut slurm, &batch).unwrap());
+        assert_eq!(slurm.reconfigures, 2, "Slurm reloads the previous file");
+        assert!(std::fs::read_to_string(&r.include)
+            .unwrap()
+            .starts_with("NodeName=a CPUs=4 Gres=gpu:7g.40gb:1"));
+        assert!(!r.undo(&mut slurm, &batch).unwrap(), "nothing left to undo");
+        assert_eq!(slurm.reconfigures, 2);
+        let e = r.check(&["c".into()]).unwrap_err().to_string();
         assert!(e.contains("NodeName=c"), "a node the file does not define: {e}");
-        assert_eq!(
-            slurm.reconfigures, 1,
-            "nothing reconfigured for a file left as it was"
-        );
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn a_slurmctld_that_does_not_answer_after_the_reconfigure_is_an_error_naming_the_wait() {
-        let (dir, mut r, mut slurm) = setup("down");
-        slurm.down_after_reconfigure = true;
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = setup(dir.path());
+        let mut slurm = FakeSlurm {
+            down_after_reconfigure: true,
+            ..FakeSlurm::default()
+        };
         let e = r
             .apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("300ms") && e.contains("reconfigure"), "{e}");
-        let _ = std::fs::remove_dir_all(dir);
+        assert!(e.contains("300ms") && e.contains("after the reconfigure"), "{e}");
     }
 
     #[test]
     fn auto_chooses_by_the_release_smartmigd_was_built_against_and_the_admin_can_override() {
         let mut cc = CentralConfig::default();
         assert_eq!(cc.relayout, RelayoutKind::Auto);
-        let counts: BTreeMap<u32, &str> = [
+        let name = |cc: &CentralConfig, v: u32| chosen(cc, v, HashSet::new()).name().to_string();
+        for (version, expected) in [
             (0x16_05_08, "restart-slurmctld"),
             (0x17_02_07, "restart-slurmctld"),
             (0x17_0b_00, "reconfigure"),
             (0x18_0b_05, "reconfigure"),
-        ]
-        .into();
-        for (version, name) in counts {
-            assert_eq!(chosen(&cc, version).name(), name, "{version:x}");
+        ] {
+            assert_eq!(name(&cc, version), expected, "{version:x}");
         }
         cc.relayout = RelayoutKind::RestartSlurmctld;
-        assert_eq!(chosen(&cc, 0x18_0b_05).name(), "restart-slurmctld");
+        assert_eq!(name(&cc, 0x18_0b_05), "restart-slurmctld");
         cc.relayout = RelayoutKind::Reconfigure;
-        assert_eq!(chosen(&cc, 0x16_05_08).name(), "reconfigure");
+        assert_eq!(name(&cc, 0x16_05_08), "reconfigure");
     }
 }

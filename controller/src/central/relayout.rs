@@ -1,34 +1,41 @@
 //! Making Slurm see new layouts, behind a trait: one implementation per path, chosen by
 //! `[controller.central] relayout` ([`chosen`]).
 //!
-//! Both paths start alike: the managed nodes' `NodeName=` lines live in a generated file
-//! that slurm.conf `Include`s, and smartmig rewrites their `Gres=` values. Slurm 22.05's
-//! verified path (docs/admin-guide.md, "Central role"), here: every changing node's slurmd
-//! is stopped (the node agent does it in the Apply phase), slurmctld is restarted once for
-//! the whole batch (without `-c`: queue and running jobs survive), then the agents start
-//! slurmd again. From Slurm 23.11 on, a reconfigure does it without a restart
+//! Every path starts alike: the managed nodes' `NodeName=` lines live in a generated file
+//! that slurm.conf `Include`s; smartmig rewrites their `Gres=` values (durably, keeping the
+//! previous file, [`NodeFile`]). Slurm 22.05's verified path (docs/admin-guide.md,
+//! "Central role"), here: every changing node's slurmd is stopped (the node agent does it
+//! when it installs the new gres.conf), slurmctld is restarted once for the whole batch
+//! (without `-c`: queue and running jobs survive), then the agents start slurmd again. On
+//! any failure the previous file is put back and, if slurmctld was restarted with the new
+//! one, restarted again. From Slurm 23.11 on a reconfigure does it without a restart
 //! ([`super::reconfigure`]).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use smartmig_core::config::{CentralConfig, RelayoutKind};
+use smartmig_core::durable::{self, DurableError};
 
 use super::reconfigure::{Reconfigure, RECONFIGURE_SINCE};
+use crate::command::{self, CommandError};
 use crate::slurm::{SlurmApi, SlurmError};
 
-/// Why Slurm could not be refreshed.
+/// Why Slurm could not be refreshed (or put back).
 #[derive(Debug, thiserror::Error)]
 pub enum RelayoutError {
-    /// The generated node file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
+    /// The generated node file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The generated node file could not be written (it keeps its old content).
+    #[error(transparent)]
+    Write(#[from] DurableError),
     /// The node file has no line for a node.
     #[error("{}: no `NodeName={node}` line (move the node's definition into this file)", path.display())]
     NoNodeLine {
@@ -38,41 +45,43 @@ pub enum RelayoutError {
         node: String,
     },
     /// The restart command failed.
-    #[error("restart command `{command}` failed: {why}")]
-    Command {
-        /// The command line.
-        command: String,
-        /// Exit status or spawn error.
-        why: String,
-    },
-    /// slurmctld did not answer in time after the restart or reconfigure.
-    #[error("slurmctld did not answer within {timeout:?} after the {after}: {last}")]
-    NoAnswer {
-        /// How long it waited.
-        timeout: Duration,
-        /// What came before (`restart`, `reconfigure`).
-        after: &'static str,
-        /// The last ping's error.
-        last: String,
-    },
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// slurmctld did not answer in time after the restart.
+    #[error("slurmctld did not answer within {0:?} after the restart: {1}")]
+    NoAnswer(Duration, String),
     /// slurmctld refused the reconfigure.
-    #[error("scontrol reconfigure failed: {0}")]
+    #[error("scontrol reconfigure: {0}")]
     Reconfigure(SlurmError),
+    /// slurmctld did not answer in time after the reconfigure.
+    #[error("slurmctld did not answer within {0:?} after the reconfigure: {1}")]
+    NoAnswerAfterReconfigure(Duration, String),
 }
 
 /// One way of making Slurm see new layouts.
 pub trait Relayout {
     /// Name in logs and the status file.
     fn name(&self) -> &str;
+    /// Whether the nodes' slurmd must be stopped while Slurm learns their new layouts.
+    fn stops_slurmd(&self) -> bool;
+    /// The longest one [`Relayout::apply`] or [`Relayout::undo`] may take.
+    fn timeout(&self) -> Duration;
+    /// Checks, before anything changes, that these nodes can be refreshed.
+    fn check(&self, nodes: &[String]) -> Result<(), RelayoutError>;
     /// Makes Slurm see each node's new GPU GRES (`(node, "gpu:1g.10gb:3,gpu:3g.40gb:1")`),
     /// all at once.
     fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError>;
+    /// Puts back what an [`Relayout::apply`] of `nodes` changed, whether it succeeded,
+    /// failed half-way, or was interrupted by a restart of the central role; returns
+    /// whether anything had to be undone.
+    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
 }
 
-/// The re-layout `cc.relayout` names; `auto` by the Slurm release smartmigd was built
-/// against (`built_for`, a `SLURM_VERSION_NUMBER`): [`Reconfigure`] from 23.11 on, where a
-/// reconfigure re-executes slurmctld in place, [`RestartSlurmctld`] before.
-pub fn chosen(cc: &CentralConfig, built_for: u32) -> Box<dyn Relayout> {
+/// The re-layout `cc.relayout` names for MIG types `mig_types`; `auto` by the Slurm release
+/// smartmigd was built against (`built_for`, a `SLURM_VERSION_NUMBER`): [`Reconfigure`]
+/// from 23.11 on, where a reconfigure re-executes slurmctld in place, [`RestartSlurmctld`]
+/// before.
+pub fn chosen(cc: &CentralConfig, built_for: u32, mig_types: HashSet<String>) -> Box<dyn Relayout> {
     let timeout = Duration::from_secs_f64(cc.slurmctld_timeout_s);
     let reconfigure = match cc.relayout {
         RelayoutKind::Auto => built_for >= RECONFIGURE_SINCE,
@@ -83,30 +92,82 @@ pub fn chosen(cc: &CentralConfig, built_for: u32) -> Box<dyn Relayout> {
         Box::new(Reconfigure {
             include: cc.nodes_include.clone(),
             timeout,
+            mig_types,
         })
     } else {
         Box::new(RestartSlurmctld {
             include: cc.nodes_include.clone(),
             command: cc.restart_slurmctld.clone(),
             timeout,
+            mig_types,
         })
     }
 }
 
-/// Sets each node's GPU `Gres=` in the generated node file `include`, atomically.
-pub fn rewrite_node_file(include: &Path, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
-    let io = |source| RelayoutError::Io {
-        path: include.to_path_buf(),
-        source,
-    };
-    let mut text = std::fs::read_to_string(include).map_err(io)?;
-    for (node, gres) in nodes {
-        text = set_node_gres(&text, node, gres).ok_or_else(|| RelayoutError::NoNodeLine {
-            path: include.to_path_buf(),
-            node: node.clone(),
-        })?;
+/// The generated node file and the MIG types smartmig manages in it: what every path
+/// writes before Slurm loads it, and puts back.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeFile<'a> {
+    /// The file.
+    pub include: &'a std::path::Path,
+    /// The MIG types smartmig manages: a node's other GRES (non-MIG GPUs, licenses,
+    /// shards) stay as the site wrote them.
+    pub mig_types: &'a HashSet<String>,
+}
+
+impl NodeFile<'_> {
+    fn read(&self) -> Result<String, RelayoutError> {
+        std::fs::read_to_string(self.include).map_err(|source| RelayoutError::Read {
+            path: self.include.to_path_buf(),
+            source,
+        })
     }
-    write_atomically(include, text.as_bytes()).map_err(io)
+
+    /// Checks that the file defines every node of `nodes`.
+    pub fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
+        let text = self.read()?;
+        for node in nodes {
+            if node_gres(&text, node).is_none() {
+                return Err(RelayoutError::NoNodeLine {
+                    path: self.include.to_path_buf(),
+                    node: node.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the batch's GRES, durably, keeping the previous file.
+    pub fn write(&self, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        let mut text = self.read()?;
+        for (node, gres) in nodes {
+            text = set_node_gres(&text, node, gres, self.mig_types).ok_or_else(|| {
+                RelayoutError::NoNodeLine {
+                    path: self.include.to_path_buf(),
+                    node: node.clone(),
+                }
+            })?;
+        }
+        durable::replace_keeping_previous(self.include, text.as_bytes())?;
+        log::info!("{}: new GRES for {} node(s)", self.include.display(), nodes.len());
+        Ok(())
+    }
+
+    /// Puts the previous file back if it holds the batch's values (only [`NodeFile::write`]
+    /// wrote them: the saved copy is then the one from just before); returns whether it did.
+    pub fn put_back(&self, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+        let text = self.read()?;
+        let mut with_batch = text.clone();
+        for (n, g) in nodes {
+            with_batch = set_node_gres(&with_batch, n, g, self.mig_types).unwrap_or_default();
+        }
+        if nodes.is_empty() || with_batch != text {
+            return Ok(false);
+        }
+        durable::restore_previous(self.include)?;
+        log::warn!("{}: previous GRES put back", self.include.display());
+        Ok(true)
+    }
 }
 
 /// Slurm 22.05: rewrite the `Include`d node file and restart slurmctld once.
@@ -116,8 +177,35 @@ pub struct RestartSlurmctld {
     pub include: PathBuf,
     /// The restart command (program, arguments).
     pub command: Vec<String>,
-    /// How long slurmctld may take to answer again.
+    /// How long slurmctld may take to answer again (the command included).
     pub timeout: Duration,
+    /// The MIG types smartmig manages: a node's other GRES (non-MIG GPUs, licenses,
+    /// shards) stay as the site wrote them.
+    pub mig_types: HashSet<String>,
+}
+
+impl RestartSlurmctld {
+    fn file(&self) -> NodeFile<'_> {
+        NodeFile {
+            include: &self.include,
+            mig_types: &self.mig_types,
+        }
+    }
+
+    /// Restarts slurmctld and waits for it to answer.
+    fn restart(&self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
+        log::info!("restarting slurmctld: {}", self.command.join(" "));
+        command::run(&self.command, self.timeout)?;
+        let mut last = String::new();
+        let answered = command::poll_until(self.timeout, Duration::from_millis(200), || match api.ping() {
+            Ok(()) => Some(()),
+            Err(e) => {
+                last = e.to_string();
+                None
+            }
+        });
+        answered.ok_or(RelayoutError::NoAnswer(self.timeout, last))
+    }
 }
 
 impl Relayout for RestartSlurmctld {
@@ -125,59 +213,68 @@ impl Relayout for RestartSlurmctld {
         "restart-slurmctld"
     }
 
+    fn stops_slurmd(&self) -> bool {
+        true
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
+        self.file().check(nodes)
+    }
+
     fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
         if nodes.is_empty() {
             return Ok(());
         }
-        rewrite_node_file(&self.include, nodes)?;
-        let shown = self.command.join(" ");
-        let (program, args) = self.command.split_first().ok_or_else(|| RelayoutError::Command {
-            command: shown.clone(),
-            why: "empty command".into(),
-        })?;
-        log::info!("restarting slurmctld for {} node(s): {shown}", nodes.len());
-        let status = Command::new(program)
-            .args(args)
-            .status()
-            .map_err(|e| RelayoutError::Command {
-                command: shown.clone(),
-                why: e.to_string(),
-            })?;
-        if !status.success() {
-            return Err(RelayoutError::Command {
-                command: shown,
-                why: status.to_string(),
-            });
+        self.file().write(nodes)?;
+        self.restart(api)
+    }
+
+    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+        // Slurm may have loaded either file: restart it again with the previous one.
+        if !self.file().put_back(nodes)? {
+            return Ok(false);
         }
-        wait_answer(api, self.timeout, "restart")
+        self.restart(api)?;
+        Ok(true)
     }
 }
 
-/// Waits until slurmctld answers a ping, for at most `timeout` after `after`.
-pub fn wait_answer(
-    api: &mut dyn SlurmApi,
-    timeout: Duration,
-    after: &'static str,
-) -> Result<(), RelayoutError> {
-    let start = Instant::now();
-    loop {
-        match api.ping() {
-            Ok(()) => return Ok(()),
-            Err(e) if start.elapsed() >= timeout => {
-                return Err(RelayoutError::NoAnswer {
-                    timeout,
-                    after,
-                    last: e.to_string(),
+/// The `Gres=` value of node `node`'s line in `text` ("" when the line has none), None
+/// when no line defines exactly this node.
+pub fn node_gres(text: &str, node: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let first = words.next()?;
+        let (k, v) = first.split_once('=')?;
+        if !k.eq_ignore_ascii_case("NodeName") || v != node {
+            return None;
+        }
+        Some(
+            line.split_whitespace()
+                .find_map(|w| {
+                    w.split_once('=')
+                        .filter(|(k, _)| k.eq_ignore_ascii_case("Gres"))
+                        .map(|(_, v)| v.to_string())
                 })
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+                .unwrap_or_default(),
+        )
+    })
 }
 
-/// `text` with the `Gres=` of node `node`'s line set to `gpu` (its non-GPU GRES kept);
-/// None when no line defines exactly this node.
-pub fn set_node_gres(text: &str, node: &str, gpu: &str) -> Option<String> {
+/// Whether a GRES entry (`gpu:3g.20gb:2`) is one of the managed MIG types.
+fn is_mig_entry(entry: &str, mig_types: &HashSet<String>) -> bool {
+    let mut parts = entry.split(':');
+    parts.next() == Some("gpu") && parts.next().is_some_and(|t| mig_types.contains(t))
+}
+
+/// `text` with the MIG entries of the `Gres=` of node `node`'s line replaced by `gpu`
+/// (every entry whose type is not in `mig_types` kept); None when no line defines exactly
+/// this node.
+pub fn set_node_gres(text: &str, node: &str, gpu: &str, mig_types: &HashSet<String>) -> Option<String> {
     let mut found = false;
     let mut out = String::with_capacity(text.len() + gpu.len());
     for line in text.split_inclusive('\n') {
@@ -200,7 +297,7 @@ pub fn set_node_gres(text: &str, node: &str, gpu: &str) -> Option<String> {
             .map(|i| words[i].split_once('=').map_or("", |(_, v)| v))
             .unwrap_or("")
             .split(',')
-            .filter(|e| !e.is_empty() && !e.starts_with("gpu"))
+            .filter(|e| !e.is_empty() && !is_mig_entry(e, mig_types))
             .collect();
         let value = std::iter::once(gpu)
             .chain(others)
@@ -220,66 +317,88 @@ pub fn set_node_gres(text: &str, node: &str, gpu: &str) -> Option<String> {
     found.then_some(out)
 }
 
-/// Writes through a temporary file in the same directory and a rename, so readers see
-/// the old or the new content, never a mix.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_the_named_nodes_gpu_gres_changes_and_other_gres_stay() {
-        let text = "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:7g.40gb:1,license:2\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n";
-        let out = set_node_gres(text, "gpu1", "gpu:1g.10gb:3,gpu:3g.40gb:1").unwrap();
-        assert_eq!(
-            out,
-            "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:1g.10gb:3,gpu:3g.40gb:1,license:2\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n"
-        );
-        let added = set_node_gres("NodeName=n2 CPUs=2", "n2", "gpu:7g.40gb:1").unwrap();
-        assert_eq!(added, "NodeName=n2 CPUs=2 Gres=gpu:7g.40gb:1");
-        assert!(set_node_gres(text, "gpu2", "gpu:7g.40gb:1").is_none());
+    fn mig() -> HashSet<String> {
+        ["1g.10gb", "3g.40gb", "7g.40gb"].map(String::from).into()
     }
 
     #[test]
-    fn a_missing_node_line_is_an_error_naming_the_file_and_node() {
-        let dir = std::env::temp_dir().join(format!("smartmig-relayout-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let include = dir.join("nodes.conf");
+    fn only_the_named_nodes_mig_gres_changes_and_other_gres_stay() {
+        let text = "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:7g.40gb:1,license:2,gpu:a100:1\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n";
+        let out = set_node_gres(text, "gpu1", "gpu:1g.10gb:3,gpu:3g.40gb:1", &mig()).unwrap();
+        assert_eq!(
+            out,
+            "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:1g.10gb:3,gpu:3g.40gb:1,license:2,gpu:a100:1\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n"
+        );
+        assert_eq!(node_gres(&out, "gpu10").as_deref(), Some("gpu:7g.40gb:1"));
+        let added = set_node_gres("NodeName=n2 CPUs=2", "n2", "gpu:7g.40gb:1", &mig()).unwrap();
+        assert_eq!(added, "NodeName=n2 CPUs=2 Gres=gpu:7g.40gb:1");
+        assert!(set_node_gres(text, "gpu2", "gpu:7g.40gb:1", &mig()).is_none());
+    }
+
+    fn restart(dir: &std::path::Path, script: &str) -> RestartSlurmctld {
+        RestartSlurmctld {
+            include: dir.join("nodes.conf"),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            timeout: Duration::from_secs(5),
+            mig_types: mig(),
+        }
+    }
+
+    #[test]
+    fn a_failed_restart_is_undone_with_the_previous_file_and_a_second_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let include = dir.path().join("nodes.conf");
         std::fs::write(&include, "NodeName=a Gres=gpu:7g.40gb:1\n").unwrap();
-        let mut r = RestartSlurmctld {
-            include: include.clone(),
-            command: vec!["/bin/true".into()],
-            timeout: Duration::from_secs(1),
-        };
+        let log = dir.path().join("restarts");
         let mut api = crate::central::fake::FakeSlurm::default();
-        let e = r
-            .apply(&mut api, &[("b".into(), "gpu:7g.40gb:1".into())])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("nodes.conf") && e.contains("NodeName=b"), "{e}");
-        r.apply(&mut api, &[("a".into(), "gpu:1g.10gb:7".into())])
-            .unwrap();
+        let mut r = restart(dir.path(), &format!("echo x >> {}; exit 3", log.display()));
+        assert!(matches!(
+            r.check(&["b".into()]),
+            Err(RelayoutError::NoNodeLine { .. })
+        ));
+        let batch = [("a".to_string(), "gpu:1g.10gb:7".to_string())];
+        let e = r.apply(&mut api, &batch).unwrap_err().to_string();
+        assert!(e.contains("exit status: 3"), "{e}");
         assert_eq!(
             std::fs::read_to_string(&include).unwrap(),
             "NodeName=a Gres=gpu:1g.10gb:7\n"
         );
-        r.command = vec!["/bin/false".into()];
-        let e = r
-            .apply(&mut api, &[("a".into(), "gpu:7g.40gb:1".into())])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("/bin/false"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
+        r.command = vec!["sh".into(), "-c".into(), format!("echo x >> {}", log.display())];
+        assert!(
+            r.undo(&mut api, &batch).unwrap(),
+            "the batch's values were in the file"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "NodeName=a Gres=gpu:7g.40gb:1\n"
+        );
+        assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
+        assert!(!r.undo(&mut api, &batch).unwrap(), "nothing left to undo");
+    }
+
+    #[test]
+    fn an_include_that_cannot_be_written_stays_as_it_was_and_nothing_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let include = dir.path().join("nodes.conf");
+        std::fs::write(&include, "NodeName=a Gres=gpu:7g.40gb:1\n").unwrap();
+        // The saved copy's place is taken by a directory: the write fails before the file.
+        std::fs::create_dir(durable::previous_path(&include)).unwrap();
+        std::fs::write(durable::previous_path(&include).join("x"), "").unwrap();
+        let log = dir.path().join("restarts");
+        let mut r = restart(dir.path(), &format!("echo x >> {}", log.display()));
+        let mut api = crate::central::fake::FakeSlurm::default();
+        let batch = [("a".to_string(), "gpu:1g.10gb:7".to_string())];
+        let e = r.apply(&mut api, &batch).unwrap_err().to_string();
+        assert!(e.contains("nodes.conf.smartmig-prev"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "NodeName=a Gres=gpu:7g.40gb:1\n"
+        );
+        assert!(!r.undo(&mut api, &batch).unwrap());
+        assert!(!log.exists(), "slurmctld was never restarted");
     }
 }

@@ -1,6 +1,5 @@
 //! The `smartmigd central`, `smartmigd status` and `smartmigd bench` entry points.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,8 @@ pub fn load_config(path: &Path) -> anyhow::Result<Resolved> {
     Ok(cfg.resolve(path.parent())?)
 }
 
-/// `smartmigd central`: the reconcile loop (or one cycle with `once`).
+/// `smartmigd central`: the reconcile loop (or, with `once`, one deciding cycle and the
+/// re-layout it starts, to its end).
 pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     let resolved = load_config(config)?;
     let mode = if dry_run {
@@ -33,8 +33,12 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     };
     let cc = resolved.config.controller.central.clone();
     let seed = cc.seed.unwrap_or_else(rand::random);
-    let decider = Decider::new(&resolved, mode, seed);
-    let relayout = chosen(&cc, Libslurm::version());
+    let mig_types = resolved
+        .models
+        .iter()
+        .flat_map(|m| m.model.profiles.iter().map(|p| p.name.clone()))
+        .collect();
+    let relayout = chosen(&cc, Libslurm::version(), mig_types);
     log::info!(
         "central role: mode {}, policy {:?}, seed {seed}, re-layout {} ({:?}; built for Slurm {})",
         mode_name(mode),
@@ -43,6 +47,14 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         cc.relayout,
         crate::slurm::version_text(Libslurm::version())
     );
+    if mode == Mode::DryRun {
+        log::info!(
+            "dry-run: no layout will change; decisions are in `smartmigd status`. \
+             To act, set [controller] mode = \"drain\" in {} (docs/admin-guide.md, \"Going live\")",
+            config.display()
+        );
+    }
+    let decider = Decider::new(&resolved, mode, seed);
     let mut api = Libslurm::new();
     if let Err(e) = api.ping() {
         log::warn!("slurmctld does not answer yet: {e}");
@@ -60,9 +72,10 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     if let Some(addr) = metrics {
         log::info!("metrics on http://{addr}/metrics");
     }
-    let mut c = Central::new(resolved, Box::new(api), decider, relayout, mode);
+    let limit = once_limit(&cc);
+    let mut c = Central::new(resolved, Box::new(api), decider, relayout, mode)?;
     if once {
-        let r = c.cycle();
+        let r = c.run_once(poll, limit);
         println!(
             "{} GPU(s) to change, {} changed{}, {} skipped (busy), {} job(s) re-routed, {} error(s)",
             r.wanted,
@@ -81,30 +94,109 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut known: Option<HashSet<u32>> = None;
     let mut events = 0u32;
     let mut last = Instant::now() - interval;
     loop {
-        // Arrivals and completions since the last poll count towards decision_events.
-        match c.api().jobs() {
-            Ok(jobs) => {
-                let now: HashSet<u32> = jobs.iter().map(|j| j.id).collect();
-                if let Some(prev) = &known {
-                    events += (now.difference(prev).count() + prev.difference(&now).count()) as u32;
-                }
-                known = Some(now);
-            }
-            Err(e) => log::warn!("polling Slurm: {e}"),
-        }
         let by_events = events_needed > 0 && events >= events_needed;
-        if by_events || last.elapsed() >= interval {
-            log::debug!("cycle ({} events, {:?} since the last)", events, last.elapsed());
-            c.cycle();
+        let decide = by_events || last.elapsed() >= interval;
+        if decide {
+            log::debug!(
+                "deciding ({events} events, {:?} since the last decision)",
+                last.elapsed()
+            );
             events = 0;
             last = Instant::now();
         }
-        std::thread::sleep(poll);
+        c.cycle_with(decide);
+        events += c.take_events();
+        // While a batch is in flight slurmd may be stopped somewhere: look again soon.
+        std::thread::sleep(if c.in_flight() { poll.min(FAST_POLL) } else { poll });
     }
+}
+
+/// How often the loop looks at a batch in flight.
+const FAST_POLL: Duration = Duration::from_millis(500);
+
+/// How long `--once` follows the batch it started: every phase's timeout, and margin.
+fn once_limit(cc: &smartmig_core::config::CentralConfig) -> Duration {
+    Duration::from_secs_f64(cc.report_timeout_s * 2.0 + cc.slurmctld_timeout_s * 2.0 + 3.0 * 60.0 + 30.0)
+}
+
+/// `smartmigd freeze`: no new re-layout starts until `smartmigd thaw` (the one in flight
+/// finishes or is undone).
+pub fn freeze(config: &Path, reason: &str, thaw: bool) -> anyhow::Result<()> {
+    let resolved = load_config(config)?;
+    let dir = &resolved.config.controller.state_dir;
+    let path = dir.join(super::guard::FREEZE_FILE);
+    if thaw {
+        match std::fs::remove_file(&path) {
+            Ok(()) => println!("thawed: re-layouts may start again"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => println!("not frozen"),
+            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        }
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    smartmig_core::durable::write(&path, format!("{reason}\n").as_bytes())?;
+    println!("frozen ({reason}): no new re-layout starts; one in flight finishes or is undone. `smartmigd thaw` lifts it.");
+    Ok(())
+}
+
+/// `smartmigd release`: undoes what smartmig set in Slurm, leaving layouts as they are:
+/// resumes the nodes it drained (its own reasons only), removes its keys from every node's
+/// `Extra` and `Comment`. Refused while a batch is in flight (freeze first, wait).
+pub fn release(config: &Path) -> anyhow::Result<()> {
+    let resolved = load_config(config)?;
+    let dir = &resolved.config.controller.state_dir;
+    let ledger = super::batch::Ledger::load(dir)?;
+    if let Some(b) = &ledger.batch {
+        anyhow::bail!(
+            "re-layout generation {} is in flight on {:?}: run `smartmigd freeze`, wait for `smartmigd status` to show no pending transition, then release",
+            b.generation,
+            b.nodes.keys().collect::<Vec<_>>()
+        );
+    }
+    let mut api = Libslurm::new();
+    let mut changed = 0;
+    for n in api.nodes()? {
+        let ours = n.drain
+            && n.reason.as_deref().is_some_and(|r| {
+                r.starts_with(super::batch::DRAIN_PREFIX) || r.starts_with(super::batch::HELD_PREFIX)
+            });
+        let what = |f: &str| format!("node {} {f}", n.name);
+        let extra =
+            crate::channel::merge::<crate::channel::Desired>(n.extra.as_deref(), &what("Extra"), None);
+        let comment =
+            crate::channel::merge::<crate::channel::Report>(n.comment.as_deref(), &what("Comment"), None);
+        let update = crate::slurm::NodeUpdate {
+            node: n.name.clone(),
+            extra: extra.ok().filter(|e| Some(e.as_str()) != n.extra.as_deref()),
+            comment: comment.ok().filter(|c| Some(c.as_str()) != n.comment.as_deref()),
+            resume: ours,
+            ..Default::default()
+        };
+        if update.extra.is_none() && update.comment.is_none() && !update.resume {
+            continue;
+        }
+        api.update_node(&update)
+            .with_context(|| format!("releasing node {}", n.name))?;
+        println!(
+            "{}:{}{}",
+            n.name,
+            if ours { " resumed" } else { "" },
+            if update.extra.is_some() || update.comment.is_some() {
+                " smartmig keys removed"
+            } else {
+                ""
+            }
+        );
+        changed += 1;
+    }
+    println!(
+        "released {changed} node(s). The node definitions in {} describe the current layouts: keep the Include, or move them into slurm.conf. On each node run `smartmigd node --release` before removing the package.",
+        resolved.config.controller.central.nodes_include.display()
+    );
+    Ok(())
 }
 
 /// `smartmigd status`: the central role's last status, readable.
@@ -127,8 +219,34 @@ impl Relayout for NoRelayout {
     fn name(&self) -> &str {
         "none"
     }
-    fn apply(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)]) -> Result<(), RelayoutError> {
+    fn stops_slurmd(&self) -> bool {
+        false
+    }
+    fn timeout(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn check(&self, _: &[String]) -> Result<(), RelayoutError> {
         Ok(())
+    }
+    /// Tells the in-memory Slurm the new GRES, as a refresh would.
+    fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        for (node, gres) in nodes {
+            let u = crate::slurm::NodeUpdate {
+                node: node.clone(),
+                gres: Some(gres.clone()),
+                ..Default::default()
+            };
+            api.update_node(&u).map_err(|e| {
+                RelayoutError::Command(crate::command::CommandError {
+                    command: "update gres".into(),
+                    reason: e.to_string(),
+                })
+            })?;
+        }
+        Ok(())
+    }
+    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+        Ok(false)
     }
 }
 
@@ -139,7 +257,8 @@ pub struct BenchResult {
     pub gpus: usize,
     /// Pending jobs.
     pub pending: usize,
-    /// Wall time of each cycle (the in-memory Slurm's copies included).
+    /// Wall time of each deciding cycle and the cycles that finish its batch (the in-memory
+    /// Slurm's copies included).
     pub cycles: Vec<Duration>,
     /// Wall time of building the view and deciding and planning on it, per cycle.
     pub decide: Vec<Duration>,
@@ -210,7 +329,8 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
     };
     let text = format!(
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy}\n\
-         [controller]\nmode = \"drain\"\nstate_dir = \"{d}/state\"\nsnapshot_path = \"{d}/snapshot.json\"\n",
+         [controller]\nmode = \"drain\"\nstate_dir = \"{d}/state\"\nsnapshot_path = \"{d}/snapshot.json\"\n\
+         [controller.central]\nmin_relayout_interval_s = 0\npersist_cycles = 1\nmax_nodes_per_batch = 1000000\n",
         d = dir.display()
     );
     let resolved = Config::parse(&text, "bench")?.resolve(None)?;
@@ -232,8 +352,7 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
         decider,
         Box::new(NoRelayout),
         Mode::Drain,
-    )
-    .with_poll(Duration::from_millis(0));
+    )?;
     let mut times = Vec::new();
     let mut decide = Vec::new();
     let mut changed = 0;
@@ -247,7 +366,8 @@ pub fn bench(gpus: usize, pending: usize, cycles: usize, fixed: bool) -> anyhow:
         log::debug!("view {built:?}, decide+plan {:?}", start.elapsed() - built);
         drop(view);
         let start = Instant::now();
-        let r = c.cycle();
+        // A deciding cycle and the ones that carry its batch through the instant agents.
+        let r = c.run_once(Duration::ZERO, Duration::from_secs(600));
         times.push(start.elapsed());
         if i == 0 {
             changed = r.changed;
@@ -284,4 +404,166 @@ pub fn peak_rss() -> u64 {
 /// Default config path when none is given.
 pub fn default_config() -> PathBuf {
     PathBuf::from(smartmig_core::config::DEFAULT_PATH)
+}
+
+/// RPCs one part of the system sends to slurmctld, by call.
+pub type RpcCounts = std::collections::BTreeMap<&'static str, u64>;
+
+/// What `smartmigd bench --rpc` counted for one cluster size.
+#[derive(Debug, Clone)]
+pub struct RpcResult {
+    /// Nodes (8 GPUs each).
+    pub nodes: usize,
+    /// The central role's RPCs per cycle with nothing to do.
+    pub idle_cycle: RpcCounts,
+    /// Cycles measured for `idle_cycle`.
+    pub idle_cycles: u64,
+    /// The central role's RPCs for one batch of `[controller.central] max_nodes_per_batch`
+    /// (4) nodes, from the deciding cycle to the last resume, and its cycles.
+    pub batch: RpcCounts,
+    /// Cycles the batch took (with instant agents).
+    pub batch_cycles: u64,
+    /// The agents' RPCs over `seconds` of simulated time, all idle.
+    pub agents: RpcCounts,
+    /// Simulated seconds of the agents.
+    pub seconds: f64,
+}
+
+fn delta(after: &RpcCounts, before: &RpcCounts) -> RpcCounts {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+/// `smartmigd bench --rpc`: counts the RPCs the central role and `nodes` node agents send
+/// to an in-memory Slurm: the central role's idle cycles and one batch (production
+/// defaults: incremental table reads), and the agents' reads of their own records over an
+/// hour of simulated time at the poll intervals `Agent::poll_delay` draws.
+pub fn bench_rpc(nodes: usize) -> anyhow::Result<RpcResult> {
+    use std::collections::{BTreeMap, BinaryHeap};
+
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let d = dir.path().display();
+    let config = |policy: &str, central: &str| -> anyhow::Result<Resolved> {
+        let text = format!(
+            "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy}\n\
+             [controller]\nmode = \"drain\"\nstate_dir = \"{d}/state\"\nsnapshot_path = \"{d}/snapshot.json\"\n\
+             [controller.central]\n{central}"
+        );
+        Ok(Config::parse(&text, "bench")?.resolve(None)?)
+    };
+    let fake = super::fake::SharedFake::default();
+    *fake.0.borrow_mut() = synthetic(nodes * 8, 1000);
+    let counts = |f: &super::fake::SharedFake| f.0.borrow().rpcs.clone();
+
+    // The central role with nothing to do.
+    let idle = config("kind = \"none\"", "")?;
+    let mut c = Central::new(
+        idle.clone(),
+        Box::new(fake.clone()),
+        Decider::new(&idle, Mode::Drain, 1),
+        Box::new(NoRelayout),
+        Mode::Drain,
+    )?;
+    c.cycle();
+    let before = counts(&fake);
+    let idle_cycles = 10;
+    for _ in 0..idle_cycles {
+        c.cycle();
+    }
+    let idle_counts = delta(&counts(&fake), &before);
+    drop(c);
+
+    // One batch, with the production limits but no interval or persistence to wait for.
+    let relayout = config(
+        "kind = \"static\"\nstatic_layout = [\"c5\"]",
+        "min_relayout_interval_s = 0\npersist_cycles = 1\n",
+    )?;
+    let mut c = Central::new(
+        relayout.clone(),
+        Box::new(fake.clone()),
+        Decider::new(&relayout, Mode::Drain, 1),
+        Box::new(NoRelayout),
+        Mode::Drain,
+    )?;
+    let before = counts(&fake);
+    let cycles_before = c.status.cycles;
+    let r = c.run_once(Duration::ZERO, Duration::from_secs(600));
+    if let Some(e) = r.errors.first() {
+        anyhow::bail!("benchmark batch failed: {e}");
+    }
+    let batch = delta(&counts(&fake), &before);
+    let batch_cycles = c.status.cycles - cycles_before;
+    drop(c);
+
+    // The agents: each reads its own record at the intervals a real agent draws, and
+    // re-announces every announce_interval_s.
+    let node_cfg = smartmig_core::config::node::NodeConfig::default();
+    let model = smartmig_core::mig::Catalogue::embedded()
+        .model("a100-40gb")?
+        .clone();
+    let sim = smartmig_gpu::simulated::Simulated::create_layouts(&dir.path().join("sim"), &model, &["7g@0"])?;
+    let probe = crate::node::Agent::new(
+        crate::node::AgentConfig {
+            node: "probe".into(),
+            driver: smartmig_core::mig::Driver::R510,
+            catalogue: smartmig_core::mig::Catalogue::embedded(),
+            state_dir: dir.path().join("agent"),
+            gres_conf: dir.path().join("gres.conf"),
+            slurmd_stop: vec!["true".into()],
+            slurmd_start: vec!["true".into()],
+            announce_interval_s: node_cfg.announce_interval_s,
+            poll_interval_s: node_cfg.poll_interval_s,
+            idle_poll_interval_s: node_cfg.idle_poll_interval_s,
+        },
+        Box::new(sim),
+        Box::new(crate::node::spool::SpoolChannel::open(
+            &dir.path().join("spool"),
+            "probe",
+        )?),
+    )?;
+    let names: Vec<String> = fake.0.borrow().nodes.iter().map(|n| n.name.clone()).collect();
+    let mut channels: Vec<crate::node::slurm_channel::SlurmChannel> = names
+        .iter()
+        .map(|n| crate::node::slurm_channel::SlurmChannel::with_api(Box::new(fake.clone()), n))
+        .collect();
+    let seconds = 3600.0;
+    let report = super::fake::FakeSlurm::report(Vec::new());
+    // Each agent's last announcement fell somewhere in the hour before.
+    let mut last_announce: Vec<f64> = (0..channels.len())
+        .map(|i| -node_cfg.announce_interval_s * i as f64 / channels.len() as f64)
+        .collect();
+    // Agents start at random moments within their first interval.
+    let mut queue: BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..channels.len())
+        .map(|i| std::cmp::Reverse(((probe.poll_delay().as_secs_f64() * 1e3) as u64, i)))
+        .collect();
+    let before = counts(&fake);
+    while let Some(std::cmp::Reverse((ms, i))) = queue.pop() {
+        let t = ms as f64 / 1e3;
+        if t >= seconds {
+            break;
+        }
+        use crate::node::NodeChannel as _;
+        channels[i].read()?;
+        if t - last_announce[i] >= node_cfg.announce_interval_s {
+            channels[i].write_report(&report)?;
+            last_announce[i] = t;
+        }
+        queue.push(std::cmp::Reverse((
+            ms + (probe.poll_delay().as_secs_f64() * 1e3) as u64,
+            i,
+        )));
+    }
+    let agents: BTreeMap<&'static str, u64> = delta(&counts(&fake), &before);
+    Ok(RpcResult {
+        nodes,
+        idle_cycle: idle_counts,
+        idle_cycles,
+        batch,
+        batch_cycles,
+        agents,
+        seconds,
+    })
 }

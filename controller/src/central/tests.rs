@@ -1,20 +1,25 @@
 //! The cycle on an in-memory Slurm with instant agents (the least powerful test that
-//! shows the decisions; tests/ runs it on a real Slurm).
+//! shows the decisions and every way back; controller/tests runs it on a real Slurm).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use smartmig_core::config::{Config, Mode, Resolved};
+use smartmig_core::routing::{RoutedFrom, Snapshot};
 
+use super::batch::{NodeState, BATCH_FILE, DRAIN_PREFIX, HELD_PREFIX};
 use super::fake::FakeSlurm;
 use super::relayout::{Relayout, RelayoutError};
 use super::status::Status;
 use super::*;
-use crate::slurm::SlurmApi;
+use crate::channel::{self, Desired, Phase};
+use crate::slurm::{read_desired, read_report, JobState, SlurmApi};
 
 const C2: &str = "4g.20gb@0 3g.20gb@4";
 const C8: &str = "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 3g.20gb@4";
 const C5: &str = "3g.20gb@0 3g.20gb@4";
+const TO_C5: &str = "kind = \"static\"\nstatic_layout = [\"c5\"]";
 
 fn temp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("smartmig-central-{tag}-{}", std::process::id()));
@@ -23,35 +28,82 @@ fn temp(tag: &str) -> PathBuf {
     d
 }
 
+/// A config acting at once: no minimum interval, no persistence, any batch size.
 fn resolved(dir: &std::path::Path, policy: &str) -> Resolved {
+    resolved_with(dir, policy, "min_relayout_interval_s = 0\npersist_cycles = 1\n")
+}
+
+fn resolved_with(dir: &std::path::Path, policy: &str, central: &str) -> Resolved {
     let text = format!(
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy}\n\
-         [controller]\nstate_dir = \"{d}/state\"\nsnapshot_path = \"{d}/run/snapshot.json\"\n\
-         [controller.central]\nreport_timeout_s = 2\nnodes_include = \"{d}/nodes.conf\"\n",
+         [controller]\nmode = \"drain\"\nstate_dir = \"{d}/state\"\nsnapshot_path = \"{d}/run/snapshot.json\"\n\
+         [controller.central]\nreport_timeout_s = 2\nnodes_include = \"{d}/nodes.conf\"\n{central}",
         d = dir.display()
     );
     Config::parse(&text, "test.toml").unwrap().resolve(None).unwrap()
 }
 
-/// Records what Slurm was asked to learn.
+/// Records what Slurm was asked to learn, and tells the in-memory Slurm (as a restart
+/// would); fails when `fail` holds a message.
+/// The node → GRES lists Slurm was asked to learn, one per refresh.
 type Batches = Arc<Mutex<Vec<Vec<(String, String)>>>>;
 
 #[derive(Clone, Default)]
-struct Recorder(Batches);
+struct Recorder {
+    batches: Batches,
+    fail: Arc<Mutex<Option<String>>>,
+    undone: Arc<Mutex<u32>>,
+}
 
 impl Relayout for Recorder {
     fn name(&self) -> &str {
         "recorder"
     }
-    fn apply(&mut self, _: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
-        self.0.lock().unwrap().push(nodes.to_vec());
+    fn stops_slurmd(&self) -> bool {
+        true
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+    fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
+        match nodes.iter().find(|n| n.starts_with("unlisted")) {
+            Some(n) => Err(RelayoutError::NoNodeLine {
+                path: "nodes.conf".into(),
+                node: n.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+    fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        self.batches.lock().unwrap().push(nodes.to_vec());
+        if let Some(why) = self.fail.lock().unwrap().clone() {
+            return Err(RelayoutError::NoAnswer(Duration::from_secs(1), why));
+        }
+        for (node, gres) in nodes {
+            let u = crate::slurm::NodeUpdate {
+                node: node.clone(),
+                gres: Some(gres.clone()),
+                ..Default::default()
+            };
+            api.update_node(&u).unwrap();
+        }
         Ok(())
+    }
+    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+        *self.undone.lock().unwrap() += 1;
+        Ok(true)
+    }
+}
+
+impl Recorder {
+    fn batches(&self) -> Vec<Vec<(String, String)>> {
+        self.batches.lock().unwrap().clone()
     }
 }
 
 /// Node a: c2 with a job on its 4g (which c5 and c8 destroy); node b: c2 with a job on its 3g
-/// (which c5 and c8 keep); node c: c2, idle. Slurm numbers devices by type name: 3g.20gb is
-/// IDX 0, 4g.20gb IDX 1.
+/// (which c5 and c8 keep); node c: c2, idle. Slurm numbers devices by type name (equal
+/// lengths: alphabetically): 3g.20gb is IDX 0, 4g.20gb IDX 1.
 fn cluster() -> FakeSlurm {
     let mut s = FakeSlurm {
         auto_agent: true,
@@ -67,18 +119,30 @@ fn cluster() -> FakeSlurm {
 
 fn central(r: Resolved, s: FakeSlurm, mode: Mode, rec: Recorder) -> Central {
     let decider = Decider::new(&r, mode, 7);
-    Central::new(r, Box::new(s), decider, Box::new(rec), mode).with_poll(std::time::Duration::from_millis(1))
+    Central::new(r, Box::new(s), decider, Box::new(rec), mode).unwrap()
 }
 
-fn layout_of(c: &mut Central, node: &str) -> String {
-    let n = c
-        .api()
-        .nodes()
-        .unwrap()
-        .into_iter()
-        .find(|n| n.name == node)
-        .unwrap();
-    crate::slurm::read_report(&n).unwrap().unwrap().gpus[0]
+impl Central {
+    /// The in-memory Slurm under the central role.
+    fn api_fake(&mut self) -> &mut FakeSlurm {
+        self.api
+            .as_any()
+            .downcast_mut::<FakeSlurm>()
+            .expect("a FakeSlurm")
+    }
+}
+
+/// `--once`: a deciding cycle and the ones that finish its batch.
+fn once(c: &mut Central) -> CycleReport {
+    c.run_once(Duration::ZERO, Duration::from_secs(20))
+}
+
+fn node(c: &mut Central, name: &str) -> crate::slurm::SlurmNode {
+    c.api().node(name).unwrap().unwrap()
+}
+
+fn layout_of(c: &mut Central, name: &str) -> String {
+    read_report(&node(c, name)).unwrap().unwrap().gpus[0]
         .layout
         .clone()
 }
@@ -87,34 +151,27 @@ fn layout_of(c: &mut Central, node: &str) -> String {
 fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     let dir = temp("drain");
     let rec = Recorder::default();
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        cluster(),
-        Mode::Drain,
-        rec.clone(),
-    );
-    let r = c.cycle();
+    let mut c = central(resolved(&dir, TO_C5), cluster(), Mode::Drain, rec.clone());
+    let r = once(&mut c);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.nodes, vec!["b".to_string(), "c".to_string()]);
     assert_eq!((r.changed, r.skipped_busy), (2, 1));
     assert_eq!(layout_of(&mut c, "a"), C2, "a's 4g is busy: a keeps its layout");
     assert_eq!(layout_of(&mut c, "b"), C5);
     assert_eq!(layout_of(&mut c, "c"), C5);
-    // One refresh for the batch, with the reported layouts.
-    let batches = rec.0.lock().unwrap().clone();
-    assert_eq!(batches.len(), 1);
     assert_eq!(
-        batches[0],
-        vec![
+        rec.batches(),
+        vec![vec![
             ("b".to_string(), "gpu:3g.20gb:2".to_string()),
             ("c".to_string(), "gpu:3g.20gb:2".to_string())
-        ]
+        ]],
+        "one refresh for the batch, with the reported layouts"
     );
     let nodes = c.api().nodes().unwrap();
     assert!(nodes.iter().all(|n| !n.drain), "every node resumed");
-    // a was never touched; b was drained with the generation's reason before anything else.
-    let s = c.api().nodes().unwrap();
-    assert!(s.iter().find(|n| n.name == "a").unwrap().extra.is_none());
+    assert!(read_desired(&node(&mut c, "a")).is_none(), "a was never touched");
+    let d = read_desired(&node(&mut c, "b")).unwrap().unwrap();
+    assert_eq!((d.generation, d.phase), (1, Phase::Start));
     let status = Status::read(&dir.join("state")).unwrap();
     assert!(status
         .decisions
@@ -126,103 +183,135 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
         .any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c5"));
     assert_eq!(status.counters.get("repartitions"), Some(&2));
     assert!(status.pending_transitions.is_empty());
+    assert!(!c.in_flight());
     let snap = Snapshot::parse(&std::fs::read(dir.join("run/snapshot.json")).unwrap()).unwrap();
-    // 8 new 1g instances; the fake keeps job 2's device index 0 across the re-layout as
-    // Slurm does, which now names a 1g (see the admin guide's note on device indices).
     assert!(snap.state("3g.20gb").free >= 2, "{snap:?}");
     assert_eq!(snap.state("4g.20gb").free, 0, "a's 4g is busy");
 }
 
 #[test]
+fn the_steps_follow_the_transaction_order_and_slurmd_is_stopped_only_around_the_refresh() {
+    let dir = temp("order");
+    let rec = Recorder::default();
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec);
+    once(&mut c);
+    let updates = c.api_fake().node_updates.clone();
+    let on_c: Vec<String> = updates
+        .iter()
+        .filter(|u| u.node == "c")
+        .map(|u| {
+            if u.drain.is_some() {
+                "drain".to_string()
+            } else if u.resume {
+                "resume".to_string()
+            } else if u.gres.is_some() {
+                "slurm refreshed".to_string()
+            } else if let Some(e) = &u.extra {
+                let d: Desired = channel::parse(Some(e), "x").unwrap().unwrap();
+                format!("{:?}", d.phase)
+            } else {
+                "other".into()
+            }
+        })
+        .collect();
+    assert_eq!(
+        on_c,
+        ["drain", "Apply", "Install", "slurm refreshed", "Start", "resume"]
+    );
+}
+
+#[test]
 fn the_drain_reason_names_the_generation_and_a_second_cycle_changes_nothing() {
     let dir = temp("gen");
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        cluster(),
-        Mode::Drain,
-        Recorder::default(),
-    );
-    c.cycle();
-    let gen = c.status.generation;
-    assert_eq!(gen, 1);
-    let r = c.cycle();
-    assert_eq!((r.changed, r.nodes.len()), (0, 0), "{r:?}");
+    let mut c = central(resolved(&dir, TO_C5), cluster(), Mode::Drain, Recorder::default());
+    once(&mut c);
+    let drains: Vec<String> = c
+        .api_fake()
+        .node_updates
+        .iter()
+        .filter_map(|u| u.drain.clone())
+        .collect();
+    assert_eq!(drains, [format!("{DRAIN_PREFIX}1"), format!("{DRAIN_PREFIX}1")]);
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0);
     assert_eq!(c.status.generation, 1);
 }
 
 #[test]
 fn dry_run_touches_nothing_and_reports_the_same_decisions() {
-    let policy = "kind = \"static\"\nstatic_layout = [\"c5\"]";
     let dir = temp("dry");
     let mut dry = central(
-        resolved(&dir, policy),
+        resolved(&dir, TO_C5),
         cluster(),
         Mode::DryRun,
         Recorder::default(),
     );
-    let r = dry.cycle();
+    let r = once(&mut dry);
     assert_eq!((r.changed, r.skipped_busy), (2, 1));
     let nodes = dry.api().nodes().unwrap();
     assert_eq!(nodes, cluster().nodes, "no node record changed");
-    assert!(!dir.join("run/snapshot.json").exists(), "no snapshot in dry-run");
+    assert!(!dir.join(format!("state/{BATCH_FILE}")).exists());
     let dry_status = Status::read(&dir.join("state")).unwrap();
-    let dir2 = temp("dry-vs-drain");
-    let mut real = central(
-        resolved(&dir2, policy),
-        cluster(),
-        Mode::Drain,
-        Recorder::default(),
-    );
-    real.cycle();
-    let key = |s: &Status, prefix: &str| {
-        let mut v: Vec<(String, String, bool)> = s
-            .decisions
-            .iter()
-            .map(|d| {
-                (
-                    d.gpu.clone(),
-                    d.to.clone(),
-                    d.action.trim_start_matches(prefix).starts_with("skip"),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(key(&dry_status, "would "), key(&real.status, ""));
     assert!(dry_status
         .decisions
         .iter()
         .all(|d| d.action.starts_with("would ")));
+    let would: Vec<(String, bool)> = dry_status
+        .decisions
+        .iter()
+        .map(|d| (d.gpu.clone(), d.action.contains("skip")))
+        .collect();
+    assert_eq!(
+        would,
+        [
+            ("a/0".to_string(), true),
+            ("b/0".to_string(), false),
+            ("c/0".to_string(), false)
+        ]
+    );
 }
 
 #[test]
-fn pending_jobs_whose_type_vanished_are_rerouted_to_a_present_type() {
+fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_rescaled_limit() {
     let dir = temp("reroute");
     let mut s = cluster();
     s.jobs.retain(|j| j.id != 1); // a is idle too: every 4g goes away
-    s.jobs.push(FakeSlurm::pending(10, "gres:gpu:4g.20gb:1"));
-    s.jobs.push(FakeSlurm::pending(11, "gres:gpu:3g.20gb:1"));
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        Recorder::default(),
-    );
-    let r = c.cycle();
+    let mut routed = FakeSlurm::pending(10, "gres:gpu:4g.20gb:1");
+    let from = RoutedFrom {
+        tres: [Some("gres:gpu:mig:1".into()), None, None, None],
+        time_limit_min: Some(120),
+    };
+    routed.admin_comment = Some(from.mark(None));
+    routed.time_limit_min = Some(50);
+    s.jobs.push(routed);
+    s.jobs.push(FakeSlurm::pending(11, "gres:gpu:4g.20gb:1")); // the user's explicit choice
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
     assert_eq!(r.rerouted, 1, "{r:?}");
     let jobs = c.api().jobs().unwrap();
-    let j10 = jobs.iter().find(|j| j.id == 10).unwrap().tres[0].clone().unwrap();
-    assert!(j10 == "gres:gpu:1g.5gb:1" || j10 == "gres:gpu:3g.20gb:1", "{j10}");
+    let j10 = jobs.iter().find(|j| j.id == 10).unwrap();
     assert_eq!(
-        jobs.iter().find(|j| j.id == 11).unwrap().tres[0].as_deref(),
-        Some("gres:gpu:3g.20gb:1")
+        j10.tres[0].as_deref(),
+        Some("gres:gpu:3g.20gb:1"),
+        "20 GB at least, and present"
+    );
+    assert!(
+        j10.time_limit_min.is_some_and(|t| t != 50),
+        "rescaled from the user's 120: {j10:?}"
+    );
+    let j11 = jobs.iter().find(|j| j.id == 11).unwrap();
+    assert_eq!(
+        j11.tres[0].as_deref(),
+        Some("gres:gpu:4g.20gb:1"),
+        "left as the user asked"
     );
 }
 
 #[test]
-fn a_missing_policy_file_falls_back_to_the_static_layout_and_says_why() {
-    let dir = temp("fallback");
+fn a_missing_policy_file_keeps_every_layout_and_says_why() {
+    let dir = temp("keep");
     let policy = format!(
         "kind = \"mean-field\"\nmodels_dir = \"{}/none\"\nstatic_layout = [\"c5\"]",
         dir.display()
@@ -233,34 +322,288 @@ fn a_missing_policy_file_falls_back_to_the_static_layout_and_says_why() {
         Mode::Drain,
         Recorder::default(),
     );
-    let r = c.cycle();
-    assert_eq!(r.changed, 2);
+    let r = once(&mut c);
+    assert_eq!((r.changed, r.wanted), (0, 0));
     let src = &c.status.sources["a100-40gb"];
-    assert!(src.starts_with("static (fallback:"), "{src}");
+    assert!(src.starts_with("keep current layouts (policy unusable:"), "{src}");
+    assert!(c.api_fake().node_updates.is_empty());
 }
 
 #[test]
-fn a_failing_agent_is_reported_and_its_node_resumed_with_the_layout_it_reports() {
+fn a_failing_agent_rolls_back_and_its_node_is_resumed_without_a_refresh() {
     let dir = temp("fail");
     let mut s = cluster();
     s.agent_fails = Some("IN_USE on 4g.20gb@0".into());
     let rec = Recorder::default();
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        rec.clone(),
-    );
-    let r = c.cycle();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
     assert_eq!(r.changed, 0);
     assert!(r.errors.iter().any(|e| e.contains("IN_USE")), "{:?}", r.errors);
-    assert_eq!(rec.0.lock().unwrap()[0][0].1, "gpu:3g.20gb:1,gpu:4g.20gb:1");
+    assert!(rec.batches().is_empty(), "Slurm already has the layouts");
     assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain));
     assert!(c
         .status
         .decisions
         .iter()
-        .any(|d| d.action.starts_with("failed: IN_USE")));
+        .any(|d| d.action.starts_with("rolled back: IN_USE")));
+    for n in c.api().nodes().unwrap() {
+        if let Some(Ok(d)) = read_desired(&n) {
+            assert_eq!(d.phase, Phase::Apply, "{}: slurmd was never stopped", n.name);
+        }
+    }
+}
+
+#[test]
+fn a_failed_refresh_restores_slurm_reverts_the_nodes_and_leaves_them_drained_with_the_reason() {
+    let dir = temp("refresh-fails");
+    let rec = Recorder::default();
+    *rec.fail.lock().unwrap() = Some("connection refused".into());
+    let mut c = central(resolved(&dir, TO_C5), cluster(), Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0);
+    assert_eq!(*rec.undone.lock().unwrap(), 1, "the include was put back once");
+    for name in ["b", "c"] {
+        let n = node(&mut c, name);
+        assert_eq!(
+            read_report(&n).unwrap().unwrap().gpus[0].layout,
+            C2,
+            "{name} reverted"
+        );
+        assert!(n.drain, "{name} stays drained");
+        let reason = n.reason.unwrap();
+        assert!(
+            reason.starts_with(HELD_PREFIX) && reason.contains("connection refused"),
+            "{reason}"
+        );
+        let d = read_desired(&node(&mut c, name)).unwrap().unwrap();
+        assert_eq!(
+            d.phase,
+            Phase::Revert,
+            "slurmd is started by the revert, never with the new gres.conf"
+        );
+    }
+    assert!(!node(&mut c, "a").drain, "a was not part of the batch");
+    // Held nodes are never resumed by smartmig, and get no new plan.
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0);
+    assert!(node(&mut c, "b").drain);
+}
+
+#[test]
+fn a_report_with_another_gpu_set_is_refused_and_nothing_reaches_slurm() {
+    let dir = temp("gpu-set");
+    let mut s = cluster();
+    s.auto_agent = false;
+    s.jobs.clear();
+    s.nodes.truncate(1);
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    c.cycle(); // drain
+    c.cycle_with(false); // Apply asked
+                         // The agent answers with no GPU at all (as an NVML read error once looked).
+    let mut report = read_report(&node(&mut c, "a")).unwrap().unwrap();
+    report.generation = 1;
+    report.phase = Phase::Apply;
+    report.gpus.clear();
+    c.api_fake().nodes[0].comment = channel::merge(None, "x", Some(&report)).ok();
+    c.api_fake().touch();
+    let r = c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert!(rec.batches().is_empty(), "no Gres was written");
+    let a = node(&mut c, "a");
+    assert!(
+        a.drain && a.reason.as_deref().unwrap().contains("GPU set"),
+        "{a:?} {r:?}"
+    );
+    assert_eq!(a.gres, "gpu:3g.20gb:1,gpu:4g.20gb:1");
+}
+
+#[test]
+fn a_node_drained_by_an_admin_during_the_relayout_stays_drained_with_their_reason() {
+    let dir = temp("admin-drain");
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    c.cycle();
+    c.cycle_with(false);
+    // The admin drains b while its re-layout runs.
+    let i = c.api_fake().nodes.iter().position(|n| n.name == "b").unwrap();
+    c.api_fake().nodes[i].reason = Some("bad fan, ticket 81".into());
+    c.api_fake().touch();
+    let r = c.run_once(Duration::ZERO, Duration::from_secs(5));
+    let b = node(&mut c, "b");
+    assert!(
+        b.drain && b.reason.as_deref() == Some("bad fan, ticket 81"),
+        "{b:?}"
+    );
+    assert_eq!(
+        read_report(&b).unwrap().unwrap().gpus[0].layout,
+        C5,
+        "its re-layout finished"
+    );
+    assert!(!node(&mut c, "c").drain);
+    assert!(!r.nodes.contains(&"b".to_string()));
+}
+
+#[test]
+fn a_restarted_central_role_finishes_the_batch_it_left_in_flight() {
+    let dir = temp("restart");
+    let rec = Recorder::default();
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    c.cycle();
+    c.cycle_with(false);
+    c.cycle_with(false);
+    assert!(c.in_flight());
+    let fake = c.api_fake().clone();
+    drop(c);
+    let ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    assert!(ledger.batch.is_some(), "the batch is journaled");
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    let r = c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(!c.in_flight());
+    for name in ["a", "b", "c"] {
+        assert_eq!(layout_of(&mut c, name), C5);
+        assert!(!node(&mut c, name).drain);
+    }
+    assert_eq!(rec.batches().len(), 1, "one refresh in all");
+}
+
+#[test]
+fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_confirm() {
+    let dir = temp("mid-refresh");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.nodes.truncate(1);
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    for _ in 0..10 {
+        c.cycle_with(true);
+        let b = batch::Ledger::load(&dir.join("state")).unwrap().batch.unwrap();
+        if matches!(b.nodes["a"].state, NodeState::Installing { .. }) {
+            break;
+        }
+    }
+    let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    let b = ledger.batch.as_mut().unwrap();
+    let gres = "gpu:3g.20gb:2".to_string();
+    assert_eq!(b.nodes["a"].state, NodeState::Installing { gres: gres.clone() });
+    // The agent installed; the central role wrote the include and died before slurmctld
+    // answered.
+    b.nodes.get_mut("a").unwrap().state = NodeState::Installed { gres: gres.clone() };
+    b.slurm = batch::SlurmStep::Refreshing {
+        gres: [("a".to_string(), gres)].into(),
+    };
+    ledger.save(&dir.join("state")).unwrap();
+    let fake = c.api_fake().clone();
+    drop(c);
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert_eq!(*rec.undone.lock().unwrap(), 1);
+    let a = node(&mut c, "a");
+    assert!(a.drain && a.reason.as_deref().unwrap().starts_with(HELD_PREFIX));
+    assert_eq!(read_report(&a).unwrap().unwrap().gpus[0].layout, C2);
+}
+
+#[test]
+fn the_limits_hold_back_batches_interval_persistence_size_allow_list_and_freeze() {
+    let dir = temp("limits");
+    let mut s = cluster();
+    s.jobs.clear();
+    for n in ["d", "e"] {
+        s.nodes.push(FakeSlurm::node(n, &[("A100-SXM4-40GB", C2)]));
+    }
+    s.nodes[4].partitions = vec!["debug".into()];
+    let central_cfg = "min_relayout_interval_s = 3600\npersist_cycles = 2\nmax_nodes_per_batch = 2\npartitions = [\"gpu\"]\n";
+    for n in &mut s.nodes[..4] {
+        n.partitions = vec!["gpu".into()];
+    }
+    let rec = Recorder::default();
+    let mut c = central(
+        resolved_with(&dir, TO_C5, central_cfg),
+        s,
+        Mode::Drain,
+        rec.clone(),
+    );
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0, "a target must persist two cycles");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.action.contains("chosen 1 of 2")));
+    let r = once(&mut c);
+    assert_eq!(r.changed, 2, "two nodes per batch: {r:?}");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "e/0" && d.action.contains("nodes/partitions")));
+    assert!(c.status.decisions.iter().any(|d| d.action.contains("batch full")));
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0, "the minimum interval");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.action.contains("minimum interval")));
+    assert_eq!(rec.batches().len(), 1);
+    std::fs::write(dir.join("state").join(guard::FREEZE_FILE), "upgrade\n").unwrap();
+    let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    ledger.last_batch_at = 1.0;
+    ledger.save(&dir.join("state")).unwrap();
+    let fake = c.api_fake().clone();
+    let mut c = central(
+        resolved_with(&dir, TO_C5, central_cfg),
+        fake,
+        Mode::Drain,
+        rec.clone(),
+    );
+    once(&mut c);
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0, "frozen");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.action.contains("frozen (upgrade)")));
+    assert_eq!(c.status.frozen.as_deref(), Some("upgrade"));
+}
+
+#[test]
+fn a_slurmd_timeout_too_short_for_a_relayout_refuses_it_with_the_arithmetic() {
+    let dir = temp("budget");
+    let mut s = cluster();
+    s.slurmd_timeout_s = 20;
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("SlurmdTimeout") && e.contains("slurmctld_timeout_s")),
+        "{:?}",
+        r.errors
+    );
+    assert!(c.api_fake().node_updates.is_empty(), "nothing drained");
+}
+
+#[test]
+fn a_node_missing_from_the_include_is_never_drained() {
+    let dir = temp("unlisted");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.nodes
+        .push(FakeSlurm::node("unlisted1", &[("A100-SXM4-40GB", C2)]));
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    once(&mut c);
+    assert!(!c.api_fake().node_updates.iter().any(|u| u.node == "unlisted1"));
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "unlisted1/0" && d.action.contains("NodeName=unlisted1")));
 }
 
 #[test]
@@ -272,33 +615,24 @@ fn preempt_mode_requeues_the_jobs_on_changing_instances_only() {
         Mode::Preempt,
         Recorder::default(),
     );
-    let r = c.cycle();
+    let r = once(&mut c);
     assert_eq!(r.changed, 3, "{r:?}");
     assert_eq!(layout_of(&mut c, "a"), C8);
     let jobs = c.api().jobs().unwrap();
-    assert_eq!(
-        jobs.iter().find(|j| j.id == 1).unwrap().state,
-        crate::slurm::JobState::Pending
-    );
-    assert_eq!(
-        jobs.iter().find(|j| j.id == 2).unwrap().state,
-        crate::slurm::JobState::Running
-    );
+    assert_eq!(jobs.iter().find(|j| j.id == 1).unwrap().state, JobState::Pending);
+    assert_eq!(jobs.iter().find(|j| j.id == 2).unwrap().state, JobState::Running);
 }
 
 #[test]
 fn an_onnx_policy_decides_through_onnx_runtime() {
     let dir = temp("onnx");
-    let policy = format!(
-        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c1\"]",
-        dir.display()
-    );
+    let policy = format!("kind = \"mean-field\"\nmodels_dir = \"{}\"", dir.display());
     let r = resolved(&dir, &policy);
     decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
     let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
-    let rep = c.cycle();
+    let rep = once(&mut c);
     let src = &c.status.sources["a100-40gb"];
-    if src.starts_with("static (fallback: ONNX Runtime library not found") {
+    if src.contains("ONNX Runtime library not found") {
         eprintln!("skipped: no ONNX Runtime here ({src})");
         return;
     }
@@ -306,38 +640,50 @@ fn an_onnx_policy_decides_through_onnx_runtime() {
         src.starts_with("onnx ") && src.ends_with("a100-40gb-drain.onnx"),
         "{src}"
     );
-    assert_eq!((rep.changed, rep.skipped_busy), (2, 1), "every GPU asked for c8");
+    assert_eq!((rep.changed, rep.skipped_busy), (2, 1), "every GPU asked for c5");
     assert_eq!(layout_of(&mut c, "c"), C5);
 }
 
 #[test]
-fn a_corrupt_policy_file_falls_back_to_the_static_layout_with_the_reason_logged() {
-    let dir = temp("corrupt");
-    let policy = format!(
-        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c5\"]",
-        dir.display()
-    );
+fn a_policy_file_replaced_or_broken_while_running_is_reloaded_and_a_broken_one_keeps_layouts() {
+    let dir = temp("reload");
+    let policy = format!("kind = \"mean-field\"\nmodels_dir = \"{}\"", dir.display());
     let r = resolved(&dir, &policy);
-    std::fs::write(decide::policy_path(&r, 0, Mode::Drain), b"not an onnx file").unwrap();
-    let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
+    let path = decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(r, s, Mode::DryRun, Recorder::default());
+    c.cycle();
+    let src = c.status.sources["a100-40gb"].clone();
+    if src.contains("ONNX Runtime library not found") {
+        eprintln!("skipped: no ONNX Runtime here ({src})");
+        return;
+    }
+    assert!(src.starts_with("onnx "), "{src}");
+    std::fs::write(&path, b"garbage, not ONNX").unwrap();
     let rep = c.cycle();
-    let src = &c.status.sources["a100-40gb"];
-    assert!(src.starts_with("static (fallback:"), "{src}");
-    assert_eq!(rep.changed, 2, "the static layout applies");
+    let src = c.status.sources["a100-40gb"].clone();
+    assert!(
+        src.starts_with("keep current layouts") && src.contains("a100-40gb-drain.onnx"),
+        "{src}"
+    );
+    assert_eq!(rep.changed, 0);
+    let r = resolved(&dir, &policy);
+    decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    c.cycle();
+    assert!(
+        c.status.sources["a100-40gb"].starts_with("onnx "),
+        "a fixed file is used again"
+    );
 }
 
 #[test]
-fn an_unwritable_snapshot_is_an_error_and_the_cycle_still_completes() {
+fn an_unwritable_snapshot_is_an_error_and_the_relayout_still_completes() {
     let dir = temp("snapshot");
     // `run` is a file, so `run/snapshot.json` cannot be written.
     std::fs::write(dir.join("run"), b"").unwrap();
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        cluster(),
-        Mode::Drain,
-        Recorder::default(),
-    );
-    let rep = c.cycle();
+    let mut c = central(resolved(&dir, TO_C5), cluster(), Mode::Drain, Recorder::default());
+    let rep = once(&mut c);
     assert_eq!(rep.changed, 2);
     assert!(
         rep.errors.iter().any(|e| e.contains("snapshot")),
@@ -352,21 +698,15 @@ fn an_unwritable_snapshot_is_an_error_and_the_cycle_still_completes() {
 }
 
 #[test]
-fn slurmctld_down_while_waiting_for_reports_delays_the_cycle_but_does_not_break_it() {
+fn slurmctld_down_mid_batch_delays_it_and_it_completes_afterwards() {
     let dir = temp("outage");
     let mut s = cluster();
-    // Reads 0-3 are the cycle's and the post-drain views; 4-7 fail while waiting for reports.
-    s.outage = 4..8;
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        Recorder::default(),
-    );
-    let r = c.cycle();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.changed, 2);
+    s.outage = 6..12;
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert_eq!(r.changed, 2, "{r:?}");
     assert_eq!(layout_of(&mut c, "c"), C5);
+    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain));
 }
 
 #[test]
@@ -374,12 +714,7 @@ fn slurmctld_down_at_the_start_of_a_cycle_is_an_error_and_the_next_cycle_recover
     let dir = temp("down");
     let mut s = cluster();
     s.outage = 0..1;
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        Recorder::default(),
-    );
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
     let r = c.cycle();
     assert!(
         r.errors[0].contains("Unable to contact slurm controller"),
@@ -387,8 +722,49 @@ fn slurmctld_down_at_the_start_of_a_cycle_is_an_error_and_the_next_cycle_recover
         r.errors
     );
     assert_eq!(r.changed, 0);
-    let r = c.cycle();
+    let r = once(&mut c);
     assert_eq!(r.changed, 2, "{r:?}");
+}
+
+#[test]
+fn devices_are_numbered_in_the_order_of_the_nodes_gres_then_gres_conf_order_skipping_other_gpus() {
+    let dir = temp("order-names");
+    let r = resolved(&dir, TO_C5);
+    let m = &r.models[0].model;
+    let c8 = smartmig_core::mig::Layout::parse(m, C8).unwrap();
+    let names: Vec<String> = c8
+        .instances()
+        .iter()
+        .map(|i| m.profiles[i.profile].name.clone())
+        .collect();
+    let text = |gres: &str| -> Vec<String> {
+        view::slurm_index_order(gres, &[(&c8, names.as_slice())])
+            .unwrap()
+            .iter()
+            .map(|d| {
+                d.map_or("other".into(), |(_, i)| {
+                    smartmig_core::mig::layout::display_instance(m, &i)
+                })
+            })
+            .collect()
+    };
+    assert_eq!(
+        text("gpu:3g.20gb:1,gpu:a100:1(S:0),gpu:1g.5gb:4"),
+        [
+            "3g.20gb@4",
+            "other",
+            "1g.5gb@0",
+            "1g.5gb@1",
+            "1g.5gb@2",
+            "1g.5gb@3"
+        ]
+    );
+    assert_eq!(
+        text("gpu:1g.5gb:4,gpu:3g.20gb:1"),
+        ["1g.5gb@0", "1g.5gb@1", "1g.5gb@2", "1g.5gb@3", "3g.20gb@4"]
+    );
+    let e = view::slurm_index_order("gpu:1g.5gb:3,gpu:3g.20gb:1", &[(&c8, names.as_slice())]).unwrap_err();
+    assert!(e.contains("Slurm has 3 1g.5gb, the agent reports 4"), "{e}");
 }
 
 #[test]
@@ -398,10 +774,8 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
     // After a re-layout to c8, Slurm still says job 2 holds index 0 — now a 1g.5gb.
     s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", C8)]);
     s.jobs[1].gres_detail = vec!["gpu:3g.20gb:1(IDX:0)".into()];
-    let r = resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]");
-    let nodes = s.nodes.clone();
-    let jobs = s.jobs.clone();
-    let v = View::build(&r, nodes, jobs, &mut Default::default());
+    let r = resolved(&dir, TO_C5);
+    let v = View::build(&r, s.nodes.clone(), s.jobs.clone(), &mut Default::default());
     let b = v.gpus.iter().find(|g| g.node == "b").unwrap();
     let m = &r.models[0].model;
     let busy: Vec<String> = b
@@ -412,12 +786,12 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
     assert_eq!(
         busy,
         vec!["3g.20gb@4".to_string()],
-        "the 3g, not the 1g at index 0"
+        "the 3g, not the 1g at index 1"
     );
     let mut c = central(r, s, Mode::Drain, Recorder::default());
-    let rep = c.cycle();
+    once(&mut c);
     // c8 → c5 changes b's GPU count under a running job: Slurm 22.05 would kill it.
-    assert_eq!(layout_of(&mut c, "b"), C8, "{rep:?}");
+    assert_eq!(layout_of(&mut c, "b"), C8);
     assert!(c
         .status
         .decisions
@@ -426,18 +800,12 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
 }
 
 #[test]
-fn a_resume_refused_for_a_not_yet_registered_node_that_is_undrained_anyway_is_no_error() {
+fn a_resume_refused_for_a_not_yet_registered_node_is_retried_until_slurm_takes_it() {
     let dir = temp("unknown");
     let mut s = cluster();
-    // After the re-layout's restart, c's slurmd has not registered when it is resumed.
     s.unknown_state = vec!["c".into()];
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        Recorder::default(),
-    );
-    let r = c.cycle();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.changed, 2);
     assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
@@ -445,104 +813,15 @@ fn a_resume_refused_for_a_not_yet_registered_node_that_is_undrained_anyway_is_no
 }
 
 #[test]
-fn failed_agents_that_kept_their_layout_and_slurmd_cost_no_slurmctld_restart() {
-    let dir = temp("fail-unchanged");
+fn a_node_drained_by_an_unrecorded_relayout_is_resumed_only_when_agent_and_slurm_agree() {
+    let dir = temp("orphan");
     let mut s = cluster();
-    for n in &mut s.nodes {
-        n.gres = "gpu:3g.20gb:1(S:0),gpu:4g.20gb:1(S:0)".into();
+    s.jobs.clear();
+    for (i, gres) in [(1, "gpu:3g.20gb:1,gpu:4g.20gb:1"), (2, "gpu:3g.20gb:2")] {
+        s.nodes[i].drain = true;
+        s.nodes[i].reason = Some(format!("{DRAIN_PREFIX}3"));
+        s.nodes[i].gres = gres.into();
     }
-    s.agent_fails = Some("NVML_ERROR_INSUFFICIENT_RESOURCES".into());
-    let rec = Recorder::default();
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        rec.clone(),
-    );
-    let r = c.cycle();
-    assert_eq!(r.changed, 0);
-    assert!(
-        rec.0.lock().unwrap().is_empty(),
-        "Slurm already has these layouts"
-    );
-    let nodes = c.api().nodes().unwrap();
-    assert!(nodes.iter().all(|n| !n.drain), "resumed");
-    for n in &nodes {
-        if let Some(Ok(d)) = crate::slurm::read_desired(n) {
-            assert_eq!(
-                d.phase,
-                crate::channel::Phase::Apply,
-                "{}: slurmd was never stopped",
-                n.name
-            );
-        }
-    }
-    assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
-}
-
-#[test]
-fn a_node_an_earlier_cycle_left_drained_after_its_agent_answered_is_finished_and_resumed() {
-    let dir = temp("leftover");
-    let mut s = cluster();
-    // An earlier cycle (gen 3) drained c and handed it c5; c's agent answered after that
-    // cycle had given up: Slurm still has c2, slurmd is stopped.
-    let c_node = &mut s.nodes[2];
-    c_node.gres = "gpu:3g.20gb:1,gpu:4g.20gb:1".into();
-    c_node.drain = true;
-    c_node.reason = Some(format!("{DRAIN_PREFIX}3"));
-    let desired = Desired {
-        smartmig: CHANNEL_VERSION,
-        generation: 3,
-        phase: Phase::Apply,
-        gpus: vec![GpuTarget {
-            index: 0,
-            model: "A100-SXM4-40GB".into(),
-            from: C2.into(),
-            to: C5.into(),
-        }],
-    };
-    c_node.extra = Some(serde_json::to_string(&desired).unwrap());
-    let mut answer = crate::slurm::read_report(c_node).unwrap().unwrap();
-    answer.generation = 3;
-    answer.phase = Phase::Apply;
-    answer.gpus[0].layout = C5.into();
-    answer.slurmd_running = false;
-    c_node.comment = Some(serde_json::to_string(&answer).unwrap());
-    let rec = Recorder::default();
-    let mut c = central(resolved(&dir, "kind = \"none\""), s, Mode::Drain, rec.clone());
-    let r = c.cycle();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.nodes, vec!["c".to_string()]);
-    assert_eq!(
-        rec.0.lock().unwrap().clone(),
-        vec![vec![("c".to_string(), "gpu:3g.20gb:2".to_string())]]
-    );
-    let nodes = c.api().nodes().unwrap();
-    let c_now = nodes.iter().find(|n| n.name == "c").unwrap();
-    assert!(!c_now.drain);
-    let rep = crate::slurm::read_report(c_now).unwrap().unwrap();
-    assert_eq!(
-        (rep.generation, rep.phase, rep.slurmd_running),
-        (4, Phase::StartSlurmd, true)
-    );
-    assert!(c.status.pending_transitions.is_empty(), "{:?}", c.status);
-}
-
-#[test]
-fn a_node_left_drained_whose_agent_has_not_answered_stays_drained_and_is_named() {
-    let dir = temp("leftover-silent");
-    let mut s = cluster();
-    s.auto_agent = false;
-    let c_node = &mut s.nodes[2];
-    c_node.drain = true;
-    c_node.reason = Some(format!("{DRAIN_PREFIX}3"));
-    let desired = Desired {
-        smartmig: CHANNEL_VERSION,
-        generation: 3,
-        phase: Phase::Apply,
-        gpus: Vec::new(),
-    };
-    c_node.extra = Some(serde_json::to_string(&desired).unwrap());
     let mut c = central(
         resolved(&dir, "kind = \"none\""),
         s,
@@ -550,55 +829,9 @@ fn a_node_left_drained_whose_agent_has_not_answered_stays_drained_and_is_named()
         Recorder::default(),
     );
     let r = c.cycle();
-    assert!(
-        r.errors
-            .iter()
-            .any(|e| e.contains("c: drained by smartmig") && e.contains("gen 3")),
-        "{:?}",
-        r.errors
-    );
-    assert!(
-        c.api()
-            .nodes()
-            .unwrap()
-            .iter()
-            .find(|n| n.name == "c")
-            .unwrap()
-            .drain
-    );
-}
-
-#[test]
-fn a_policy_file_replaced_while_the_central_role_runs_is_reloaded_and_a_corrupt_one_falls_back() {
-    let dir = temp("reload");
-    let policy = format!(
-        "kind = \"mean-field\"\nmodels_dir = \"{}\"\nstatic_layout = [\"c2\"]",
-        dir.display()
-    );
-    let r = resolved(&dir, &policy);
-    let path = decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
-    let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
-    c.cycle();
-    let src = c.status.sources["a100-40gb"].clone();
-    if src.starts_with("static (fallback: ONNX Runtime library not found") {
-        eprintln!("skipped: no ONNX Runtime here ({src})");
-        return;
-    }
-    assert!(src.starts_with("onnx "), "{src}");
-    std::fs::write(&path, b"garbage, not ONNX").unwrap();
-    c.cycle();
-    let src = c.status.sources["a100-40gb"].clone();
-    assert!(
-        src.starts_with("static (fallback: ") && src.contains("a100-40gb-drain.onnx"),
-        "{src}"
-    );
-    let r = resolved(&dir, &policy);
-    decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
-    c.cycle();
-    assert!(
-        c.status.sources["a100-40gb"].starts_with("onnx "),
-        "a fixed file is used again"
-    );
+    assert!(!node(&mut c, "b").drain, "b's agent reports what Slurm has");
+    let n = node(&mut c, "c");
+    assert!(n.drain && n.reason.unwrap().starts_with(HELD_PREFIX), "{r:?}");
 }
 
 #[test]
@@ -606,16 +839,11 @@ fn generations_continue_after_the_highest_an_agent_reports_when_extra_was_lost()
     let dir = temp("gen-from-report");
     let mut s = cluster();
     // slurmctld lost every Extra (`slurmctld -c`); c's agent re-announced gen 7.
-    let mut r = crate::slurm::read_report(&s.nodes[2]).unwrap().unwrap();
+    let mut r = read_report(&s.nodes[2]).unwrap().unwrap();
     r.generation = 7;
-    s.nodes[2].comment = Some(serde_json::to_string(&r).unwrap());
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]"),
-        s,
-        Mode::Drain,
-        Recorder::default(),
-    );
-    let rep = c.cycle();
+    s.nodes[2].comment = channel::merge(None, "x", Some(&r)).ok();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let rep = once(&mut c);
     assert_eq!(rep.changed, 2, "{rep:?}");
     assert_eq!(c.status.generation, 8, "an agent ignores generations it answered");
 }
@@ -623,7 +851,7 @@ fn generations_continue_after_the_highest_an_agent_reports_when_extra_was_lost()
 #[test]
 fn cached_node_views_equal_fresh_ones_and_a_changed_job_or_report_is_parsed_again() {
     let dir = temp("cache");
-    let r = resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c5\"]");
+    let r = resolved(&dir, TO_C5);
     let mut cache = super::view::NodeCache::default();
     let view = |s: &FakeSlurm, cache: &mut super::view::NodeCache| {
         let v = View::build(&r, s.nodes.clone(), s.jobs.clone(), cache);
@@ -644,4 +872,24 @@ fn cached_node_views_equal_fresh_ones_and_a_changed_job_or_report_is_parsed_agai
     let relaid = fresh(&s);
     assert_ne!(relaid, moved);
     assert_eq!(view(&s, &mut cache), relaid);
+}
+
+#[test]
+fn a_report_that_cannot_read_the_gpus_leaves_the_node_alone() {
+    let dir = temp("read-error");
+    let mut s = cluster();
+    let mut r = read_report(&s.nodes[2]).unwrap().unwrap();
+    r.gpus.clear();
+    r.read_error = Some("GPU 0: nvmlDeviceGetHandleByIndex failed: NVML_ERROR_GPU_IS_LOST".into());
+    s.nodes[2].comment = channel::merge(None, "x", Some(&r)).ok();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let rep = once(&mut c);
+    assert!(
+        rep.errors
+            .iter()
+            .any(|e| e.contains("node c left alone") && e.contains("GPU_IS_LOST")),
+        "{:?}",
+        rep.errors
+    );
+    assert!(!c.api_fake().node_updates.iter().any(|u| u.node == "c"));
 }

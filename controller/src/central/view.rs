@@ -29,6 +29,13 @@ pub struct GpuView {
     pub jobs: Vec<Vec<u32>>,
 }
 
+impl GpuView {
+    /// `node/index`, how the status file and logs name the GPU.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.node, self.index)
+    }
+}
+
 /// One managed node.
 #[derive(Debug, Clone)]
 pub struct NodeView {
@@ -62,6 +69,9 @@ impl Parsed {
             Ok(r) => r,
             Err(e) => return Some(Err(e.to_string())),
         };
+        if let Err(e) = report.gpu_set() {
+            return Some(Err(e));
+        }
         Some(parse_gpus(resolved, node, &report, jobs).map(|gpus| Parsed {
             comment: node.comment.clone(),
             gres_used: node.gres_used.clone(),
@@ -103,21 +113,52 @@ pub struct View {
     /// Highest generation found in any node's `Extra` or `Comment` (an agent re-announces
     /// the generation it answered even when slurmctld lost the `Extra`).
     pub max_generation: u64,
+    /// The records of the nodes that are not managed (no usable report), by name.
+    pub others: HashMap<String, SlurmNode>,
+    /// Position in `nodes` of each managed node.
+    by_name: HashMap<String, usize>,
+    /// When the state was read, Unix seconds.
+    pub read_at: f64,
 }
 
-/// The order in which Slurm numbers a node's GPU devices (`IDX`): the node agent writes
-/// gres.conf one line per instance, GPU by GPU and by placement start; Slurm's GPU plugin
-/// sorts those records by type name, keeping file order within a type (verified against
-/// slurmd 22.05 in the e2e test). Returns `(gpu position in the node's list, instance)`.
-pub fn slurm_index_order(layouts: &[(&Layout, &[String])]) -> Vec<(usize, Instance)> {
-    let mut all: Vec<(String, usize, Instance)> = Vec::new();
+/// The order in which Slurm numbers a node's GPU devices (`IDX`), as Slurm reports it:
+/// the types in the order of the node's `Gres` (slurmctld numbers them so, whatever order
+/// gres.conf lists them in), and the devices of one type in gres.conf's order, which the
+/// node agent writes GPU by GPU and by placement start (verified with slurmd 22.05 and
+/// mixed-length type names in the e2e tests). `gres` is the node's `Gres`; `layouts` its
+/// GPUs with their instances' type names. Each index is `(gpu position, instance)`, or
+/// None for a device of a type smartmig does not manage (a non-MIG GPU); Err when Slurm's
+/// counts of the managed types differ from the layouts (a re-layout under way).
+pub fn slurm_index_order(
+    gres: &str,
+    layouts: &[(&Layout, &[String])],
+) -> Result<Vec<Option<(usize, Instance)>>, String> {
+    let mut by_type: BTreeMap<&str, Vec<(usize, Instance)>> = BTreeMap::new();
     for (g, (layout, names)) in layouts.iter().enumerate() {
         for (i, inst) in layout.instances().iter().enumerate() {
-            all.push((names.get(i).cloned().unwrap_or_default(), g, *inst));
+            let name = names.get(i).map_or("", String::as_str);
+            by_type.entry(name).or_default().push((g, *inst));
         }
     }
-    all.sort_by(|a, b| a.0.cmp(&b.0));
-    all.into_iter().map(|(_, g, i)| (g, i)).collect()
+    let mut order = Vec::new();
+    for entry in parse_gres(gres, "node Gres")? {
+        match by_type.remove(entry.gpu_type.as_str()) {
+            Some(insts) if insts.len() == entry.count as usize => order.extend(insts.into_iter().map(Some)),
+            Some(insts) => {
+                return Err(format!(
+                    "Slurm has {} {}, the agent reports {}",
+                    entry.count,
+                    entry.gpu_type,
+                    insts.len()
+                ))
+            }
+            None => order.extend((0..entry.count).map(|_| None)),
+        }
+    }
+    match by_type.keys().next() {
+        Some(t) => Err(format!("Slurm has no {t}, the agent reports some")),
+        None => Ok(order),
+    }
 }
 
 impl View {
@@ -131,7 +172,10 @@ impl View {
         jobs: Vec<SlurmJob>,
         cache: &mut NodeCache,
     ) -> View {
-        let mut view = View::default();
+        let mut view = View {
+            read_at: crate::central::unix_now(),
+            ..View::default()
+        };
         // The queue can be long: keep its records in place, copy out the few running.
         let running: Vec<SlurmJob> = jobs
             .iter()
@@ -159,9 +203,13 @@ impl View {
             let parsed = match previous.remove(&node.name) {
                 Some(hit) if hit.matches(&node, jobs) => hit,
                 _ => match Parsed::read(resolved, &node, jobs) {
-                    None => continue,
+                    None => {
+                        view.others.insert(node.name.clone(), node);
+                        continue;
+                    }
                     Some(Err(why)) => {
                         view.problems.push((node.name.clone(), why));
+                        view.others.insert(node.name.clone(), node);
                         continue;
                     }
                     Some(Ok(p)) => p,
@@ -171,6 +219,7 @@ impl View {
             let start = view.gpus.len();
             view.gpus.extend(parsed.gpus.iter().cloned());
             let name = node.name.clone();
+            view.by_name.insert(name.clone(), view.nodes.len());
             view.nodes.push(NodeView {
                 name: name.clone(),
                 report: parsed.report.clone(),
@@ -183,6 +232,27 @@ impl View {
         view.pending = pending;
         view.running = running;
         view
+    }
+
+    /// A managed node.
+    pub fn node(&self, name: &str) -> Option<&NodeView> {
+        self.by_name.get(name).map(|&i| &self.nodes[i])
+    }
+
+    /// Any node's Slurm record.
+    pub fn record(&self, name: &str) -> Option<&SlurmNode> {
+        self.node(name)
+            .map(|n| &n.slurm)
+            .or_else(|| self.others.get(name))
+    }
+
+    /// One GPU of a managed node.
+    pub fn gpu(&self, node: &str, index: u32) -> Option<&GpuView> {
+        self.node(node)?
+            .gpus
+            .iter()
+            .map(|&g| &self.gpus[g])
+            .find(|g| g.index == index)
     }
 
     /// Position in `gpus` of each (node, GPU index).
@@ -252,17 +322,31 @@ fn parse_gpus(
                 .collect()
         })
         .collect();
-    let order = slurm_index_order(
-        &gpus
+    let layouts: Vec<(&Layout, &[String])> = gpus
+        .iter()
+        .zip(&names)
+        .map(|(g, n)| (&g.layout, n.as_slice()))
+        .collect();
+    let order = slurm_index_order(&node.gres, &layouts);
+    drop(layouts);
+    let type_of = |gpus: &[GpuView], (gi, inst): (usize, Instance)| -> String {
+        let pos = gpus[gi]
+            .layout
+            .instances()
             .iter()
-            .zip(&names)
-            .map(|(g, n)| (&g.layout, n.as_slice()))
-            .collect::<Vec<_>>(),
-    );
-    let mark = |gpus: &mut Vec<GpuView>, idx: u32, job: Option<u32>| -> Result<(), String> {
-        let &(g, inst) = order
-            .get(idx as usize)
-            .ok_or_else(|| format!("Slurm device index {idx} is beyond the reported layouts"))?;
+            .position(|i| *i == inst)
+            .unwrap_or(0);
+        names[gi][pos].clone()
+    };
+    // Every instance of `ty` on the node: what counts busy when an index cannot be placed.
+    let all_of = |gpus: &[GpuView], ty: &str| -> Vec<(usize, Instance)> {
+        gpus.iter()
+            .enumerate()
+            .flat_map(|(gi, g)| g.layout.instances().iter().map(move |i| (gi, *i)))
+            .filter(|&(gi, i)| type_of(gpus, (gi, i)) == ty)
+            .collect()
+    };
+    let mark = |gpus: &mut Vec<GpuView>, (g, inst): (usize, Instance), job: Option<u32>| {
         let gpu = &mut gpus[g];
         let pos = match gpu.busy.iter().position(|b| *b == inst) {
             Some(p) => p,
@@ -275,44 +359,42 @@ fn parse_gpus(
         if let Some(j) = job {
             gpu.jobs[pos].push(j);
         }
-        Ok(())
     };
-    for used in parse_gres(&node.gres_used, &format!("node {name} GresUsed"))? {
-        for idx in used.indices {
-            mark(&mut gpus, idx, None)?;
-        }
+    // (type, device index, job) of every device Slurm says is in use.
+    let mut used: Vec<(String, u32, Option<u32>)> = Vec::new();
+    for g in parse_gres(&node.gres_used, &format!("node {name} GresUsed"))? {
+        used.extend(g.indices.iter().map(|&i| (g.gpu_type.clone(), i, None)));
     }
     for (job, detail) in jobs {
-        let gres = parse_gres(detail, &format!("job {job} on {name}"))?;
-        for g in &gres {
-            for &idx in &g.indices {
-                let named = order.get(idx as usize).map(|&(gi, inst)| {
-                    names[gi][gpus[gi]
-                        .layout
-                        .instances()
-                        .iter()
-                        .position(|i| *i == inst)
-                        .unwrap_or(0)]
-                    .as_str()
-                });
-                if g.gpu_type.is_empty() || named == Some(g.gpu_type.as_str()) {
-                    mark(&mut gpus, idx, Some(*job))?;
-                    continue;
+        for g in parse_gres(detail, &format!("job {job} on {name}"))? {
+            used.extend(g.indices.iter().map(|&i| (g.gpu_type.clone(), i, Some(*job))));
+        }
+    }
+    for (ty, idx, job) in used {
+        let placed = match &order {
+            Ok(order) => match order.get(idx as usize) {
+                Some(None) => continue, // a device smartmig does not manage
+                Some(Some(at)) if ty.is_empty() || type_of(&gpus, *at) == ty => Some(*at),
+                Some(Some(_)) => None,
+                None => {
+                    return Err(format!(
+                        "Slurm device index {idx} is beyond the node's GRES {}",
+                        node.gres
+                    ))
                 }
-                // Slurm keeps a running job's device index across a re-layout, so after
-                // one the index may name another type. Which instance of its type the job
-                // holds is then unknown: every instance of that type on the node counts
-                // as busy (never wrongly idle).
-                for (p, &(gi, inst)) in order.iter().enumerate() {
-                    let pos = gpus[gi]
-                        .layout
-                        .instances()
-                        .iter()
-                        .position(|i| *i == inst)
-                        .unwrap_or(0);
-                    if names[gi][pos] == g.gpu_type {
-                        mark(&mut gpus, p as u32, Some(*job))?;
-                    }
+            },
+            Err(_) => None,
+        };
+        match placed {
+            Some(at) => mark(&mut gpus, at, job),
+            // Slurm keeps a running job's device index across a re-layout, so after one
+            // the index may name another type; and while Slurm and the agent disagree on
+            // the counts no index can be placed. Which instance of its type the job holds
+            // is then unknown: every instance of that type counts as busy (never wrongly
+            // idle).
+            None => {
+                for at in all_of(&gpus, &ty) {
+                    mark(&mut gpus, at, job);
                 }
             }
         }

@@ -1,16 +1,22 @@
-//! The node agent: checks, plans, journals and runs re-layouts, and recovers after a crash.
+//! The node agent: checks, plans, journals and runs re-layouts, installs and reverts the
+//! node's gres.conf lines, stops and starts slurmd when asked, restarts slurmd on its own
+//! when the central role goes silent for too long (the watchdog), recovers after a crash
+//! and restores the node's layouts after a reboot.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
 
+use rand::Rng as _;
+use smartmig_core::durable;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout, Plan, Step};
 use smartmig_gpu::{GpuBackend, GpuState};
 
-use super::journal::{Journal, Record};
-use super::{gres, NodeChannel, NodeError};
+use super::journal::{Ending, Journal, Record};
+use super::{gres, NodeChannel, NodeError, NodeRecord};
 use crate::channel::{Desired, GpuActual, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
+use crate::command;
 
 /// What the agent needs besides its backend and channel.
 #[derive(Debug, Clone)]
@@ -31,7 +37,14 @@ pub struct AgentConfig {
     pub slurmd_start: Vec<String>,
     /// Seconds between re-announcements of the last report with the current layouts.
     pub announce_interval_s: f64,
+    /// Seconds between reads of the record while a re-layout is under way.
+    pub poll_interval_s: f64,
+    /// Mean seconds between reads of the record otherwise.
+    pub idle_poll_interval_s: f64,
 }
+
+/// How long a configured slurmd command may run.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One GPU of a re-layout, resolved against the catalogue.
 struct Target {
@@ -51,6 +64,8 @@ pub struct Agent {
     last: Option<Report>,
     /// When `last` was written (Unix seconds).
     last_at: f64,
+    /// Whether the last record read shows a re-layout under way (fast polls).
+    busy: bool,
 }
 
 /// Unix seconds now.
@@ -75,6 +90,7 @@ impl Agent {
             journal,
             last: None,
             last_at: 0.0,
+            busy: false,
         })
     }
 
@@ -91,13 +107,14 @@ impl Agent {
         log::warn!("re-layout {generation} was interrupted; reconciling the journal with the devices");
         let outcome = match self.resolve(&gpus) {
             Err(e) => {
-                self.end(generation, format!("failed: {e}"))?;
+                self.end(generation, Ending::Failed { error: e.to_string() })?;
                 Outcome::Failed { error: e.to_string() }
             }
             Ok(targets) => match self.move_all(&targets, |t| &t.to) {
                 Ok(()) => {
                     log::info!("re-layout {generation}: finished the interrupted plan");
-                    self.finish_apply(generation)?
+                    self.end(generation, Ending::Done)?;
+                    self.stage(generation)?
                 }
                 Err(e) => {
                     let why = format!("the interrupted re-layout could not be finished: {e}");
@@ -109,6 +126,63 @@ impl Agent {
         self.publish(report).map(Some)
     }
 
+    /// Before slurmd starts (`smartmigd node --restore`, run by systemd before slurmd):
+    /// after a reboot (MIG instances do not survive one) brings every GPU whose device is
+    /// empty back to the last layout the journal holds; then writes the node's gres.conf
+    /// block, taking over this node's MIG lines written outside it (a first start).
+    /// Returns the GPUs restored.
+    pub fn restore(&mut self) -> Result<Vec<u32>, NodeError> {
+        let want = self
+            .journal
+            .layouts()
+            .map(<[GpuActual]>::to_vec)
+            .unwrap_or_default();
+        let mut restored = Vec::new();
+        for g in want {
+            let model = self
+                .cfg
+                .catalogue
+                .model(&g.model)
+                .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", g.index)))?
+                .clone();
+            let to = Layout::parse(&model, &g.layout)
+                .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", g.index)))?;
+            let st = self.backend.state(g.index, &model)?;
+            if st.layout == to || !st.layout.instances().is_empty() {
+                // Present, or someone made instances since: never destroyed at start-up.
+                continue;
+            }
+            let target = Target {
+                index: g.index,
+                from: st.layout.clone(),
+                model,
+                to,
+            };
+            self.move_gpu(&target, &target.to)?;
+            log::info!("GPU {}: restored {}", g.index, g.layout);
+            restored.push(g.index);
+        }
+        let lines = self.render_lines()?;
+        self.install_lines(&lines, false)?;
+        if let Ok(gpus) = self.actual() {
+            self.journal.append(Record::Layouts { gpus })?;
+        }
+        Ok(restored)
+    }
+
+    /// Removes the markers of the node's gres.conf block (its lines stay as plain
+    /// configuration) and smartmig's report from the node's record (`smartmigd node
+    /// --release`, before uninstalling).
+    pub fn release(&mut self) -> Result<(), NodeError> {
+        let path = &self.cfg.gres_conf;
+        match std::fs::read_to_string(path) {
+            Ok(text) => durable::write(path, gres::release(&text, &self.cfg.node)?.as_bytes())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(NodeError::io(path, e)),
+        }
+        self.channel.clear_report()
+    }
+
     /// Writes `report` to the channel and remembers it as the last one.
     fn publish(&mut self, report: Report) -> Result<Report, NodeError> {
         self.channel.write_report(&report)?;
@@ -117,42 +191,76 @@ impl Agent {
         Ok(report)
     }
 
-    /// Publishes the node's layouts when it has never reported (generation 0, a finished
-    /// StartSlurmd): the central role manages a node only once it knows its layouts.
+    /// Publishes the node's layouts when it has never reported (generation 0): the central
+    /// role manages a node only once it knows its layouts.
     pub fn announce(&mut self) -> Result<Option<Report>, NodeError> {
-        if let Some(r) = self.channel.last_report()? {
+        if let Some(r) = self.channel.read()?.report {
             self.last_at = unix_now();
             self.last = Some(r);
             return Ok(None);
         }
-        let report = self.publish(self.report(0, Phase::StartSlurmd, Outcome::Done))?;
+        let report = self.publish(self.report(0, Phase::Start, Outcome::Done))?;
+        if report.read_error.is_none() {
+            self.journal.append(Record::Layouts {
+                gpus: report.gpus.clone(),
+            })?;
+        }
         log::info!("announced {} GPU(s) to the central role", report.gpus.len());
         Ok(Some(report))
     }
 
     /// Reads the desired state and handles it unless it was answered already.
     pub fn poll(&mut self) -> Result<Option<Report>, NodeError> {
-        let (desired, on_channel) = self.channel.read()?;
-        self.handle(desired, on_channel.as_ref())
+        let rec = self.channel.read()?;
+        self.handle(rec.desired.clone(), rec.report.as_ref())
     }
 
     /// One turn of the agent's loop at `now` (Unix seconds): handles the desired state
-    /// like [`Agent::poll`]; when there is nothing to do, re-announces the last report with
-    /// the devices' current layouts if the channel lost it, if a layout differs from it,
-    /// or every `announce_interval_s`.
+    /// like [`Agent::poll`]; else runs the slurmd watchdog; else re-announces the last
+    /// report with the devices' current layouts if the channel lost it, if a layout
+    /// differs from it, or every `announce_interval_s`.
     pub fn tick(&mut self, now: f64) -> Result<Option<Report>, NodeError> {
-        let (desired, on_channel) = self.channel.read()?;
-        if let Some(r) = self.handle(desired, on_channel.as_ref())? {
+        let rec = self.channel.read()?;
+        self.busy = rec.relayout_drain;
+        if let Some(r) = self.handle(rec.desired.clone(), rec.report.as_ref())? {
             return Ok(Some(r));
         }
-        self.reannounce(on_channel, now)
+        if let Some(r) = self.watchdog(&rec, now)? {
+            return Ok(Some(r));
+        }
+        self.journal.compact_if_large()?;
+        self.reannounce(rec.report, now)
+    }
+
+    /// How long to wait before the next [`Agent::tick`]: short while a re-layout of this
+    /// node is under way, else the idle interval, drawn within ±25% so that the agents of
+    /// a large cluster spread their reads of Slurm.
+    pub fn poll_delay(&self) -> Duration {
+        let under_way = self.busy
+            || !self.journal.slurmd_running()
+            || self
+                .last
+                .as_ref()
+                .is_some_and(|r| matches!(r.phase, Phase::Apply | Phase::Install) && r.generation > 0);
+        let s = if under_way {
+            self.cfg.poll_interval_s
+        } else {
+            self.cfg.idle_poll_interval_s * rand::rng().random_range(0.75..1.25)
+        };
+        Duration::from_secs_f64(s)
     }
 
     fn reannounce(&mut self, on_channel: Option<Report>, now: f64) -> Result<Option<Report>, NodeError> {
-        let gpus = self.actual()?;
+        let (gpus, read_error) = match self.actual() {
+            Ok(g) => (g, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
         let why = match &on_channel {
             None => "the node's report is gone",
-            Some(r) if r.gpus != gpus => "a device's layout differs from the last report",
+            Some(r) if r.read_error != read_error => "the GPUs' readability changed",
+            Some(r) if read_error.is_none() && r.gpus != gpus => {
+                "a device's layout differs from the last report"
+            }
             Some(_) if now - self.last_at >= self.cfg.announce_interval_s => "periodic",
             Some(_) => return Ok(None),
         };
@@ -160,9 +268,10 @@ impl Agent {
         // this agent wrote keeps the answered generation; else a first announcement.
         let base = on_channel
             .or_else(|| self.last.clone())
-            .unwrap_or_else(|| self.report(0, Phase::StartSlurmd, Outcome::Done));
+            .unwrap_or_else(|| self.report(0, Phase::Start, Outcome::Done));
         let report = self.publish(Report {
             gpus,
+            read_error,
             slurmd_running: self.journal.slurmd_running(),
             at: now,
             ..base
@@ -206,13 +315,9 @@ impl Agent {
         );
         let outcome = match d.phase {
             Phase::Apply => self.apply(&d)?,
-            Phase::StartSlurmd => match run(&self.cfg.slurmd_start) {
-                Ok(()) => {
-                    self.journal.append(Record::Slurmd { running: true })?;
-                    Outcome::Done
-                }
-                Err(e) => Outcome::Failed { error: e.to_string() },
-            },
+            Phase::Install => self.install(&d)?,
+            Phase::Start => self.start_slurmd()?,
+            Phase::Revert => self.revert(d.generation, &d.gpus)?,
         };
         if let Outcome::Failed { error } = &outcome {
             log::error!("generation {}: {:?} failed: {error}", d.generation, d.phase);
@@ -279,15 +384,16 @@ impl Agent {
         Ok(work)
     }
 
+    /// Phase Apply: the GPUs get their target layouts (or stay as they were on any
+    /// failure) and the node's new gres.conf lines are staged; slurmd is not touched.
     fn apply(&mut self, d: &Desired) -> Result<Outcome, NodeError> {
         let targets = match self.resolve(&d.gpus) {
             Ok(t) => t,
             Err(e) => return Ok(Outcome::Failed { error: e.to_string() }),
         };
         match self.check(&targets) {
-            Err(NodeError::Refused(e)) => return Ok(Outcome::Failed { error: e }),
             Err(e) => return Ok(Outcome::Failed { error: e.to_string() }),
-            Ok(false) => return self.finish_apply(d.generation),
+            Ok(false) => return self.stage(d.generation),
             Ok(true) => {}
         }
         self.journal.append(Record::Begin {
@@ -295,9 +401,195 @@ impl Agent {
             gpus: d.gpus.clone(),
         })?;
         match self.move_all(&targets, |t| &t.to) {
-            Ok(()) => self.finish_apply(d.generation),
+            Ok(()) => {
+                self.end(d.generation, Ending::Done)?;
+                self.stage(d.generation)
+            }
             Err(e) => self.roll_back(d.generation, &targets, e.to_string()),
         }
+    }
+
+    /// Journals the node's gres.conf lines as the devices are now, for `Install`.
+    fn stage(&mut self, generation: u64) -> Result<Outcome, NodeError> {
+        match self.render_lines() {
+            Ok(lines) => {
+                self.journal.append(Record::Staged { generation, lines })?;
+                Ok(Outcome::Done)
+            }
+            Err(e) => Ok(Outcome::Failed {
+                error: format!("cannot read the GPUs to stage gres.conf: {e}"),
+            }),
+        }
+    }
+
+    /// Phase Install: the staged lines go into gres.conf (the file before is kept), then
+    /// slurmd stops if asked, with the watchdog armed.
+    fn install(&mut self, d: &Desired) -> Result<Outcome, NodeError> {
+        let Some(lines) = self.journal.staged(d.generation).map(str::to_string) else {
+            return Ok(Outcome::Failed {
+                error: format!(
+                    "nothing staged for generation {} (its Apply did not run here)",
+                    d.generation
+                ),
+            });
+        };
+        if let Err(e) = self.install_lines(&lines, true) {
+            return Ok(Outcome::Failed { error: e.to_string() });
+        }
+        self.journal.append(Record::Installed {
+            generation: d.generation,
+        })?;
+        if !d.stop_slurmd {
+            return Ok(Outcome::Done);
+        }
+        let deadline = unix_now() + d.slurmd_budget_s;
+        // Armed before the stop: a crash right after it must still find the deadline.
+        self.journal.append(Record::Slurmd {
+            running: false,
+            watchdog: Some((d.generation, deadline)),
+        })?;
+        match command::run(&self.cfg.slurmd_stop, COMMAND_TIMEOUT) {
+            Ok(()) => Ok(Outcome::Done),
+            Err(e) => {
+                // slurmd may still run, with the old layout loaded: the central role
+                // reverts the node.
+                self.journal.append(Record::Slurmd {
+                    running: true,
+                    watchdog: None,
+                })?;
+                Ok(Outcome::Failed { error: e.to_string() })
+            }
+        }
+    }
+
+    /// Writes `lines` as the node's block of gres.conf, durably: with `keep` (a re-layout,
+    /// slurmd running) the file before is kept beside it for a revert; without (at start,
+    /// before slurmd) this node's MIG lines outside the block are taken over.
+    fn install_lines(&self, lines: &str, keep: bool) -> Result<(), NodeError> {
+        let path = &self.cfg.gres_conf;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(NodeError::io(path, e)),
+        };
+        let new = gres::merge(&text, &self.cfg.node, lines, &self.mig_types(), !keep)?;
+        if keep {
+            durable::replace_keeping_previous(path, new.as_bytes())?;
+        } else {
+            durable::write(path, new.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn mig_types(&self) -> HashSet<String> {
+        self.cfg
+            .catalogue
+            .models
+            .iter()
+            .flat_map(|m| m.profiles.iter().map(|p| p.name.clone()))
+            .collect()
+    }
+
+    /// Phase Start (Slurm has the new layout): slurmd runs again; the layouts become the
+    /// ones to restore after a reboot.
+    fn start_slurmd(&mut self) -> Result<Outcome, NodeError> {
+        if let Err(e) = command::run(&self.cfg.slurmd_start, COMMAND_TIMEOUT) {
+            return Ok(Outcome::Failed { error: e.to_string() });
+        }
+        self.journal.append(Record::Slurmd {
+            running: true,
+            watchdog: None,
+        })?;
+        if let Ok(gpus) = self.actual() {
+            self.journal.append(Record::Layouts { gpus })?;
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Phase Revert: the GPUs back to `from`, the gres.conf from before the generation,
+    /// slurmd running.
+    fn revert(&mut self, generation: u64, gpus: &[GpuTarget]) -> Result<Outcome, NodeError> {
+        let gpus = if gpus.is_empty() {
+            self.journal.plan_of(generation).unwrap_or_default()
+        } else {
+            gpus.to_vec()
+        };
+        let mut errors = Vec::new();
+        match self.resolve(&gpus) {
+            Ok(targets) => {
+                if let Err(e) = self.move_all(&targets, |t| &t.from) {
+                    errors.push(format!("GPUs not back to their layouts: {e}"));
+                }
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+        if self.journal.installed(generation) {
+            match durable::restore_previous(&self.cfg.gres_conf) {
+                Ok(_) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        self.journal.append(Record::Reverted { generation })?;
+        if !self.journal.slurmd_running() {
+            if let Err(e) = self.start_slurmd_only() {
+                errors.push(e.to_string());
+            }
+        }
+        Ok(if errors.is_empty() {
+            Outcome::Done
+        } else {
+            Outcome::Failed {
+                error: errors.join("; "),
+            }
+        })
+    }
+
+    fn start_slurmd_only(&mut self) -> Result<(), NodeError> {
+        command::run(&self.cfg.slurmd_start, COMMAND_TIMEOUT)?;
+        self.journal.append(Record::Slurmd {
+            running: true,
+            watchdog: None,
+        })
+    }
+
+    /// slurmd was stopped for a re-layout and its deadline has passed with no `Start` or
+    /// `Revert` from the central role: start it again, with the gres.conf that matches
+    /// what slurmctld has (the new lines if slurmctld has the new layout, else everything
+    /// reverted). Waits while slurmctld does not answer (it cannot mark the node down then).
+    fn watchdog(&mut self, rec: &NodeRecord, now: f64) -> Result<Option<Report>, NodeError> {
+        let Some((generation, deadline)) = self.journal.slurmd_watchdog() else {
+            return Ok(None);
+        };
+        if now < deadline {
+            return Ok(None);
+        }
+        let Some(slurm_gres) = &rec.gres else {
+            log::warn!("watchdog: slurmd stopped past its deadline and slurmctld's view of the node is unknown; retrying");
+            return Ok(None);
+        };
+        let slurm = mig_counts(slurm_gres, &self.mig_types());
+        let new = self.counts_of(&self.actual()?);
+        let (phase, outcome, note) = if slurm == new {
+            let note = format!(
+                "generation {generation}: slurmd stopped past its deadline; slurmctld has the new layout, started slurmd with it"
+            );
+            (Phase::Start, self.start_slurmd()?, note)
+        } else {
+            let note = format!(
+                "generation {generation}: slurmd stopped past its deadline; slurmctld has {slurm_gres}, so the node was reverted and slurmd started"
+            );
+            (Phase::Revert, self.revert(generation, &[])?, note)
+        };
+        log::warn!("watchdog: {note}");
+        let mut report = self.report(generation, phase, outcome);
+        report.watchdog = Some(note);
+        self.publish(report).map(Some)
+    }
+
+    /// Instances per MIG type over `gpus`.
+    fn counts_of(&self, gpus: &[GpuActual]) -> BTreeMap<String, u32> {
+        let text = crate::central::gres_of_report(gpus);
+        mig_counts(&text, &self.mig_types())
     }
 
     /// Brings every target GPU to the layout `goal` picks, settling interrupted instances.
@@ -360,40 +652,19 @@ impl Agent {
         error: String,
     ) -> Result<Outcome, NodeError> {
         log::error!("re-layout {generation}: {error}; rolling back");
-        let mut error = error;
-        let result = match self.move_all(targets, |t| &t.from) {
-            Ok(()) => format!("rolled-back: {error}"),
+        let (ending, error) = match self.move_all(targets, |t| &t.from) {
+            Ok(()) => (Ending::RolledBack { error: error.clone() }, error),
             Err(e) => {
-                error = format!("{error}; rolling back failed too: {e}");
-                format!("failed: {error}")
+                let error = format!("{error}; rolling back failed too: {e}");
+                (Ending::Failed { error: error.clone() }, error)
             }
         };
-        if let Err(e) = self.write_gres() {
-            error = format!("{error}; writing gres.conf failed: {e}");
-        }
-        self.end(generation, result)?;
+        self.end(generation, ending)?;
         Ok(Outcome::Failed { error })
     }
 
-    /// The devices have their targets: write gres.conf, stop slurmd, close the journal.
-    fn finish_apply(&mut self, generation: u64) -> Result<Outcome, NodeError> {
-        let mut outcome = Outcome::Done;
-        if let Err(e) = self.write_gres() {
-            outcome = Outcome::Failed { error: e.to_string() };
-        } else {
-            match run(&self.cfg.slurmd_stop) {
-                Ok(()) => self.journal.append(Record::Slurmd { running: false })?,
-                Err(e) => outcome = Outcome::Failed { error: e.to_string() },
-            }
-        }
-        if self.journal.open_plan().is_some() {
-            self.end(generation, "done".into())?;
-        }
-        Ok(outcome)
-    }
-
-    fn end(&mut self, generation: u64, result: String) -> Result<(), NodeError> {
-        self.journal.append(Record::End { generation, result })
+    fn end(&mut self, generation: u64, ending: Ending) -> Result<(), NodeError> {
+        self.journal.append(Record::End { generation, ending })
     }
 
     /// Every MIG GPU of the node with a catalogue model, with its state.
@@ -418,12 +689,11 @@ impl Agent {
         Ok(out)
     }
 
-    /// Rewrites gres.conf in place (and fsyncs it); a torn file is rewritten by recovery.
-    fn write_gres(&self) -> Result<(), NodeError> {
+    /// The node's gres.conf lines for the devices as they are now.
+    fn render_lines(&self) -> Result<String, NodeError> {
         let gpus = self.mig_gpus()?;
         let view: Vec<(u32, &GpuModel, &GpuState)> = gpus.iter().map(|(i, m, s)| (*i, m, s)).collect();
-        let text = gres::render(&self.cfg.node, &view);
-        write_in_place(&self.cfg.gres_conf, text.as_bytes())
+        Ok(gres::render(&self.cfg.node, &view))
     }
 
     /// Every MIG GPU's actual layout, as reports carry it.
@@ -439,340 +709,42 @@ impl Agent {
             .collect())
     }
 
+    /// A report on `generation`/`phase`; a GPU read that fails is a `read_error`, never an
+    /// empty GPU list the central role could take for the truth.
     fn report(&self, generation: u64, phase: Phase, outcome: Outcome) -> Report {
-        let gpus = self.actual().unwrap_or_else(|e| {
-            log::error!("cannot read the GPUs for the report: {e}");
-            Vec::new()
-        });
+        let (gpus, read_error) = match self.actual() {
+            Ok(g) => (g, None),
+            Err(e) => {
+                log::error!("cannot read the GPUs for the report: {e}");
+                (Vec::new(), Some(e.to_string()))
+            }
+        };
         Report {
-            smartmig: CHANNEL_VERSION,
+            version: CHANNEL_VERSION,
             generation,
             phase,
             outcome,
             gpus,
+            read_error,
             slurmd_running: self.journal.slurmd_running(),
+            watchdog: None,
             at: unix_now(),
         }
     }
 }
 
-fn write_in_place(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
-    let mut f = std::fs::File::create(path).map_err(|e| NodeError::io(path, e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| NodeError::io(path, e))
-}
-
-/// Runs a configured command; a non-zero exit is an error carrying its stderr.
-fn run(cmd: &[String]) -> Result<(), NodeError> {
-    let line = cmd.join(" ");
-    let Some((prog, args)) = cmd.split_first() else {
-        return Err(NodeError::Command {
-            command: line,
-            reason: "empty command".into(),
-        });
-    };
-    let out = Command::new(prog)
-        .args(args)
-        .output()
-        .map_err(|e| NodeError::Command {
-            command: line.clone(),
-            reason: e.to_string(),
-        })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(NodeError::Command {
-            command: line,
-            reason: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-        })
+/// Instances per MIG type in a GRES string (`gpu:3g.20gb:2(S:0),gpu:a100:1`), counting
+/// only the types in `mig_types`.
+fn mig_counts(gres: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for g in crate::slurm::parse_gres(gres, "node Gres").unwrap_or_default() {
+        if mig_types.contains(&g.gpu_type) {
+            *out.entry(g.gpu_type).or_default() += g.count;
+        }
     }
+    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::node::spool::SpoolChannel;
-    use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
-
-    struct Node {
-        dir: tempfile::TempDir,
-        sim: Simulated,
-        model: GpuModel,
-    }
-
-    impl Node {
-        fn new(layouts: &[&str]) -> Node {
-            let dir = tempfile::tempdir().unwrap();
-            let model = Catalogue::embedded().model("a100-40gb").unwrap().clone();
-            let sim = Simulated::create_layouts(&dir.path().join("sim"), &model, layouts).unwrap();
-            Node { dir, sim, model }
-        }
-
-        fn path(&self, rel: &str) -> PathBuf {
-            self.dir.path().join(rel)
-        }
-
-        fn agent(&self) -> Agent {
-            let log = self.path("slurmd.log").display().to_string();
-            let cfg = AgentConfig {
-                node: "n1".into(),
-                driver: Driver::R510,
-                catalogue: Catalogue::embedded(),
-                state_dir: self.path("state"),
-                gres_conf: self.path("gres.conf"),
-                slurmd_stop: vec!["sh".into(), "-c".into(), format!("echo stop >> {log}")],
-                slurmd_start: vec!["sh".into(), "-c".into(), format!("echo start >> {log}")],
-                announce_interval_s: 300.0,
-            };
-            let ch = SpoolChannel::open(&self.path("spool"), "n1").unwrap();
-            Agent::new(cfg, Box::new(self.sim.clone()), Box::new(ch)).unwrap()
-        }
-
-        fn desire(&self, generation: u64, phase: Phase, gpus: &[(u32, &str, &str)]) {
-            let ch = SpoolChannel::open(&self.path("spool"), "n1").unwrap();
-            ch.write_desired(&Desired {
-                smartmig: CHANNEL_VERSION,
-                generation,
-                phase,
-                gpus: gpus
-                    .iter()
-                    .map(|(i, from, to)| GpuTarget {
-                        index: *i,
-                        model: "A100-SXM4-40GB".into(),
-                        from: from.to_string(),
-                        to: to.to_string(),
-                    })
-                    .collect(),
-            })
-            .unwrap();
-        }
-
-        fn layout(&self, gpu: u32) -> String {
-            let st = self.sim.state(gpu, &self.model).unwrap();
-            assert!(st.is_settled(), "GPU {gpu} is left unsettled: {st:?}");
-            let text = st.layout.display(&self.model).to_string();
-            text
-        }
-
-        fn slurmd_log(&self) -> String {
-            std::fs::read_to_string(self.path("slurmd.log")).unwrap_or_default()
-        }
-    }
-
-    #[test]
-    fn a_plan_is_applied_gres_conf_written_and_slurmd_stopped_then_started() {
-        let n = Node::new(&["7g@0", "4g@0 3g@4"]);
-        let mut a = n.agent();
-        n.desire(1, Phase::Apply, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
-        let r = a.poll().unwrap().unwrap();
-        assert_eq!(r.outcome, Outcome::Done);
-        assert_eq!(r.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
-        assert_eq!(r.gpus[1].layout, "4g.20gb@0 3g.20gb@4");
-        assert!(!r.slurmd_running);
-        assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
-        assert!(a.journal().is_closed());
-        let steps = a
-            .journal()
-            .records()
-            .iter()
-            .filter(|r| matches!(r, Record::Step { .. }))
-            .count();
-        assert_eq!(steps, 6);
-        let gres = std::fs::read_to_string(n.path("gres.conf")).unwrap();
-        let files: Vec<&str> = gres
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| l.rsplit('/').next().unwrap())
-            .collect();
-        assert_eq!(files, ["nvidia0", "nvidia4", "nvidia8", "nvidia12"]);
-        assert!(gres.contains("NodeName=n1 Name=gpu Type=3g.20gb File="), "{gres}");
-        assert_eq!(n.slurmd_log(), "stop\n");
-        // The same generation and phase is not handled twice.
-        assert!(a.poll().unwrap().is_none());
-        n.desire(2, Phase::StartSlurmd, &[]);
-        let r = a.poll().unwrap().unwrap();
-        assert_eq!(
-            (r.generation, r.outcome.clone(), r.slurmd_running),
-            (2, Outcome::Done, true)
-        );
-        assert_eq!(n.slurmd_log(), "stop\nstart\n");
-    }
-
-    #[test]
-    fn a_device_that_differs_from_what_central_saw_is_not_touched() {
-        let n = Node::new(&["7g@0"]);
-        let mut a = n.agent();
-        n.desire(1, Phase::Apply, &[(0, "4g@0 3g@4", "3g@0 3g@4")]);
-        let r = a.poll().unwrap().unwrap();
-        let Outcome::Failed { error } = &r.outcome else {
-            panic!("{r:?}")
-        };
-        assert!(
-            error.contains("device has `7g.40gb@0`") && error.contains("nothing changed"),
-            "{error}"
-        );
-        assert_eq!(n.layout(0), "7g.40gb@0");
-        assert!(a.journal().records().is_empty());
-        assert!(!n.path("gres.conf").exists());
-        assert_eq!(n.slurmd_log(), "");
-    }
-
-    #[test]
-    fn a_plan_that_destroys_a_busy_instance_is_refused_before_any_step() {
-        let n = Node::new(&["4g@0 3g@4"]);
-        let busy = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
-        n.sim.set_busy(0, &n.model, busy, true).unwrap();
-        let mut a = n.agent();
-        n.desire(1, Phase::Apply, &[(0, "4g@0 3g@4", "2g@0 2g@2 3g@4")]);
-        let r = a.poll().unwrap().unwrap();
-        assert!(
-            matches!(&r.outcome, Outcome::Failed { error } if error.contains("busy instance(s) 4g.20gb@0")),
-            "{r:?}"
-        );
-        assert_eq!(n.layout(0), "4g.20gb@0 3g.20gb@4");
-        assert!(a.journal().records().is_empty());
-    }
-
-    #[test]
-    fn a_create_error_rolls_back_to_from_and_the_report_names_it() {
-        let n = Node::new(&["7g@0"]);
-        n.sim
-            .set_faults(&Faults {
-                fail: vec![FailFault {
-                    op: "create-gi".into(),
-                    gpu: Some(0),
-                    error: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
-                    skip: 1,
-                }],
-                abort_after_steps: None,
-            })
-            .unwrap();
-        let mut a = n.agent();
-        n.desire(1, Phase::Apply, &[(0, "7g@0", "3g@0 3g@4")]);
-        let r = a.poll().unwrap().unwrap();
-        let Outcome::Failed { error } = &r.outcome else {
-            panic!("{r:?}")
-        };
-        assert!(
-            error.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && error.contains("create-gi 3g.20gb@4"),
-            "{error}"
-        );
-        assert_eq!(n.layout(0), "7g.40gb@0");
-        assert_eq!(r.gpus[0].layout, "7g.40gb@0");
-        assert!(a.journal().is_closed());
-        assert!(
-            matches!(a.journal().records().last(), Some(Record::End { result, .. }) if result.starts_with("rolled-back"))
-        );
-        assert!(r.slurmd_running);
-        assert_eq!(n.slurmd_log(), "");
-    }
-
-    #[test]
-    fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
-        let n = Node::new(&["7g@0"]);
-        // A previous run began generation 5, destroyed the 7g and created 3g@0 without
-        // its compute instance, then died.
-        let m = &n.model;
-        let mut sim = n.sim.clone();
-        let seven = Layout::parse(m, "7g@0").unwrap().instances()[0];
-        let three = Layout::parse(m, "3g@0").unwrap().instances()[0];
-        for s in [
-            Step::DestroyCompute(seven),
-            Step::DestroyGpu(seven),
-            Step::CreateGpu(three),
-        ] {
-            sim.apply(0, m, s).unwrap();
-        }
-        {
-            let mut j = Journal::open(&n.path("state")).unwrap();
-            j.append(Record::Begin {
-                generation: 5,
-                gpus: vec![GpuTarget {
-                    index: 0,
-                    model: "a100-40gb".into(),
-                    from: "7g@0".into(),
-                    to: "3g@0 3g@4".into(),
-                }],
-            })
-            .unwrap();
-        }
-        sim.set_faults(&Faults {
-            fail: vec![FailFault {
-                op: "create-gi".into(),
-                gpu: None,
-                error: "NVML_ERROR_UNKNOWN".into(),
-                skip: 0,
-            }],
-            abort_after_steps: None,
-        })
-        .unwrap();
-        let mut a = n.agent();
-        let r = a.recover().unwrap().unwrap();
-        assert_eq!(r.generation, 5);
-        assert!(
-            matches!(&r.outcome, Outcome::Failed { error } if error.contains("could not be finished") && error.contains("NVML_ERROR_UNKNOWN")),
-            "{r:?}"
-        );
-        assert_eq!(n.layout(0), "7g.40gb@0");
-        assert!(a.journal().is_closed());
-        assert!(a.recover().unwrap().is_none());
-    }
-
-    #[test]
-    fn a_lost_report_is_reannounced_with_the_answered_generation_and_not_applied_again() {
-        let n = Node::new(&["7g@0"]);
-        let mut a = n.agent();
-        a.announce().unwrap().unwrap();
-        n.desire(3, Phase::Apply, &[(0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4")]);
-        let r = a.tick(unix_now()).unwrap().unwrap();
-        assert_eq!(
-            (r.generation, r.phase, r.outcome),
-            (3, Phase::Apply, Outcome::Done)
-        );
-        assert!(a.tick(unix_now()).unwrap().is_none(), "nothing new to say");
-        // slurmctld forgets the node's Comment (here: the spool loses the report).
-        let spool = SpoolChannel::open(&n.path("spool"), "n1").unwrap();
-        std::fs::remove_file(spool.report_path()).unwrap();
-        let again = a.tick(unix_now()).unwrap().unwrap();
-        assert_eq!(
-            (again.generation, again.phase, again.outcome.clone()),
-            (3, Phase::Apply, Outcome::Done)
-        );
-        assert_eq!(again.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
-        let mut spool = spool;
-        assert_eq!(spool.last_report().unwrap(), Some(again));
-        // Generation 3 was answered already: no second apply, no second slurmd stop.
-        assert_eq!(n.slurmd_log(), "stop\n");
-        assert_eq!(
-            a.journal()
-                .records()
-                .iter()
-                .filter(|r| matches!(r, Record::Begin { .. }))
-                .count(),
-            1
-        );
-    }
-
-    #[test]
-    fn a_layout_changed_behind_the_agents_back_is_reannounced_at_once_else_only_periodically() {
-        let n = Node::new(&["4g@0 3g@4"]);
-        let mut a = n.agent();
-        let first = a.announce().unwrap().unwrap();
-        let t = unix_now();
-        assert!(a.tick(t).unwrap().is_none());
-        assert!(a.tick(t + 290.0).unwrap().is_none(), "not before the interval");
-        let periodic = a.tick(t + 301.0).unwrap().unwrap();
-        assert_eq!((periodic.generation, &periodic.gpus), (0, &first.gpus));
-        assert_eq!(periodic.at, t + 301.0);
-        assert!(a.tick(t + 302.0).unwrap().is_none(), "the interval restarts");
-        // Someone destroys the 4g by hand.
-        let four = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
-        let mut sim = n.sim.clone();
-        sim.apply(0, &n.model, Step::DestroyCompute(four)).unwrap();
-        sim.apply(0, &n.model, Step::DestroyGpu(four)).unwrap();
-        let changed = a.tick(t + 303.0).unwrap().unwrap();
-        assert_eq!(changed.gpus[0].layout, "3g.20gb@4");
-        assert!(a.tick(t + 304.0).unwrap().is_none());
-    }
-}
+#[path = "agent_tests.rs"]
+mod tests;

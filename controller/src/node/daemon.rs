@@ -1,7 +1,6 @@
 //! `smartmigd node`: the agent loop, built from `smartmig.toml`.
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context;
 use smartmig_core::config::node::{short_hostname, Backend, ChannelKind, NodeConfig};
@@ -50,7 +49,7 @@ fn read_config(config: &Path) -> anyhow::Result<Resolved> {
 }
 
 /// Builds the agent that a resolved configuration describes.
-fn agent_from_config(resolved: &Resolved) -> anyhow::Result<(Agent, Duration)> {
+fn agent_from_config(resolved: &Resolved) -> anyhow::Result<Agent> {
     let c = &resolved.config;
     let n = &c.node;
     let node = if n.name.is_empty() {
@@ -73,19 +72,22 @@ fn agent_from_config(resolved: &Resolved) -> anyhow::Result<(Agent, Duration)> {
             slurmd_stop: n.slurmd_stop.clone(),
             slurmd_start: n.slurmd_start.clone(),
             announce_interval_s: n.announce_interval_s,
+            poll_interval_s: n.poll_interval_s,
+            idle_poll_interval_s: n.idle_poll_interval_s,
         },
         backend,
         channel,
     )?;
-    Ok((agent, Duration::from_secs_f64(n.poll_interval_s)))
+    Ok(agent)
 }
 
 /// Runs the node role: recover what a previous run left open, announce, then poll the
-/// channel (once with `once`), re-announcing the layouts when needed ([`Agent::tick`]).
-/// Errors of one poll are logged and the loop goes on.
+/// channel (once with `once`), re-announcing the layouts when needed ([`Agent::tick`]),
+/// at the agent's own pace ([`Agent::poll_delay`]). Errors of one poll are logged and the
+/// loop goes on.
 pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
     let resolved = read_config(config)?;
-    let (mut agent, interval) = agent_from_config(&resolved)?;
+    let mut agent = agent_from_config(&resolved)?;
     if let Some(r) = agent.recover().context("recovering from the journal")? {
         log::info!("recovered generation {}: {:?}", r.generation, r.outcome);
     }
@@ -104,6 +106,25 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
         if once {
             return Ok(());
         }
-        std::thread::sleep(interval);
+        std::thread::sleep(agent.poll_delay());
     }
+}
+
+/// `smartmigd node --restore`: after a reboot, before slurmd starts.
+pub fn restore(config: &Path) -> anyhow::Result<()> {
+    let resolved = read_config(config)?;
+    let mut agent = agent_from_config(&resolved)?;
+    agent.recover().context("recovering from the journal")?;
+    let gpus = agent.restore().context("restoring the layouts")?;
+    println!("restored {} GPU(s); gres.conf written", gpus.len());
+    Ok(())
+}
+
+/// `smartmigd node --release`: before uninstalling.
+pub fn release(config: &Path) -> anyhow::Result<()> {
+    let resolved = read_config(config)?;
+    let mut agent = agent_from_config(&resolved)?;
+    agent.release().context("releasing the node")?;
+    println!("released: gres.conf keeps its lines without smartmig's markers; the node's Comment has no smartmig key");
+    Ok(())
 }

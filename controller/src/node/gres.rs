@@ -1,20 +1,52 @@
-//! The node's gres.conf, written from the devices' physical instance mapping.
+//! The node's MIG lines in gres.conf, written from the devices' physical instance mapping
+//! into a block of their own, marked, so that every other line of the file stays as the
+//! site wrote it (`AutoDetect`, non-MIG GPUs, `Cores=`, shards/MPS, other nodes' lines).
 //!
-//! Slurm 22.05 keeps a running job's GPUs by *index* into the node's gres.conf lines, so
-//! the lines follow a fixed physical order: GPU index, then placement start. An instance
-//! that stays through a re-layout keeps its slot relative to the instances around it.
+//! Slurm keeps a running job's GPUs by *index* into the node's gres.conf records, so the
+//! lines follow a fixed physical order: GPU index, then placement start.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use smartmig_core::mig::GpuModel;
 use smartmig_gpu::GpuState;
 
-/// gres.conf text for a node's MIG GPUs, given in GPU index order.
+/// The first line of a node's block.
+pub fn begin_marker(node: &str) -> String {
+    format!("# BEGIN smartmig node {node}: MIG instances, written by smartmigd node; do not edit")
+}
+
+/// The last line of a node's block.
+pub fn end_marker(node: &str) -> String {
+    format!("# END smartmig node {node}")
+}
+
+/// Why a gres.conf cannot take smartmig's block.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum GresConfError {
+    /// A line outside the block already defines one of this node's MIG instances.
+    #[error("gres.conf line {line}: `{text}` defines a MIG type for node {node} outside smartmig's block; remove it (smartmigd writes this node's MIG lines itself)")]
+    Conflict {
+        /// 1-based line number.
+        line: usize,
+        /// The line.
+        text: String,
+        /// The node.
+        node: String,
+    },
+    /// The markers of the node's block are broken (one missing, or repeated).
+    #[error("gres.conf: the markers of node {node}'s smartmig block are broken ({why}); fix them by hand")]
+    Markers {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// The lines of a node's MIG GPUs, given in GPU index order (no markers).
 pub fn render(node: &str, gpus: &[(u32, &GpuModel, &GpuState)]) -> String {
-    let mut out = String::from(
-        "# Written by smartmigd (node agent); changes are overwritten.\n\
-         # Lines follow the physical MIG instance mapping: GPU index, then placement start.\n",
-    );
+    let mut out = String::new();
     let mut sorted: Vec<&(u32, &GpuModel, &GpuState)> = gpus.iter().collect();
     sorted.sort_by_key(|g| g.0);
     for (index, model, state) in sorted {
@@ -39,11 +71,121 @@ pub fn render(node: &str, gpus: &[(u32, &GpuModel, &GpuState)]) -> String {
     out
 }
 
+/// Where the node's block is in `lines`: (begin, end) line positions, None when absent.
+fn find_block(lines: &[&str], node: &str) -> Result<Option<(usize, usize)>, GresConfError> {
+    let (b, e) = (begin_marker(node), end_marker(node));
+    let begins: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].trim_end() == b).collect();
+    let ends: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].trim_end() == e).collect();
+    let broken = |why: &str| GresConfError::Markers {
+        node: node.to_string(),
+        why: why.to_string(),
+    };
+    match (begins.as_slice(), ends.as_slice()) {
+        ([], []) => Ok(None),
+        ([b], [e]) if b < e => Ok(Some((*b, *e))),
+        ([_], [_]) => Err(broken("END before BEGIN")),
+        _ => Err(broken("each must appear exactly once")),
+    }
+}
+
+/// Whether a gres.conf line names node `node` (or every node: no `NodeName=`).
+fn for_node(words: &[&str], node: &str) -> bool {
+    match words.iter().find_map(|w| w.strip_prefix("NodeName=")) {
+        None => true,
+        Some(list) => smartmig_core::config::hostlist::HostList::parse(list).is_ok_and(|h| h.contains(node)),
+    }
+}
+
+/// `text` (the current gres.conf, maybe empty) with node `node`'s block replaced by
+/// `lines`, or appended when it has none. Another line that defines one of the node's MIG
+/// types (`mig_types`, the catalogue's profile names) is refused — or, with `adopt`, left
+/// out (the block replaces it: `smartmigd node --restore`, before slurmd starts).
+pub fn merge(
+    text: &str,
+    node: &str,
+    lines: &str,
+    mig_types: &HashSet<String>,
+    adopt: bool,
+) -> Result<String, GresConfError> {
+    let all: Vec<&str> = text.lines().collect();
+    let block = find_block(&all, node)?;
+    let mut adopted = Vec::new();
+    for (i, l) in all.iter().enumerate() {
+        if block.is_some_and(|(b, e)| (b..=e).contains(&i)) {
+            continue;
+        }
+        let words: Vec<&str> = l.split('#').next().unwrap_or("").split_whitespace().collect();
+        let gpu = words.iter().any(|w| w.eq_ignore_ascii_case("Name=gpu"));
+        let mig = words
+            .iter()
+            .filter_map(|w| w.strip_prefix("Type="))
+            .any(|t| mig_types.contains(t));
+        if gpu && mig && for_node(&words, node) {
+            if adopt {
+                adopted.push(i);
+                continue;
+            }
+            return Err(GresConfError::Conflict {
+                line: i + 1,
+                text: l.trim().to_string(),
+                node: node.to_string(),
+            });
+        }
+    }
+    let mut out = String::new();
+    let mut push = |l: &str| {
+        out.push_str(l);
+        out.push('\n');
+    };
+    let new_block = |push: &mut dyn FnMut(&str)| {
+        push(&begin_marker(node));
+        for l in lines.lines() {
+            push(l);
+        }
+        push(&end_marker(node));
+    };
+    let kept = |range: std::ops::Range<usize>| range.filter(|i| !adopted.contains(i)).map(|i| all[i]);
+    match block {
+        Some((b, e)) => {
+            kept(0..b).for_each(&mut push);
+            new_block(&mut push);
+            kept(e + 1..all.len()).for_each(&mut push);
+        }
+        None => {
+            kept(0..all.len()).for_each(&mut push);
+            new_block(&mut push);
+        }
+    }
+    Ok(out)
+}
+
+/// `text` without node `node`'s markers, its lines kept as plain configuration
+/// (`smartmigd node --release`).
+pub fn release(text: &str, node: &str) -> Result<String, GresConfError> {
+    let all: Vec<&str> = text.lines().collect();
+    let Some((b, e)) = find_block(&all, node)? else {
+        return Ok(text.to_string());
+    };
+    let mut out = String::new();
+    for (i, l) in all.iter().enumerate() {
+        if i != b && i != e {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use smartmig_core::mig::{Catalogue, Layout};
     use smartmig_gpu::MigDevice;
+
+    fn types() -> HashSet<String> {
+        let m = Catalogue::embedded().model("a100-40gb").unwrap().clone();
+        m.profiles.iter().map(|p| p.name.clone()).collect()
+    }
 
     #[test]
     fn lines_follow_gpu_index_then_placement_whatever_the_input_order() {
@@ -84,5 +226,66 @@ mod tests {
                 "NodeName=n1 Name=gpu Type=7g.40gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap3",
             ]
         );
+    }
+
+    const SITE: &str = "AutoDetect=nvml\n\
+        NodeName=n1 Name=gpu Type=a100 File=/dev/nvidia1 Cores=0-15\n\
+        NodeName=n2 Name=gpu Type=3g.20gb File=/dev/nvidia0\n\
+        Name=shard Count=8\n";
+
+    #[test]
+    fn the_site_lines_stay_and_only_the_block_changes() {
+        let first = merge(
+            SITE,
+            "n1",
+            "NodeName=n1 Name=gpu Type=7g.40gb File=/dev/x0\n",
+            &types(),
+            false,
+        )
+        .unwrap();
+        assert!(first.starts_with(SITE), "{first}");
+        let second = merge(
+            &first,
+            "n1",
+            "NodeName=n1 Name=gpu Type=3g.20gb File=/dev/x0\n",
+            &types(),
+            false,
+        )
+        .unwrap();
+        assert!(
+            second.starts_with(SITE) && !second.contains("7g.40gb"),
+            "{second}"
+        );
+        assert_eq!(second.matches("# BEGIN smartmig node n1").count(), 1);
+        assert_eq!(
+            release(&second, "n1").unwrap(),
+            format!("{SITE}NodeName=n1 Name=gpu Type=3g.20gb File=/dev/x0\n")
+        );
+    }
+
+    #[test]
+    fn a_mig_line_of_this_node_outside_the_block_and_broken_markers_are_refused() {
+        let text = format!("{SITE}Name=gpu Type=1g.5gb File=/dev/nvidia9\n");
+        let e = merge(&text, "n1", "", &types(), false).unwrap_err();
+        assert!(matches!(e, GresConfError::Conflict { line: 5, .. }), "{e}");
+        let adopted = merge(
+            &text,
+            "n1",
+            "NodeName=n1 Name=gpu Type=7g.40gb File=/dev/x0\n",
+            &types(),
+            true,
+        )
+        .unwrap();
+        assert!(
+            adopted.starts_with(SITE) && !adopted.contains("nvidia9"),
+            "{adopted}"
+        );
+        let other = merge(SITE, "n3", "", &types(), false);
+        assert!(other.is_ok(), "n2's MIG line belongs to n2: {other:?}");
+        let broken = format!("{}\n", begin_marker("n1"));
+        assert!(matches!(
+            merge(&broken, "n1", "", &types(), false),
+            Err(GresConfError::Markers { .. })
+        ));
     }
 }

@@ -1,5 +1,8 @@
 //! The node agent's journal: an append-only file of JSON lines, each fsynced before the
-//! step it announces runs, so a restarted agent knows what was under way.
+//! step it announces runs, so a restarted agent knows what was under way: a plan half
+//! applied, a gres.conf staged or installed, slurmd stopped (and until when it may stay
+//! so), and the layouts to restore after a reboot. Compacted when it grows and nothing is
+//! under way.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -8,7 +11,25 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::NodeError;
-use crate::channel::GpuTarget;
+use crate::channel::{GpuActual, GpuTarget};
+
+/// How a re-layout plan ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "kebab-case")]
+pub enum Ending {
+    /// The devices have the target layouts.
+    Done,
+    /// The devices are back in the `from` layouts.
+    RolledBack {
+        /// Why.
+        error: String,
+    },
+    /// Neither: the devices are in a layout of their own (the report lists it).
+    Failed {
+        /// Why.
+        error: String,
+    },
+}
 
 /// One journal line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,17 +56,43 @@ pub enum Record {
         /// Sequence number.
         n: u32,
     },
-    /// The re-layout is over; `result` says how (`done`, `rolled-back: ...`, `failed: ...`).
+    /// The re-layout's driver calls are over.
     End {
         /// Generation.
         generation: u64,
         /// How it ended.
-        result: String,
+        ending: Ending,
+    },
+    /// The gres.conf lines of generation `generation` are ready to be installed.
+    Staged {
+        /// Generation.
+        generation: u64,
+        /// The node's managed gres.conf lines.
+        lines: String,
+    },
+    /// The staged lines are in gres.conf; the file before is kept beside it.
+    Installed {
+        /// Generation.
+        generation: u64,
+    },
+    /// Generation `generation` was undone (GPUs, gres.conf, slurmd).
+    Reverted {
+        /// Generation.
+        generation: u64,
     },
     /// slurmd was stopped or started by the agent.
     Slurmd {
         /// Whether it runs now.
         running: bool,
+        /// When stopped: the generation, and the Unix time by which the watchdog starts it
+        /// again on its own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        watchdog: Option<(u64, f64)>,
+    },
+    /// The layouts the node should have (restored after a reboot).
+    Layouts {
+        /// Every MIG GPU.
+        gpus: Vec<GpuActual>,
     },
 }
 
@@ -57,8 +104,12 @@ pub struct Journal {
     records: Vec<Record>,
 }
 
-/// The journal's file name inside `[controller] state_dir`.
-pub const JOURNAL_FILE: &str = "node-journal.jsonl";
+/// The journal's file name inside `[controller] state_dir` (the `-v2` marks the typed
+/// records of channel version 2; an older journal is left alone).
+pub const JOURNAL_FILE: &str = "node-journal-v2.jsonl";
+
+/// Records above which a journal with nothing under way is compacted.
+pub const COMPACT_AFTER: usize = 1000;
 
 impl Journal {
     /// Opens (or creates) the journal in `state_dir`, reading what it holds.
@@ -87,12 +138,8 @@ impl Journal {
                 }
             }
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| NodeError::io(&path, e))?;
-        if !text.ends_with('\n') {
+        let file = open_append(&path)?;
+        if !text.is_empty() && !text.ends_with('\n') {
             // Cut the torn line so the next record starts on a line of its own.
             let keep = text.rfind('\n').map_or(0, |i| i + 1);
             file.set_len(keep as u64)
@@ -127,6 +174,46 @@ impl Journal {
         Ok(())
     }
 
+    /// Rewrites the journal with only what a restarted agent needs (the last layouts and
+    /// slurmd's state) when it has grown past [`COMPACT_AFTER`] and nothing is under way.
+    pub fn compact_if_large(&mut self) -> Result<bool, NodeError> {
+        if self.records.len() <= COMPACT_AFTER || !self.is_closed() || self.slurmd_watchdog().is_some() {
+            return Ok(false);
+        }
+        let keep: Vec<Record> = [
+            self.records
+                .iter()
+                .rev()
+                .find(|r| matches!(r, Record::Layouts { .. })),
+            self.records
+                .iter()
+                .rev()
+                .find(|r| matches!(r, Record::Slurmd { .. })),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        let mut text = String::new();
+        for r in &keep {
+            text.push_str(&serde_json::to_string(r).map_err(|e| NodeError::Journal {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })?);
+            text.push('\n');
+        }
+        smartmig_core::durable::write(&self.path, text.as_bytes())?;
+        self.file = open_append(&self.path)?;
+        log::info!(
+            "{}: compacted {} records to {}",
+            self.path.display(),
+            self.records.len(),
+            keep.len()
+        );
+        self.records = keep;
+        Ok(true)
+    }
+
     /// The re-layout that began and never ended: its generation and GPUs.
     pub fn open_plan(&self) -> Option<(u64, Vec<GpuTarget>)> {
         let begin = self
@@ -145,21 +232,66 @@ impl Journal {
         }
     }
 
+    /// The GPUs generation `generation` set out to change, if it began here.
+    pub fn plan_of(&self, generation: u64) -> Option<Vec<GpuTarget>> {
+        self.records.iter().rev().find_map(|r| match r {
+            Record::Begin { generation: g, gpus } if *g == generation => Some(gpus.clone()),
+            _ => None,
+        })
+    }
+
     /// Whether the last record closes a re-layout (nothing is under way).
     pub fn is_closed(&self) -> bool {
         self.open_plan().is_none()
     }
 
+    /// The lines staged for generation `generation`.
+    pub fn staged(&self, generation: u64) -> Option<&str> {
+        self.records.iter().rev().find_map(|r| match r {
+            Record::Staged { generation: g, lines } if *g == generation => Some(lines.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Whether generation `generation` installed gres.conf and has not been reverted.
+    pub fn installed(&self, generation: u64) -> bool {
+        let mut installed = false;
+        for r in &self.records {
+            match r {
+                Record::Installed { generation: g } if *g == generation => installed = true,
+                Record::Reverted { generation: g } if *g == generation => installed = false,
+                _ => {}
+            }
+        }
+        installed
+    }
+
     /// Whether slurmd runs, as far as the agent's own stops and starts tell.
     pub fn slurmd_running(&self) -> bool {
-        self.records
-            .iter()
-            .rev()
-            .find_map(|r| match r {
-                Record::Slurmd { running } => Some(*running),
-                _ => None,
-            })
-            .unwrap_or(true)
+        self.last_slurmd().is_none_or(|(running, _)| running)
+    }
+
+    /// When the agent stopped slurmd: the generation and the watchdog's deadline.
+    pub fn slurmd_watchdog(&self) -> Option<(u64, f64)> {
+        match self.last_slurmd() {
+            Some((false, w)) => w,
+            _ => None,
+        }
+    }
+
+    fn last_slurmd(&self) -> Option<(bool, Option<(u64, f64)>)> {
+        self.records.iter().rev().find_map(|r| match r {
+            Record::Slurmd { running, watchdog } => Some((*running, *watchdog)),
+            _ => None,
+        })
+    }
+
+    /// The layouts to restore after a reboot.
+    pub fn layouts(&self) -> Option<&[GpuActual]> {
+        self.records.iter().rev().find_map(|r| match r {
+            Record::Layouts { gpus } => Some(gpus.as_slice()),
+            _ => None,
+        })
     }
 
     /// The next step number.
@@ -173,6 +305,14 @@ impl Journal {
             })
             .unwrap_or(1)
     }
+}
+
+fn open_append(path: &Path) -> Result<File, NodeError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| NodeError::io(path, e))
 }
 
 #[cfg(test)]
@@ -205,9 +345,56 @@ mod tests {
         assert_eq!(j.next_step(), 2);
         j.append(Record::End {
             generation: 4,
-            result: "done".into(),
+            ending: Ending::Done,
         })
         .unwrap();
         assert!(Journal::open(dir.path()).unwrap().is_closed());
+    }
+
+    #[test]
+    fn a_large_closed_journal_is_compacted_to_what_a_restart_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        let layouts = vec![GpuActual {
+            index: 0,
+            model: "a100-40gb".into(),
+            layout: "7g.40gb@0".into(),
+        }];
+        for g in 0..(COMPACT_AFTER as u64 / 3 + 1) {
+            j.append(Record::Begin {
+                generation: g,
+                gpus: vec![],
+            })
+            .unwrap();
+            j.append(Record::Slurmd {
+                running: false,
+                watchdog: Some((g, 1.0)),
+            })
+            .unwrap();
+            j.append(Record::End {
+                generation: g,
+                ending: Ending::Done,
+            })
+            .unwrap();
+        }
+        assert!(
+            !j.compact_if_large().unwrap(),
+            "slurmd is stopped: the watchdog's record must stay"
+        );
+        j.append(Record::Slurmd {
+            running: true,
+            watchdog: None,
+        })
+        .unwrap();
+        j.append(Record::Layouts {
+            gpus: layouts.clone(),
+        })
+        .unwrap();
+        assert!(j.compact_if_large().unwrap());
+        j.append(Record::Installed { generation: 9 }).unwrap();
+        let back = Journal::open(dir.path()).unwrap();
+        assert_eq!(back.records().len(), 3);
+        assert_eq!(back.layouts(), Some(&layouts[..]));
+        assert!(back.slurmd_running() && back.installed(9));
     }
 }

@@ -17,19 +17,27 @@ use crate::channel::{ChannelError, Desired, Report};
 pub use agent::{Agent, AgentConfig};
 pub use smartmig_gpu::GpuBackend;
 
-/// Reads this node's desired state and writes its reports.
+/// What the agent reads from its node's record in one go (one RPC on the Slurm carrier).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeRecord {
+    /// The central role's desired state, if it wrote one.
+    pub desired: Option<Desired>,
+    /// The last report on the carrier, if any.
+    pub report: Option<Report>,
+    /// Slurm's configured GPU GRES of the node (None: unknown).
+    pub gres: Option<String>,
+    /// Whether the node is drained for a smartmig re-layout (the agent then polls fast).
+    pub relayout_drain: bool,
+}
+
+/// Reads this node's record and writes its reports.
 pub trait NodeChannel {
-    /// The desired state, if the central role wrote one.
-    fn read_desired(&mut self) -> Result<Option<Desired>, NodeError>;
-    /// The last report this node wrote, if any.
-    fn last_report(&mut self) -> Result<Option<Report>, NodeError>;
+    /// The node's record now.
+    fn read(&mut self) -> Result<NodeRecord, NodeError>;
     /// Publishes a report.
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError>;
-    /// The desired state and the last report together (one read of the carrier where the
-    /// carrier allows it).
-    fn read(&mut self) -> Result<(Option<Desired>, Option<Report>), NodeError> {
-        Ok((self.read_desired()?, self.last_report()?))
-    }
+    /// Removes smartmig's report (`smartmigd node --release`).
+    fn clear_report(&mut self) -> Result<(), NodeError>;
 }
 
 /// Why the node agent could not do its work.
@@ -72,13 +80,14 @@ pub enum NodeError {
     #[error("{0}")]
     Refused(String),
     /// A configured command failed.
-    #[error("command `{command}` failed: {reason}")]
-    Command {
-        /// The command line.
-        command: String,
-        /// Exit status and stderr, or the spawn error.
-        reason: String,
-    },
+    #[error(transparent)]
+    Command(#[from] crate::command::CommandError),
+    /// gres.conf cannot be managed as asked.
+    #[error(transparent)]
+    GresConf(#[from] gres::GresConfError),
+    /// A file could not be replaced durably.
+    #[error(transparent)]
+    Write(#[from] smartmig_core::durable::DurableError),
 }
 
 impl NodeError {

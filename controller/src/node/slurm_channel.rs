@@ -1,14 +1,18 @@
-//! The production channel: this node's own Slurm record, through libslurm (`Extra` holds
-//! the central role's desired state, `Comment` this agent's reports).
+//! The production channel: this node's own Slurm record, read with one small RPC
+//! (`slurm_load_node_single`) per poll: `Extra` holds the central role's desired state,
+//! `Comment` this agent's reports (each under the key `smartmig`).
 
-use super::{NodeChannel, NodeError};
-use crate::channel::{Desired, Report};
+use super::{NodeChannel, NodeError, NodeRecord};
+use crate::central::batch::DRAIN_PREFIX;
+use crate::channel::Report;
 use crate::slurm::{read_desired, read_report, write_report, Libslurm, SlurmApi};
 
 /// [`NodeChannel`] over the node's Slurm record.
 pub struct SlurmChannel {
     api: Box<dyn SlurmApi>,
     node: String,
+    /// The `Comment` last read, so a report keeps the site's keys there.
+    comment: Option<String>,
 }
 
 impl SlurmChannel {
@@ -22,34 +26,47 @@ impl SlurmChannel {
         SlurmChannel {
             api,
             node: node.to_string(),
+            comment: None,
         }
-    }
-
-    fn record(&mut self) -> Result<crate::slurm::SlurmNode, NodeError> {
-        let nodes = self.api.nodes()?;
-        nodes
-            .into_iter()
-            .find(|n| n.name == self.node)
-            .ok_or_else(|| NodeError::Refused(format!("Slurm has no node `{}`", self.node)))
     }
 }
 
 impl NodeChannel for SlurmChannel {
-    fn read_desired(&mut self) -> Result<Option<Desired>, NodeError> {
-        let n = self.record()?;
-        read_desired(&n).transpose().map_err(NodeError::from)
+    fn read(&mut self) -> Result<NodeRecord, NodeError> {
+        let n = self
+            .api
+            .node(&self.node)?
+            .ok_or_else(|| NodeError::Refused(format!("Slurm has no node `{}`", self.node)))?;
+        self.comment = n.comment.clone();
+        Ok(NodeRecord {
+            desired: read_desired(&n).transpose()?,
+            report: read_report(&n).transpose()?,
+            relayout_drain: n.drain && n.reason.as_deref().is_some_and(|r| r.starts_with(DRAIN_PREFIX)),
+            gres: Some(n.gres),
+        })
     }
-    fn last_report(&mut self) -> Result<Option<Report>, NodeError> {
-        let n = self.record()?;
-        read_report(&n).transpose().map_err(NodeError::from)
-    }
+
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError> {
         let node = self.node.clone();
-        Ok(write_report(self.api.as_mut(), &node, report)?)
+        write_report(self.api.as_mut(), &node, self.comment.as_deref(), report)?;
+        self.comment = Some(crate::channel::merge(
+            self.comment.as_deref(),
+            "Comment",
+            Some(report),
+        )?);
+        Ok(())
     }
-    fn read(&mut self) -> Result<(Option<Desired>, Option<Report>), NodeError> {
-        let n = self.record()?;
-        Ok((read_desired(&n).transpose()?, read_report(&n).transpose()?))
+
+    fn clear_report(&mut self) -> Result<(), NodeError> {
+        self.read()?;
+        let what = format!("node {} Comment", self.node);
+        let comment = crate::channel::merge::<Report>(self.comment.as_deref(), &what, None)?;
+        self.api.update_node(&crate::slurm::NodeUpdate {
+            node: self.node.clone(),
+            comment: Some(comment),
+            ..Default::default()
+        })?;
+        Ok(())
     }
 }
 
@@ -57,38 +74,37 @@ impl NodeChannel for SlurmChannel {
 mod tests {
     use super::*;
     use crate::central::fake::FakeSlurm;
-    use crate::channel::{Desired, Phase, CHANNEL_VERSION};
+    use crate::channel::{Desired, Phase};
 
     #[test]
-    fn the_agent_reads_its_extra_and_writes_its_comment() {
+    fn the_agent_reads_its_own_record_only_and_keeps_the_sites_comment_keys() {
         let mut fake = FakeSlurm::default();
         fake.nodes.push(crate::slurm::SlurmNode {
             name: "n1".into(),
+            comment: Some(r#"{"asset":"A-17"}"#.into()),
+            gres: "gpu:7g.40gb:1".into(),
             ..Default::default()
         });
-        let d = Desired {
-            smartmig: CHANNEL_VERSION,
-            generation: 2,
-            phase: Phase::Apply,
-            gpus: Vec::new(),
-        };
-        fake.nodes[0].extra = Some(serde_json::to_string(&d).unwrap());
+        for other in 0..50 {
+            fake.nodes.push(crate::slurm::SlurmNode {
+                name: format!("x{other}"),
+                ..Default::default()
+            });
+        }
+        let d = Desired::new(2, Phase::Apply, Vec::new());
+        fake.nodes[0].extra = crate::channel::merge(None, "x", Some(&d)).ok();
         let mut ch = SlurmChannel::with_api(Box::new(fake), "n1");
-        assert_eq!(ch.read_desired().unwrap(), Some(d));
-        assert_eq!(ch.last_report().unwrap(), None);
-        let r = crate::channel::Report {
-            smartmig: CHANNEL_VERSION,
-            generation: 2,
-            phase: Phase::Apply,
-            outcome: crate::channel::Outcome::Done,
-            gpus: Vec::new(),
-            slurmd_running: false,
-            at: 0.0,
-        };
+        let rec = ch.read().unwrap();
+        assert_eq!(rec.desired, Some(d));
+        assert_eq!((rec.report, rec.gres.as_deref()), (None, Some("gpu:7g.40gb:1")));
+        let r = FakeSlurm::report(Vec::new());
         ch.write_report(&r).unwrap();
-        assert_eq!(ch.last_report().unwrap(), Some(r));
+        let rec = ch.read().unwrap();
+        assert_eq!(rec.report, Some(r));
+        let comment = ch.comment.clone().unwrap();
+        assert!(comment.contains("\"asset\":\"A-17\""), "{comment}");
         let mut other = SlurmChannel::with_api(Box::new(FakeSlurm::default()), "n9");
-        let e = other.read_desired().unwrap_err().to_string();
+        let e = other.read().unwrap_err().to_string();
         assert!(e.contains("n9"), "{e}");
     }
 }

@@ -25,12 +25,15 @@ use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::Once;
 
-use super::{JobState, NodeUpdate, SlurmApi, SlurmError, SlurmJob, SlurmNode};
+use super::{JobState, JobUpdate, NodeUpdate, SlurmApi, SlurmError, SlurmJob, SlurmNode};
 
 /// Slurm's API, through `libslurm.so`, configured from `$SLURM_CONF` (or Slurm's default).
+/// Node and job tables are read incrementally: slurmctld is asked for what changed since
+/// the last read and answers "no change" cheaply when nothing did.
 #[derive(Debug)]
 pub struct Libslurm {
-    _private: (),
+    nodes: Option<(i64, Vec<SlurmNode>)>,
+    jobs: Option<(i64, Vec<SlurmJob>)>,
 }
 
 static INIT: Once = Once::new();
@@ -41,7 +44,10 @@ impl Libslurm {
         // SAFETY: slurm_init(NULL) reads $SLURM_CONF or the default path; Once makes it
         // run a single time, before any other call.
         INIT.call_once(|| unsafe { sys::slurm_init(ptr::null()) });
-        Libslurm { _private: () }
+        Libslurm {
+            nodes: None,
+            jobs: None,
+        }
     }
 
     /// The Slurm release the bindings were generated for (`SLURM_VERSION_NUMBER`).
@@ -151,7 +157,9 @@ impl<M> Drop for SlurmOwned<M> {
 }
 
 /// Loads a Slurm message with `load` (a `slurm_load_*` call named `call`), maps each of its
-/// records with `map` (`None` skips one), and frees the message with `free`, whatever happens.
+/// records with `map` (`None` skips one), and frees the message with `free`, whatever
+/// happens. Returns the records and the message's update time (`stamp`), or None when
+/// slurmctld answered that nothing changed since the update time the call gave.
 ///
 /// # Safety
 /// `load` writes into its argument null or a message that `free` frees; `records` returns
@@ -160,9 +168,9 @@ unsafe fn load_each<M, R, T>(
     call: &str,
     load: impl FnOnce(*mut *mut M) -> std::ffi::c_int,
     free: unsafe extern "C" fn(*mut M),
-    records: impl FnOnce(&M) -> (*const R, u32),
+    records: impl FnOnce(&M) -> (*const R, u32, i64),
     map: impl FnMut(&R) -> Option<T>,
-) -> Result<Vec<T>, SlurmError> {
+) -> Result<Option<(Vec<T>, i64)>, SlurmError> {
     let mut msg: *mut M = ptr::null_mut();
     let rc = load(&mut msg);
     // Owned from here, so a message Slurm wrote is freed on failure too (after Slurm's errno
@@ -170,27 +178,68 @@ unsafe fn load_each<M, R, T>(
     let owned = (!msg.is_null()).then_some(SlurmOwned { msg, free });
     let owned = match owned {
         Some(owned) if rc == sys::SLURM_SUCCESS as i32 => owned,
+        _ if slurm_errno() == sys::SLURM_NO_CHANGE_IN_DATA as i32 => return Ok(None),
         _ => return Err(last_error(call.into())),
     };
-    let (array, count) = records(&*owned.msg);
+    let (array, count, stamp) = records(&*owned.msg);
     let records = if array.is_null() {
         &[][..]
     } else {
         std::slice::from_raw_parts(array, count as usize)
     };
-    Ok(records.iter().filter_map(map).collect())
+    Ok(Some((records.iter().filter_map(map).collect(), stamp)))
+}
+
+/// A node record as smartmig needs it.
+///
+/// # Safety
+/// `n` is a record of a node_info_msg_t Slurm returned, still allocated.
+unsafe fn node_record(n: &sys::node_info_t) -> Option<SlurmNode> {
+    Some(SlurmNode {
+        name: text(n.name)?,
+        gres: text(n.gres).unwrap_or_default(),
+        gres_used: text(n.gres_used).unwrap_or_default(),
+        drain: n.node_state & sys::NODE_STATE_DRAIN != 0,
+        down: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_DOWN,
+        reason: text(n.reason).filter(|r| !r.is_empty()),
+        extra: text(n.extra).filter(|r| !r.is_empty()),
+        comment: text(n.comment).filter(|r| !r.is_empty()),
+        partitions: text(n.partitions)
+            .map(|p| {
+                p.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// A table read incrementally: the cached copy when slurmctld says nothing changed.
+fn incremental<T: Clone>(
+    cache: &mut Option<(i64, Vec<T>)>,
+    read: impl FnOnce(i64) -> Result<Option<(Vec<T>, i64)>, SlurmError>,
+) -> Result<Vec<T>, SlurmError> {
+    let since = cache.as_ref().map_or(0, |c| c.0);
+    match read(since)? {
+        Some((records, stamp)) => {
+            *cache = Some((stamp, records.clone()));
+            Ok(records)
+        }
+        None => Ok(cache.as_ref().map(|c| c.1.clone()).unwrap_or_default()),
+    }
 }
 
 impl SlurmApi for Libslurm {
     fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError> {
         // SAFETY: slurm_load_jobs allocates a job_info_msg_t freed by slurm_free_job_info_msg;
         // job_array holds record_count records; the strings read are null or NUL-terminated.
-        unsafe {
+        incremental(&mut self.jobs, |since| unsafe {
             load_each(
                 "slurm_load_jobs",
-                |msg| sys::slurm_load_jobs(0, msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16),
+                |msg| sys::slurm_load_jobs(since, msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16),
                 sys::slurm_free_job_info_msg,
-                |m| (m.job_array.cast_const(), m.record_count),
+                |m| (m.job_array.cast_const(), m.record_count, m.last_update),
                 |j| {
                     let tres = [
                         text(j.tres_per_node),
@@ -228,33 +277,64 @@ impl SlurmApi for Libslurm {
                         name: text(j.name),
                         account: text(j.account),
                         partition: text(j.partition),
+                        admin_comment: text(j.admin_comment).filter(|c| !c.is_empty()),
                     })
                 },
             )
-        }
+        })
     }
 
     fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError> {
         // SAFETY: as in jobs(), with node_info_msg_t, slurm_free_node_info_msg and node_array.
-        unsafe {
+        incremental(&mut self.nodes, |since| unsafe {
             load_each(
                 "slurm_load_node",
-                |msg| sys::slurm_load_node(0, msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16),
+                |msg| sys::slurm_load_node(since, msg, (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16),
                 sys::slurm_free_node_info_msg,
-                |m| (m.node_array.cast_const(), m.record_count),
-                |n| {
-                    Some(SlurmNode {
-                        name: text(n.name)?,
-                        gres: text(n.gres).unwrap_or_default(),
-                        gres_used: text(n.gres_used).unwrap_or_default(),
-                        drain: n.node_state & sys::NODE_STATE_DRAIN != 0,
-                        down: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_DOWN,
-                        reason: text(n.reason).filter(|r| !r.is_empty()),
-                        extra: text(n.extra).filter(|r| !r.is_empty()),
-                        comment: text(n.comment).filter(|r| !r.is_empty()),
-                    })
-                },
+                |m| (m.node_array.cast_const(), m.record_count, m.last_update),
+                |n| node_record(n),
             )
+        })
+    }
+
+    fn node(&mut self, name: &str) -> Result<Option<SlurmNode>, SlurmError> {
+        let c = cstring(&format!("node {name}"), name)?;
+        // SAFETY: as in nodes(); slurm_load_node_single only reads the name.
+        let got = unsafe {
+            load_each(
+                &format!("slurm_load_node_single({name})"),
+                |msg| {
+                    sys::slurm_load_node_single(
+                        msg,
+                        c.as_ptr().cast_mut(),
+                        (sys::SHOW_ALL | sys::SHOW_DETAIL) as u16,
+                    )
+                },
+                sys::slurm_free_node_info_msg,
+                |m| (m.node_array.cast_const(), m.record_count, m.last_update),
+                |n| node_record(n),
+            )
+        };
+        match got {
+            Ok(Some((records, _))) => Ok(records.into_iter().find(|n| n.name == name)),
+            Ok(None) => Ok(None),
+            Err(SlurmError::Call { errno, .. }) if errno == sys::ESLURM_INVALID_NODE_NAME as i32 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn slurmd_timeout(&mut self) -> Result<u32, SlurmError> {
+        let mut conf: *mut sys::slurm_conf_t = ptr::null_mut();
+        // SAFETY: slurm_load_ctl_conf allocates the configuration, freed right after the one
+        // field is read.
+        unsafe {
+            let rc = sys::slurm_load_ctl_conf(0, &mut conf);
+            if rc != sys::SLURM_SUCCESS as i32 || conf.is_null() {
+                return Err(last_error("slurm_load_ctl_conf".into()));
+            }
+            let t = u32::from((*conf).slurmd_timeout);
+            sys::slurm_free_ctl_conf(conf);
+            Ok(t)
         }
     }
 
@@ -276,6 +356,7 @@ impl SlurmApi for Libslurm {
             .as_deref()
             .map(|r| cstring(&what("reason"), r))
             .transpose()?;
+        let gres = u.gres.as_deref().map(|g| cstring(&what("Gres"), g)).transpose()?;
         let mut msg = MaybeUninit::<sys::update_node_msg_t>::uninit();
         // SAFETY: slurm_init_update_node_msg fills every field; the strings outlive the call
         // and Slurm only reads them.
@@ -288,6 +369,9 @@ impl SlurmApi for Libslurm {
             }
             if let Some(c) = &comment {
                 m.comment = c.as_ptr().cast_mut();
+            }
+            if let Some(g) = &gres {
+                m.gres = g.as_ptr().cast_mut();
             }
             if let Some(r) = &reason {
                 m.node_state = sys::NODE_STATE_DRAIN;
@@ -304,25 +388,35 @@ impl SlurmApi for Libslurm {
         Ok(())
     }
 
-    fn update_job_tres(&mut self, job: u32, field: usize, value: &str) -> Result<(), SlurmError> {
-        let v = cstring(&format!("job {job} tres"), value)?;
+    fn update_job(&mut self, u: &JobUpdate) -> Result<(), SlurmError> {
+        let job = u.job;
+        let v = u
+            .tres
+            .as_ref()
+            .map(|(_, v)| cstring(&format!("job {job} tres"), v))
+            .transpose()?;
         let mut msg = MaybeUninit::<sys::job_desc_msg_t>::uninit();
         // SAFETY: slurm_init_job_desc_msg fills every field; `v` outlives the call.
         let rc = unsafe {
             sys::slurm_init_job_desc_msg(msg.as_mut_ptr());
             let m = msg.assume_init_mut();
             m.job_id = job;
-            let p = v.as_ptr().cast_mut();
-            match field {
-                0 => m.tres_per_node = p,
-                1 => m.tres_per_job = p,
-                2 => m.tres_per_task = p,
-                _ => m.tres_per_socket = p,
+            if let (Some((field, _)), Some(v)) = (&u.tres, &v) {
+                let p = v.as_ptr().cast_mut();
+                match field {
+                    0 => m.tres_per_node = p,
+                    1 => m.tres_per_job = p,
+                    2 => m.tres_per_task = p,
+                    _ => m.tres_per_socket = p,
+                }
+            }
+            if let Some(t) = u.time_limit_min {
+                m.time_limit = t;
             }
             sys::slurm_update_job(m)
         };
         if rc != sys::SLURM_SUCCESS as i32 {
-            return Err(last_error(format!("slurm_update_job({job}, {value})")));
+            return Err(last_error(format!("slurm_update_job({job}, {u:?})")));
         }
         Ok(())
     }
@@ -334,6 +428,10 @@ impl SlurmApi for Libslurm {
             return Err(last_error(format!("slurm_requeue({job})")));
         }
         Ok(())
+    }
+
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 
     fn ping(&mut self) -> Result<(), SlurmError> {

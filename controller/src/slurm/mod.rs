@@ -52,6 +52,8 @@ pub struct SlurmJob {
     pub comment: Option<String>,
     /// `--job-name`.
     pub name: Option<String>,
+    /// The admin comment, where the plugin marks jobs it routed.
+    pub admin_comment: Option<String>,
     /// `--account`.
     pub account: Option<String>,
     /// Partition.
@@ -77,6 +79,8 @@ pub struct SlurmNode {
     pub extra: Option<String>,
     /// `Comment`: the node agent's report.
     pub comment: Option<String>,
+    /// The partitions the node is in.
+    pub partitions: Vec<String>,
 }
 
 /// A change to one node's record.
@@ -92,6 +96,19 @@ pub struct NodeUpdate {
     pub drain: Option<String>,
     /// Resume (undrain).
     pub resume: bool,
+    /// New configured GRES (the in-memory Slurm of the tests; a re-layout path may use it).
+    pub gres: Option<String>,
+}
+
+/// A change to one pending job.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobUpdate {
+    /// Job id.
+    pub job: u32,
+    /// New text of one tres field (`field` as in [`SlurmJob::tres`]).
+    pub tres: Option<(usize, String)>,
+    /// New time limit, minutes.
+    pub time_limit_min: Option<u32>,
 }
 
 /// A Slurm call that failed, with Slurm's own message.
@@ -121,16 +138,23 @@ pub enum SlurmError {
 pub trait SlurmApi {
     /// Pending and running jobs that ask for GPUs.
     fn jobs(&mut self) -> Result<Vec<SlurmJob>, SlurmError>;
-    /// Every node.
+    /// Every node (the real API asks slurmctld only for what changed since its last read).
     fn nodes(&mut self) -> Result<Vec<SlurmNode>, SlurmError>;
+    /// One node's record (one small RPC; None: Slurm has no such node).
+    fn node(&mut self, name: &str) -> Result<Option<SlurmNode>, SlurmError>;
+    /// Slurm's `SlurmdTimeout`, seconds (0: never marks a silent node down).
+    fn slurmd_timeout(&mut self) -> Result<u32, SlurmError>;
     /// Changes a node's record.
     fn update_node(&mut self, update: &NodeUpdate) -> Result<(), SlurmError>;
-    /// Replaces one tres field of a pending job (`field` as in [`SlurmJob::tres`]).
-    fn update_job_tres(&mut self, job: u32, field: usize, value: &str) -> Result<(), SlurmError>;
+    /// Changes a pending job.
+    fn update_job(&mut self, update: &JobUpdate) -> Result<(), SlurmError>;
     /// Requeues a running job.
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError>;
     /// Whether slurmctld answers.
     fn ping(&mut self) -> Result<(), SlurmError>;
     /// `scontrol reconfigure`: slurmctld and every slurmd re-read their configuration.
     fn reconfigure(&mut self) -> Result<(), SlurmError>;
+    /// The implementation itself, for tests that look into an in-memory Slurm.
+    #[doc(hidden)]
+    fn as_any(&mut self) -> &mut dyn std::any::Any;
 }

@@ -129,7 +129,7 @@ pub fn agent_config(c: &Cluster, i: usize) -> PathBuf {
          [node]\nname = \"{node}\"\nbackend = \"simulated\"\nsimulated_dir = \"{d}/sim-{node}\"\n\
          channel = \"slurm\"\ngres_conf = \"{d}/etc/gres-{node}.conf\"\n\
          slurmd_stop = [\"{stop}\"]\nslurmd_start = [\"{start}\"]\npoll_interval_s = 0.2\n\
-         announce_interval_s = 2\n",
+         idle_poll_interval_s = 0.5\nannounce_interval_s = 2\n",
         stop = stop.display(),
         start = start.display(),
     );
@@ -138,12 +138,28 @@ pub fn agent_config(c: &Cluster, i: usize) -> PathBuf {
     conf
 }
 
-/// Starts node `i`'s agent as daemon `name` (its log is `log/<name>.out`).
-pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) {
+/// Starts node `i`'s agent as daemon `name` (its log is `log/<name>.out`), after
+/// `smartmigd node --restore` as its unit would (it finishes a plan a killed agent left,
+/// and takes the node's MIG lines of gres.conf into smartmig's block); returns what the
+/// restore printed and logged.
+pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) -> String {
     let conf = agent_config(c, i);
+    let out = smartmigd(c, Some(i))
+        .args(["node", "--restore", "--config"])
+        .arg(&conf)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let restore = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "smartmigd node --restore: {restore}");
     let mut cmd = smartmigd(c, Some(i));
     cmd.args(["node", "--config"]).arg(&conf).env("RUST_LOG", "debug");
     c.spawn_daemon(name, &mut cmd);
+    restore
 }
 
 /// Creates node `i`'s simulated GPU and starts its agent.
@@ -174,8 +190,14 @@ pub enum Policy {
 }
 
 /// Writes the central role's config (`etc/central.toml`); `snapshot` is the snapshot
-/// path relative to the cluster dir.
+/// path relative to the cluster dir. Re-layouts may follow each other at once (no minimum
+/// interval, no persistence); [`central_config_with`] adds `[controller.central]` lines.
 pub fn central_config(c: &Cluster, policy: &Policy, snapshot: &str) -> PathBuf {
+    central_config_with(c, policy, snapshot, "")
+}
+
+/// [`central_config`] with more `[controller.central]` lines (later keys win).
+pub fn central_config_with(c: &Cluster, policy: &Policy, snapshot: &str, central: &str) -> PathBuf {
     let d = c.dir.display();
     let policy_text = match policy {
         Policy::Static(layout) => format!("kind = \"static\"\nstatic_layout = [{layout}]\n"),
@@ -186,10 +208,8 @@ pub fn central_config(c: &Cluster, policy: &Policy, snapshot: &str) -> PathBuf {
     let text = format!(
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy_text}\
          [controller]\nmode = \"drain\"\nstate_dir = \"{d}/central\"\nsnapshot_path = \"{d}/{snapshot}\"\n\
-         [controller.central]\nseed = 1\nreport_timeout_s = 40\nslurmctld_timeout_s = 30\n\
-         poll_interval_s = 0.2\n\
-         nodes_include = \"{d}/etc/nodes.conf\"\nrestart_slurmctld = [\"{script}\"]\n",
-        script = c.restart_slurmctld_script().display()
+         [controller.central]\n{central}",
+        central = central_keys(c, central),
     );
     let path = c.dir.join("etc/central.toml");
     std::fs::write(&path, text).unwrap();
@@ -199,6 +219,36 @@ pub fn central_config(c: &Cluster, policy: &Policy, snapshot: &str) -> PathBuf {
         write_preferring(&resolved, 0, Mode::Drain, *prefer).unwrap();
     }
     path
+}
+
+/// The tests' `[controller.central]` keys, with the caller's `key = value` lines
+/// replacing or adding to them (TOML forbids a key twice).
+fn central_keys(c: &Cluster, central: &str) -> String {
+    let mut keys: Vec<(String, String)> = [
+        ("seed", "1".to_string()),
+        ("report_timeout_s", "40".into()),
+        ("slurmctld_timeout_s", "30".into()),
+        ("poll_interval_s", "0.2".into()),
+        ("min_relayout_interval_s", "0".into()),
+        ("persist_cycles", "1".into()),
+        ("nodes_include", format!("\"{}\"", c.nodes_include().display())),
+        (
+            "restart_slurmctld",
+            format!("[\"{}\"]", c.restart_slurmctld_script().display()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for line in central.lines().filter(|l| !l.trim().is_empty()) {
+        let (k, v) = line.split_once('=').expect("key = value");
+        let (k, v) = (k.trim().to_string(), v.trim().to_string());
+        match keys.iter_mut().find(|(key, _)| *key == k) {
+            Some(e) => e.1 = v,
+            None => keys.push((k, v)),
+        }
+    }
+    keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
 }
 
 /// The central role's command for one cycle.
@@ -305,9 +355,12 @@ pub fn submit_workload(c: &Cluster) -> Workload {
 }
 
 /// Waits until no node is drained, down or invalid (a cycle ends by resuming them, and a
-/// restarted slurmd needs a moment to register).
-pub fn wait_nodes_in_service(c: &Cluster) {
-    let nodes = c.nodes.clone();
+/// restarted slurmd needs a moment to register), except those in `held`.
+pub fn wait_nodes_in_service(c: &Cluster, held: &[usize]) {
+    let nodes: Vec<String> = (0..c.nodes.len())
+        .filter(|i| !held.contains(i))
+        .map(|i| c.nodes[i].clone())
+        .collect();
     c.wait_for("the nodes back in service", Duration::from_secs(30), |c| {
         nodes.iter().all(|n| {
             let s = c.node_state(n);
@@ -316,12 +369,45 @@ pub fn wait_nodes_in_service(c: &Cluster) {
     });
 }
 
+/// GPU type → instances, of the A100's MIG types only, of a GRES string.
+fn mig_counts(gres: &str) -> BTreeMap<String, u32> {
+    let m = a100();
+    let mut counts = gres_counts(gres);
+    counts.retain(|t, _| m.profiles.iter().any(|p| &p.name == t));
+    counts
+}
+
+/// The MIG types of node `i`'s gres.conf lines, counted.
+pub fn gres_conf_counts(c: &Cluster, i: usize) -> BTreeMap<String, u32> {
+    let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", c.nodes[i]))).unwrap();
+    let mut in_conf = String::new();
+    for l in conf
+        .lines()
+        .filter(|l| l.starts_with("NodeName=") && l.contains(&format!("NodeName={} ", c.nodes[i])))
+    {
+        let ty = l
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("Type="))
+            .unwrap_or_default();
+        in_conf.push_str(&format!("gpu:{ty}:1,"));
+    }
+    mig_counts(&in_conf)
+}
+
 /// What every fault test checks after the fault: each simulated GPU is settled in a valid
-/// layout; Slurm's node Gres and the node's gres.conf both match the device's instances;
-/// no node is drained or down; and every job is COMPLETED, RUNNING or PENDING, never
-/// restarted (none failed, requeued or lost because of smartmig).
+/// layout; Slurm's node Gres and the node's gres.conf agree on the MIG types; every node is
+/// in service with the device's layout; and every job is COMPLETED, RUNNING or PENDING,
+/// never restarted (none failed, requeued or lost because of smartmig).
 pub fn assert_consistent(c: &Cluster, sims: &[&Simulated], jobs: &[u32]) {
-    wait_nodes_in_service(c);
+    assert_safe(c, sims, jobs, &[]);
+}
+
+/// [`assert_consistent`], except that the nodes in `held` must be drained (never down or
+/// unresponding) with a reason containing the text given (the fault), and may keep a
+/// device layout Slurm does not have (that is what the drain keeps jobs away from).
+pub fn assert_safe(c: &Cluster, sims: &[&Simulated], jobs: &[u32], held: &[(usize, &str)]) {
+    let held_nodes: Vec<usize> = held.iter().map(|h| h.0).collect();
+    wait_nodes_in_service(c, &held_nodes);
     let m = a100();
     for (i, sim) in sims.iter().enumerate() {
         let node = &c.nodes[i];
@@ -335,23 +421,34 @@ pub fn assert_consistent(c: &Cluster, sims: &[&Simulated], jobs: &[u32]) {
             *device.entry(m.profiles[inst.profile].name.clone()).or_default() += 1;
         }
         let gres = node_field(c, node, "Gres");
+        let slurm = mig_counts(&gres);
         assert_eq!(
-            gres_counts(&gres),
-            device,
-            "{node}: Slurm has Gres={gres}, the device {}\n{}",
-            st.layout.display(&m),
+            gres_conf_counts(c, i),
+            slurm,
+            "{node}: slurmctld has Gres={gres}, the node's gres.conf differs\n{}",
             c.log_tails()
         );
-        let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{node}.conf"))).unwrap();
-        let mut in_conf: BTreeMap<String, u32> = BTreeMap::new();
-        for l in conf.lines().filter(|l| l.starts_with("NodeName=")) {
-            let ty = l
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("Type="))
-                .unwrap_or_default();
-            *in_conf.entry(ty.to_string()).or_default() += 1;
+        match held.iter().find(|h| h.0 == i) {
+            None => assert_eq!(
+                slurm,
+                device,
+                "{node}: Slurm has Gres={gres}, the device {}\n{}",
+                st.layout.display(&m),
+                c.log_tails()
+            ),
+            Some((_, why)) => {
+                let state = c.node_state(node);
+                assert!(
+                    state.contains("DRAIN") && !state.contains("DOWN") && !state.contains('*'),
+                    "{node}: {state}"
+                );
+                let reason = node_field(c, node, "Reason");
+                assert!(
+                    reason.contains(why),
+                    "{node}: reason `{reason}` should name `{why}`"
+                );
+            }
         }
-        assert_eq!(in_conf, device, "{node}: gres.conf\n{conf}");
     }
     for &j in jobs {
         let job = c.job(j);

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::de::positive;
+use super::de::seconds;
+use super::de::seconds_or_zero;
+use super::hostlist::HostList;
+use super::window::Window;
 
 /// How Slurm is made to see new layouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -27,10 +30,10 @@ pub enum RelayoutKind {
 pub struct CentralConfig {
     /// Seconds between reads of Slurm's state (> 0); arrivals and completions seen on
     /// each read count towards `policy.decision_events`.
-    #[serde(default = "default_poll", deserialize_with = "positive")]
+    #[serde(default = "default_poll", deserialize_with = "seconds")]
     pub poll_interval_s: f64,
     /// Seconds to wait for node agents to report on one phase (> 0).
-    #[serde(default = "default_report_timeout", deserialize_with = "positive")]
+    #[serde(default = "default_report_timeout", deserialize_with = "seconds")]
     pub report_timeout_s: f64,
     /// Seed of the top-k sampling; unset: drawn at start and logged.
     #[serde(default)]
@@ -45,10 +48,31 @@ pub struct CentralConfig {
     /// Command (program and arguments) that restarts slurmctld without `-c`.
     #[serde(default = "default_restart")]
     pub restart_slurmctld: Vec<String>,
-    /// Seconds to wait for slurmctld to answer after the restart, or to show the new
-    /// layouts after a reconfigure (> 0).
-    #[serde(default = "default_ctld_timeout", deserialize_with = "positive")]
+    /// Seconds to wait for slurmctld to answer after the restart or reconfigure (> 0).
+    #[serde(default = "default_ctld_timeout", deserialize_with = "seconds")]
     pub slurmctld_timeout_s: f64,
+    /// Seconds between the starts of two re-layout batches (each restarts slurmctld on
+    /// Slurm 22.05); 0 allows back-to-back batches.
+    #[serde(default = "default_min_interval", deserialize_with = "seconds_or_zero")]
+    pub min_relayout_interval_s: f64,
+    /// Decision cycles in a row that must choose a GPU's new target before it is acted on
+    /// (hysteresis against a policy that changes its mind).
+    #[serde(default = "default_persist")]
+    pub persist_cycles: u32,
+    /// The most nodes one batch re-lays out.
+    #[serde(default = "default_max_nodes")]
+    pub max_nodes_per_batch: u32,
+    /// Times of the week in which batches may start (`"Mon-Fri 20:00-06:00"`, local time);
+    /// empty: any time.
+    #[serde(default)]
+    pub maintenance_windows: Vec<String>,
+    /// Slurm host lists of the nodes smartmig may re-lay out (`"gpu[001-016]"`); empty: every
+    /// node with a smartmig agent.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Only nodes in one of these partitions are re-laid out; empty: any partition.
+    #[serde(default)]
+    pub partitions: Vec<String>,
 }
 
 impl Default for CentralConfig {
@@ -61,6 +85,12 @@ impl Default for CentralConfig {
             nodes_include: default_nodes_include(),
             restart_slurmctld: default_restart(),
             slurmctld_timeout_s: default_ctld_timeout(),
+            min_relayout_interval_s: default_min_interval(),
+            persist_cycles: default_persist(),
+            max_nodes_per_batch: default_max_nodes(),
+            maintenance_windows: Vec::new(),
+            nodes: Vec::new(),
+            partitions: Vec::new(),
         }
     }
 }
@@ -80,7 +110,35 @@ impl CentralConfig {
                 format!("must be an absolute path, got `{}`", self.nodes_include.display()),
             ));
         }
+        if self.persist_cycles == 0 {
+            return Err(("persist_cycles".into(), "must be 1 or more".into()));
+        }
+        if self.max_nodes_per_batch == 0 {
+            return Err(("max_nodes_per_batch".into(), "must be 1 or more".into()));
+        }
+        for w in &self.maintenance_windows {
+            Window::parse(w).map_err(|e| ("maintenance_windows".to_string(), e))?;
+        }
+        if !self.nodes.is_empty() {
+            HostList::parse(&self.nodes.join(",")).map_err(|e| ("nodes".to_string(), e))?;
+        }
         Ok(())
+    }
+
+    /// The maintenance windows (checked by [`CentralConfig::check`]).
+    pub fn windows(&self) -> Vec<Window> {
+        self.maintenance_windows
+            .iter()
+            .filter_map(|w| Window::parse(w).ok())
+            .collect()
+    }
+
+    /// The node allow-list (None: every node).
+    pub fn node_list(&self) -> Option<HostList> {
+        if self.nodes.is_empty() {
+            return None;
+        }
+        HostList::parse(&self.nodes.join(",")).ok()
     }
 }
 
@@ -88,7 +146,8 @@ fn default_poll() -> f64 {
     5.0
 }
 fn default_report_timeout() -> f64 {
-    120.0
+    // Idle node agents read their record every ~2 minutes (node.idle_poll_interval_s).
+    300.0
 }
 fn default_relayout() -> RelayoutKind {
     RelayoutKind::Auto
@@ -101,4 +160,13 @@ fn default_restart() -> Vec<String> {
 }
 fn default_ctld_timeout() -> f64 {
     60.0
+}
+fn default_min_interval() -> f64 {
+    900.0
+}
+fn default_persist() -> u32 {
+    2
+}
+fn default_max_nodes() -> u32 {
+    4
 }

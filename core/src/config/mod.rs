@@ -3,7 +3,9 @@
 
 mod controller;
 mod de;
+pub mod hostlist;
 pub mod node;
+pub mod window;
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +17,7 @@ use crate::mig::{resolve_configurations, Catalogue, Configuration, Driver, GpuMo
 use crate::routing::RoutingConfig;
 
 pub use controller::{CentralConfig, RelayoutKind};
-pub use de::{non_negative, positive};
+pub use de::{non_negative, positive, seconds, seconds_or_zero, MAX_SECONDS};
 
 /// The configuration format version this build reads.
 pub const CONFIG_VERSION: u32 = 1;
@@ -122,7 +124,7 @@ pub struct PolicyConfig {
     #[serde(default = "default_models_dir")]
     pub models_dir: PathBuf,
     /// Seconds between decisions.
-    #[serde(default = "default_interval", deserialize_with = "positive")]
+    #[serde(default = "default_interval", deserialize_with = "seconds")]
     pub decision_interval_s: f64,
     /// Decide also after this many job arrivals and completions.
     #[serde(default = "default_events")]
@@ -212,7 +214,7 @@ pub struct ControllerConfig {
     #[serde(default = "default_mode")]
     pub mode: Mode,
     /// Seconds one re-layout takes end to end (drain semantics).
-    #[serde(default = "default_reconfigure", deserialize_with = "non_negative")]
+    #[serde(default = "default_reconfigure", deserialize_with = "seconds_or_zero")]
     pub reconfigure_time_s: f64,
     /// Snapshot file the plugin reads.
     #[serde(default = "default_snapshot")]
@@ -245,8 +247,10 @@ impl Default for ControllerConfig {
     }
 }
 
+/// A fresh install only reports what it would do (`smartmig status`) until the admin
+/// sets `mode = "drain"`.
 fn default_mode() -> Mode {
-    Mode::Drain
+    Mode::DryRun
 }
 fn default_reconfigure() -> f64 {
     4.0
@@ -318,6 +322,20 @@ impl Config {
         cfg.controller.central.check().map_err(|(key, message)| {
             cfg.error_at_key(&format!("controller.central.{key}"), &key, &message)
         })?;
+        cfg.node
+            .check()
+            .map_err(|(key, message)| cfg.error_at_key(&format!("node.{key}"), &key, &message))?;
+        for (key, p) in [
+            ("state_dir", &cfg.controller.state_dir),
+            ("snapshot_path", &cfg.controller.snapshot_path),
+        ] {
+            if p.is_relative() {
+                let message = format!("must be an absolute path, got `{}`", p.display());
+                return Err(cfg
+                    .error_at_key(&format!("controller.{key}"), key, &message)
+                    .into());
+            }
+        }
         cfg.routing
             .check()
             .map_err(|(key, message)| cfg.error_at_key(&format!("routing.{key}"), &key, &message))?;

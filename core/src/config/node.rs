@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::positive;
+use super::de::seconds;
 
 /// Which GPU backend the node agent drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -54,12 +54,18 @@ pub struct NodeConfig {
     /// Command that starts slurmd.
     #[serde(default = "default_start", deserialize_with = "command")]
     pub slurmd_start: Vec<String>,
-    /// Seconds between polls of the channel.
-    #[serde(default = "default_poll", deserialize_with = "positive")]
+    /// Seconds between reads of the node's record while a re-layout of the node is under
+    /// way (fast, so slurmd is never stopped for long).
+    #[serde(default = "default_poll", deserialize_with = "seconds")]
     pub poll_interval_s: f64,
+    /// Mean seconds between reads of the node's record when nothing is under way (each
+    /// read is one RPC to slurmctld; each agent draws ±25% around it so that a thousand
+    /// agents do not read at once).
+    #[serde(default = "default_idle_poll", deserialize_with = "seconds")]
+    pub idle_poll_interval_s: f64,
     /// Seconds between re-announcements of the node's layouts (its last report, with the
     /// devices' current layouts), so the central role recovers a forgotten `Comment`.
-    #[serde(default = "default_announce", deserialize_with = "positive")]
+    #[serde(default = "default_announce", deserialize_with = "seconds")]
     pub announce_interval_s: f64,
     /// Prometheus metrics address of the agent (GPU power, energy, instances); empty
     /// disables.
@@ -79,9 +85,30 @@ impl Default for NodeConfig {
             slurmd_stop: default_stop(),
             slurmd_start: default_start(),
             poll_interval_s: default_poll(),
+            idle_poll_interval_s: default_idle_poll(),
             announce_interval_s: default_announce(),
             metrics_listen: default_node_metrics(),
         }
+    }
+}
+
+impl NodeConfig {
+    /// Cross-field checks: (key, message) of the first problem.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let paths = [
+            ("simulated_dir", &self.simulated_dir),
+            ("spool_dir", &self.spool_dir),
+            ("gres_conf", &self.gres_conf),
+        ];
+        for (key, p) in paths {
+            if p.is_relative() {
+                return Err((
+                    key.into(),
+                    format!("must be an absolute path, got `{}`", p.display()),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -116,8 +143,11 @@ fn default_start() -> Vec<String> {
 fn default_poll() -> f64 {
     2.0
 }
+fn default_idle_poll() -> f64 {
+    120.0
+}
 fn default_announce() -> f64 {
-    300.0
+    3600.0
 }
 /// Next to the central role's 9817, so both roles can run on one host.
 fn default_node_metrics() -> String {

@@ -59,7 +59,7 @@ pub struct RoutingConfig {
     #[serde(default)]
     pub route_untyped: bool,
     /// A controller snapshot older than this is ignored (static rule instead).
-    #[serde(default = "default_max_age", deserialize_with = "crate::config::positive")]
+    #[serde(default = "default_max_age", deserialize_with = "crate::config::seconds")]
     pub snapshot_max_age_s: f64,
     /// Soft due time when the job has no `--deadline` or `due=` hint: submit + slack × run time on 7g.
     #[serde(default = "default_slack", deserialize_with = "crate::config::positive")]

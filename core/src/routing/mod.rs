@@ -7,6 +7,7 @@ mod choose;
 mod classes;
 mod config;
 mod hints;
+mod mark;
 mod request;
 mod snapshot;
 
@@ -16,6 +17,7 @@ pub use choose::{
 pub use classes::{builtin_classes, glob_match, speedup_on, JobClass, SIZES};
 pub use config::{ClassConfig, OnError, RoutingConfig, RuleConfig};
 pub use hints::{parse_hints, HintError, Hints, HINT_PREFIX};
+pub use mark::{with_min_gpumem, RoutedFrom, MARK};
 pub use request::{
     known_types, max_instances, parse_request, rewrite, GpuEntry, GpuRequest, GpuType, RequestError,
     Spelling, TresField, TresStrings, AUTO_TYPE,

@@ -1,0 +1,342 @@
+//! The re-layout transaction: one batch of nodes re-laid out together (one Slurm refresh),
+//! each node an explicit state machine with one defined way back from every state, kept
+//! in `<state_dir>/relayout.json` and written durably *before* the step it announces runs,
+//! so a restarted central role finishes or undoes what it started (docs/admin-guide.md,
+//! "The re-layout transaction").
+//!
+//! ```text
+//!            drain ok             agent Done           all applied          agent Done
+//! Draining ──────────▶ Drained ─────────▶ Applying ─────────▶ Applied ───────────▶ Installing ──────▶ Installed
+//!     │ drain refused     │ became busy      │ agent Failed (rolled back)                │ failed/late       │
+//!     ▼                   ▼                  ▼                                           ▼                   │ Slurm refreshed
+//!   Closed(Skipped)    Resuming ◀────────── Resuming                                  Reverting ◀───────────┤ (else: include restored)
+//!                         │                                                              │                   ▼
+//!                         ▼ reason still ours?                                           ▼                Starting ──▶ Resuming
+//!                 Closed(Resumed | LeftDrained)                                     Closed(Held)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::channel::GpuTarget;
+
+/// The batch file's name inside `[controller] state_dir`.
+pub const BATCH_FILE: &str = "relayout.json";
+
+/// Where one node is in its re-layout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum NodeState {
+    /// About to be drained (reason [`drain_reason`]).
+    Draining,
+    /// Drained; its instances are checked again for jobs that started meanwhile.
+    Drained,
+    /// Asked to change its GPUs (phase Apply).
+    Applying,
+    /// Its GPUs have the new layout and the new gres.conf is staged; slurmd runs.
+    Applied {
+        /// The node's new GPU GRES, from the agent's report.
+        gres: String,
+    },
+    /// Asked to install the new gres.conf (and stop slurmd when the path needs it).
+    Installing {
+        /// The node's new GPU GRES.
+        gres: String,
+    },
+    /// gres.conf installed (slurmd stopped when the path needs it): ready for Slurm.
+    Installed {
+        /// The node's new GPU GRES.
+        gres: String,
+    },
+    /// Slurm has the new layout; asked to start slurmd.
+    Starting,
+    /// To be resumed if its drain reason is still smartmig's.
+    Resuming {
+        /// What happened, for the decision lines (`applied`, `rolled back: ...`, ...).
+        outcome: String,
+    },
+    /// Asked to go back to where the generation began, because of `error`.
+    Reverting {
+        /// Why.
+        error: String,
+        /// Whether the node stays drained afterwards (the failure was Slurm's or
+        /// slurmd's: an admin looks); otherwise a confirmed revert resumes it.
+        hold: bool,
+    },
+    /// Finished.
+    Closed(Closed),
+}
+
+/// How a node's re-layout ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "end", rename_all = "kebab-case")]
+pub enum Closed {
+    /// Back in service (in its new layout, or its old one after a clean rollback).
+    Resumed {
+        /// What happened.
+        outcome: String,
+    },
+    /// Left drained on purpose, with this reason in Slurm (an admin looks at it).
+    Held {
+        /// The drain reason set.
+        reason: String,
+    },
+    /// Drained by someone else meanwhile: left as they set it.
+    LeftDrained {
+        /// Their reason.
+        reason: String,
+    },
+    /// Nothing was changed (the drain was refused).
+    Skipped {
+        /// Why.
+        why: String,
+    },
+}
+
+impl NodeState {
+    /// Whether the node's re-layout is over.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, NodeState::Closed(_))
+    }
+
+    /// The phase the node's agent has been asked for in this state (None: none awaited).
+    pub fn asked(&self) -> Option<crate::channel::Phase> {
+        use crate::channel::Phase;
+        match self {
+            NodeState::Applying => Some(Phase::Apply),
+            NodeState::Installing { .. } => Some(Phase::Install),
+            NodeState::Starting => Some(Phase::Start),
+            NodeState::Reverting { .. } => Some(Phase::Revert),
+            _ => None,
+        }
+    }
+
+    /// A short name for logs and the status file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeState::Draining => "draining",
+            NodeState::Drained => "drained",
+            NodeState::Applying => "applying",
+            NodeState::Applied { .. } => "applied",
+            NodeState::Installing { .. } => "installing",
+            NodeState::Installed { .. } => "installed",
+            NodeState::Starting => "starting slurmd",
+            NodeState::Resuming { .. } => "resuming",
+            NodeState::Reverting { .. } => "reverting",
+            NodeState::Closed(Closed::Resumed { .. }) => "resumed",
+            NodeState::Closed(Closed::Held { .. }) => "held",
+            NodeState::Closed(Closed::LeftDrained { .. }) => "left drained",
+            NodeState::Closed(Closed::Skipped { .. }) => "skipped",
+        }
+    }
+}
+
+/// One node of a batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeTxn {
+    /// Where it is.
+    pub state: NodeState,
+    /// When it entered `state`, Unix seconds.
+    pub since: f64,
+    /// The GPUs that change.
+    pub targets: Vec<GpuTarget>,
+    /// The node's GPU set (index, model) when the batch was planned: a report with
+    /// another set is refused.
+    pub gpu_set: Vec<(u32, String)>,
+    /// The node's GPU GRES in Slurm when the batch was planned.
+    pub old_gres: String,
+    /// Positions of its changes in the planning view's GPUs (for decision lines).
+    #[serde(default)]
+    pub lines: Vec<(String, String, String)>,
+}
+
+/// What happened to Slurm's view of the batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "step", rename_all = "kebab-case")]
+pub enum SlurmStep {
+    /// Slurm still has the old layouts.
+    #[default]
+    Untouched,
+    /// The refresh is under way (include written, restart or reconfigure started): on a
+    /// restart of the central role, Slurm's nodes are checked to learn which it got.
+    Refreshing {
+        /// Node → new GPU GRES.
+        gres: BTreeMap<String, String>,
+    },
+    /// Slurm has the new layouts of these nodes.
+    Refreshed,
+    /// The refresh failed and the include was put back.
+    Restored {
+        /// Why.
+        error: String,
+    },
+}
+
+/// The batch in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Generation of every node's desired state in the batch.
+    pub generation: u64,
+    /// When the batch was planned, Unix seconds.
+    pub started_at: f64,
+    /// Its nodes.
+    pub nodes: BTreeMap<String, NodeTxn>,
+    /// Slurm's side.
+    pub slurm: SlurmStep,
+    /// Seconds slurmd may stay stopped (half of Slurm's SlurmdTimeout).
+    pub slurmd_budget_s: f64,
+}
+
+impl Batch {
+    /// Whether every node is closed.
+    pub fn is_closed(&self) -> bool {
+        self.nodes.values().all(|n| n.state.is_closed())
+    }
+
+    /// Nodes in a state for which `pick` is true.
+    pub fn in_state(&self, pick: impl Fn(&NodeState) -> bool) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, t)| pick(&t.state))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+/// What the central role keeps between cycles and restarts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Ledger {
+    /// The batch in flight, if any.
+    pub batch: Option<Batch>,
+    /// When the last batch was planned (Unix seconds; 0: never), for the minimum interval.
+    pub last_batch_at: f64,
+    /// The highest generation handed out.
+    pub generation: u64,
+}
+
+/// Why the ledger could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// Reading failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a ledger.
+    #[error("{}: not a smartmig re-layout ledger: {source} (move it away only after checking every node it names: see docs/admin-guide.md)", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// Writing failed.
+    #[error(transparent)]
+    Write(#[from] smartmig_core::durable::DurableError),
+}
+
+impl Ledger {
+    /// Reads the ledger from `state_dir` (an empty one when there is none).
+    pub fn load(state_dir: &Path) -> Result<Ledger, LedgerError> {
+        let path = state_dir.join(BATCH_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| LedgerError::Parse { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ledger::default()),
+            Err(source) => Err(LedgerError::Read { path, source }),
+        }
+    }
+
+    /// Writes the ledger durably into `state_dir`.
+    pub fn save(&self, state_dir: &Path) -> Result<(), LedgerError> {
+        std::fs::create_dir_all(state_dir).map_err(|source| LedgerError::Read {
+            path: state_dir.to_path_buf(),
+            source,
+        })?;
+        let json = serde_json::to_vec_pretty(self).map_err(|source| LedgerError::Parse {
+            path: state_dir.join(BATCH_FILE),
+            source,
+        })?;
+        Ok(smartmig_core::durable::write(&state_dir.join(BATCH_FILE), &json)?)
+    }
+}
+
+/// The drain reason of a re-layout in progress.
+pub fn drain_reason(generation: u64) -> String {
+    format!("{DRAIN_PREFIX}{generation}")
+}
+
+/// The drain reason of a node left drained after a failure.
+pub fn held_reason(generation: u64, why: &str) -> String {
+    // Slurm keeps the reason in a fixed-size field of its state file: keep it short.
+    let why: String = why.chars().take(180).collect();
+    format!("{HELD_PREFIX}gen {generation}: {why}")
+}
+
+/// The prefix of a re-layout's drain reason.
+pub const DRAIN_PREFIX: &str = "smartmig: repartition gen ";
+
+/// The prefix of the reason of a node smartmig left drained after a failure; smartmig
+/// never resumes such a node itself (the admin does, or `smartmigd release`).
+pub const HELD_PREFIX: &str = "smartmig: held: ";
+
+/// Whether a drain reason is the one of re-layout `generation`.
+pub fn is_ours(reason: Option<&str>, generation: u64) -> bool {
+    reason == Some(drain_reason(generation).as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_survives_a_restart_and_a_missing_one_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Ledger::load(dir.path()).unwrap(), Ledger::default());
+        let mut nodes = BTreeMap::new();
+        nodes.insert(
+            "n1".to_string(),
+            NodeTxn {
+                state: NodeState::Installed {
+                    gres: "gpu:3g.20gb:2".into(),
+                },
+                since: 5.0,
+                targets: vec![],
+                gpu_set: vec![(0, "A100-SXM4-40GB".into())],
+                old_gres: "gpu:7g.40gb:1".into(),
+                lines: vec![],
+            },
+        );
+        let ledger = Ledger {
+            batch: Some(Batch {
+                generation: 4,
+                started_at: 1.0,
+                nodes,
+                slurm: SlurmStep::Refreshing {
+                    gres: [("n1".to_string(), "gpu:3g.20gb:2".to_string())].into(),
+                },
+                slurmd_budget_s: 150.0,
+            }),
+            last_batch_at: 1.0,
+            generation: 4,
+        };
+        ledger.save(dir.path()).unwrap();
+        assert_eq!(Ledger::load(dir.path()).unwrap(), ledger);
+        std::fs::write(dir.path().join(BATCH_FILE), "{").unwrap();
+        let e = Ledger::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(BATCH_FILE) && e.contains("admin-guide"), "{e}");
+    }
+
+    #[test]
+    fn only_this_generations_reason_is_ours() {
+        assert!(is_ours(Some("smartmig: repartition gen 7"), 7));
+        assert!(!is_ours(Some("smartmig: repartition gen 7"), 8));
+        assert!(!is_ours(Some("bad fan"), 7));
+        assert!(!is_ours(None, 7));
+        assert!(held_reason(3, &"x".repeat(500)).len() < 220);
+    }
+}

@@ -1,0 +1,308 @@
+//! From a decision to a batch: which GPUs change (only idle instances are destroyed, and on
+//! Slurm 22.05 a busy node keeps its instance count), which wait (a target must persist,
+//! the allow-lists, the batch size), and the batch itself.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+use smartmig_core::config::Mode;
+use smartmig_core::mig::{Instance, Layout, Plan};
+
+use super::batch::{Batch, NodeState, NodeTxn, SlurmStep};
+use super::decide::Decision;
+use super::status::DecisionLine;
+use super::view::View;
+use super::Central;
+use crate::channel::GpuTarget;
+
+/// One GPU that should change, with its plan.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// Position in `View::gpus`.
+    pub gpu: usize,
+    /// Target configuration index.
+    pub target: usize,
+    /// The driver steps.
+    pub plan: Plan,
+}
+
+/// Why a GPU the policy wants changed is left as it is this cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wait {
+    /// The change destroys these busy instances.
+    Busy(String),
+    /// Slurm 22.05 requeues running jobs when their node's GPU count changes.
+    CountChange,
+    /// The target has not been chosen often enough in a row yet.
+    Persist {
+        /// Cycles so far.
+        seen: u32,
+        /// Cycles needed.
+        need: u32,
+    },
+    /// The node is outside `[controller.central] nodes` / `partitions`.
+    NotAllowed,
+    /// More nodes want a change than one batch may take.
+    BatchFull,
+    /// The node is drained by someone else.
+    DrainedByOthers,
+    /// The node is not in the re-layout path's node file, or similar.
+    Unrefreshable(String),
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wait::Busy(insts) => write!(f, "skip: busy {insts}"),
+            Wait::CountChange => write!(f, "skip: the node's GPU count would change under running jobs"),
+            Wait::Persist { seen, need } => write!(f, "wait: target chosen {seen} of {need} cycles in a row"),
+            Wait::NotAllowed => write!(f, "skip: node outside [controller.central] nodes/partitions"),
+            Wait::BatchFull => write!(f, "wait: batch full ([controller.central] max_nodes_per_batch)"),
+            Wait::DrainedByOthers => write!(f, "skip: node drained by an admin"),
+            Wait::Unrefreshable(why) => write!(f, "skip: {why}"),
+        }
+    }
+}
+
+/// A GPU left alone this cycle: its position in `View::gpus`, its target, and why.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    /// Position in `View::gpus`.
+    pub gpu: usize,
+    /// Target configuration index.
+    pub target: usize,
+    /// Why.
+    pub why: Wait,
+}
+
+impl Central {
+    /// Decides and plans on `view` without touching anything: the changes a cycle would
+    /// make, and the GPUs it leaves alone. Also the decision step of the benchmark.
+    pub fn plan(&mut self, view: &View, now: f64) -> (Decision, Vec<Change>, Vec<Skipped>) {
+        let decision = self.decider.decide(&self.resolved, view, now);
+        let driver = self.resolved.config.gpu.driver;
+        let (mut changes, mut skipped) = (Vec::new(), Vec::new());
+        // GPUs share few layouts: plan each (model, layout, target) once.
+        let mut plans: HashMap<(usize, &Layout, usize), Option<Plan>> = HashMap::new();
+        for (g, target) in decision.targets.iter().enumerate() {
+            let Some(t) = *target else { continue };
+            let gpu = &view.gpus[g];
+            if gpu.config == Some(t) {
+                continue;
+            }
+            let rm = &self.resolved.models[gpu.model];
+            let plan = plans.entry((gpu.model, &gpu.layout, t)).or_insert_with(|| {
+                Plan::between(&rm.model, driver, &gpu.layout, &rm.configurations[t].layout).ok()
+            });
+            let Some(plan) = plan.clone() else {
+                continue;
+            };
+            let touched: Vec<Instance> = plan.touched(&gpu.busy).copied().collect();
+            if touched.is_empty() || self.mode == Mode::Preempt {
+                changes.push(Change {
+                    gpu: g,
+                    target: t,
+                    plan,
+                });
+            } else {
+                let why = Wait::Busy(self.instances(view, g, &touched));
+                skipped.push(Skipped {
+                    gpu: g,
+                    target: t,
+                    why,
+                });
+            }
+        }
+        // Slurm 22.05 kills a running job when its node's GPU count changes at the restart
+        // (`_validate_node_gres_cnt`): on nodes with running jobs only count-preserving
+        // changes go ahead; the others wait for the node to be idle.
+        if self.mode != Mode::Preempt {
+            let mut delta: HashMap<&str, i64> = HashMap::new();
+            for c in &changes {
+                *delta.entry(view.gpus[c.gpu].node.as_str()).or_default() +=
+                    c.plan.create.len() as i64 - c.plan.destroy.len() as i64;
+            }
+            let has_jobs: HashSet<&str> = view
+                .gpus
+                .iter()
+                .filter(|g| !g.busy.is_empty())
+                .map(|g| g.node.as_str())
+                .collect();
+            let blocked: HashSet<&str> = delta
+                .iter()
+                .filter(|(n, d)| **d != 0 && has_jobs.contains(*n))
+                .map(|(n, _)| *n)
+                .collect();
+            changes.retain(|c| {
+                let keep = !blocked.contains(view.gpus[c.gpu].node.as_str());
+                if !keep {
+                    skipped.push(Skipped {
+                        gpu: c.gpu,
+                        target: c.target,
+                        why: Wait::CountChange,
+                    });
+                }
+                keep
+            });
+        }
+        (decision, changes, skipped)
+    }
+
+    /// Applies the limits that hold back changes: allow-lists, persistence, nodes drained
+    /// by others, the re-layout path's own check and the batch size. Returns the changes
+    /// of the batch, by node; the others join `skipped`.
+    pub(super) fn limit(
+        &mut self,
+        view: &View,
+        changes: Vec<Change>,
+        skipped: &mut Vec<Skipped>,
+    ) -> BTreeMap<String, Vec<Change>> {
+        let targets: BTreeMap<String, usize> = changes
+            .iter()
+            .map(|c| (view.gpus[c.gpu].key(), c.target))
+            .collect();
+        let streak = self.guard.persist(&targets);
+        let need = self.guard.persist_cycles();
+        let mut by_node: BTreeMap<String, Vec<Change>> = BTreeMap::new();
+        for c in changes {
+            let gpu = &view.gpus[c.gpu];
+            let rec = view.record(&gpu.node);
+            let why = if rec.is_some_and(|n| !self.guard.allows(n)) {
+                Some(Wait::NotAllowed)
+            } else if rec.is_some_and(|n| n.drain || n.down) {
+                Some(Wait::DrainedByOthers)
+            } else {
+                let seen = streak.get(&gpu.key()).copied().unwrap_or(0);
+                (seen < need).then_some(Wait::Persist { seen, need })
+            };
+            match why {
+                Some(why) => skipped.push(Skipped {
+                    gpu: c.gpu,
+                    target: c.target,
+                    why,
+                }),
+                None => by_node.entry(gpu.node.clone()).or_default().push(c),
+            }
+        }
+        let names: Vec<String> = by_node.keys().cloned().collect();
+        for node in names {
+            if let Err(e) = self.relayout.check(std::slice::from_ref(&node)) {
+                let why = Wait::Unrefreshable(e.to_string());
+                for c in by_node.remove(&node).unwrap_or_default() {
+                    skipped.push(Skipped {
+                        gpu: c.gpu,
+                        target: c.target,
+                        why: why.clone(),
+                    });
+                }
+            }
+        }
+        // The nodes with the most GPUs to change go first; the rest wait for a later batch.
+        let mut order: Vec<(usize, String)> = by_node.iter().map(|(n, c)| (c.len(), n.clone())).collect();
+        order.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        for (_, node) in order.into_iter().skip(self.guard.max_nodes()) {
+            for c in by_node.remove(&node).unwrap_or_default() {
+                skipped.push(Skipped {
+                    gpu: c.gpu,
+                    target: c.target,
+                    why: Wait::BatchFull,
+                });
+            }
+        }
+        by_node
+    }
+
+    /// A new batch of `by_node` changes (every node Draining).
+    pub(super) fn new_batch(
+        &mut self,
+        view: &View,
+        by_node: BTreeMap<String, Vec<Change>>,
+        generation: u64,
+        now: f64,
+        slurmd_budget_s: f64,
+    ) -> Batch {
+        let mut nodes = BTreeMap::new();
+        for (node, changes) in by_node {
+            let nv = view.node(&node).expect("changes are on managed nodes");
+            let targets = changes
+                .iter()
+                .map(|c| {
+                    let gpu = &view.gpus[c.gpu];
+                    let rm = &self.resolved.models[gpu.model];
+                    GpuTarget {
+                        index: gpu.index,
+                        model: rm.model.name.clone(),
+                        from: gpu.layout.display(&rm.model).to_string(),
+                        to: rm.configurations[c.target].layout.display(&rm.model).to_string(),
+                    }
+                })
+                .collect();
+            let lines = changes
+                .iter()
+                .map(|c| {
+                    let l = self.line(view, c.gpu, c.target, generation, now, String::new());
+                    (l.gpu, l.from, l.to)
+                })
+                .collect();
+            let gpu_set = nv
+                .report
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.model.clone()))
+                .collect();
+            nodes.insert(
+                node,
+                NodeTxn {
+                    state: NodeState::Draining,
+                    since: now,
+                    targets,
+                    gpu_set,
+                    old_gres: nv.slurm.gres.clone(),
+                    lines,
+                },
+            );
+        }
+        Batch {
+            generation,
+            started_at: now,
+            nodes,
+            slurm: SlurmStep::Untouched,
+            slurmd_budget_s,
+        }
+    }
+
+    /// `node/gpu 4g.20gb@0 3g.20gb@4` for instances of GPU `g`.
+    pub(super) fn instances(&self, view: &View, g: usize, insts: &[Instance]) -> String {
+        let model = &self.resolved.models[view.gpus[g].model].model;
+        insts
+            .iter()
+            .map(|i| smartmig_core::mig::layout::display_instance(model, i))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A decision line for GPU `g` going to configuration `t`.
+    pub(super) fn line(
+        &self,
+        view: &View,
+        g: usize,
+        t: usize,
+        generation: u64,
+        at: f64,
+        action: String,
+    ) -> DecisionLine {
+        let gpu = &view.gpus[g];
+        let rm = &self.resolved.models[gpu.model];
+        DecisionLine {
+            at,
+            generation,
+            gpu: gpu.key(),
+            from: gpu.config.map_or_else(
+                || gpu.layout.display(&rm.model).to_string(),
+                |c| rm.configurations[c].name.clone(),
+            ),
+            to: rm.configurations[t].name.clone(),
+            action,
+        }
+    }
+}

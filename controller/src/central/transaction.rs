@@ -1,0 +1,642 @@
+//! Moving the batch in flight forward, one cycle at a time: each node's step runs when
+//! what it waits for has happened (a report, a deadline), the ledger is saved before
+//! every step that changes something outside, and every failure leads to the one way
+//! back of the state it happened in ([`super::batch`] has the states).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use smartmig_core::config::Mode;
+use smartmig_core::mig::layout::display_instance;
+use smartmig_core::mig::{Layout, Plan};
+
+use super::batch::{drain_reason, held_reason, is_ours, Batch, Closed, NodeState, NodeTxn, SlurmStep};
+use super::view::{GpuView, View};
+use super::{unix_now, Central, CycleReport};
+use crate::channel::{Desired, Outcome, Phase, Report};
+use crate::slurm::{read_desired, read_report, write_desired, NodeUpdate, SlurmNode};
+
+/// Seconds a node may take to answer `Install`, `Start` or `Revert`: a share of the slurmd
+/// budget, within bounds.
+pub fn phase_timeout(slurmd_budget_s: f64) -> f64 {
+    (slurmd_budget_s / 6.0).clamp(5.0, 60.0)
+}
+
+/// Whether a batch fits in the slurmd budget: the node agents' answers to `Install` and
+/// `Start`, Slurm's refresh and a margin must all pass before the watchdogs fire.
+pub fn fits_budget(slurmd_budget_s: f64, refresh: Duration) -> Result<(), String> {
+    let need = 2.0 * phase_timeout(slurmd_budget_s) + refresh.as_secs_f64() + 5.0;
+    if need <= slurmd_budget_s {
+        Ok(())
+    } else {
+        Err(format!(
+            "a re-layout may keep slurmd stopped for {need:.0} s (answers {:.0} s ×2, Slurm refresh {:.0} s, margin 5 s), \
+             more than half of Slurm's SlurmdTimeout ({slurmd_budget_s:.0} s): lower [controller.central] \
+             slurmctld_timeout_s or raise SlurmdTimeout",
+            phase_timeout(slurmd_budget_s),
+            refresh.as_secs_f64()
+        ))
+    }
+}
+
+impl Central {
+    /// Moves every node of `b` as far as it can go this cycle.
+    pub(super) fn advance(&mut self, b: &mut Batch, view: &View, report: &mut CycleReport) {
+        if let SlurmStep::Refreshing { gres } = &b.slurm {
+            // The central role stopped during Slurm's refresh: learn which layouts Slurm has.
+            let gres = gres.clone();
+            self.settle_refresh(b, &gres, report);
+        }
+        let names: Vec<String> = b.nodes.keys().cloned().collect();
+        for node in &names {
+            self.step(b, node, view, report);
+        }
+        self.install_gate(b, report);
+        self.refresh_gate(b, report);
+        for node in &names {
+            self.step(b, node, view, report);
+        }
+        self.save_ledger_with(b, report);
+    }
+
+    fn save_ledger_with(&mut self, b: &Batch, report: &mut CycleReport) {
+        self.ledger.batch = Some(b.clone());
+        self.save_ledger(report);
+    }
+
+    /// Enters `state` for `node` (the ledger is saved by the caller before acting on it).
+    fn enter(&mut self, b: &mut Batch, node: &str, state: NodeState) {
+        let t = b.nodes.get_mut(node).expect("a node of the batch");
+        log::info!(
+            "gen {} {node}: {} -> {}",
+            b.generation,
+            t.state.name(),
+            state.name()
+        );
+        t.state = state;
+        t.since = unix_now();
+        self.status.pending_transitions.insert(
+            node.to_string(),
+            format!("gen {}: {}", b.generation, t.state.name()),
+        );
+    }
+
+    /// The node's record: from this cycle's view, else read from Slurm.
+    fn record(&mut self, view: &View, node: &str) -> Option<SlurmNode> {
+        if let Some(n) = view.record(node) {
+            return Some(n.clone());
+        }
+        match self.api.node(node) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("cannot read node {node}: {e}");
+                None
+            }
+        }
+    }
+
+    /// Writes `desired` into the node's `Extra` (keeping the site's keys).
+    fn ask(&mut self, node: &SlurmNode, desired: &Desired) -> Result<(), String> {
+        write_desired(self.api.as_mut(), node, desired).map_err(|e| e.to_string())
+    }
+
+    fn desired(&self, b: &Batch, node: &str, phase: Phase) -> Desired {
+        let t = &b.nodes[node];
+        let mut d = Desired::new(b.generation, phase, t.targets.clone());
+        if phase == Phase::Install {
+            d.stop_slurmd = self.relayout.stops_slurmd();
+            d.slurmd_budget_s = b.slurmd_budget_s;
+        }
+        d
+    }
+
+    /// One node's step, if what it waits for has happened.
+    fn step(&mut self, b: &mut Batch, node: &str, view: &View, report: &mut CycleReport) {
+        let t = b.nodes[node].clone();
+        let now = unix_now();
+        let waited = now - t.since;
+        let answer_limit = phase_timeout(b.slurmd_budget_s);
+        let Some(rec) = self.record(view, node) else {
+            // slurmctld does not answer (or forgot the node): wait; the agents' watchdogs
+            // cover a stopped slurmd.
+            return;
+        };
+        // (Only from a view read after the state was entered: an older one predates the ask.)
+        if let Some(phase) = t.state.asked().filter(|_| view.read_at > t.since) {
+            // Asked again until the request is in the node's record (a write may have
+            // failed while slurmctld was away, or the central role stopped before it).
+            let asked = read_desired(&rec)
+                .and_then(Result::ok)
+                .is_some_and(|d| d.generation == b.generation && d.phase == phase);
+            if !asked {
+                let d = self.desired(b, node, phase);
+                if let Err(e) = self.ask(&rec, &d) {
+                    log::warn!("gen {} {node}: cannot ask for {phase:?} yet: {e}", b.generation);
+                }
+            }
+        }
+        let agent = read_report(&rec).and_then(Result::ok);
+        let settled = |phase: Phase| agent.as_ref().filter(|r| r.settles(b.generation, phase)).cloned();
+        match &t.state {
+            NodeState::Draining => {
+                if rec.drain && !is_ours(rec.reason.as_deref(), b.generation) {
+                    let reason = rec.reason.clone().unwrap_or_default();
+                    return self.close(b, node, Closed::LeftDrained { reason }, report);
+                }
+                let u = NodeUpdate {
+                    node: node.to_string(),
+                    drain: Some(drain_reason(b.generation)),
+                    ..NodeUpdate::default()
+                };
+                match self.api.update_node(&u) {
+                    Ok(()) => self.enter(b, node, NodeState::Drained),
+                    Err(e) => {
+                        let why = format!("cannot drain {node}: {e}");
+                        self.fail(report, why.clone());
+                        self.close(b, node, Closed::Skipped { why }, report)
+                    }
+                }
+            }
+            NodeState::Drained => {
+                if self.mode == Mode::Preempt {
+                    self.preempt(view, node, &t);
+                }
+                if view.read_at <= t.since {
+                    // The view predates the drain: a job may have started in between.
+                    return;
+                }
+                match self.busy_now(view, node, &t) {
+                    Some(busy) if self.mode != Mode::Preempt || waited > self.report_timeout_s() => {
+                        let outcome = format!("skip: became busy before the drain ({busy})");
+                        report.skipped_busy += t.targets.len();
+                        self.enter(b, node, NodeState::Resuming { outcome })
+                    }
+                    Some(_) => {} // preempt: the requeued jobs release their instances soon
+                    None => {
+                        self.enter(b, node, NodeState::Applying);
+                        self.save_ledger_with(b, report);
+                        let d = self.desired(b, node, Phase::Apply);
+                        if let Err(e) = self.ask(&rec, &d) {
+                            let outcome = format!("skip: cannot hand the plan to the agent: {e}");
+                            self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
+                            self.enter(b, node, NodeState::Resuming { outcome })
+                        }
+                    }
+                }
+            }
+            NodeState::Applying => match settled(Phase::Apply) {
+                Some(r) => match checked(&r, &t) {
+                    Err(e) => self.hold(b, node, &rec, format!("after Apply: {e}"), report),
+                    Ok(()) => match &r.outcome {
+                        Outcome::Done => {
+                            let gres = super::gres_of_report(&r.gpus);
+                            self.enter(b, node, NodeState::Applied { gres })
+                        }
+                        Outcome::Failed { error } => {
+                            self.fail(
+                                report,
+                                format!("gen {} {node}: the agent rolled back: {error}", b.generation),
+                            );
+                            let outcome = format!("rolled back: {error}");
+                            self.enter(b, node, NodeState::Resuming { outcome })
+                        }
+                        Outcome::InProgress => {}
+                    },
+                },
+                None if waited > self.report_timeout_s() => {
+                    // Slurm and slurmd were not touched yet: a confirmed revert resumes it.
+                    let e = format!("no answer to Apply within {:.0} s", self.report_timeout_s());
+                    self.revert(b, node, &rec, e, false, report)
+                }
+                None => {}
+            },
+            NodeState::Applied { .. } | NodeState::Installed { .. } => {}
+            NodeState::Installing { gres } => match settled(Phase::Install) {
+                Some(r) => match (&r.outcome, checked(&r, &t)) {
+                    (_, Err(e)) => self.revert(b, node, &rec, format!("after Install: {e}"), true, report),
+                    (Outcome::Done, Ok(())) => {
+                        let gres = gres.clone();
+                        self.enter(b, node, NodeState::Installed { gres })
+                    }
+                    (Outcome::Failed { error }, Ok(())) => self.revert(
+                        b,
+                        node,
+                        &rec,
+                        format!("installing gres.conf: {error}"),
+                        true,
+                        report,
+                    ),
+                    (Outcome::InProgress, _) => {}
+                },
+                None if waited > answer_limit => {
+                    let e = format!("no answer to Install within {answer_limit:.0} s");
+                    self.revert(b, node, &rec, e, true, report)
+                }
+                None => {}
+            },
+            NodeState::Starting => {
+                if let Some(r) = settled(Phase::Start).filter(|r| r.slurmd_running) {
+                    let outcome = match &r.watchdog {
+                        Some(w) => format!("applied (slurmd started by the agent's watchdog: {w})"),
+                        None => "applied".to_string(),
+                    };
+                    report.changed += t.targets.len();
+                    *self.status.counters.entry("repartitions".into()).or_default() += t.targets.len() as u64;
+                    self.enter(b, node, NodeState::Resuming { outcome });
+                } else if let Some(r) = settled(Phase::Revert) {
+                    let why = r.watchdog.unwrap_or_else(|| "the agent reverted".into());
+                    self.hold(b, node, &rec, format!("slurmd watchdog: {why}"), report)
+                } else if waited > answer_limit {
+                    let e = format!("slurmd start not confirmed within {answer_limit:.0} s");
+                    self.hold(b, node, &rec, e, report)
+                }
+            }
+            NodeState::Reverting { error, hold } => {
+                let (error, hold) = (error.clone(), *hold);
+                if let Some(r) = settled(Phase::Revert) {
+                    let error = match &r.watchdog {
+                        Some(_) => format!("slurmd watchdog reverted the node first; {error}"),
+                        None => error,
+                    };
+                    match &r.outcome {
+                        Outcome::Failed { error: e } => {
+                            self.hold(b, node, &rec, format!("{error}; the revert failed: {e}"), report)
+                        }
+                        _ if hold => self.hold(b, node, &rec, error, report),
+                        _ => {
+                            let outcome = format!("rolled back: {error}");
+                            self.enter(b, node, NodeState::Resuming { outcome })
+                        }
+                    }
+                } else if waited > self.report_timeout_s() {
+                    self.hold(
+                        b,
+                        node,
+                        &rec,
+                        format!("{error}; the agent did not confirm the revert"),
+                        report,
+                    )
+                }
+            }
+            NodeState::Resuming { outcome } => {
+                let outcome = outcome.clone();
+                self.resume(b, node, &rec, outcome, report)
+            }
+            NodeState::Closed(_) => {}
+        }
+    }
+
+    /// For each target GPU of `t` in this cycle's view: the plan from what it has now,
+    /// or why there is none (the GPU is gone or changed meanwhile).
+    fn plans_now<'v>(
+        &self,
+        view: &'v View,
+        node: &str,
+        t: &NodeTxn,
+    ) -> Vec<Result<(&'v GpuView, Plan), String>> {
+        let driver = self.resolved.config.gpu.driver;
+        t.targets
+            .iter()
+            .map(|target| {
+                let g = view
+                    .gpu(node, target.index)
+                    .ok_or_else(|| format!("GPU {} unreadable", target.index))?;
+                let m = &self.resolved.models[g.model].model;
+                let parse =
+                    |text: &str| Layout::parse(m, text).map_err(|e| format!("GPU {}: {e}", target.index));
+                let (from, to) = (parse(&target.from)?, parse(&target.to)?);
+                if g.layout != from {
+                    return Err(format!(
+                        "GPU {} changed meanwhile to {}",
+                        target.index,
+                        g.layout.display(m)
+                    ));
+                }
+                let plan =
+                    Plan::between(m, driver, &from, &to).map_err(|e| format!("GPU {}: {e}", target.index))?;
+                Ok((g, plan))
+            })
+            .collect()
+    }
+
+    /// Why `t`'s plans cannot run now: busy instances they destroy, GPUs changed (None: none).
+    fn busy_now(&self, view: &View, node: &str, t: &NodeTxn) -> Option<String> {
+        let mut out = Vec::new();
+        for p in self.plans_now(view, node, t) {
+            match p {
+                Err(e) => out.push(e),
+                Ok((g, plan)) => {
+                    let m = &self.resolved.models[g.model].model;
+                    let busy: Vec<String> = plan.touched(&g.busy).map(|i| display_instance(m, i)).collect();
+                    if !busy.is_empty() {
+                        out.push(format!("GPU {}: busy {}", g.index, busy.join(" ")));
+                    }
+                }
+            }
+        }
+        (!out.is_empty()).then(|| out.join(", "))
+    }
+
+    /// In preempt mode, requeues the jobs on the instances a node's plans destroy.
+    fn preempt(&mut self, view: &View, node: &str, t: &NodeTxn) {
+        let mut jobs = std::collections::BTreeSet::new();
+        for (g, plan) in self.plans_now(view, node, t).into_iter().flatten() {
+            for (b, js) in g.busy.iter().zip(&g.jobs) {
+                if plan.destroy.contains(b) {
+                    jobs.extend(js.iter().copied());
+                }
+            }
+        }
+        for j in jobs {
+            match self.api.requeue(j) {
+                Ok(()) => log::info!("{node}: requeued job {j}"),
+                Err(e) => log::warn!("{node}: cannot requeue job {j}: {e}"),
+            }
+        }
+    }
+
+    /// Every node of the batch has applied (or is out of it): ask them to install gres.conf.
+    fn install_gate(&mut self, b: &mut Batch, report: &mut CycleReport) {
+        let waiting =
+            b.in_state(|s| matches!(s, NodeState::Draining | NodeState::Drained | NodeState::Applying));
+        let applied = b.in_state(|s| matches!(s, NodeState::Applied { .. }));
+        if !waiting.is_empty() || applied.is_empty() {
+            return;
+        }
+        for node in &applied {
+            let NodeState::Applied { gres } = b.nodes[node].state.clone() else {
+                continue;
+            };
+            self.enter(b, node, NodeState::Installing { gres });
+        }
+        self.save_ledger_with(b, report);
+        for node in &applied {
+            let d = self.desired(b, node, Phase::Install);
+            let rec = match self.api.node(node) {
+                Ok(Some(r)) => r,
+                Ok(None) | Err(_) => continue, // retried through the Install timeout → Revert
+            };
+            if let Err(e) = self.ask(&rec, &d) {
+                self.revert(
+                    b,
+                    node,
+                    &rec,
+                    format!("cannot ask for Install: {e}"),
+                    true,
+                    report,
+                );
+            }
+        }
+    }
+
+    /// Every installing node has answered: refresh Slurm once for the installed ones;
+    /// on failure put Slurm's configuration back and revert them.
+    fn refresh_gate(&mut self, b: &mut Batch, report: &mut CycleReport) {
+        if b.slurm != SlurmStep::Untouched {
+            return;
+        }
+        if !b
+            .in_state(|s| matches!(s, NodeState::Installing { .. }))
+            .is_empty()
+        {
+            return;
+        }
+        let gres: BTreeMap<String, String> = b
+            .nodes
+            .iter()
+            .filter_map(|(n, t)| match &t.state {
+                NodeState::Installed { gres } => Some((n.clone(), gres.clone())),
+                _ => None,
+            })
+            .collect();
+        if gres.is_empty() {
+            return;
+        }
+        b.slurm = SlurmStep::Refreshing { gres: gres.clone() };
+        self.save_ledger_with(b, report);
+        let list: Vec<(String, String)> = gres.clone().into_iter().collect();
+        let result = self
+            .relayout
+            .apply(self.api.as_mut(), &list)
+            .map_err(|e| super::decide::error_chain(&e))
+            .and_then(|()| self.slurm_has(&gres));
+        match result {
+            Ok(()) => self.refreshed(b, report),
+            Err(e) => self.refresh_failed(b, &list, format!("{} failed: {e}", self.relayout.name()), report),
+        }
+    }
+
+    /// After a restart of the central role mid-refresh: Slurm has the new layouts, or
+    /// what was done is undone.
+    fn settle_refresh(&mut self, b: &mut Batch, gres: &BTreeMap<String, String>, report: &mut CycleReport) {
+        let list: Vec<(String, String)> = gres.clone().into_iter().collect();
+        match self.slurm_has(gres) {
+            Ok(()) => {
+                log::info!(
+                    "gen {}: Slurm has the batch's layouts (refresh finished before a restart)",
+                    b.generation
+                );
+                self.refreshed(b, report)
+            }
+            Err(e) => self.refresh_failed(b, &list, format!("refresh interrupted: {e}"), report),
+        }
+    }
+
+    /// Whether Slurm's node records carry the batch's new GPU GRES.
+    fn slurm_has(&mut self, gres: &BTreeMap<String, String>) -> Result<(), String> {
+        for (node, want) in gres {
+            let have = self
+                .api
+                .node(node)
+                .map_err(|e| format!("cannot read {node} after the refresh: {e}"))?
+                .map(|n| n.gres)
+                .unwrap_or_default();
+            if !super::same_gpu_gres(&have, want, &self.mig_types) {
+                return Err(format!("Slurm shows {node} with GRES {have}, expected {want}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn refreshed(&mut self, b: &mut Batch, report: &mut CycleReport) {
+        b.slurm = SlurmStep::Refreshed;
+        let installed = b.in_state(|s| matches!(s, NodeState::Installed { .. }));
+        for node in &installed {
+            self.enter(b, node, NodeState::Starting);
+        }
+        self.save_ledger_with(b, report);
+        for node in &installed {
+            let d = self.desired(b, node, Phase::Start);
+            if let Ok(Some(rec)) = self.api.node(node) {
+                if let Err(e) = self.ask(&rec, &d) {
+                    // Left to the Start timeout, then held; the watchdog starts slurmd.
+                    self.fail(
+                        report,
+                        format!("gen {} {node}: cannot ask for Start: {e}", b.generation),
+                    );
+                }
+            }
+        }
+    }
+
+    fn refresh_failed(
+        &mut self,
+        b: &mut Batch,
+        list: &[(String, String)],
+        error: String,
+        report: &mut CycleReport,
+    ) {
+        self.fail(report, format!("gen {}: {error}", b.generation));
+        let error = match self.relayout.undo(self.api.as_mut(), list) {
+            Ok(true) => format!("{error}; Slurm's previous node definitions restored"),
+            Ok(false) => error,
+            Err(e) => {
+                let msg = format!(
+                    "{error}; restoring Slurm's previous node definitions failed too: {}",
+                    super::decide::error_chain(&e)
+                );
+                self.fail(report, format!("gen {}: {msg}", b.generation));
+                msg
+            }
+        };
+        b.slurm = SlurmStep::Restored { error: error.clone() };
+        for (node, _) in list {
+            match self.api.node(node) {
+                Ok(Some(rec)) => self.revert(b, node, &rec, error.clone(), true, report),
+                _ => self.enter(
+                    b,
+                    node,
+                    NodeState::Reverting {
+                        error: error.clone(),
+                        hold: true,
+                    },
+                ),
+            }
+        }
+    }
+
+    /// Asks `node` to go back to where the generation began; with `hold` it stays drained
+    /// afterwards.
+    fn revert(
+        &mut self,
+        b: &mut Batch,
+        node: &str,
+        rec: &SlurmNode,
+        error: String,
+        hold: bool,
+        report: &mut CycleReport,
+    ) {
+        self.fail(
+            report,
+            format!("gen {} {node}: {error}; reverting the node", b.generation),
+        );
+        self.enter(b, node, NodeState::Reverting { error, hold });
+        self.save_ledger_with(b, report);
+        let d = self.desired(b, node, Phase::Revert);
+        if let Err(e) = self.ask(rec, &d) {
+            log::error!(
+                "gen {} {node}: cannot ask for Revert: {e} (retried until the timeout)",
+                b.generation
+            );
+        }
+    }
+
+    /// Leaves `node` drained with a reason naming `why` (unless someone else drained it).
+    fn hold(&mut self, b: &mut Batch, node: &str, rec: &SlurmNode, why: String, report: &mut CycleReport) {
+        self.fail(
+            report,
+            format!("gen {} {node}: {why}; the node stays drained", b.generation),
+        );
+        if rec.drain && !is_ours(rec.reason.as_deref(), b.generation) {
+            let reason = rec.reason.clone().unwrap_or_default();
+            return self.close(b, node, Closed::LeftDrained { reason }, report);
+        }
+        let reason = held_reason(b.generation, &why);
+        let u = NodeUpdate {
+            node: node.to_string(),
+            drain: Some(reason.clone()),
+            ..NodeUpdate::default()
+        };
+        if let Err(e) = self.api.update_node(&u) {
+            log::error!("{node}: cannot set the drain reason `{reason}`: {e}");
+        }
+        self.close(b, node, Closed::Held { reason }, report)
+    }
+
+    /// Resumes `node` if it is still drained for this generation (never a drain someone
+    /// else set meanwhile).
+    fn resume(
+        &mut self,
+        b: &mut Batch,
+        node: &str,
+        rec: &SlurmNode,
+        outcome: String,
+        report: &mut CycleReport,
+    ) {
+        if !rec.drain {
+            return self.close(b, node, Closed::Resumed { outcome }, report);
+        }
+        if !is_ours(rec.reason.as_deref(), b.generation) {
+            let reason = rec.reason.clone().unwrap_or_default();
+            log::info!("{node}: drained by someone else meanwhile ({reason}); left drained");
+            return self.close(b, node, Closed::LeftDrained { reason }, report);
+        }
+        let u = NodeUpdate {
+            node: node.to_string(),
+            resume: true,
+            ..NodeUpdate::default()
+        };
+        match self.api.update_node(&u) {
+            Ok(()) => self.close(b, node, Closed::Resumed { outcome }, report),
+            // slurmctld 22.05 clears the drain flag and then refuses a node whose state is
+            // still UNKNOWN (slurmd not registered yet): the next cycle reads it again.
+            Err(e) => log::info!("resume {node}: slurmctld answered `{e}`; checking again next cycle"),
+        }
+    }
+
+    fn close(&mut self, b: &mut Batch, node: &str, how: Closed, report: &mut CycleReport) {
+        if let Closed::Resumed { .. } = how {
+            report.nodes.push(node.to_string());
+        }
+        let outcome = match &how {
+            Closed::Resumed { outcome } => outcome.clone(),
+            Closed::Held { reason } => format!("failed: {reason}"),
+            Closed::LeftDrained { reason } => format!("left drained by someone else ({reason})"),
+            Closed::Skipped { why } => format!("skip: {why}"),
+        };
+        let lines = b.nodes[node].lines.clone();
+        let now = unix_now();
+        self.status.decided(
+            lines
+                .into_iter()
+                .map(|(gpu, from, to)| super::status::DecisionLine {
+                    at: now,
+                    generation: b.generation,
+                    gpu,
+                    from,
+                    to,
+                    action: outcome.clone(),
+                })
+                .collect(),
+        );
+        self.enter(b, node, NodeState::Closed(how));
+        self.status.pending_transitions.remove(node);
+    }
+
+    fn report_timeout_s(&self) -> f64 {
+        self.resolved.config.controller.central.report_timeout_s
+    }
+}
+
+/// Whether a report can be trusted for `t`: GPUs readable, the same GPU set as planned.
+fn checked(r: &Report, t: &NodeTxn) -> Result<(), String> {
+    let set = r.gpu_set()?;
+    let mut want = t.gpu_set.clone();
+    want.sort();
+    if set != want {
+        return Err(format!(
+            "the agent reports the GPU set {set:?}, the batch was planned on {want:?}; nothing is written to Slurm for it"
+        ));
+    }
+    Ok(())
+}

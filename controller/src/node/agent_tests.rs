@@ -1,0 +1,456 @@
+use super::*;
+use crate::node::spool::SpoolChannel;
+use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
+
+struct Node {
+    dir: tempfile::TempDir,
+    sim: Simulated,
+    model: GpuModel,
+}
+
+impl Node {
+    fn new(layouts: &[&str]) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let model = Catalogue::embedded().model("a100-40gb").unwrap().clone();
+        let sim = Simulated::create_layouts(&dir.path().join("sim"), &model, layouts).unwrap();
+        Node { dir, sim, model }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn agent(&self) -> Agent {
+        let log = self.path("slurmd.log").display().to_string();
+        let cfg = AgentConfig {
+            node: "n1".into(),
+            driver: Driver::R510,
+            catalogue: Catalogue::embedded(),
+            state_dir: self.path("state"),
+            gres_conf: self.path("gres.conf"),
+            slurmd_stop: vec!["sh".into(), "-c".into(), format!("echo stop >> {log}")],
+            slurmd_start: vec!["sh".into(), "-c".into(), format!("echo start >> {log}")],
+            announce_interval_s: 300.0,
+            poll_interval_s: 1.0,
+            idle_poll_interval_s: 100.0,
+        };
+        Agent::new(cfg, Box::new(self.sim.clone()), Box::new(self.spool())).unwrap()
+    }
+
+    fn spool(&self) -> SpoolChannel {
+        SpoolChannel::open(&self.path("spool"), "n1").unwrap()
+    }
+
+    fn desire(&self, generation: u64, phase: Phase, gpus: &[(u32, &str, &str)]) {
+        let mut d = Desired::new(
+            generation,
+            phase,
+            gpus.iter()
+                .map(|(i, from, to)| GpuTarget {
+                    index: *i,
+                    model: "A100-SXM4-40GB".into(),
+                    from: from.to_string(),
+                    to: to.to_string(),
+                })
+                .collect(),
+        );
+        if phase == Phase::Install {
+            d.stop_slurmd = true;
+            d.slurmd_budget_s = 60.0;
+        }
+        self.spool().write_desired(&d).unwrap();
+    }
+
+    fn layout(&self, gpu: u32) -> String {
+        let st = self.sim.state(gpu, &self.model).unwrap();
+        assert!(st.is_settled(), "GPU {gpu} is left unsettled: {st:?}");
+        let text = st.layout.display(&self.model).to_string();
+        text
+    }
+
+    fn slurmd_log(&self) -> String {
+        std::fs::read_to_string(self.path("slurmd.log")).unwrap_or_default()
+    }
+
+    fn gres_types(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("gres.conf"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("Type=")))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+const SEVEN_TO_C5: (u32, &str, &str) = (0, "7g.40gb@0", "3g.20gb@0,3g.20gb@4");
+
+#[test]
+fn apply_stages_gres_conf_with_slurmd_running_install_stops_it_and_start_starts_it() {
+    let n = Node::new(&["7g@0", "4g@0 3g@4"]);
+    std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
+    let mut a = n.agent();
+    n.desire(1, Phase::Apply, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!(r.outcome, Outcome::Done);
+    assert_eq!(r.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
+    assert_eq!(r.gpus[1].layout, "4g.20gb@0 3g.20gb@4");
+    assert!(r.slurmd_running, "Apply never touches slurmd");
+    assert_eq!(n.slurmd_log(), "");
+    assert!(
+        n.gres_types().is_empty(),
+        "gres.conf is only staged: {:?}",
+        n.gres_types()
+    );
+    assert!(a.journal().is_closed());
+    let steps = a
+        .journal()
+        .records()
+        .iter()
+        .filter(|r| matches!(r, Record::Step { .. }))
+        .count();
+    assert_eq!(steps, 6);
+    // The same generation and phase is not handled twice.
+    assert!(a.poll().unwrap().is_none());
+
+    n.desire(1, Phase::Install, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome.clone(), r.slurmd_running), (Outcome::Done, false));
+    assert_eq!(n.slurmd_log(), "stop\n");
+    assert_eq!(n.gres_types(), ["3g.20gb", "3g.20gb", "4g.20gb", "3g.20gb"]);
+    let gres = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    assert!(
+        gres.starts_with("AutoDetect=off\n"),
+        "the site's line stays: {gres}"
+    );
+    let files: Vec<&str> = gres
+        .lines()
+        .filter(|l| l.starts_with("NodeName="))
+        .map(|l| l.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(files, ["nvidia0", "nvidia4", "nvidia8", "nvidia12"]);
+    assert!(a.journal().slurmd_watchdog().is_some(), "the watchdog is armed");
+
+    n.desire(1, Phase::Start, &[]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    assert_eq!(a.journal().slurmd_watchdog(), None);
+    assert_eq!(a.journal().layouts().unwrap()[0].layout, "3g.20gb@0 3g.20gb@4");
+}
+
+#[test]
+fn a_device_that_differs_from_what_central_saw_is_not_touched() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    n.desire(1, Phase::Apply, &[(0, "4g@0 3g@4", "3g@0 3g@4")]);
+    let r = a.poll().unwrap().unwrap();
+    let Outcome::Failed { error } = &r.outcome else {
+        panic!("{r:?}")
+    };
+    assert!(
+        error.contains("device has `7g.40gb@0`") && error.contains("nothing changed"),
+        "{error}"
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert!(a.journal().records().is_empty());
+    assert!(!n.path("gres.conf").exists());
+    assert_eq!(n.slurmd_log(), "");
+}
+
+#[test]
+fn a_plan_that_destroys_a_busy_instance_is_refused_before_any_step() {
+    let n = Node::new(&["4g@0 3g@4"]);
+    let busy = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
+    n.sim.set_busy(0, &n.model, busy, true).unwrap();
+    let mut a = n.agent();
+    n.desire(1, Phase::Apply, &[(0, "4g@0 3g@4", "2g@0 2g@2 3g@4")]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("busy instance(s) 4g.20gb@0")),
+        "{r:?}"
+    );
+    assert_eq!(n.layout(0), "4g.20gb@0 3g.20gb@4");
+    assert!(a.journal().records().is_empty());
+}
+
+#[test]
+fn a_create_error_rolls_back_to_from_and_the_report_names_it() {
+    let n = Node::new(&["7g@0"]);
+    n.sim
+        .set_faults(&Faults {
+            fail: vec![FailFault {
+                skip: 1,
+                ..FailFault::once("create-gi", Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES")
+            }],
+            ..Faults::default()
+        })
+        .unwrap();
+    let mut a = n.agent();
+    n.desire(1, Phase::Apply, &[(0, "7g@0", "3g@0 3g@4")]);
+    let r = a.poll().unwrap().unwrap();
+    let Outcome::Failed { error } = &r.outcome else {
+        panic!("{r:?}")
+    };
+    assert!(
+        error.contains("NVML_ERROR_INSUFFICIENT_RESOURCES") && error.contains("create-gi 3g.20gb@4"),
+        "{error}"
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(r.gpus[0].layout, "7g.40gb@0");
+    assert!(a.journal().is_closed());
+    assert!(
+        matches!(
+            a.journal().records().last(),
+            Some(Record::End {
+                ending: Ending::RolledBack { .. },
+                ..
+            })
+        ),
+        "{:?}",
+        a.journal().records()
+    );
+    assert!(r.slurmd_running);
+    assert_eq!(n.slurmd_log(), "");
+}
+
+#[test]
+fn a_gpu_read_error_is_reported_as_such_never_as_a_node_without_gpus() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.announce().unwrap().unwrap();
+    n.sim
+        .set_faults(&Faults {
+            fail: vec![FailFault {
+                always: true,
+                ..FailFault::once("read", Some(0), "NVML_ERROR_GPU_IS_LOST")
+            }],
+            ..Faults::default()
+        })
+        .unwrap();
+    let r = a.tick(unix_now()).unwrap().unwrap();
+    assert!(
+        r.read_error
+            .as_deref()
+            .is_some_and(|e| e.contains("NVML_ERROR_GPU_IS_LOST")),
+        "{r:?}"
+    );
+    assert!(
+        r.gpu_set().is_err(),
+        "the central role must not trust its GPU list"
+    );
+    n.desire(2, Phase::Apply, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(r.outcome, Outcome::Failed { .. }) && r.read_error.is_some(),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
+    n.desire(3, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    n.desire(3, Phase::Install, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    assert_ne!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!(
+        (r.phase, r.outcome, r.slurmd_running),
+        (Phase::Revert, Outcome::Done, true)
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+}
+
+#[test]
+fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
+    for (slurm_has, layout, phase) in [
+        ("gpu:3g.20gb:2", "3g.20gb@0 3g.20gb@4", Phase::Start),
+        ("gpu:7g.40gb:1(S:0)", "7g.40gb@0", Phase::Revert),
+    ] {
+        let n = Node::new(&["7g@0"]);
+        let mut a = n.agent();
+        n.desire(5, Phase::Apply, &[SEVEN_TO_C5]);
+        a.poll().unwrap().unwrap();
+        n.desire(5, Phase::Install, &[SEVEN_TO_C5]);
+        a.poll().unwrap().unwrap();
+        let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+        std::fs::write(n.spool().gres_path(), slurm_has).unwrap();
+        assert!(
+            a.tick(deadline - 1.0).unwrap().is_none(),
+            "not before the deadline"
+        );
+        let r = a.tick(deadline + 1.0).unwrap().unwrap();
+        assert_eq!(
+            (r.generation, r.phase, r.slurmd_running),
+            (5, phase, true),
+            "{slurm_has}"
+        );
+        assert!(
+            r.watchdog.as_deref().is_some_and(|w| w.contains("deadline")),
+            "{r:?}"
+        );
+        assert_eq!(n.layout(0), layout);
+        assert_eq!(n.slurmd_log(), "stop\nstart\n");
+        if phase == Phase::Revert {
+            // The central role's own Revert for the generation is answered already.
+            n.desire(5, Phase::Revert, &[SEVEN_TO_C5]);
+            assert!(a.poll().unwrap().is_none());
+        }
+    }
+}
+
+#[test]
+fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
+    let n = Node::new(&["7g@0"]);
+    // A previous run began generation 5, destroyed the 7g and created 3g@0 without
+    // its compute instance, then died.
+    let m = &n.model;
+    let mut sim = n.sim.clone();
+    let seven = Layout::parse(m, "7g@0").unwrap().instances()[0];
+    let three = Layout::parse(m, "3g@0").unwrap().instances()[0];
+    for s in [
+        Step::DestroyCompute(seven),
+        Step::DestroyGpu(seven),
+        Step::CreateGpu(three),
+    ] {
+        sim.apply(0, m, s).unwrap();
+    }
+    {
+        let mut j = Journal::open(&n.path("state")).unwrap();
+        j.append(Record::Begin {
+            generation: 5,
+            gpus: vec![GpuTarget {
+                index: 0,
+                model: "a100-40gb".into(),
+                from: "7g@0".into(),
+                to: "3g@0 3g@4".into(),
+            }],
+        })
+        .unwrap();
+    }
+    sim.set_faults(&Faults {
+        fail: vec![FailFault::once("create-gi", None, "NVML_ERROR_UNKNOWN")],
+        ..Faults::default()
+    })
+    .unwrap();
+    let mut a = n.agent();
+    let r = a.recover().unwrap().unwrap();
+    assert_eq!(r.generation, 5);
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("could not be finished") && error.contains("NVML_ERROR_UNKNOWN")),
+        "{r:?}"
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert!(a.journal().is_closed());
+    assert!(a.recover().unwrap().is_none());
+}
+
+#[test]
+fn after_a_reboot_empty_gpus_get_their_last_layout_back_and_others_are_left_alone() {
+    let n = Node::new(&["3g@0 3g@4", "7g@0"]);
+    let mut a = n.agent();
+    a.announce().unwrap().unwrap();
+    // The reboot: GPU 0 comes back empty; GPU 1 was re-made by hand meanwhile.
+    let mut sim = n.sim.clone();
+    for text in ["3g@0", "3g@4"] {
+        let i = Layout::parse(&n.model, text).unwrap().instances()[0];
+        sim.apply(0, &n.model, Step::DestroyCompute(i)).unwrap();
+        sim.apply(0, &n.model, Step::DestroyGpu(i)).unwrap();
+    }
+    let seven = Layout::parse(&n.model, "7g@0").unwrap().instances()[0];
+    sim.apply(1, &n.model, Step::DestroyCompute(seven)).unwrap();
+    sim.apply(1, &n.model, Step::DestroyGpu(seven)).unwrap();
+    let four = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
+    sim.apply(1, &n.model, Step::CreateGpu(four)).unwrap();
+    sim.apply(1, &n.model, Step::CreateCompute(four)).unwrap();
+    let mut a = n.agent();
+    assert_eq!(a.restore().unwrap(), vec![0]);
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+    assert_eq!(n.layout(1), "4g.20gb@0");
+    assert_eq!(n.gres_types(), ["3g.20gb", "3g.20gb", "4g.20gb"]);
+}
+
+#[test]
+fn a_lost_report_is_reannounced_with_the_answered_generation_and_not_applied_again() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.announce().unwrap().unwrap();
+    n.desire(3, Phase::Apply, &[SEVEN_TO_C5]);
+    let r = a.tick(unix_now()).unwrap().unwrap();
+    assert_eq!(
+        (r.generation, r.phase, r.outcome),
+        (3, Phase::Apply, Outcome::Done)
+    );
+    assert!(a.tick(unix_now()).unwrap().is_none(), "nothing new to say");
+    // slurmctld forgets the node's Comment (here: the spool loses the report).
+    let spool = n.spool();
+    std::fs::remove_file(spool.report_path()).unwrap();
+    let again = a.tick(unix_now()).unwrap().unwrap();
+    assert_eq!(
+        (again.generation, again.phase, again.outcome.clone()),
+        (3, Phase::Apply, Outcome::Done)
+    );
+    assert_eq!(again.gpus[0].layout, "3g.20gb@0 3g.20gb@4");
+    let on_spool = spool.last_report().unwrap().unwrap();
+    assert_eq!(
+        (on_spool.generation, on_spool.gpus),
+        (again.generation, again.gpus)
+    );
+    // Generation 3 was answered already: no second apply.
+    assert_eq!(
+        a.journal()
+            .records()
+            .iter()
+            .filter(|r| matches!(r, Record::Begin { .. }))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_layout_changed_behind_the_agents_back_is_reannounced_at_once_else_only_periodically() {
+    let n = Node::new(&["4g@0 3g@4"]);
+    let mut a = n.agent();
+    let first = a.announce().unwrap().unwrap();
+    let t = unix_now();
+    assert!(a.tick(t).unwrap().is_none());
+    assert!(a.tick(t + 290.0).unwrap().is_none(), "not before the interval");
+    let periodic = a.tick(t + 301.0).unwrap().unwrap();
+    assert_eq!((periodic.generation, &periodic.gpus), (0, &first.gpus));
+    assert_eq!(periodic.at, t + 301.0);
+    assert!(a.tick(t + 302.0).unwrap().is_none(), "the interval restarts");
+    // Someone destroys the 4g by hand.
+    let four = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
+    let mut sim = n.sim.clone();
+    sim.apply(0, &n.model, Step::DestroyCompute(four)).unwrap();
+    sim.apply(0, &n.model, Step::DestroyGpu(four)).unwrap();
+    let changed = a.tick(t + 303.0).unwrap().unwrap();
+    assert_eq!(changed.gpus[0].layout, "3g.20gb@4");
+    assert!(a.tick(t + 304.0).unwrap().is_none());
+}
+
+#[test]
+fn an_idle_agent_polls_rarely_with_jitter_and_fast_while_a_relayout_is_under_way() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.announce().unwrap().unwrap();
+    let delays: Vec<f64> = (0..200).map(|_| a.poll_delay().as_secs_f64()).collect();
+    assert!(delays.iter().all(|d| (75.0..125.0).contains(d)), "{delays:?}");
+    let spread =
+        delays.iter().cloned().fold(f64::MIN, f64::max) - delays.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(spread > 20.0, "drawn, not fixed: {spread}");
+    n.desire(1, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    assert_eq!(
+        a.poll_delay(),
+        Duration::from_secs(1),
+        "between Apply and Install"
+    );
+}
