@@ -82,7 +82,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     let path = if slurm::release().at_least(23, 11) {
         "reconfiguring Slurm for 2 node(s)"
     } else {
-        "restarting slurmctld for 2 node(s)"
+        "restarting slurmctld: "
     };
     assert_eq!(out.matches(path).count(), 1, "one {path:?} for the batch: {out}");
     let real = Status::read(&c.dir.join("central")).unwrap();

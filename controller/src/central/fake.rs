@@ -35,8 +35,6 @@ pub struct FakeSlurm {
     pub unknown_state: Vec<String>,
     /// Reconfigures so far.
     pub reconfigures: u32,
-    /// slurmctld stops answering pings after a reconfigure (it failed to load).
-    pub down_after_reconfigure: bool,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
     pub slurmd_timeout_s: u32,
     /// RPCs by call: `load_node` (whole table, changed), `load_node_unchanged`,
@@ -301,13 +299,6 @@ impl SlurmApi for FakeSlurm {
 
     fn ping(&mut self) -> Result<(), SlurmError> {
         self.count("ping");
-        if self.down_after_reconfigure && self.reconfigures > 0 {
-            return Err(SlurmError::Call {
-                call: "slurm_ping".into(),
-                errno: 1007,
-                message: "Unable to contact slurm controller (connect failure)".into(),
-            });
-        }
         Ok(())
     }
     fn reconfigure(&mut self) -> Result<(), SlurmError> {

@@ -16,15 +16,16 @@
 //! The node agent's part ([`Relayout::stops_slurmd`] is false): install the new layout and
 //! gres.conf before it reports, and leave slurmd running. slurmctld keeps a node's GRES from
 //! its saved state until that node's slurmd registers again, which the running slurmd does
-//! by itself at the reconfigure (a slurmd that was stopped does it when started). So
-//! [`Reconfigure::apply`] returns once slurmctld answers; the node's record shows the new
-//! types a moment later.
+//! by itself a few milliseconds after the reconfigure (a stopped slurmd would do it only
+//! when started). So [`Reconfigure::apply`] waits until slurmctld answers and every node of
+//! the batch shows its new GPU GRES.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::relayout::{NodeFile, Relayout, RelayoutError};
+use super::same_gpu_gres;
 use crate::command;
 use crate::slurm::SlurmApi;
 
@@ -50,19 +51,32 @@ impl Reconfigure {
         }
     }
 
-    /// Reconfigures and waits for slurmctld to answer.
-    fn reconfigure(&self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
-        log::info!("reconfiguring Slurm");
+    /// Reconfigures, then waits until slurmctld shows each node of `nodes` with its GPU GRES
+    /// (once the node's slurmd has registered again).
+    fn reconfigure(&self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
         api.reconfigure().map_err(RelayoutError::Reconfigure)?;
         let mut last = String::new();
-        let answered = command::poll_until(self.timeout, Duration::from_millis(100), || match api.ping() {
-            Ok(()) => Some(()),
-            Err(e) => {
-                last = e.to_string();
-                None
+        let shown = command::poll_until(self.timeout, Duration::from_millis(100), || {
+            last.clear();
+            for (node, want) in nodes {
+                match api.node(node) {
+                    Ok(n) => {
+                        let have = n.map(|n| n.gres).unwrap_or_default();
+                        if !same_gpu_gres(&have, want, &self.mig_types) {
+                            last = format!("{node} shows GRES {have}, not {want}");
+                            return None;
+                        }
+                    }
+                    Err(e) => {
+                        last = e.to_string();
+                        return None;
+                    }
+                }
             }
+            Some(())
         });
-        answered.ok_or(RelayoutError::NoAnswerAfterReconfigure(self.timeout, last))
+        shown.ok_or(RelayoutError::NoAnswerAfterReconfigure(self.timeout, last))
     }
 }
 
@@ -88,15 +102,17 @@ impl Relayout for Reconfigure {
             return Ok(());
         }
         self.file().write(nodes)?;
-        log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
-        self.reconfigure(api)
+        self.reconfigure(api, nodes)
     }
 
     fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
         if !self.file().put_back(nodes)? {
             return Ok(false);
         }
-        self.reconfigure(api)?;
+        // Slurm reloads the previous file; the nodes' GRES then follow what their agents
+        // put back, which the caller checks.
+        log::info!("reconfiguring Slurm with the previous node definitions");
+        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
         Ok(true)
     }
 }
@@ -106,6 +122,7 @@ mod tests {
     use super::*;
     use crate::central::fake::FakeSlurm;
     use crate::central::relayout::chosen;
+    use crate::slurm::SlurmNode;
     use smartmig_core::config::{CentralConfig, RelayoutKind};
 
     fn setup(dir: &std::path::Path) -> Reconfigure {
@@ -122,11 +139,23 @@ mod tests {
         }
     }
 
+    /// Slurm with node `a` showing `gres` (as its slurmd registered it).
+    fn slurm(gres: &str) -> FakeSlurm {
+        FakeSlurm {
+            nodes: vec![SlurmNode {
+                name: "a".into(),
+                gres: gres.into(),
+                ..SlurmNode::default()
+            }],
+            ..FakeSlurm::default()
+        }
+    }
+
     #[test]
     fn a_batch_rewrites_the_node_file_reconfigures_once_and_undo_puts_it_back() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = setup(dir.path());
-        let mut slurm = FakeSlurm::default();
+        let mut slurm = slurm("gpu:3g.20gb:2(S:0),license:2");
         assert!(!r.stops_slurmd(), "slurmd re-reads gres.conf at the reconfigure");
         let batch = [("a".to_string(), "gpu:3g.20gb:2".to_string())];
         r.apply(&mut slurm, &batch).unwrap();
@@ -149,18 +178,21 @@ mod tests {
     }
 
     #[test]
-    fn a_slurmctld_that_does_not_answer_after_the_reconfigure_is_an_error_naming_the_wait() {
+    fn a_node_that_does_not_show_its_new_gres_in_time_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = setup(dir.path());
-        let mut slurm = FakeSlurm {
-            down_after_reconfigure: true,
-            ..FakeSlurm::default()
-        };
+        // Its slurmd never registers the new layout.
+        let mut slurm = slurm("gpu:7g.40gb:1");
         let e = r
             .apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("300ms") && e.contains("after the reconfigure"), "{e}");
+        assert!(
+            e.contains("300ms")
+                && e.contains("after the reconfigure")
+                && e.contains("a shows GRES gpu:7g.40gb:1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -53,8 +53,8 @@ pub enum RelayoutError {
     /// slurmctld refused the reconfigure.
     #[error("scontrol reconfigure: {0}")]
     Reconfigure(SlurmError),
-    /// slurmctld did not answer in time after the reconfigure.
-    #[error("slurmctld did not answer within {0:?} after the reconfigure: {1}")]
+    /// slurmctld did not show the batch's GRES in time after the reconfigure.
+    #[error("Slurm did not show the new GRES within {0:?} after the reconfigure: {1}")]
     NoAnswerAfterReconfigure(Duration, String),
 }
 
