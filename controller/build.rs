@@ -1,36 +1,48 @@
 //! Generates Rust bindings for the parts of libslurm's public API the central role and
-//! the node agents use (reading jobs and nodes, updating nodes and pending jobs), and
-//! links libslurm.
+//! the node agents use (reading jobs and nodes, updating nodes and pending jobs,
+//! reconfiguring), and links libslurm.
 //!
-//! Headers are found as for the plugin (`$SLURM_INCLUDE_DIR`, pkg-config, `/usr/include`;
-//! Debian: libslurm-dev, which also ships `libslurm.so`).
+//! The Slurm is found as for the plugin (slurm-plugin/slurm_headers.rs: `$SLURM_PREFIX`,
+//! or `$SLURM_INCLUDE_DIR` and `$SLURM_LIB_DIR`, pkg-config, the system's; Debian:
+//! libslurm-dev, which also ships `libslurm.so`). The headers' `SLURM_VERSION_NUMBER` is in
+//! the bindings (`Libslurm::version`), which choose the re-layout path (`relayout = "auto"`).
 
 use std::env;
 use std::path::PathBuf;
 
-// The plugin's header lookup, so both crates build against the same Slurm.
+// The plugin's lookup, so both crates build against the same Slurm (bindings are written
+// here, with this crate's own options).
+#[allow(dead_code)]
 #[path = "../slurm-plugin/slurm_headers.rs"]
 mod slurm_headers;
-use slurm_headers::find_include_dir;
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
-    println!("cargo:rerun-if-env-changed=SLURM_LIB_DIR");
+    slurm_headers::rerun_if_env_changed();
     println!("cargo:rerun-if-changed=build.rs");
-    let include = match find_include_dir() {
-        Ok(dir) => dir,
-        Err(tried) => {
-            eprintln!(
-                "error: Slurm headers not found (looked for slurm/slurm.h in: {tried}).\n\
-                 Install them (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR."
-            );
-            std::process::exit(1);
-        }
-    };
+    println!("cargo:rerun-if-changed=../slurm-plugin/slurm_headers.rs");
+    let include = slurm_headers::include_dir_or_exit();
     let slurm_h = include.join("slurm/slurm.h");
     println!("cargo:rerun-if-changed={}", slurm_h.display());
-    if let Ok(dir) = env::var("SLURM_LIB_DIR") {
-        println!("cargo:rustc-link-search=native={dir}");
+    slurm_headers::version_or_exit(&include);
+    // Up to 23.x the API's error number is read with slurm_get_errno(); later releases set
+    // errno itself and dropped the function (cfg `slurm_errno_is_errno`).
+    println!("cargo:rustc-check-cfg=cfg(slurm_errno_is_errno)");
+    if !slurm_headers::declares(&include, "slurm/slurm_errno.h", "slurm_get_errno") {
+        println!("cargo:rustc-cfg=slurm_errno_is_errno");
+    }
+    match slurm_headers::lib_dir() {
+        Ok(Some(dir)) => {
+            println!("cargo:rustc-link-search=native={}", dir.display());
+            // A Slurm from another system (a root file system of a newer Debian) links
+            // against that system's C library, which the linker here cannot check against:
+            // it is checked where smartmigd runs, beside that libslurm.
+            println!("cargo:rustc-link-arg=-Wl,--allow-shlib-undefined");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
     }
     println!("cargo:rustc-link-lib=dylib=slurm");
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -41,7 +53,7 @@ fn main() {
             "slurm_init|slurm_load_jobs|slurm_free_job_info_msg|slurm_load_node|\
              slurm_free_node_info_msg|slurm_update_node|slurm_init_update_node_msg|\
              slurm_update_job|slurm_init_job_desc_msg|slurm_strerror|slurm_get_errno|\
-             slurm_requeue|slurm_ping|slurm_hostlist_create|slurm_hostlist_shift|\
+             slurm_requeue|slurm_ping|slurm_reconfigure|slurm_hostlist_create|slurm_hostlist_shift|\
              slurm_hostlist_destroy|slurm_load_node_single|slurm_load_ctl_conf|slurm_free_ctl_conf",
         )
         .allowlist_type(

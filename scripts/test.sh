@@ -6,13 +6,19 @@ cd "$(dirname "$0")/.."
 
 scripts/deps.sh
 
-# tests/packages.rs installs the packages into a clean Debian 12 chroot, cached by
-# scripts/debian-chroot.sh. Building that cache (first run: ~2.5 min, mostly downloads) runs
-# in the background while the workspace compiles; the test waits for it (a lock) and, if it
-# failed, builds it again and shows the error. The log is only for a look afterwards.
+# tests/packages.rs installs the packages into clean Debian 12 and 13 chroots, and the
+# end-to-end tests run Debian 13's Slurm 24.11 from a third (scripts/e2e.sh trixie below), all
+# cached by scripts/debian-chroot.sh. Building those caches (first run: ~5 min, mostly
+# downloads) runs in the background while the workspace compiles; each user waits for it (a
+# lock) and, if it failed, builds it again and shows the error. The log is only for a look
+# afterwards.
 if [ "$(id -u)" -eq 0 ]; then
   mkdir -p "${CARGO_TARGET_DIR:-target}"
-  scripts/debian-chroot.sh --prepare >"${CARGO_TARGET_DIR:-target}/debian-chroot.log" 2>&1 &
+  {
+    scripts/debian-chroot.sh --prepare
+    scripts/debian-chroot.sh --suite trixie --slurm --shared
+    scripts/debian-chroot.sh --suite trixie --prepare
+  } >"${CARGO_TARGET_DIR:-target}/debian-chroot.log" 2>&1 &
 fi
 
 echo "== cargo fmt --check"
@@ -23,3 +29,9 @@ echo "== cargo test"
 # Every binary and the plugin are built before any test runs: the package test packages them
 # as they are (tests/packages.rs).
 SMARTMIG_PACKAGE_PREBUILT=1 cargo test --workspace --locked
+echo "== end-to-end tests on Debian 13's Slurm 24.11 (the host's ran above)"
+if [ "$(id -u)" -eq 0 ]; then
+  scripts/e2e.sh trixie
+else
+  echo "skipped: not root (the end-to-end tests start Slurm's daemons)"
+fi

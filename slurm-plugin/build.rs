@@ -1,33 +1,36 @@
-//! Generates Rust bindings for the parts of Slurm's public headers the plugin uses.
+//! Generates Rust bindings for the parts of Slurm's public headers the plugin uses, from
+//! the Slurm it is built against (see slurm_headers.rs: `$SLURM_PREFIX`,
+//! `$SLURM_INCLUDE_DIR`, pkg-config, `/usr/include`).
 //!
-//! Headers are looked up in `$SLURM_INCLUDE_DIR`, then through pkg-config (`slurm`), then
-//! in `/usr/include`; the directory found must contain `slurm/slurm.h`. The header's
-//! `SLURM_VERSION_NUMBER` becomes `plugin_version`, and selects the `job_modify` signature:
-//! releases from 23.02 on pass an `err_msg` (cfg `slurm_job_modify_err_msg`).
-
-use std::path::Path;
+//! The headers' `SLURM_VERSION_NUMBER` becomes `plugin_version` (slurmctld loads only a
+//! plugin of its own release) and `SLURM_BUILT_FOR` (logged at load), and selects the code
+//! paths that differ between releases: from 23.02 on, `job_modify` takes an `err_msg`
+//! (cfg `slurm_job_modify_err_msg`).
 
 /// First Slurm release whose `job_modify` takes `char **err_msg` (23.02.0).
-const JOB_MODIFY_ERR_MSG_SINCE: u64 = 0x17_02_00;
+const JOB_MODIFY_ERR_MSG_SINCE: u32 = 0x17_02_00;
 
-// Shared with controller/build.rs: where the Slurm headers are.
+// Shared with controller/build.rs (which uses all of it): which Slurm to build against.
+#[allow(dead_code)]
 #[path = "slurm_headers.rs"]
 mod slurm_headers;
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    slurm_headers::rerun_if_env_changed();
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=slurm_headers.rs");
     println!("cargo:rustc-check-cfg=cfg(slurm_job_modify_err_msg)");
     let include = slurm_headers::include_dir_or_exit();
     let slurm_h = include.join("slurm/slurm.h");
     println!("cargo:rerun-if-changed={}", slurm_h.display());
-    let version = read_version(&include.join("slurm/slurm_version.h")).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    });
+    let version = slurm_headers::version_or_exit(&include);
     if version >= JOB_MODIFY_ERR_MSG_SINCE {
         println!("cargo:rustc-cfg=slurm_job_modify_err_msg");
     }
+    println!(
+        "cargo:rustc-env=SLURM_BUILT_FOR={}",
+        slurm_headers::version_text(version)
+    );
     let builder = bindgen::Builder::default()
         .clang_arg(format!("-I{}", include.display()))
         .allowlist_type("job_desc_msg_t")
@@ -40,20 +43,4 @@ fn main() {
         .opaque_type("list|List|xlist|cron_entry_t|.*_t_cron")
         .derive_default(false);
     slurm_headers::write_bindings(builder, &slurm_h);
-}
-
-/// `SLURM_VERSION_NUMBER` from slurm_version.h.
-fn read_version(path: &Path) -> Result<u64, String> {
-    println!("cargo:rerun-if-changed={}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        if words.next() == Some("#define") && words.next() == Some("SLURM_VERSION_NUMBER") {
-            let v = words.next().unwrap_or("");
-            let v = v.trim_start_matches('(').trim_end_matches(')');
-            return u64::from_str_radix(v.trim_start_matches("0x"), 16)
-                .map_err(|_| format!("{}: SLURM_VERSION_NUMBER `{v}` is not hex", path.display()));
-        }
-    }
-    Err(format!("{}: no SLURM_VERSION_NUMBER", path.display()))
 }

@@ -1,7 +1,9 @@
-//! The Debian packages on a clean Debian 12: build them with scripts/package.sh, install them
-//! with apt from the local .deb files into a debootstrap (minbase, bookworm) chroot, so apt
+//! The Debian packages on a clean Debian 12 and a clean Debian 13: build them with
+//! scripts/package.sh (for Debian 13 against its Slurm 24.11, `--root`), install them with apt
+//! from the local .deb files into a debootstrap (minbase) chroot of that release, so apt
 //! resolves their declared dependencies from the Debian mirror (slurmctld of the matching
-//! version for the plugin), upgrade to a version-bumped build after editing the config, purge.
+//! version for the plugin, that release's libslurm for smartmigd), upgrade to a version-bumped
+//! build after editing the config, purge.
 //!
 //! Needs root (debootstrap, chroot, mount namespace), debootstrap and cargo-deb (both from
 //! `scripts/deps.sh packages`) and the Debian mirror; skipped only when not root. The chroot
@@ -24,6 +26,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Instant;
 
 const PACKAGES: [&str; 3] = ["smartmig", "smartmigd", "smartmig-slurm-plugin"];
@@ -75,15 +78,36 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A clean Debian 12 root file system.
+const CHROOT_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/debian-chroot.sh");
+
+/// A Debian release the packages are built for and tried on.
+struct Release {
+    /// debootstrap's suite name.
+    suite: &'static str,
+    /// The shared root with that release's Slurm the Slurm-linked packages are built against
+    /// (None: this machine's).
+    slurm_root: Option<PathBuf>,
+}
+
+impl Release {
+    /// The version of `package` the packages were built against.
+    fn build_version(&self, package: &str) -> String {
+        let mut cmd = Command::new("dpkg-query");
+        if let Some(root) = &self.slurm_root {
+            cmd.arg(format!("--admindir={}", root.join("var/lib/dpkg").display()));
+        }
+        run(cmd.args(["-W", "-f=${Version}", package]))
+    }
+}
+
+/// A clean Debian root file system.
 struct Chroot {
     root: PathBuf,
 }
 
 impl Chroot {
-    fn new(root: PathBuf) -> Self {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/debian-chroot.sh");
-        run(Command::new(script).arg(&root));
+    fn new(root: PathBuf, suite: &str) -> Self {
+        run(Command::new(CHROOT_SCRIPT).args(["--suite", suite]).arg(&root));
         Chroot { root }
     }
 
@@ -133,7 +157,7 @@ impl Chroot {
     }
 }
 
-fn package(out: &Path, version: &str, build: bool) -> Vec<PathBuf> {
+fn package(release: &Release, out: &Path, version: &str, build: bool) -> Vec<PathBuf> {
     let root = env!("CARGO_MANIFEST_DIR");
     let profile = std::env::var("SMARTMIG_PACKAGE_PROFILE").unwrap_or_else(|_| "dev".into());
     let mut cmd = Command::new(format!("{root}/scripts/package.sh"));
@@ -142,6 +166,9 @@ fn package(out: &Path, version: &str, build: bool) -> Vec<PathBuf> {
         .arg(out);
     if !build {
         cmd.arg("--no-build");
+    }
+    if let Some(slurm) = &release.slurm_root {
+        cmd.arg("--root").arg(slurm);
     }
     run(&mut cmd);
     PACKAGES
@@ -163,8 +190,40 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
         eprintln!("skipped: debootstrap, chroot and mount namespaces need root");
         return;
     }
+    install_upgrade_purge(&Release {
+        suite: "bookworm",
+        slurm_root: None,
+    });
+}
+
+/// The same for Debian 13, with smartmigd and the plugin built against its Slurm 24.11 (the
+/// shared root of scripts/debian-chroot.sh; the installs go to a clean minbase chroot).
+#[test]
+fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debian_13() {
+    if !run(Command::new("id").arg("-u")).trim().eq("0") {
+        eprintln!("skipped: debootstrap, chroot and mount namespaces need root");
+        return;
+    }
+    let slurm = run(Command::new(CHROOT_SCRIPT).args(["--suite", "trixie", "--slurm", "--shared"]));
+    install_upgrade_purge(&Release {
+        suite: "trixie",
+        slurm_root: Some(PathBuf::from(slurm.trim())),
+    });
+}
+
+/// One release at a time: both package from the same target dir (man pages, completions).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn install_upgrade_purge(release: &Release) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
-    let lap = |what: &str| eprintln!("packages: {what} at {:.0?}", started.elapsed());
+    let lap = |what: &str| {
+        eprintln!(
+            "packages ({}): {what} at {:.0?}",
+            release.suite,
+            started.elapsed()
+        )
+    };
     let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let version = env!("CARGO_PKG_VERSION");
     let (v1, v2) = (format!("{version}-1"), format!("{version}-2"));
@@ -193,9 +252,9 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR")));
     }
-    let debs = package(&work.path().join("v1"), &v1, !prebuilt);
+    let debs = package(release, &work.path().join("v1"), &v1, !prebuilt);
     lap("packages built");
-    let chroot = Chroot::new(work.path().join("root"));
+    let chroot = Chroot::new(work.path().join("root"), release.suite);
     lap("chroot unpacked");
     // No init runs in the chroot: the maintainer scripts must not need systemd.
     assert!(!chroot.path("/run/systemd/system").exists());
@@ -219,16 +278,16 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
     chroot.sh(&format!("smartmig config check {CONFIG}"));
 
     // apt installed the plugin's Slurm from the mirror, of the version it was built against.
-    let host_slurm = run(Command::new("dpkg-query").args(["-W", "-f=${Version}", "libslurm-dev"]));
+    let built_slurm = release.build_version("libslurm-dev");
     let slurmctld = chroot.version("slurmctld");
     assert_eq!(
         upstream(&slurmctld),
-        upstream(&host_slurm),
+        upstream(&built_slurm),
         "slurmctld {slurmctld}"
     );
     let depends = chroot.sh("dpkg-query -W -f='${Depends}' smartmig-slurm-plugin");
     assert!(
-        depends.contains(&format!("slurmctld (>= {})", upstream(&host_slurm))),
+        depends.contains(&format!("slurmctld (>= {})", upstream(&built_slurm))),
         "plugin depends: {depends}"
     );
     // The plugin lands in the PluginDir the chroot's slurmctld uses by default: the one
@@ -262,7 +321,7 @@ fn packages_install_upgrade_keeping_the_edited_config_and_purge_on_a_clean_debia
     assert!(edited.contains("decision_interval_s = 90"));
     std::fs::write(chroot.path(CONFIG), &edited).unwrap();
 
-    let debs = package(&work.path().join("v2"), &v2, false);
+    let debs = package(release, &work.path().join("v2"), &v2, false);
     chroot.apt_install("v2", &debs);
     lap("v2 installed");
     for p in PACKAGES {

@@ -1,9 +1,11 @@
-//! End-to-end tests of job_submit_smartmig.so inside a real slurmctld (22.05).
+//! End-to-end tests of job_submit_smartmig.so inside a real slurmctld: the host's (Debian
+//! 12: 22.05), or the one in `$SMARTMIG_SLURM_ROOT` (Debian 13: 24.11), with the same
+//! expectations, so the same requests get the same routing on both.
 //!
 //! Needs root and the Slurm packages (`scripts/deps.sh slurm`); skips with a "skipped:"
-//! line otherwise. The plugin is built by the harness (`cargo build -p
-//! smartmig-slurm-plugin --release`) unless `SMARTMIG_PLUGIN_SO` names a built one.
-//! Run: `cargo test --test plugin_e2e -- --nocapture`.
+//! line otherwise. The plugin is built by the harness against the Slurm under test
+//! unless `SMARTMIG_PLUGIN_SO` names a built one.
+//! Run: `cargo test --test plugin_e2e -- --nocapture`, or `scripts/e2e.sh` for both releases.
 //!
 //! The node has two fake A100-40GB GPUs in different layouts, c2 (4g + 3g) and c7
 //! (2g + 1g + 1g + 3g): types 4g.20gb ×1, 3g.20gb ×2, 2g.10gb ×1, 1g.5gb ×2. smartmig.toml's
@@ -14,10 +16,13 @@
 
 mod slurm;
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use slurm::{minutes, Cluster, FakeGpu, Options, SMARTMIG_TOML};
+use slurm::{minutes, tres, Cluster, FakeGpu, Options, SMARTMIG_TOML};
+use smartmig_core::config::Config;
+use smartmig_core::routing::{Job, Outcome, Router, TresStrings};
 
 /// One cluster at a time: the machine is small and slurmctld is not light.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -30,7 +35,8 @@ fn start() -> (std::sync::MutexGuard<'static, ()>, Cluster) {
 /// A submission and where it must land.
 struct Case {
     args: &'static [&'static str],
-    /// Field and exact value expected in `scontrol show job`.
+    /// Field and exact value expected in `scontrol show job` (without the release's
+    /// `gres:`/`gres/` prefix, which the plugin keeps as Slurm spelled it).
     field: &'static str,
     tres: &'static str,
     /// Expected time limit in minutes (None: the partition's, unlimited here).
@@ -49,7 +55,7 @@ const CASES: &[Case] = &[
             "--comment=smartmig:class=bert-infer",
         ],
         field: "TresPerNode",
-        tres: "gres:gpu:2g.10gb:1",
+        tres: "gpu:2g.10gb:1",
         limit: Some(210),
         routed: true,
     },
@@ -58,7 +64,7 @@ const CASES: &[Case] = &[
     Case {
         args: &["--gres=gpu:mig:1", "--time=10"],
         field: "TresPerNode",
-        tres: "gres:gpu:1g.5gb:1",
+        tres: "gpu:1g.5gb:1",
         limit: Some(70),
         routed: true,
     },
@@ -67,7 +73,7 @@ const CASES: &[Case] = &[
     Case {
         args: &["--gpus=mig:2", "--time=10"],
         field: "TresPerJob",
-        tres: "gres:gpu:1g.5gb:2",
+        tres: "gpu:1g.5gb:2",
         limit: Some(70),
         routed: true,
     },
@@ -79,7 +85,7 @@ const CASES: &[Case] = &[
             "--comment=smartmig:speedup=1,1,1,1,1",
         ],
         field: "TresPerJob",
-        tres: "gres:gpu:1g.5gb:1",
+        tres: "gpu:1g.5gb:1",
         limit: Some(30),
         routed: true,
     },
@@ -91,7 +97,7 @@ const CASES: &[Case] = &[
             "--comment=run42 smartmig:class=bert-infer;gpumem=12G;due=2h",
         ],
         field: "TresPerNode",
-        tres: "gres:gpu:3g.20gb:1",
+        tres: "gpu:3g.20gb:1",
         limit: Some(47),
         routed: true,
     },
@@ -103,7 +109,7 @@ const CASES: &[Case] = &[
             "--comment=smartmig:speedup=1,1,1,1,1",
         ],
         field: "TresPerNode",
-        tres: "gres:gpu:1g.5gb:2",
+        tres: "gpu:1g.5gb:2",
         limit: Some(10),
         routed: true,
     },
@@ -112,7 +118,7 @@ const CASES: &[Case] = &[
     Case {
         args: &["--gres=gpu:mig:1", "--comment=smartmig:class=resnet-train"],
         field: "TresPerNode",
-        tres: "gres:gpu:2g.10gb:1",
+        tres: "gpu:2g.10gb:1",
         limit: None,
         routed: true,
     },
@@ -124,7 +130,7 @@ const CASES: &[Case] = &[
             "--comment=smartmig:class=bert-infer;time-on=1g",
         ],
         field: "TresPerNode",
-        tres: "gres:gpu:1g.5gb:1",
+        tres: "gpu:1g.5gb:1",
         limit: Some(70),
         routed: true,
     },
@@ -132,7 +138,7 @@ const CASES: &[Case] = &[
     Case {
         args: &["--gres=gpu:3g.20gb:1", "--time=10"],
         field: "TresPerNode",
-        tres: "gres:gpu:3g.20gb:1",
+        tres: "gpu:3g.20gb:1",
         limit: Some(10),
         routed: false,
     },
@@ -140,7 +146,7 @@ const CASES: &[Case] = &[
     Case {
         args: &["--gres=gpu:1", "--time=10"],
         field: "TresPerNode",
-        tres: "gres:gpu:1",
+        tres: "gpu:1",
         limit: Some(10),
         routed: false,
     },
@@ -160,8 +166,8 @@ fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
         eprintln!("sbatch {:?}: {}", case.args, stderr.trim());
         let job = c.job(id);
         assert_eq!(
-            job.get(case.field).map(String::as_str),
-            Some(case.tres),
+            job.get(case.field),
+            Some(&tres(case.tres)),
             "{:?}: {job:?}",
             case.args
         );
@@ -184,11 +190,7 @@ fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
             case.args
         );
         if case.routed {
-            let ty = case
-                .tres
-                .rsplit_once(':')
-                .map_or("", |(a, _)| a)
-                .trim_start_matches("gres:");
+            let ty = case.tres.rsplit_once(':').map_or("", |(a, _)| a);
             assert!(
                 stderr.contains(ty),
                 "{:?}: info line {stderr:?} should name {ty}",
@@ -271,7 +273,7 @@ fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
     let (id, _) = c
         .sbatch(&["--hold", "--gres=gpu:1g.5gb:1", "--time=10", "--wrap", "true"])
         .unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:1g.5gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:1g.5gb:1"));
     // No hint: default (linear) class, TimeLimit 60 on 7g, due 90 + 60: 3g needs 140
     // (meets), 2g 210; so 3g and 60 × 7/3 → 140.
     let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:1", "TimeLimit=60"]);
@@ -281,20 +283,21 @@ fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
         String::from_utf8_lossy(&out.stderr)
     );
     let job = c.job(id);
-    assert_eq!(job["TresPerNode"], "gres:gpu:3g.20gb:1", "{job:?}");
+    assert_eq!(job["TresPerNode"], tres("gpu:3g.20gb:1"), "{job:?}");
     assert_eq!(minutes(&job["TimeLimit"]), Some(140), "{job:?}");
     assert!(c.ctld_log().contains("job_modify"), "{}", c.log_tails());
     // A bad update is refused and leaves the job as it was.
     let out = c.scontrol(&["update", &format!("jobid={id}"), "Gres=gpu:mig:9"]);
     assert!(!out.status.success(), "Gres=gpu:mig:9 was accepted");
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:3g.20gb:1"));
     let out = c.scontrol(&["release", &id.to_string()]);
     assert!(out.status.success());
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
 }
 
 /// Slurm 22.05 calls the plugin's init/fini on reconfigure only when JobSubmitPlugins
-/// changes; the plugin reloads smartmig.toml itself when the file changes.
+/// changes; from 23.11 on a reconfigure re-executes slurmctld, which loads the plugin
+/// afresh. Either way the plugin reloads smartmig.toml itself when the file changes.
 #[test]
 fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
     skip_unless_slurm!();
@@ -306,7 +309,7 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
         c.job(id)["TresPerNode"].clone()
     };
     // Linear default class, due 1.5 × 60 + 60 = 150 min: 3g (140 min).
-    assert_eq!(submit(), "gres:gpu:3g.20gb:1");
+    assert_eq!(submit(), tres("gpu:3g.20gb:1"));
     // A site class that does not scale becomes the default: the smallest slice wins.
     c.write_smartmig_toml(&format!(
         "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
@@ -314,16 +317,18 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
     // The file is checked at most once a second.
     std::thread::sleep(Duration::from_millis(1100));
     c.reconfigure();
-    assert_eq!(submit(), "gres:gpu:1g.5gb:1");
+    assert_eq!(submit(), tres("gpu:1g.5gb:1"));
+    let log = c.ctld_log();
     assert!(
-        c.ctld_log().contains("job_submit/smartmig: reloaded"),
+        log.contains("job_submit/smartmig: reloaded")
+            || log.matches("job_submit/smartmig: loaded").count() >= 2,
         "{}",
         c.log_tails()
     );
     // A broken edit is reported and the last good config stays in force.
     c.write_smartmig_toml(&format!("{SMARTMIG_TOML}slak = 2\n"));
     std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(submit(), "gres:gpu:1g.5gb:1");
+    assert_eq!(submit(), tres("gpu:1g.5gb:1"));
     let log = c.ctld_log();
     assert!(
         log.contains("keeping the previous one") && log.contains("slak"),
@@ -347,7 +352,7 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     let (id, _) = c
         .sbatch(&["--gres=gpu:3g.20gb:1", "--hold", "--wrap", "true"])
         .unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:3g.20gb:1"));
     let (id, _) = c.sbatch(&["--wrap", "true"]).expect("CPU job accepted");
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
     // Fixing the file brings routing back without a restart.
@@ -356,7 +361,7 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     let (id, _) = c
         .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
         .unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:1g.5gb:1");
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:1g.5gb:1"));
 }
 
 #[test]
@@ -376,7 +381,7 @@ fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() 
     for _ in 0..2 {
         let (id, _) = c.sbatch(&args).expect("submission with a garbage snapshot");
         // Static rule: as in the matrix, 2g.10gb.
-        assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:2g.10gb:1");
+        assert_eq!(c.job(id)["TresPerNode"], tres("gpu:2g.10gb:1"));
         std::thread::sleep(Duration::from_millis(1100));
     }
     let log = c.ctld_log();
@@ -397,7 +402,7 @@ fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() 
     );
     std::fs::write(c.snapshot_path(), snap).unwrap();
     let (id, stderr) = c.sbatch(&args).unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], "gres:gpu:3g.20gb:1", "{stderr}");
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:3g.20gb:1"), "{stderr}");
     assert_eq!(minutes(&c.job(id)["TimeLimit"]), Some(140));
     assert!(stderr.contains("free now"), "{stderr}");
     assert!(c.ctld_log().contains("snapshot usable again"));
@@ -406,8 +411,11 @@ fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() 
 #[test]
 fn sacct_records_the_routed_type_and_limit() {
     skip_unless_slurm!();
-    if slurm::which("slurmdbd").is_none() || slurm::which("mariadbd").is_none() {
-        eprintln!("skipped: slurmdbd or mariadbd missing (run scripts/deps.sh slurm)");
+    if slurm::slurm_which("slurmdbd").is_none() || slurm::slurm_which("mariadbd").is_none() {
+        eprintln!(
+            "skipped: slurmdbd or mariadbd missing beside {} (scripts/deps.sh slurm installs them on the host)",
+            slurm::install()
+        );
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -515,7 +523,153 @@ fn two_nodes_in_network_namespaces_take_routed_jobs() {
     for (id, ty, node) in [(a, "4g.20gb", &c.nodes[0]), (b, "2g.10gb", &c.nodes[1])] {
         c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
         let job = c.job(id);
-        assert_eq!(job["TresPerNode"], format!("gres:gpu:{ty}:1"));
+        assert_eq!(job["TresPerNode"], tres(&format!("gpu:{ty}:1")));
         assert_eq!(&job["NodeList"], node, "{job:?}");
     }
+}
+
+/// The requests of the storm: GPU request, comment, and whether it has a time limit.
+const STORM: &[(&str, Option<&str>, bool)] = &[
+    ("gpu:mig:1", None, true),
+    ("gpu:mig:1", Some("smartmig:class=bert-infer"), true),
+    ("gpu:mig:2", Some("smartmig:speedup=1,1,1,1,1"), true),
+    ("gpu:mig:1", Some("smartmig:class=resnet-train"), false),
+    (
+        "gpu:mig:1",
+        Some("run42 smartmig:class=bert-infer;gpumem=12G;due=2h"),
+        true,
+    ),
+    ("gpu:mig:1", Some("smartmig:class=bert-infer;time-on=1g"), true),
+    ("gpu:mig:1", Some("smartmig:class=resnet-train;due=3h"), true),
+    ("gpu:3g.20gb:1", None, true),
+    ("gpu:1", None, true),
+    ("gpu:mig:8", None, false),
+    ("gpu:mig:1", Some("smartmig:gpumem=30G"), true),
+];
+/// Time limits (minutes) cycled through the storm's requests that have one.
+const STORM_TIMES: [u32; 5] = [5, 17, 45, 90, 240];
+
+/// 1,000 submissions from four clients at once (held, never run): slurmctld answers every
+/// one, and each lands exactly where smartmig-core's router, fed the same smartmig.toml
+/// and request, puts it (type, spelling and time limit; refusals refused). The router is
+/// the same on every release, so this shows the same stream routes the same on each.
+#[test]
+fn a_storm_of_1000_submissions_routes_each_job_as_the_router_decides() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let jobs = 1000;
+    let request = |i: usize| {
+        let (gres, comment, timed) = STORM[i % STORM.len()];
+        let time = timed.then_some(STORM_TIMES[(i / STORM.len()) % STORM_TIMES.len()]);
+        (gres, comment, time)
+    };
+    let clients = 4;
+    let results: Vec<(usize, Result<u32, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|k| {
+                let c = &c;
+                s.spawn(move || {
+                    (k..jobs)
+                        .step_by(clients)
+                        .map(|i| {
+                            let (gres, comment, time) = request(i);
+                            let mut args = vec![format!("--gres={gres}"), "--hold".into()];
+                            args.extend(comment.map(|t| format!("--comment={t}")));
+                            args.extend(time.map(|t| format!("--time={t}")));
+                            args.extend(["--wrap".to_string(), "true".into()]);
+                            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                            (i, c.sbatch(&args).map(|(id, _)| id))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(results.len(), jobs);
+
+    let text = slurm::SMARTMIG_TOML.replace("@DIR@", &c.dir.display().to_string());
+    let resolved = Config::parse(&text, "smartmig.toml")
+        .unwrap()
+        .resolve(None)
+        .unwrap();
+    let router = Router::from_resolved(&resolved).unwrap();
+    let out = c.client_output("squeue", &["-h", "-t", "all", "-o", "%i|%b|%l"]);
+    let shown: HashMap<u32, (String, Option<u32>)> = out
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|');
+            let id = f.next()?.trim().parse().ok()?;
+            Some((id, (f.next()?.to_string(), minutes(f.next()?.trim()))))
+        })
+        .collect();
+    let mut routed = 0;
+    for (i, got) in &results {
+        let (gres, comment, time) = request(*i);
+        let asked = tres(gres);
+        let job = Job {
+            tres: TresStrings([Some(&asked), None, None, None]),
+            name: Some("wrap"),
+            comment,
+            time_limit_min: time,
+            ..Job::default()
+        };
+        match (router.route(&job, None), got) {
+            (Ok(outcome), Ok(id)) => {
+                let expected = match outcome {
+                    Outcome::Routed(r) => {
+                        routed += 1;
+                        (r.tres[0].1.clone(), r.time_limit_min.or(time))
+                    }
+                    Outcome::Unchanged(_) => (asked.clone(), time),
+                };
+                assert_eq!(
+                    shown.get(id),
+                    Some(&expected),
+                    "request {i} {:?} (job {id})",
+                    request(*i)
+                );
+            }
+            (Err(_), Err(stderr)) => {
+                assert!(
+                    stderr.contains("sbatch: error: smartmig: "),
+                    "request {i}: {stderr}"
+                )
+            }
+            (want, got) => panic!(
+                "request {i} {:?}: router says {want:?}, Slurm {got:?}",
+                request(*i)
+            ),
+        }
+    }
+    assert!(routed > jobs / 2, "only {routed} routed");
+}
+
+/// slurmctld's loader refuses a plugin built for another release, naming its version, so
+/// it never runs inside a slurmctld whose structures it does not know (here: the host's
+/// build loaded by the root's slurmctld at a reconfigure). Needs two releases.
+#[test]
+fn a_plugin_built_for_another_release_is_refused_by_slurmctld_naming_its_version() {
+    skip_unless_slurm!();
+    if *slurm::install() == slurm::Install::Host {
+        eprintln!(
+            "skipped: needs a second Slurm release ({}; scripts/e2e.sh sets it)",
+            slurm::ROOT_ENV
+        );
+        return;
+    }
+    let (_g, c) = start();
+    let stranger = slurm::host_plugin_so();
+    let host = slurm::Install::Host.release();
+    assert_ne!(host, slurm::release(), "the root's Slurm is the host's release");
+    std::fs::copy(&stranger, c.dir.join("plugins/job_submit_smartmig.so")).unwrap();
+    let _ = c.scontrol(&["reconfigure"]);
+    let line = format!("job_submit_smartmig.so version ({host})");
+    c.wait_for("slurmctld to refuse the plugin", Duration::from_secs(20), |c| {
+        c.ctld_log()
+            .lines()
+            .any(|l| l.contains("Incompatible Slurm plugin") && l.contains(&line))
+    });
+    // Nothing of it ran: its init's first line is nowhere.
+    assert!(!c.ctld_log().contains(&format!("built for Slurm {host}")));
 }

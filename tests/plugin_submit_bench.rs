@@ -98,6 +98,7 @@ fn start(name: &'static str, plugins: &str, gres: &'static str) -> Variant {
         etc_files: vec![("job_submit.lua".into(), LUA.into())],
         extra_conf: "MaxJobCount=100000\n".into(),
         accounting: false,
+        dynamic_nodes: false,
     };
     Variant {
         name,

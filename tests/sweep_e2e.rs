@@ -111,6 +111,7 @@ fn the_emitted_array_job_runs_on_slurm_and_collects_into_the_local_comparison() 
         etc_files: Vec::new(),
         extra_conf: String::new(),
         accounting: false,
+        dynamic_nodes: false,
     });
     let dir = scratch("slurm");
     let d = dir.to_str().unwrap();

@@ -15,7 +15,7 @@ mod slurm;
 
 use std::time::{Duration, Instant};
 
-use common::{central_config_with, start_agent, two_nodes, wait_announced, Policy, BIN, C1, C2};
+use common::{central_config_with, smartmigd, start_agent, two_nodes, wait_announced, Policy, C1, C2};
 use rand::SeedableRng as _;
 use slurm::Cluster;
 use smartmig_core::config::{Config, Mode};
@@ -75,7 +75,7 @@ fn job_churn_under_a_fickle_policy_restarts_slurmctld_no_more_than_the_interval_
     onnx_writer::write(&policy_path(&resolved, 0, Mode::Drain), &net, &meta).unwrap();
 
     let starts_before = c.ctld_log().matches("slurmctld version").count();
-    let mut cmd = c.in_ctl_ns(BIN);
+    let mut cmd = smartmigd(&c, None);
     cmd.args(["central", "--config"])
         .arg(&config)
         .env("RUST_LOG", "info");

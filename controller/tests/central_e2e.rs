@@ -1,6 +1,7 @@
-//! End to end: the central role and two node agents on a real Slurm 22.05 (the shared
-//! harness: munged, slurmctld, one slurmd per network namespace), on each GPU backend:
-//! simulated GPUs (`simulated::...`) and NVML on the NVML test library (`nvml::...`).
+//! End to end: the central role and two node agents on a real Slurm (the shared harness:
+//! munged, slurmctld, one slurmd per network namespace; the host's 22.05, or 24.11 with
+//! `$SMARTMIG_SLURM_ROOT`, see scripts/e2e.sh), on each GPU backend: simulated GPUs
+//! (`simulated::...`) and NVML on the NVML test library (`nvml::...`).
 //!
 //! The decision is forced through the real ONNX path: the test writes, with
 //! `onnx_writer`, a one-layer policy whose logits send every configuration to c5
@@ -10,8 +11,9 @@
 //! starts in c1 (7g.40gb). The test shows that
 //! - a dry-run cycle changes nothing (no drain, no Extra, node file unchanged) and
 //!   reports the decisions the real cycle then makes;
-//! - the real cycle re-lays out both nodes with one slurmctld restart, and Slurm then
-//!   sees `gpu:3g.20gb:2` on both;
+//! - the real cycle re-lays out both nodes with one slurmctld restart (22.05) or one
+//!   reconfigure (23.11 and later: `relayout = "auto"`), and Slurm then sees
+//!   `gpu:3g.20gb:2` on both;
 //! - the job on the untouched 3g keeps running throughout (same job, never requeued);
 //! - new jobs run on the new layout (3g.20gb on node 1, which had only a 7g).
 //!
@@ -81,7 +83,14 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     // The real cycle.
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    let path = if slurm::release().at_least(23, 11) {
+        "reconfiguring Slurm for 2 node(s)"
+    } else {
+        "restarting slurmctld: "
+    };
+    assert_eq!(out.matches(path).count(), 1, "one {path:?} for the batch: {out}");
     let real = Status::read(&c.dir.join("central")).unwrap();
+    assert!(real.errors.is_empty(), "{:?}", real.errors);
     let applied: Vec<_> = real.decisions.iter().filter(|d| d.action == "applied").collect();
     assert_eq!(applied.len(), 2, "{real:?}");
     assert_eq!(decisions(&dry), {
@@ -122,7 +131,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     // Node 1's agent serves its metrics on the default loopback port of its own host
     // (network namespace): the new layout, read from the device at scrape time.
     let out = c
-        .in_node_ns(1, "bash")
+        .in_node_ns(1, "bash", &[])
         .args([
             "-c",
             "exec 3<>/dev/tcp/127.0.0.1/9818; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",

@@ -336,8 +336,7 @@ fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_t
 
     // The admin gives up on smartmig: freeze, release (controller), release (node).
     let smartmigd = |args: &[&str]| {
-        let out = c
-            .in_ctl_ns(common::BIN)
+        let out = common::smartmigd(&c, None)
             .args(args)
             .arg("--config")
             .arg(&config)
@@ -357,8 +356,7 @@ fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_t
     }
     common::wait_nodes_in_service(&c, &[]);
     let agent_conf = c.dir.join(format!("etc/smartmig-{}.toml", c.nodes[0]));
-    let out = c
-        .in_node_ns(0, common::BIN)
+    let out = common::smartmigd(&c, Some(0))
         .args(["node", "--release", "--config"])
         .arg(&agent_conf)
         .output()

@@ -28,7 +28,8 @@ pub static plugin_name: [u8; 41] = *b"smartmig: energy-aware MIG slice routing\0
 #[no_mangle]
 pub static plugin_type: [u8; 20] = *b"job_submit/smartmig\0";
 
-/// The Slurm release the plugin was built against; slurmctld refuses any other.
+/// The Slurm release the plugin was built against (`SLURM_VERSION_NUMBER` of its headers);
+/// slurmctld refuses to load the plugin into another release, logging both versions.
 #[no_mangle]
 pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 
@@ -47,6 +48,7 @@ pub extern "C" fn init() -> c_int {
     let r = catch_unwind(|| {
         let beside = ffi::extra_conf_path(state::CONFIG_NAME);
         let (plugin, line) = state::Plugin::start(beside, state::default_config_path(), Instant::now());
+        log_info(concat!("built for Slurm ", env!("SLURM_BUILT_FOR")));
         log_line(line);
         *state::lock() = Some(plugin);
         SUCCESS

@@ -1,4 +1,7 @@
-//! A throwaway Slurm 22.05 cluster in a temp dir, for end-to-end tests of the plugin.
+//! A throwaway Slurm cluster in a temp dir, for end-to-end tests of the plugin and smartmigd:
+//! the host's Slurm (Debian 12: 22.05), or the one in the root file system named by
+//! `$SMARTMIG_SLURM_ROOT` (Debian 13's 24.11 from `scripts/debian-chroot.sh --suite trixie
+//! --slurm --shared`; see [`install`]). `scripts/e2e.sh` runs the end-to-end tests on both.
 //!
 //! munged, slurmctld and slurmd run in the foreground as children of the test, each in
 //! its own process group, on free loopback ports, with fake MIG devices made by mknod.
@@ -12,10 +15,13 @@ use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+mod install;
+pub use install::{install, release, Install, ROOT_ENV};
 
 /// The smartmig.toml the tests start from: a static layout, snapshot in the cluster's
 /// directory (`@DIR@`), and `[routing]` last so a test can append routing keys.
@@ -34,15 +40,8 @@ on_error = "open"
 /// The Debian plugin directory; tests put theirs first in `PluginDir`.
 pub const SYSTEM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
-const BINARIES: [&str; 7] = [
-    "munged",
-    "slurmctld",
-    "slurmd",
-    "sbatch",
-    "scontrol",
-    "squeue",
-    "mknod",
-];
+/// The Slurm programs every cluster runs (of the installation under test).
+const BINARIES: [&str; 6] = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue"];
 
 /// What multi-node clusters need besides [`BINARIES`].
 pub const NETNS_BINARIES: [&str; 2] = ["ip", "nsenter"];
@@ -59,22 +58,39 @@ pub fn skip_reason() -> Option<String> {
             "not root (the harness starts munged, slurmctld and slurmd and makes device nodes)".into(),
         );
     }
-    let missing: Vec<&str> = BINARIES.iter().copied().filter(|b| which(b).is_none()).collect();
+    let missing: Vec<&str> = BINARIES
+        .iter()
+        .copied()
+        .filter(|b| slurm_which(b).is_none())
+        .collect();
     if !missing.is_empty() {
-        return Some(format!(
-            "Slurm binaries missing: {} (run scripts/deps.sh slurm)",
-            missing.join(", ")
-        ));
+        let fix = match install() {
+            Install::Host => "run scripts/deps.sh slurm".to_string(),
+            Install::Root(r) => format!("{ROOT_ENV}={} has no Slurm installed", r.display()),
+        };
+        return Some(format!("Slurm binaries missing: {} ({fix})", missing.join(", ")));
+    }
+    let tools = install().missing_tools();
+    if which("mknod").is_none() || !tools.is_empty() {
+        return Some(format!("host tools missing: mknod {}", tools.join(" ")));
     }
     None
 }
 
+/// Where a host program is.
 pub fn which(bin: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
-        .map(|d| d.join(bin))
-        .find(|p| p.is_file())
+    Install::Host.which(bin)
+}
+
+/// Where a program of the Slurm under test is (slurmdbd, mariadbd, ...), as a host path.
+pub fn slurm_which(bin: &str) -> Option<PathBuf> {
+    install().which(bin)
+}
+
+/// `entry` (`gpu:3g.20gb:1`) as the Slurm under test shows a job's `TresPer*`:
+/// `gres:gpu:3g.20gb:1` (22.05) or `gres/gpu:3g.20gb:1` (from 23.02).
+pub fn tres(entry: &str) -> String {
+    format!("{}{entry}", release().gres_prefix())
 }
 
 /// Skips the calling test (prints a clear line and returns) when the harness cannot run.
@@ -88,54 +104,109 @@ macro_rules! skip_unless_slurm {
     };
 }
 
-/// The plugin shared object: `$SMARTMIG_PLUGIN_SO` if set, else built here with
-/// `cargo build -p smartmig-slurm-plugin --release` (fast when up to date).
+/// The plugin shared object: `$SMARTMIG_PLUGIN_SO` if set, else built here (fast when
+/// up to date): for the host's Slurm with `cargo build -p smartmig-slurm-plugin --release`,
+/// for a root's by [`build_for_root`].
 pub fn plugin_so() -> PathBuf {
     static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SO.get_or_init(build_plugin).clone()
-}
-
-fn build_plugin() -> PathBuf {
-    build_so(
-        "SMARTMIG_PLUGIN_SO",
-        "smartmig-slurm-plugin",
-        "libjob_submit_smartmig.so",
-    )
-}
-
-/// The cli_filter plugin (`cli-filter/`): `$SMARTMIG_CLI_FILTER_SO` if set, else built
-/// here with `cargo build -p smartmig-cli-filter --release`.
-pub fn cli_filter_so() -> PathBuf {
-    static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     SO.get_or_init(|| {
-        build_so(
-            "SMARTMIG_CLI_FILTER_SO",
-            "smartmig-cli-filter",
-            "libcli_filter_smartmig.so",
-        )
+        if let Some(p) = std::env::var_os("SMARTMIG_PLUGIN_SO") {
+            return PathBuf::from(p);
+        }
+        match install() {
+            Install::Host => host_plugin_so(),
+            Install::Root(_) => {
+                let so = build_for_root().join("libjob_submit_smartmig.so");
+                assert!(so.is_file(), "{} missing after build", so.display());
+                so
+            }
+        }
     })
     .clone()
 }
 
-/// `$env` if set, else `package` built in release and its `file`.
-fn build_so(env: &str, package: &str, file: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return PathBuf::from(p);
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", package, "--release"])
-        .current_dir(&root)
-        .status()
-        .unwrap_or_else(|e| panic!("run cargo build for {package}: {e}"));
-    assert!(
-        status.success(),
-        "building {package} failed (are libslurm-dev and libclang-dev installed?)"
-    );
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let so = target.join("release").join(file);
+/// The plugin built against the host's Slurm (`cargo build -p smartmig-slurm-plugin
+/// --release`), whichever Slurm the tests run.
+pub fn host_plugin_so() -> PathBuf {
+    cargo_build(&["-p", "smartmig-slurm-plugin", "--release"]);
+    let so = target_dir().join("release/libjob_submit_smartmig.so");
     assert!(so.is_file(), "{} missing after build", so.display());
     so
+}
+
+/// The cli_filter plugin (`cli-filter/`): `$SMARTMIG_CLI_FILTER_SO` if set, else built
+/// here for the Slurm under test, like [`plugin_so`].
+pub fn cli_filter_so() -> PathBuf {
+    static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SO.get_or_init(|| {
+        if let Some(p) = std::env::var_os("SMARTMIG_CLI_FILTER_SO") {
+            return PathBuf::from(p);
+        }
+        let so = match install() {
+            Install::Host => {
+                cargo_build(&["-p", "smartmig-cli-filter", "--release"]);
+                target_dir().join("release/libcli_filter_smartmig.so")
+            }
+            Install::Root(_) => build_for_root().join("libcli_filter_smartmig.so"),
+        };
+        assert!(so.is_file(), "{} missing after build", so.display());
+        so
+    })
+    .clone()
+}
+
+/// smartmigd built against a root's Slurm (`$SMARTMIG_SMARTMIGD` if set, else by
+/// [`build_for_root`]); None for the host's Slurm, whose smartmigd is the test build's.
+pub fn smartmigd_for_root() -> Option<PathBuf> {
+    if *install() == Install::Host {
+        return None;
+    }
+    Some(
+        std::env::var_os("SMARTMIG_SMARTMIGD")
+            .map_or_else(|| build_for_root().join("smartmigd"), PathBuf::from),
+    )
+}
+
+/// Builds the plugin and smartmigd against the Slurm of `$SMARTMIG_SLURM_ROOT` (its
+/// headers and libslurm) with scripts/slurm-build.sh, into their own target dir
+/// (`target/slurm-<release>`, so the host's build is left alone), once per process.
+/// Returns the directory holding them.
+pub fn build_for_root() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let Install::Root(root) = install() else {
+            panic!("build_for_root without {ROOT_ENV}");
+        };
+        let mut cmd = Command::new(workspace_root().join("scripts/slurm-build.sh"));
+        cmd.arg(root.join("usr")).stderr(Stdio::inherit());
+        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(out.status.success(), "{cmd:?} failed (see its output above)");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+/// The workspace's directory (the controller's tests live one level down).
+fn workspace_root() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    dir.ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(&dir)
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+fn cargo_build(args: &[&str]) {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.arg("build").args(args).current_dir(workspace_root());
+    let status = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        status.success(),
+        "{cmd:?} failed (are libslurm-dev and libclang-dev installed?)"
+    );
 }
 
 /// A GPU of the fake node: its MIG instances as (Slurm type, count).
@@ -162,6 +233,10 @@ pub struct Options {
     pub extra_conf: String,
     /// Run MariaDB and slurmdbd too, so that `sacct` works.
     pub accounting: bool,
+    /// Dynamic nodes: no `NodeName=` lines; each slurmd registers itself with `-Z --conf`
+    /// (its node definition, kept in `etc/dynamic-<node>.conf`), the partition takes
+    /// `Nodes=ALL`.
+    pub dynamic_nodes: bool,
 }
 
 impl Options {
@@ -179,6 +254,7 @@ impl Options {
             etc_files: Vec::new(),
             extra_conf: String::new(),
             accounting: false,
+            dynamic_nodes: false,
         }
     }
 }
@@ -315,22 +391,21 @@ impl Cluster {
         }
     }
 
-    /// A command run in network namespace `ns` (the host's when None). `nsenter` switches
-    /// only the network namespace; `ip netns exec` would also remount /sys, hiding the
-    /// cgroup filesystem that slurmd needs.
-    fn in_ns(ns: Option<&String>, bin: &str) -> Command {
-        match ns {
-            Some(ns) => {
-                let mut c = Command::new("nsenter");
-                c.arg(format!("--net=/run/netns/{ns}")).arg("--").arg(bin);
-                c
-            }
-            None => Command::new(bin),
-        }
+    /// `bin` of the Slurm under test (or a program that talks to it) run in network
+    /// namespace `ns` (the host's when None), seeing `binds` (see [`Install::command`]).
+    /// `nsenter` switches only the network namespace; `ip netns exec` would also remount
+    /// /sys, hiding the cgroup filesystem that slurmd needs.
+    fn in_ns(ns: Option<&String>, bin: &str, binds: &[&Path]) -> Command {
+        install().command(ns.map(String::as_str), bin, binds)
     }
 
     fn ctl_ns(&self) -> Option<&String> {
         self.netns.first()
+    }
+
+    /// Where a dynamic node's definition (its slurmd's `--conf`) is kept.
+    pub fn dynamic_conf(&self, i: usize) -> PathBuf {
+        self.path(&format!("etc/dynamic-{}.conf", self.nodes[i]))
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -372,13 +447,19 @@ impl Cluster {
             std::fs::write(&own, node_gres_conf).unwrap();
             writeln!(gres_conf, "Include {}", own.display()).unwrap();
             let gres: Vec<String> = node_gres.iter().map(|(t, c)| format!("gpu:{t}:{c}")).collect();
-            writeln!(
-                node_lines,
-                "NodeName={node} NodeHostname={host} NodeAddr={} CPUs=16 RealMemory=4000 Gres={}",
+            let definition = format!(
+                "NodeHostname={host} NodeAddr={} CPUs=16 RealMemory=4000 Gres={}",
                 self.addrs[i],
                 gres.join(",")
-            )
-            .unwrap();
+            );
+            if opts.dynamic_nodes {
+                std::fs::write(self.dynamic_conf(i), definition).unwrap();
+            } else {
+                writeln!(node_lines, "NodeName={node} {definition}").unwrap();
+            }
+        }
+        if opts.dynamic_nodes {
+            node_lines = "# dynamic nodes only (slurmd -Z)\n".into();
         }
         std::fs::write(d.join("etc/gres.conf"), gres_conf).unwrap();
         // Node definitions in an included file, as smartmigd's central role expects them,
@@ -408,7 +489,7 @@ impl Cluster {
              MailProg=/bin/true\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              GresTypes=gpu\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              SchedulerType=sched/backfill\nMinJobAge=600\n\
-             Include {include}\n\
+             Include {include}\n{max_nodes}\
              PartitionName=gpu Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n\
              {extra}\n",
             n = self.node.trim_start_matches("smnode").replace('x', "n"),
@@ -420,7 +501,16 @@ impl Cluster {
             } else {
                 format!("JobSubmitPlugins={}\n", opts.job_submit_plugins)
             },
-            nodes = self.nodes.join(","),
+            nodes = if opts.dynamic_nodes {
+                "ALL".to_string()
+            } else {
+                self.nodes.join(",")
+            },
+            max_nodes = if opts.dynamic_nodes {
+                format!("MaxNodeCount={}\n", self.nodes.len())
+            } else {
+                String::new()
+            },
             include = self.nodes_include().display(),
             extra = opts.extra_conf,
             accounting = if opts.accounting {
@@ -439,6 +529,11 @@ impl Cluster {
             },
         );
         std::fs::write(&self.conf, conf).unwrap();
+        if release().at_least(23, 2) {
+            // Later releases' slurmd stops without a cgroup plugin unless told none is used
+            // (proctrack/linuxproc and task/none need none).
+            std::fs::write(d.join("etc/cgroup.conf"), "CgroupPlugin=disabled\n").unwrap();
+        }
         self.write_smartmig_toml(&opts.smartmig_toml);
         for (name, text) in &opts.etc_files {
             std::fs::write(d.join("etc").join(name), text).unwrap();
@@ -461,10 +556,10 @@ impl Cluster {
     /// namespace. The new slurmctld carries our SLURM_CONF, so `Drop` stops it too.
     pub fn restart_slurmctld_script(&self) -> PathBuf {
         let path = self.path("etc/restart-slurmctld.sh");
-        let enter = match self.ctl_ns() {
-            Some(ns) => format!("nsenter --net=/run/netns/{ns} -- "),
-            None => String::new(),
-        };
+        let exec = install().script_exec(
+            self.ctl_ns().map(String::as_str),
+            &format!("slurmctld -f {}", self.conf.display()),
+        );
         let text = format!(
             "#!/bin/sh\n\
              pid=$(cat {d}/run/slurmctld.pid 2>/dev/null)\n\
@@ -473,7 +568,7 @@ impl Cluster {
                # A zombie (the test has not reaped it yet) counts as gone.\n\
                while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n\
              fi\n\
-             SLURM_CONF={conf} exec {enter}slurmctld -f {conf}\n",
+             export SLURM_CONF={conf}\n{exec}\n",
             d = self.dir.display(),
             conf = self.conf.display(),
         );
@@ -487,10 +582,6 @@ impl Cluster {
     /// slurmd`). The started slurmd carries our SLURM_CONF, so `Drop` stops it too.
     pub fn slurmd_scripts(&self, i: usize) -> (PathBuf, PathBuf) {
         let node = &self.nodes[i];
-        let enter = match self.netns.get(i + 1) {
-            Some(ns) => format!("nsenter --net=/run/netns/{ns} -- "),
-            None => String::new(),
-        };
         let pidfile = self.path(&format!("run/slurmd-{node}.pid"));
         let stop = self.path(&format!("etc/stop-slurmd-{node}.sh"));
         let start = self.path(&format!("etc/start-slurmd-{node}.sh"));
@@ -502,8 +593,21 @@ impl Cluster {
              while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n",
             pid = pidfile.display()
         );
+        let dynamic = self.dynamic_conf(i);
+        let exec = install().script_exec(
+            self.netns.get(i + 1).map(String::as_str),
+            &if dynamic.exists() {
+                format!(
+                    "slurmd -f {} -N {node} -Z --conf \"$(cat {})\"",
+                    self.conf.display(),
+                    dynamic.display()
+                )
+            } else {
+                format!("slurmd -f {} -N {node}", self.conf.display())
+            },
+        );
         let start_text = format!(
-            "#!/bin/sh\nSLURM_CONF={conf} exec {enter}slurmd -f {conf} -N {node}\n",
+            "#!/bin/sh\nexport SLURM_CONF={conf}\n{exec}\n",
             conf = self.conf.display()
         );
         for (p, t) in [(&stop, stop_text), (&start, start_text)] {
@@ -513,16 +617,18 @@ impl Cluster {
         (stop, start)
     }
 
-    /// A command run in the controller's network namespace (the host's for one node).
-    pub fn in_ctl_ns(&self, bin: &str) -> Command {
-        let mut c = Self::in_ns(self.ctl_ns(), bin);
+    /// A command run in the controller's network namespace (the host's for one node),
+    /// beside the Slurm under test (chrooted with it, seeing `binds` too, for a root's).
+    pub fn in_ctl_ns(&self, bin: &str, binds: &[&Path]) -> Command {
+        let mut c = Self::in_ns(self.ctl_ns(), bin, binds);
         c.env("SLURM_CONF", &self.conf);
         c
     }
 
-    /// A command run in node `i`'s network namespace (the host's for one node).
-    pub fn in_node_ns(&self, i: usize, bin: &str) -> Command {
-        let mut c = Self::in_ns(self.netns.get(i + 1), bin);
+    /// A command run in node `i`'s network namespace (the host's for one node), beside
+    /// the Slurm under test, as [`Cluster::in_ctl_ns`].
+    pub fn in_node_ns(&self, i: usize, bin: &str, binds: &[&Path]) -> Command {
+        let mut c = Self::in_ns(self.netns.get(i + 1), bin, binds);
         c.env("SLURM_CONF", &self.conf);
         c
     }
@@ -569,7 +675,7 @@ impl Cluster {
             self.path("munge/munged.pid"),
             self.path("munge/munged.seed"),
         );
-        let mut cmd = Command::new("munged");
+        let mut cmd = Self::in_ns(None, "munged", &[]);
         cmd.arg("-F")
             .arg("-f")
             .arg(format!("--socket={}", sock.display()))
@@ -592,7 +698,7 @@ impl Cluster {
         let data = self.path("db/data");
         std::fs::create_dir_all(&data).unwrap();
         run_ok(
-            Command::new("mariadb-install-db")
+            Self::in_ns(None, "mariadb-install-db", &[])
                 .args([
                     "--no-defaults",
                     "--user=root",
@@ -601,7 +707,7 @@ impl Cluster {
                 .arg(format!("--datadir={}", data.display()))
                 .stdout(Stdio::null()),
         );
-        let mut cmd = Command::new("mariadbd");
+        let mut cmd = Self::in_ns(None, "mariadbd", &[]);
         cmd.args(["--no-defaults", "--user=root", "--skip-networking"])
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--socket={}", self.mysql_socket().display()))
@@ -630,7 +736,7 @@ impl Cluster {
         std::fs::write(&conf, text).unwrap();
         std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o600)).unwrap();
         let sock = self.mysql_socket();
-        let mut cmd = Command::new("slurmdbd");
+        let mut cmd = Self::in_ns(None, "slurmdbd", &[]);
         // 22.05's slurmdbd takes no socket path: the MySQL client library reads this.
         cmd.arg("-D").env("MYSQL_UNIX_PORT", &sock);
         self.spawn("slurmdbd", &mut cmd);
@@ -646,7 +752,7 @@ impl Cluster {
     }
 
     fn start_slurmctld(&mut self, clean: bool) {
-        let mut cmd = Self::in_ns(self.ctl_ns(), "slurmctld");
+        let mut cmd = Self::in_ns(self.ctl_ns(), "slurmctld", &[]);
         cmd.arg("-D").arg("-f").arg(&self.conf);
         if clean {
             cmd.args(["-c", "-i"]);
@@ -659,12 +765,15 @@ impl Cluster {
 
     fn start_slurmd(&mut self, i: usize) {
         let ns = self.netns.get(i + 1).cloned();
-        let mut cmd = Self::in_ns(ns.as_ref(), "slurmd");
+        let mut cmd = Self::in_ns(ns.as_ref(), "slurmd", &[]);
         cmd.arg("-D")
             .arg("-f")
             .arg(&self.conf)
             .arg("-N")
             .arg(&self.nodes[i]);
+        if let Ok(definition) = std::fs::read_to_string(self.dynamic_conf(i)) {
+            cmd.arg("-Z").arg("--conf").arg(definition.trim());
+        }
         std::fs::create_dir_all(self.path(&format!("spool/{}", self.nodes[i]))).unwrap();
         let name = format!("slurmd-{}", self.nodes[i]);
         self.spawn(&name, &mut cmd);
@@ -728,12 +837,23 @@ impl Cluster {
 
     /// Runs a Slurm client (squeue, scancel, ...) in the controller's namespace.
     pub fn client(&self, bin: &str, args: &[&str]) -> Output {
-        Self::in_ns(self.ctl_ns(), bin)
+        Self::in_ns(self.ctl_ns(), bin, &[])
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .current_dir(&self.dir)
             .output()
             .unwrap_or_else(|e| panic!("{bin}: {e}"))
+    }
+
+    /// Runs a Slurm client; returns its stdout, panicking (with its stderr) if it fails.
+    pub fn client_output(&self, bin: &str, args: &[&str]) -> String {
+        let out = self.client(bin, args);
+        assert!(
+            out.status.success(),
+            "{bin} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Runs scontrol.

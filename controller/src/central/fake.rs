@@ -35,6 +35,8 @@ pub struct FakeSlurm {
     /// Nodes whose base state is UNKNOWN (slurmctld restarted, slurmd not registered
     /// yet): a resume clears their drain flag and then fails, as in Slurm 22.05.
     pub unknown_state: Vec<String>,
+    /// Reconfigures so far.
+    pub reconfigures: u32,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
     pub slurmd_timeout_s: u32,
     /// RPCs by call: `load_node` (whole table, changed), `load_node_unchanged`,
@@ -303,6 +305,12 @@ impl SlurmApi for FakeSlurm {
         self.count("ping");
         Ok(())
     }
+    fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        self.count("reconfigure");
+        self.reconfigures += 1;
+        self.version += 1;
+        Ok(())
+    }
 }
 
 /// One in-memory Slurm shared by several clients (the central role and many agents in the
@@ -334,6 +342,9 @@ impl SlurmApi for SharedFake {
     }
     fn ping(&mut self) -> Result<(), SlurmError> {
         self.0.borrow_mut().ping()
+    }
+    fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        self.0.borrow_mut().reconfigure()
     }
     fn as_any(&mut self) -> &mut dyn std::any::Any {
         self

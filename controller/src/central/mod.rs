@@ -20,6 +20,7 @@ pub mod fake;
 pub mod guard;
 pub mod metrics;
 pub mod plan;
+pub mod reconfigure;
 pub mod relayout;
 mod reroute;
 pub mod run;

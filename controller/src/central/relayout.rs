@@ -1,22 +1,26 @@
-//! Making Slurm see new layouts, behind a trait so that releases with a lighter path
-//! can plug in (chosen in `[controller.central] relayout`).
+//! Making Slurm see new layouts, behind a trait: one implementation per path, chosen by
+//! `[controller.central] relayout` ([`chosen`]).
 //!
-//! Slurm 22.05's verified path (docs/admin-guide.md, "Central role"): the managed nodes'
-//! `NodeName=` lines live in a generated file that slurm.conf `Include`s; smartmig
-//! rewrites their `Gres=` values (durably, keeping the previous file), every changing
-//! node's slurmd is stopped (the node agent does it when it installs the new gres.conf),
-//! slurmctld is restarted once for the whole batch (without `-c`: queue and running jobs
-//! survive), then the agents start slurmd again. On any failure the previous file is put
-//! back and, if slurmctld was restarted with the new one, restarted again.
+//! Every path starts alike: the managed nodes' `NodeName=` lines live in a generated file
+//! that slurm.conf `Include`s; smartmig rewrites their `Gres=` values (durably, keeping the
+//! previous file, [`NodeFile`]). Slurm 22.05's verified path (docs/admin-guide.md,
+//! "Central role"), here: every changing node's slurmd is stopped (the node agent does it
+//! when it installs the new gres.conf), slurmctld is restarted once for the whole batch
+//! (without `-c`: queue and running jobs survive), then the agents start slurmd again. On
+//! any failure the previous file is put back and, if slurmctld was restarted with the new
+//! one, restarted again. From Slurm 23.11 on a reconfigure does it without a restart
+//! ([`super::reconfigure`]).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use smartmig_core::config::{CentralConfig, RelayoutKind};
 use smartmig_core::durable::{self, DurableError};
 
+use super::reconfigure::{Reconfigure, RECONFIGURE_SINCE};
 use crate::command::{self, CommandError};
-use crate::slurm::SlurmApi;
+use crate::slurm::{SlurmApi, SlurmError};
 
 /// Why Slurm could not be refreshed (or put back).
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +50,12 @@ pub enum RelayoutError {
     /// slurmctld did not answer in time after the restart.
     #[error("slurmctld did not answer within {0:?} after the restart: {1}")]
     NoAnswer(Duration, String),
+    /// slurmctld refused the reconfigure.
+    #[error("scontrol reconfigure: {0}")]
+    Reconfigure(SlurmError),
+    /// slurmctld did not show the batch's GRES in time after the reconfigure.
+    #[error("Slurm did not show the new GRES within {0:?} after the reconfigure: {1}")]
+    NoAnswerAfterReconfigure(Duration, String),
 }
 
 /// One way of making Slurm see new layouts.
@@ -67,6 +77,99 @@ pub trait Relayout {
     fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
 }
 
+/// The re-layout `cc.relayout` names for MIG types `mig_types`; `auto` by the Slurm release
+/// smartmigd was built against (`built_for`, a `SLURM_VERSION_NUMBER`): [`Reconfigure`]
+/// from 23.11 on, where a reconfigure re-executes slurmctld in place, [`RestartSlurmctld`]
+/// before.
+pub fn chosen(cc: &CentralConfig, built_for: u32, mig_types: HashSet<String>) -> Box<dyn Relayout> {
+    let timeout = Duration::from_secs_f64(cc.slurmctld_timeout_s);
+    let reconfigure = match cc.relayout {
+        RelayoutKind::Auto => built_for >= RECONFIGURE_SINCE,
+        RelayoutKind::Reconfigure => true,
+        RelayoutKind::RestartSlurmctld => false,
+    };
+    if reconfigure {
+        Box::new(Reconfigure {
+            include: cc.nodes_include.clone(),
+            timeout,
+            mig_types,
+        })
+    } else {
+        Box::new(RestartSlurmctld {
+            include: cc.nodes_include.clone(),
+            command: cc.restart_slurmctld.clone(),
+            timeout,
+            mig_types,
+        })
+    }
+}
+
+/// The generated node file and the MIG types smartmig manages in it: what every path
+/// writes before Slurm loads it, and puts back.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeFile<'a> {
+    /// The file.
+    pub include: &'a std::path::Path,
+    /// The MIG types smartmig manages: a node's other GRES (non-MIG GPUs, licenses,
+    /// shards) stay as the site wrote them.
+    pub mig_types: &'a HashSet<String>,
+}
+
+impl NodeFile<'_> {
+    fn read(&self) -> Result<String, RelayoutError> {
+        std::fs::read_to_string(self.include).map_err(|source| RelayoutError::Read {
+            path: self.include.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Checks that the file defines every node of `nodes`.
+    pub fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
+        let text = self.read()?;
+        for node in nodes {
+            if node_gres(&text, node).is_none() {
+                return Err(RelayoutError::NoNodeLine {
+                    path: self.include.to_path_buf(),
+                    node: node.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the batch's GRES, durably, keeping the previous file.
+    pub fn write(&self, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        let mut text = self.read()?;
+        for (node, gres) in nodes {
+            text = set_node_gres(&text, node, gres, self.mig_types).ok_or_else(|| {
+                RelayoutError::NoNodeLine {
+                    path: self.include.to_path_buf(),
+                    node: node.clone(),
+                }
+            })?;
+        }
+        durable::replace_keeping_previous(self.include, text.as_bytes())?;
+        log::info!("{}: new GRES for {} node(s)", self.include.display(), nodes.len());
+        Ok(())
+    }
+
+    /// Puts the previous file back if it holds the batch's values (only [`NodeFile::write`]
+    /// wrote them: the saved copy is then the one from just before); returns whether it did.
+    pub fn put_back(&self, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+        let text = self.read()?;
+        let mut with_batch = text.clone();
+        for (n, g) in nodes {
+            with_batch = set_node_gres(&with_batch, n, g, self.mig_types).unwrap_or_default();
+        }
+        if nodes.is_empty() || with_batch != text {
+            return Ok(false);
+        }
+        durable::restore_previous(self.include)?;
+        log::warn!("{}: previous GRES put back", self.include.display());
+        Ok(true)
+    }
+}
+
 /// Slurm 22.05: rewrite the `Include`d node file and restart slurmctld once.
 #[derive(Debug, Clone)]
 pub struct RestartSlurmctld {
@@ -82,11 +185,11 @@ pub struct RestartSlurmctld {
 }
 
 impl RestartSlurmctld {
-    fn read(&self) -> Result<String, RelayoutError> {
-        std::fs::read_to_string(&self.include).map_err(|source| RelayoutError::Read {
-            path: self.include.clone(),
-            source,
-        })
+    fn file(&self) -> NodeFile<'_> {
+        NodeFile {
+            include: &self.include,
+            mig_types: &self.mig_types,
+        }
     }
 
     /// Restarts slurmctld and waits for it to answer.
@@ -119,53 +222,22 @@ impl Relayout for RestartSlurmctld {
     }
 
     fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
-        let text = self.read()?;
-        for node in nodes {
-            if node_gres(&text, node).is_none() {
-                return Err(RelayoutError::NoNodeLine {
-                    path: self.include.clone(),
-                    node: node.clone(),
-                });
-            }
-        }
-        Ok(())
+        self.file().check(nodes)
     }
 
     fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
         if nodes.is_empty() {
             return Ok(());
         }
-        let mut text = self.read()?;
-        for (node, gres) in nodes {
-            text = set_node_gres(&text, node, gres, &self.mig_types).ok_or_else(|| {
-                RelayoutError::NoNodeLine {
-                    path: self.include.clone(),
-                    node: node.clone(),
-                }
-            })?;
-        }
-        durable::replace_keeping_previous(&self.include, text.as_bytes())?;
-        log::info!("{}: new GRES for {} node(s)", self.include.display(), nodes.len());
+        self.file().write(nodes)?;
         self.restart(api)
     }
 
     fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
-        // The file has the batch's values only if `apply` wrote it: then the saved copy is
-        // the one from just before, and slurmctld may have loaded either.
-        let text = self.read()?;
-        let mut with_batch = text.clone();
-        for (n, g) in nodes {
-            with_batch = set_node_gres(&with_batch, n, g, &self.mig_types).unwrap_or_default();
-        }
-        let written = !nodes.is_empty() && with_batch == text;
-        if !written {
+        // Slurm may have loaded either file: restart it again with the previous one.
+        if !self.file().put_back(nodes)? {
             return Ok(false);
         }
-        durable::restore_previous(&self.include)?;
-        log::warn!(
-            "{}: previous GRES put back; restarting slurmctld again",
-            self.include.display()
-        );
         self.restart(api)?;
         Ok(true)
     }

@@ -11,7 +11,7 @@ use smartmig_policy::{onnx_writer, Activation, PolicyNetwork};
 
 use super::decide::{expected_metadata, policy_path, Decider};
 use super::fake::FakeSlurm;
-use super::relayout::{Relayout, RelayoutError, RestartSlurmctld};
+use super::relayout::{chosen, Relayout, RelayoutError};
 use super::status::Status;
 use super::{mode_name, unix_now, Central};
 use crate::slurm::{Libslurm, SlurmApi};
@@ -33,11 +33,19 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     };
     let cc = resolved.config.controller.central.clone();
     let seed = cc.seed.unwrap_or_else(rand::random);
+    let mig_types = resolved
+        .models
+        .iter()
+        .flat_map(|m| m.model.profiles.iter().map(|p| p.name.clone()))
+        .collect();
+    let relayout = chosen(&cc, Libslurm::version(), mig_types);
     log::info!(
-        "central role: mode {}, policy {:?}, seed {seed}, re-layout {:?}",
+        "central role: mode {}, policy {:?}, seed {seed}, re-layout {} ({:?}; built for Slurm {})",
         mode_name(mode),
         resolved.config.policy.kind,
-        cc.relayout
+        relayout.name(),
+        cc.relayout,
+        crate::slurm::version_text(Libslurm::version())
     );
     if mode == Mode::DryRun {
         log::info!(
@@ -47,16 +55,6 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         );
     }
     let decider = Decider::new(&resolved, mode, seed);
-    let relayout = RestartSlurmctld {
-        include: cc.nodes_include.clone(),
-        command: cc.restart_slurmctld.clone(),
-        timeout: Duration::from_secs_f64(cc.slurmctld_timeout_s),
-        mig_types: resolved
-            .models
-            .iter()
-            .flat_map(|m| m.model.profiles.iter().map(|p| p.name.clone()))
-            .collect(),
-    };
     let mut api = Libslurm::new();
     if let Err(e) = api.ping() {
         log::warn!("slurmctld does not answer yet: {e}");
@@ -75,7 +73,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         log::info!("metrics on http://{addr}/metrics");
     }
     let limit = once_limit(&cc);
-    let mut c = Central::new(resolved, Box::new(api), decider, Box::new(relayout), mode)?;
+    let mut c = Central::new(resolved, Box::new(api), decider, relayout, mode)?;
     if once {
         let r = c.run_once(poll, limit);
         println!(

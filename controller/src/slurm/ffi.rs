@@ -62,9 +62,20 @@ impl Default for Libslurm {
     }
 }
 
-fn last_error(call: String) -> SlurmError {
-    // SAFETY: slurm_get_errno reads a thread-local; slurm_strerror returns a static string.
+/// The error number of the last failed API call: `slurm_get_errno()` up to Slurm 23.x; later
+/// releases set `errno` itself (build.rs chooses from the headers).
+fn slurm_errno() -> i32 {
+    #[cfg(not(slurm_errno_is_errno))]
+    // SAFETY: slurm_get_errno reads a thread-local.
     let errno = unsafe { sys::slurm_get_errno() };
+    #[cfg(slurm_errno_is_errno)]
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    errno
+}
+
+fn last_error(call: String) -> SlurmError {
+    let errno = slurm_errno();
+    // SAFETY: slurm_strerror returns a static string.
     let message = unsafe {
         let p = sys::slurm_strerror(errno);
         if p.is_null() {
@@ -167,7 +178,7 @@ unsafe fn load_each<M, R, T>(
     let owned = (!msg.is_null()).then_some(SlurmOwned { msg, free });
     let owned = match owned {
         Some(owned) if rc == sys::SLURM_SUCCESS as i32 => owned,
-        _ if sys::slurm_get_errno() == sys::SLURM_NO_CHANGE_IN_DATA as i32 => return Ok(None),
+        _ if slurm_errno() == sys::SLURM_NO_CHANGE_IN_DATA as i32 => return Ok(None),
         _ => return Err(last_error(call.into())),
     };
     let (array, count, stamp) = records(&*owned.msg);
@@ -428,6 +439,15 @@ impl SlurmApi for Libslurm {
         let rc = unsafe { sys::slurm_ping(0) };
         if rc != sys::SLURM_SUCCESS as i32 {
             return Err(last_error("slurm_ping".into()));
+        }
+        Ok(())
+    }
+
+    fn reconfigure(&mut self) -> Result<(), SlurmError> {
+        // SAFETY: plain call without arguments.
+        let rc = unsafe { sys::slurm_reconfigure() };
+        if rc != sys::SLURM_SUCCESS as i32 {
+            return Err(last_error("slurm_reconfigure".into()));
         }
         Ok(())
     }

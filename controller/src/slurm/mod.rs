@@ -10,6 +10,11 @@ pub use carrier::{read_desired, read_report, write_desired, write_report};
 pub use ffi::Libslurm;
 pub use gres::{parse_gres, GresCount};
 
+/// `major.minor.micro` of a `SLURM_VERSION_NUMBER` (e.g. [`Libslurm::version`]).
+pub fn version_text(v: u32) -> String {
+    format!("{}.{:02}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
+}
+
 /// A job's state, as far as smartmig cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
@@ -147,6 +152,8 @@ pub trait SlurmApi {
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError>;
     /// Whether slurmctld answers.
     fn ping(&mut self) -> Result<(), SlurmError>;
+    /// `scontrol reconfigure`: slurmctld and every slurmd re-read their configuration.
+    fn reconfigure(&mut self) -> Result<(), SlurmError>;
     /// The implementation itself, for tests that look into an in-memory Slurm.
     #[doc(hidden)]
     fn as_any(&mut self) -> &mut dyn std::any::Any;

@@ -282,6 +282,19 @@ impl TestGpus {
     }
 
     /// The environment a process using these GPUs needs.
+    /// Host directories an agent on these GPUs must see (the test library's, for a root's
+    /// Slurm, whose mount namespace shows only what is bound).
+    pub fn binds(&self) -> Vec<PathBuf> {
+        match self.kind {
+            Kind::Simulated => Vec::new(),
+            Kind::Nvml => smartmig_nvml_testlib::library()
+                .parent()
+                .map(Path::to_path_buf)
+                .into_iter()
+                .collect(),
+        }
+    }
+
     pub fn env(&self) -> Vec<(&'static str, OsString)> {
         match self.kind {
             Kind::Simulated => Vec::new(),

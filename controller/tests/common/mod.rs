@@ -1,14 +1,17 @@
-//! Shared set-up of the central role's end-to-end tests: a real Slurm 22.05 with two
-//! slurmd nodes in network namespaces (the harness in tests/slurm/mod.rs), a `smartmigd
-//! node` agent per node on a simulated A100 using the Slurm-node-record channel, and
-//! `smartmigd central --once` in the controller's namespace; plus the checks every fault
-//! test makes afterwards (valid layouts, Slurm agrees with the devices, no job lost).
+//! Shared set-up of the central role's end-to-end tests: a real Slurm (the host's 22.05, or
+//! the release in `$SMARTMIG_SLURM_ROOT`, e.g. 24.11) with two slurmd nodes in network
+//! namespaces (the harness in tests/slurm/mod.rs), a `smartmigd node` agent per node on a
+//! simulated A100 using the Slurm-node-record channel, and `smartmigd central --once` in the
+//! controller's namespace; plus the checks every fault test makes afterwards (valid
+//! layouts, Slurm agrees with the devices, no job lost). For a root's Slurm, smartmigd is
+//! built against that Slurm and runs beside it, chrooted ([`bin`]).
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::backends::{Kind, TestGpus};
@@ -19,8 +22,56 @@ use smartmig_gpu::simulated::Simulated;
 use smartmig_gpu::GpuBackend;
 use smartmigd::central::decide::write_preferring;
 
-/// The daemon under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_smartmigd");
+/// The daemon under test: this test build's for the host's Slurm; for a root's, one built
+/// against that Slurm (`slurm::smartmigd_for_root`).
+pub fn bin() -> String {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        slurm::smartmigd_for_root().map_or_else(
+            || env!("CARGO_BIN_EXE_smartmigd").to_string(),
+            |p| p.display().to_string(),
+        )
+    })
+    .clone()
+}
+
+/// What smartmigd needs to see beside a root's Slurm: ONNX Runtime from this machine's cache
+/// (fetched here when missing; the root has no Python to fetch it), bound into the root and
+/// named by `ORT_DYLIB_PATH`. Nothing for the host's Slurm, or when it cannot be fetched
+/// (the central role then falls back as it would on a host without it).
+fn onnx_runtime() -> Option<&'static Path> {
+    static LIB: OnceLock<Option<PathBuf>> = OnceLock::new();
+    if *slurm::install() == slurm::Install::Host {
+        return None;
+    }
+    LIB.get_or_init(|| smartmig_policy::fetch_runtime().ok())
+        .as_deref()
+}
+
+/// A `smartmigd` command (arguments to add) in the controller's namespace (`node`: None)
+/// or node `i`'s.
+pub fn smartmigd(c: &Cluster, node: Option<usize>) -> Command {
+    smartmigd_with(c, node, &[])
+}
+
+/// [`smartmigd`] seeing `extra` host directories too (under a root's Slurm).
+pub fn smartmigd_with(c: &Cluster, node: Option<usize>, extra: &[PathBuf]) -> Command {
+    let lib = onnx_runtime();
+    let binds: Vec<&Path> = lib
+        .and_then(Path::parent)
+        .into_iter()
+        .chain(extra.iter().map(PathBuf::as_path))
+        .collect();
+    let bin = bin();
+    let mut cmd = match node {
+        None => c.in_ctl_ns(&bin, &binds),
+        Some(i) => c.in_node_ns(i, &bin, &binds),
+    };
+    if let Some(lib) = lib {
+        cmd.env("ORT_DYLIB_PATH", lib);
+    }
+    cmd
+}
 /// Configuration c2 of the A100-40GB.
 pub const C2: &str = "4g.20gb@0 3g.20gb@4";
 /// Configuration c1 (one 7g).
@@ -58,6 +109,7 @@ pub fn two_nodes() -> Options {
         etc_files: Vec::new(),
         extra_conf: String::new(),
         accounting: false,
+        dynamic_nodes: false,
     }
 }
 
@@ -122,8 +174,8 @@ pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) -> String {
 /// [`start_agent_named`] on `gpus`.
 pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGpus) -> String {
     let conf = agent_config_on(c, i, gpus);
-    let out = c
-        .in_node_ns(i, BIN)
+    let binds = gpus.binds();
+    let out = smartmigd_with(c, Some(i), &binds)
         .args(["node", "--restore", "--config"])
         .arg(&conf)
         .env("RUST_LOG", "info")
@@ -136,7 +188,7 @@ pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGp
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "smartmigd node --restore: {restore}");
-    let mut cmd = c.in_node_ns(i, BIN);
+    let mut cmd = smartmigd_with(c, Some(i), &binds);
     cmd.args(["node", "--config"])
         .arg(&conf)
         .env("RUST_LOG", "debug")
@@ -264,7 +316,7 @@ fn central_keys(c: &Cluster, central: &str) -> String {
 
 /// The central role's command for one cycle.
 pub fn central_command(c: &Cluster, config: &Path, extra: &[&str]) -> Command {
-    let mut cmd = c.in_ctl_ns(BIN);
+    let mut cmd = smartmigd(c, None);
     cmd.args(["central", "--once", "--config"])
         .arg(config)
         .args(extra)

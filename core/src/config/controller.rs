@@ -13,9 +13,15 @@ use super::window::Window;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RelayoutKind {
+    /// By the Slurm release smartmigd was built against: `reconfigure` from 23.11 on,
+    /// `restart-slurmctld` before.
+    Auto,
     /// Slurm 22.05: rewrite the generated node file, restart slurmctld once per batch,
     /// with every changing node's slurmd stopped meanwhile.
     RestartSlurmctld,
+    /// Slurm 23.11 and later: rewrite the generated node file, then one `scontrol
+    /// reconfigure` per batch (slurmctld and slurmd re-execute in place; no RPC fails).
+    Reconfigure,
 }
 
 /// `[controller.central]`: the reconcile loop on the Slurm controller host.
@@ -42,7 +48,7 @@ pub struct CentralConfig {
     /// Command (program and arguments) that restarts slurmctld without `-c`.
     #[serde(default = "default_restart")]
     pub restart_slurmctld: Vec<String>,
-    /// Seconds to wait for slurmctld to answer after the restart (> 0).
+    /// Seconds to wait for slurmctld to answer after the restart or reconfigure (> 0).
     #[serde(default = "default_ctld_timeout", deserialize_with = "seconds")]
     pub slurmctld_timeout_s: f64,
     /// Seconds between the starts of two re-layout batches (each restarts slurmctld on
@@ -144,7 +150,7 @@ fn default_report_timeout() -> f64 {
     300.0
 }
 fn default_relayout() -> RelayoutKind {
-    RelayoutKind::RestartSlurmctld
+    RelayoutKind::Auto
 }
 fn default_nodes_include() -> PathBuf {
     PathBuf::from("/etc/slurm/smartmig-nodes.conf")

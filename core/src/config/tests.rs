@@ -132,10 +132,10 @@ fn central_settings_are_checked_and_name_their_key() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("report_timeout_s") && e.contains("positive"), "{e}");
-    let e = Config::parse(&format!("{base}relayout = \"reconfigure\"\n"), "t.toml")
+    let e = Config::parse(&format!("{base}relayout = \"dynamic-nodes\"\n"), "t.toml")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("relayout"), "{e}");
+    assert!(e.contains("relayout") && e.contains("dynamic-nodes"), "{e}");
     let e = Config::parse(&format!("{base}typo = 1\n"), "t.toml")
         .unwrap_err()
         .to_string();

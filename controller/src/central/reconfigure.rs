@@ -1,0 +1,216 @@
+//! Re-layout on Slurm 23.11 and later: rewrite the generated node file, then one
+//! `scontrol reconfigure` (`slurm_reconfigure`) for the whole batch; smartmig restarts
+//! neither slurmctld nor slurmd.
+//!
+//! From 23.11 on, a reconfigure makes slurmctld re-execute itself in place (it saves its
+//! state; the new process reads it back and keeps the listening socket) and every slurmd
+//! re-read slurm.conf and gres.conf and register again. Measured on Slurm 24.11 with jobs
+//! running and a storm of squeue and sbatch (BENCHMARKS.md, "Re-layout paths"): no client
+//! call failed, the longest stretch without an answer was as between ordinary calls, the
+//! new types were schedulable at the next scheduler pass, running jobs kept running with
+//! their device index. Two limits, both Slurm's: a change of a node's total GPU count
+//! requeues the jobs running on it ("gres/gpu count mismatch", as in 22.05), and a
+//! reconfigure whose configuration fails to load (a broken slurm.conf, a plugin built for
+//! another release) stops slurmctld in 24.11.
+//!
+//! The node agent's part ([`Relayout::stops_slurmd`] is false): install the new layout and
+//! gres.conf before it reports, and leave slurmd running. slurmctld keeps a node's GRES from
+//! its saved state until that node's slurmd registers again, which the running slurmd does
+//! by itself a few milliseconds after the reconfigure (a stopped slurmd would do it only
+//! when started). So [`Reconfigure::apply`] waits until slurmctld answers and every node of
+//! the batch shows its new GPU GRES.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::relayout::{NodeFile, Relayout, RelayoutError};
+use super::same_gpu_gres;
+use crate::command;
+use crate::slurm::SlurmApi;
+
+/// First Slurm release whose reconfigure re-executes slurmctld in place (23.11.0).
+pub const RECONFIGURE_SINCE: u32 = 0x17_0b_00;
+
+/// Slurm 23.11 and later: rewrite the `Include`d node file and reconfigure once.
+#[derive(Debug, Clone)]
+pub struct Reconfigure {
+    /// The generated node file.
+    pub include: PathBuf,
+    /// How long slurmctld may take to answer after the reconfigure.
+    pub timeout: Duration,
+    /// The MIG types smartmig manages (the node's other GRES stay as written).
+    pub mig_types: HashSet<String>,
+}
+
+impl Reconfigure {
+    fn file(&self) -> NodeFile<'_> {
+        NodeFile {
+            include: &self.include,
+            mig_types: &self.mig_types,
+        }
+    }
+
+    /// Reconfigures, then waits until slurmctld shows each node of `nodes` with its GPU GRES
+    /// (once the node's slurmd has registered again).
+    fn reconfigure(&self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
+        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
+        let mut last = String::new();
+        let shown = command::poll_until(self.timeout, Duration::from_millis(100), || {
+            last.clear();
+            for (node, want) in nodes {
+                match api.node(node) {
+                    Ok(n) => {
+                        let have = n.map(|n| n.gres).unwrap_or_default();
+                        if !same_gpu_gres(&have, want, &self.mig_types) {
+                            last = format!("{node} shows GRES {have}, not {want}");
+                            return None;
+                        }
+                    }
+                    Err(e) => {
+                        last = e.to_string();
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        });
+        shown.ok_or(RelayoutError::NoAnswerAfterReconfigure(self.timeout, last))
+    }
+}
+
+impl Relayout for Reconfigure {
+    fn name(&self) -> &str {
+        "reconfigure"
+    }
+
+    fn stops_slurmd(&self) -> bool {
+        false
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
+        self.file().check(nodes)
+    }
+
+    fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        self.file().write(nodes)?;
+        self.reconfigure(api, nodes)
+    }
+
+    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+        if !self.file().put_back(nodes)? {
+            return Ok(false);
+        }
+        // Slurm reloads the previous file; the nodes' GRES then follow what their agents
+        // put back, which the caller checks.
+        log::info!("reconfiguring Slurm with the previous node definitions");
+        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::central::fake::FakeSlurm;
+    use crate::central::relayout::chosen;
+    use crate::slurm::SlurmNode;
+    use smartmig_core::config::{CentralConfig, RelayoutKind};
+
+    fn setup(dir: &std::path::Path) -> Reconfigure {
+        let include = dir.join("nodes.conf");
+        std::fs::write(
+            &include,
+            "NodeName=a CPUs=4 Gres=gpu:7g.40gb:1,license:2\nNodeName=b Gres=gpu:7g.40gb:1\n",
+        )
+        .unwrap();
+        Reconfigure {
+            include,
+            timeout: Duration::from_millis(300),
+            mig_types: ["7g.40gb", "3g.20gb", "1g.5gb"].map(String::from).into(),
+        }
+    }
+
+    /// Slurm with node `a` showing `gres` (as its slurmd registered it).
+    fn slurm(gres: &str) -> FakeSlurm {
+        FakeSlurm {
+            nodes: vec![SlurmNode {
+                name: "a".into(),
+                gres: gres.into(),
+                ..SlurmNode::default()
+            }],
+            ..FakeSlurm::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_rewrites_the_node_file_reconfigures_once_and_undo_puts_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = setup(dir.path());
+        let mut slurm = slurm("gpu:3g.20gb:2(S:0),license:2");
+        assert!(!r.stops_slurmd(), "slurmd re-reads gres.conf at the reconfigure");
+        let batch = [("a".to_string(), "gpu:3g.20gb:2".to_string())];
+        r.apply(&mut slurm, &batch).unwrap();
+        assert_eq!(slurm.reconfigures, 1);
+        assert_eq!(
+            std::fs::read_to_string(&r.include).unwrap(),
+            "NodeName=a CPUs=4 Gres=gpu:3g.20gb:2,license:2\nNodeName=b Gres=gpu:7g.40gb:1\n"
+        );
+        r.apply(&mut slurm, &[]).unwrap();
+        assert_eq!(slurm.reconfigures, 1, "an empty batch reconfigures nothing");
+        assert!(r.undo(&mut slurm, &batch).unwrap());
+        assert_eq!(slurm.reconfigures, 2, "Slurm reloads the previous file");
+        assert!(std::fs::read_to_string(&r.include)
+            .unwrap()
+            .starts_with("NodeName=a CPUs=4 Gres=gpu:7g.40gb:1"));
+        assert!(!r.undo(&mut slurm, &batch).unwrap(), "nothing left to undo");
+        assert_eq!(slurm.reconfigures, 2);
+        let e = r.check(&["c".into()]).unwrap_err().to_string();
+        assert!(e.contains("NodeName=c"), "a node the file does not define: {e}");
+    }
+
+    #[test]
+    fn a_node_that_does_not_show_its_new_gres_in_time_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = setup(dir.path());
+        // Its slurmd never registers the new layout.
+        let mut slurm = slurm("gpu:7g.40gb:1");
+        let e = r
+            .apply(&mut slurm, &[("a".into(), "gpu:3g.20gb:2".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("300ms")
+                && e.contains("after the reconfigure")
+                && e.contains("a shows GRES gpu:7g.40gb:1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn auto_chooses_by_the_release_smartmigd_was_built_against_and_the_admin_can_override() {
+        let mut cc = CentralConfig::default();
+        assert_eq!(cc.relayout, RelayoutKind::Auto);
+        let name = |cc: &CentralConfig, v: u32| chosen(cc, v, HashSet::new()).name().to_string();
+        for (version, expected) in [
+            (0x16_05_08, "restart-slurmctld"),
+            (0x17_02_07, "restart-slurmctld"),
+            (0x17_0b_00, "reconfigure"),
+            (0x18_0b_05, "reconfigure"),
+        ] {
+            assert_eq!(name(&cc, version), expected, "{version:x}");
+        }
+        cc.relayout = RelayoutKind::RestartSlurmctld;
+        assert_eq!(name(&cc, 0x18_0b_05), "restart-slurmctld");
+        cc.relayout = RelayoutKind::Reconfigure;
+        assert_eq!(name(&cc, 0x16_05_08), "reconfigure");
+    }
+}
