@@ -147,10 +147,10 @@ impl Report {
         self.generation == generation && self.phase == phase && self.outcome != Outcome::InProgress
     }
 
-    /// The GPU set (index, model) the report describes, or why it describes none.
+    /// The GPU set (index, model) the report describes, or the agent's read error.
     pub fn gpu_set(&self) -> Result<Vec<(u32, String)>, String> {
         if let Some(e) = &self.read_error {
-            return Err(format!("its agent cannot read the GPUs: {e}"));
+            return Err(e.clone());
         }
         let mut set: Vec<(u32, String)> = self.gpus.iter().map(|g| (g.index, g.model.clone())).collect();
         set.sort();

@@ -107,8 +107,8 @@ fn job_churn_under_a_fickle_policy_restarts_slurmctld_no_more_than_the_interval_
         "{} jobs submitted, {} cancelled; {} decisions, {} GPUs re-laid out, {restarts} slurmctld restarts (≤ {allowed} allowed)",
         submitted.len(),
         cancelled.len(),
-        status.counters.get("decisions").copied().unwrap_or(0),
-        status.counters.get("repartitions").copied().unwrap_or(0),
+        status.counters.decisions,
+        status.counters.repartitions,
     );
     assert!(
         restarts >= 1,

@@ -9,3 +9,4 @@ pub mod error;
 pub mod mig;
 pub mod routing;
 pub mod status;
+pub mod tres;

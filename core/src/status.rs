@@ -66,8 +66,8 @@ pub struct Status {
     pub decisions: Vec<DecisionLine>,
     /// The latest errors, newest last: (Unix seconds, message).
     pub errors: Vec<(f64, String)>,
-    /// Counters: decisions, repartitions, failures, reroutes.
-    pub counters: BTreeMap<String, u64>,
+    /// What the central role has done.
+    pub counters: Counters,
     /// Seconds spent by GPUs in each configuration (summed over GPUs).
     pub seconds_in_configuration: BTreeMap<String, f64>,
     /// Why re-layouts are frozen (`smartmigd freeze`), if they are.
@@ -75,17 +75,44 @@ pub struct Status {
     pub frozen: Option<String>,
 }
 
+/// What the central role has counted since its state directory was made (an older status
+/// file's map of the same names reads the same).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Counters {
+    /// GPU decisions made.
+    pub decisions: u64,
+    /// GPUs re-laid out.
+    pub repartitions: u64,
+    /// Errors met.
+    pub failures: u64,
+    /// Pending jobs re-routed after their type vanished.
+    pub reroutes: u64,
+}
+
+impl Counters {
+    /// (name, value) of every counter, in a fixed order.
+    pub fn named(&self) -> [(&'static str, u64); 4] {
+        [
+            ("decisions", self.decisions),
+            ("repartitions", self.repartitions),
+            ("failures", self.failures),
+            ("reroutes", self.reroutes),
+        ]
+    }
+}
+
 impl Status {
     /// Adds an error (logged by the caller), keeping the last [`KEEP`].
     pub fn error(&mut self, at: f64, message: String) {
         self.errors.push((at, message));
         trim(&mut self.errors);
-        *self.counters.entry("failures".into()).or_default() += 1;
+        self.counters.failures += 1;
     }
 
     /// Adds decisions, keeping the last [`KEEP`].
     pub fn decided(&mut self, lines: Vec<DecisionLine>) {
-        *self.counters.entry("decisions".into()).or_default() += lines.len() as u64;
+        self.counters.decisions += lines.len() as u64;
         self.decisions.extend(lines);
         trim(&mut self.decisions);
     }
@@ -149,7 +176,7 @@ impl Status {
             let _ = writeln!(s, "  {at:.0} {e}");
         }
         let _ = writeln!(s, "\ncounters:");
-        for (k, v) in &self.counters {
+        for (k, v) in self.counters.named() {
             let _ = writeln!(s, "  {k}: {v}");
         }
         s
@@ -159,5 +186,27 @@ impl Status {
 fn trim<T>(v: &mut Vec<T>) {
     if v.len() > KEEP {
         v.drain(..v.len() - KEEP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_of_an_older_status_file_read_by_name_and_missing_ones_are_zero() {
+        let old = r#"{"decisions": 12, "repartitions": 3, "failures": 1}"#;
+        let c: Counters = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            c.named(),
+            [
+                ("decisions", 12),
+                ("repartitions", 3),
+                ("failures", 1),
+                ("reroutes", 0)
+            ]
+        );
+        let back: serde_json::Value = serde_json::to_value(c).unwrap();
+        assert_eq!(back["repartitions"], 3);
     }
 }

@@ -48,9 +48,7 @@ pub fn mode_semantics(mode: smartmig_core::config::Mode) -> Semantics {
 }
 
 /// Repartition semantics.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Semantics {
     /// The paper's: jobs on changed instances are preempted, keep their progress, and pay a penalty.
@@ -60,7 +58,26 @@ pub enum Semantics {
     Drain,
 }
 
+/// A name that is no [`Semantics`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown semantics `{0}` (preempt or drain)")]
+pub struct UnknownSemantics(pub String);
+
+impl std::str::FromStr for Semantics {
+    type Err = UnknownSemantics;
+
+    fn from_str(s: &str) -> Result<Semantics, UnknownSemantics> {
+        Semantics::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| UnknownSemantics(s.to_string()))
+    }
+}
+
 impl Semantics {
+    /// Every semantics, in the order shown to users.
+    pub const ALL: [Semantics; 2] = [Semantics::Preempt, Semantics::Drain];
+
     /// The name used in files and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -152,6 +152,40 @@ pub struct Dimension {
     pub dim_param: Option<String>,
 }
 
+/// Why a file's policy metadata cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    /// Not an ONNX model at all.
+    #[error("{} is not an ONNX model: {source}", path.display())]
+    NotOnnx {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The protobuf error.
+        source: prost::DecodeError,
+    },
+    /// An ONNX model whose metadata is not a smartmig policy's.
+    #[error("{} breaks the policy contract: {source}", path.display())]
+    Contract {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the contract check found.
+        source: crate::ContractError,
+    },
+}
+
+/// The contract metadata of policy file `path` (its `bytes`), read without ONNX Runtime.
+pub fn read_metadata(path: &std::path::Path, bytes: &[u8]) -> Result<crate::PolicyMetadata, MetadataError> {
+    use prost::Message as _;
+    let model = ModelProto::decode(bytes).map_err(|source| MetadataError::NotOnnx {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    crate::PolicyMetadata::from_pairs(&model.metadata_pairs()).map_err(|source| MetadataError::Contract {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl ModelProto {
     /// The `metadata_props` as `(key, value)` pairs.
     pub fn metadata_pairs(&self) -> Vec<(String, String)> {

@@ -4,7 +4,7 @@
 //! `transition_logits [B, K, K]`. The batch dimension is symbolic (`batch`); weights are
 //! initializers stored little-endian in `raw_data`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use prost::Message;
 use thiserror::Error;
@@ -44,14 +44,9 @@ pub enum WriteError {
         /// From the metadata.
         metadata: usize,
     },
-    /// The file could not be written.
-    #[error("cannot write {}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
+    /// The file could not be written (it keeps its old content).
+    #[error(transparent)]
+    Io(#[from] smartmig_core::durable::DurableError),
 }
 
 /// Builds the ONNX model for `net` with `meta` in `metadata_props`.
@@ -167,22 +162,11 @@ pub fn to_bytes(net: &PolicyNetwork, meta: &PolicyMetadata) -> Result<Vec<u8>, W
     Ok(model_proto(net, meta)?.encode_to_vec())
 }
 
-/// Writes the ONNX file atomically (temporary file, then rename), so that a controller
-/// never loads a half-written policy.
+/// Writes the ONNX file durably (`smartmig_core::durable`), so that a controller never
+/// loads a half-written policy.
 pub fn write(path: &Path, net: &PolicyNetwork, meta: &PolicyMetadata) -> Result<(), WriteError> {
     let bytes = to_bytes(net, meta)?;
-    let io = |source| WriteError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    Ok(smartmig_core::durable::write(path, &bytes)?)
 }
 
 fn f32_tensor(name: &str, dims: &[usize], values: &[f32]) -> TensorProto {
@@ -279,7 +263,7 @@ mod tests {
         let net = PolicyNetwork::init(&[34, 8, 144], Activation::Tanh, &mut rng);
         assert!(matches!(
             write(&dir.join("p.onnx"), &net, &meta),
-            Err(WriteError::Io { .. })
+            Err(WriteError::Io(_))
         ));
     }
 }

@@ -56,11 +56,10 @@ pub extern "C" fn init() -> c_int {
     r.unwrap_or(ERROR)
 }
 
-fn log_line((is_error, text): state::LogLine) {
-    if is_error {
-        log_error(&text);
-    } else {
-        log_info(&text);
+fn log_line(line: state::LogLine) {
+    match line {
+        state::LogLine::Error(text) => log_error(&text),
+        state::LogLine::Info(text) => log_info(&text),
     }
 }
 
@@ -232,8 +231,11 @@ unsafe fn refuse_auto_only(desc: &JobDesc<'_>, err_msg: *mut *mut c_char, why: &
         .iter()
         .filter_map(|f| job.tres.0[*f as usize])
         .any(|t| {
-            t.split(',')
-                .any(|e| e.split(':').any(|part| part.eq_ignore_ascii_case(AUTO_TYPE)))
+            smartmig_core::tres::entries(t).any(|e| {
+                smartmig_core::tres::parse(e).is_ok_and(|e| {
+                    e.is_gpu() && e.gpu_type.is_some_and(|t| t.eq_ignore_ascii_case(AUTO_TYPE))
+                })
+            })
         });
     if !auto {
         return SUCCESS;

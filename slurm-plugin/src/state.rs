@@ -50,18 +50,81 @@ pub struct SnapshotCache {
     /// The file version `current` was parsed from: an unchanged file is not parsed again.
     stamp: Option<Stamp>,
     current: Option<Snapshot>,
-    last_problem: Option<String>,
+    last_problem: Option<SnapshotProblem>,
     /// Files parsed so far.
     parses: u64,
 }
 
+/// Why the snapshot cannot be used (routing then follows the static rule).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapshotProblem {
+    /// The file cannot be read (missing, no permission).
+    Unreadable {
+        /// The snapshot file.
+        path: PathBuf,
+        /// The I/O error.
+        error: String,
+    },
+    /// Larger than any snapshot the controller writes.
+    TooLarge {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+    },
+    /// Not a snapshot.
+    Invalid {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: String,
+    },
+    /// Older than `routing.snapshot_max_age_s`.
+    Stale {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Its age, seconds.
+        age_s: f64,
+        /// The limit, seconds.
+        limit_s: f64,
+    },
+}
+
+impl std::fmt::Display for SnapshotProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotProblem::Unreadable { path, error } => write!(f, "snapshot {}: {error}", path.display()),
+            SnapshotProblem::TooLarge { path, bytes } => {
+                write!(f, "snapshot {}: {bytes} bytes is too large", path.display())
+            }
+            SnapshotProblem::Invalid { path, error } => write!(f, "{}: {error}", path.display()),
+            SnapshotProblem::Stale { path, age_s, limit_s } => write!(
+                f,
+                "snapshot {} is stale ({age_s:.0} s old, limit {limit_s} s)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl SnapshotProblem {
+    /// Whether `other` is the same problem, as far as the log is concerned: a stale file
+    /// ageing by a second is no news.
+    fn same_as(&self, other: &SnapshotProblem) -> bool {
+        match (self, other) {
+            (SnapshotProblem::Stale { path: a, .. }, SnapshotProblem::Stale { path: b, .. }) => a == b,
+            _ => self == other,
+        }
+    }
+}
+
 /// What a snapshot refresh found worth logging.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum SnapshotNews {
     /// Nothing new.
     Quiet,
     /// A new problem (missing, corrupt, stale): log once.
-    Problem(String),
+    Problem(SnapshotProblem),
     /// Usable again after a problem.
     Recovered,
 }
@@ -93,11 +156,11 @@ impl SnapshotCache {
         }
         let problem = match &self.current {
             None => return (None, SnapshotNews::Quiet),
-            Some(s) if !s.is_fresh(now_unix, max_age_s) => Some(format!(
-                "snapshot {} is stale ({:.0} s old, limit {max_age_s} s)",
-                path.display(),
-                s.age_s(now_unix)
-            )),
+            Some(s) if !s.is_fresh(now_unix, max_age_s) => Some(SnapshotProblem::Stale {
+                path: path.to_path_buf(),
+                age_s: s.age_s(now_unix),
+                limit_s: max_age_s,
+            }),
             Some(_) => None,
         };
         let stale = problem.is_some();
@@ -105,17 +168,14 @@ impl SnapshotCache {
         (if stale { None } else { self.current.as_ref() }, news)
     }
 
-    fn note(&mut self, problem: Option<String>) -> SnapshotNews {
-        // Compare problem kinds without numbers so a stale file ageing by a second is not
-        // news every second.
-        let kind = |p: &str| p.chars().filter(|c| !c.is_ascii_digit()).collect::<String>();
+    fn note(&mut self, problem: Option<SnapshotProblem>) -> SnapshotNews {
         match (problem, &self.last_problem) {
             (None, None) => SnapshotNews::Quiet,
             (None, Some(_)) => {
                 self.last_problem = None;
                 SnapshotNews::Recovered
             }
-            (Some(p), Some(old)) if kind(&p) == kind(old) => SnapshotNews::Quiet,
+            (Some(p), Some(old)) if p.same_as(old) => SnapshotNews::Quiet,
             (Some(p), _) => {
                 self.last_problem = Some(p.clone());
                 SnapshotNews::Problem(p)
@@ -124,17 +184,23 @@ impl SnapshotCache {
     }
 }
 
-fn read_snapshot(path: &Path) -> Result<Snapshot, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("snapshot {}: {e}", path.display()))?;
+fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotProblem> {
+    let unreadable = |e: std::io::Error| SnapshotProblem::Unreadable {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
     if meta.len() > MAX_SNAPSHOT_BYTES as u64 {
-        return Err(format!(
-            "snapshot {}: {} bytes is too large",
-            path.display(),
-            meta.len()
-        ));
+        return Err(SnapshotProblem::TooLarge {
+            path: path.to_path_buf(),
+            bytes: meta.len(),
+        });
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("snapshot {}: {e}", path.display()))?;
-    Snapshot::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    let bytes = std::fs::read(path).map_err(unreadable)?;
+    Snapshot::parse(&bytes).map_err(|e| SnapshotProblem::Invalid {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    })
 }
 
 /// The config file is checked for changes at most this often.
@@ -172,8 +238,25 @@ pub struct Plugin {
     last_check: Instant,
 }
 
-/// A log line the caller should write: (is an error, text).
-pub type LogLine = (bool, String);
+/// A log line the caller should write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogLine {
+    /// News (a config loaded).
+    Info(String),
+    /// A fault the admin must see (a config that does not load).
+    Error(String),
+}
+
+#[cfg(test)]
+impl LogLine {
+    /// (is an error, text).
+    pub fn into_parts(self) -> (bool, String) {
+        match self {
+            LogLine::Info(t) => (false, t),
+            LogLine::Error(t) => (true, t),
+        }
+    }
+}
 
 impl Plugin {
     /// Loads the config (at `init`): `beside` slurm.conf if it exists, else `default`.
@@ -182,15 +265,14 @@ impl Plugin {
         let stamp = stamp(&config_path);
         let (state, line) = match load(&config_path) {
             Ok(ready) => {
-                let line = (false, ready.describe());
+                let line = LogLine::Info(ready.describe());
                 (State::Ready(Box::new(ready)), line)
             }
             Err(e) => (
                 State::Broken(e.clone()),
-                (
-                    true,
-                    format!("config not loaded, gpu:mig requests will be refused: {e}"),
-                ),
+                LogLine::Error(format!(
+                    "config not loaded, gpu:mig requests will be refused: {e}"
+                )),
             ),
         };
         let plugin = Plugin {
@@ -230,18 +312,17 @@ impl Plugin {
                         ready.snapshot = std::mem::take(&mut old.snapshot);
                     }
                 }
-                let line = (false, format!("re{}", ready.describe()));
+                let line = LogLine::Info(format!("re{}", ready.describe()));
                 self.state = State::Ready(Box::new(ready));
                 Some(line)
             }
             Err(e) => match &self.state {
-                State::Ready(_) => Some((
-                    true,
-                    format!("changed config not loaded, keeping the previous one: {e}"),
-                )),
+                State::Ready(_) => Some(LogLine::Error(format!(
+                    "changed config not loaded, keeping the previous one: {e}"
+                ))),
                 State::Broken(_) => {
                     self.state = State::Broken(e.clone());
-                    Some((true, format!("config still not loaded: {e}")))
+                    Some(LogLine::Error(format!("config still not loaded: {e}")))
                 }
             },
         }
@@ -341,7 +422,7 @@ mod tests {
             .is_some());
         let (s, news) = c.get(&p, 120.0, t0 + Duration::from_millis(1100), 1011.0);
         assert!(s.is_none());
-        assert!(matches!(news, SnapshotNews::Problem(m) if m.contains("not valid")));
+        assert!(matches!(news, SnapshotNews::Problem(m) if m.to_string().contains("not valid")));
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -389,7 +470,7 @@ mod tests {
         assert_eq!(news, SnapshotNews::Recovered);
         // Stale: a problem once, then quiet while it ages.
         assert!(
-            matches!(c.get(&p, 120.0, sec(6), 1500.0).1, SnapshotNews::Problem(m) if m.contains("stale"))
+            matches!(c.get(&p, 120.0, sec(6), 1500.0).1, SnapshotNews::Problem(m) if m.to_string().contains("stale"))
         );
         let (s, news) = c.get(&p, 120.0, sec(8), 1501.0);
         assert!(s.is_none());
@@ -403,7 +484,8 @@ mod tests {
         let p = write(&d, "smartmig.toml", "version = 1\n");
         let t0 = Instant::now();
         let sec = |n: u64| t0 + Duration::from_secs(n);
-        let (mut plugin, (err, _)) = Plugin::start(Some(p.clone()), d.join("absent.toml"), t0);
+        let (mut plugin, l) = Plugin::start(Some(p.clone()), d.join("absent.toml"), t0);
+        let (err, _) = l.into_parts();
         assert!(!err);
         let untyped = |pl: &Plugin| match &pl.state {
             State::Ready(r) => r.router.config().route_untyped,
@@ -421,7 +503,7 @@ mod tests {
             None,
             "checked within the second"
         );
-        let (err, line) = plugin.refresh(sec(4)).expect("reloaded");
+        let (err, line) = plugin.refresh(sec(4)).expect("reloaded").into_parts();
         assert!(!err && line.starts_with("reloaded"), "{line}");
         assert!(untyped(&plugin));
         write(
@@ -429,7 +511,7 @@ mod tests {
             "smartmig.toml",
             "version = 1\n[routing]\nroute_untypd = true\n",
         );
-        let (err, line) = plugin.refresh(sec(6)).expect("reported");
+        let (err, line) = plugin.refresh(sec(6)).expect("reported").into_parts();
         assert!(
             err && line.contains("keeping the previous one") && line.contains("route_untypd"),
             "{line}"
@@ -447,25 +529,27 @@ mod tests {
         let default = write(&d, "default.toml", "version = 1\n");
         let t0 = Instant::now();
         let sec = |n: u64| t0 + Duration::from_secs(n);
-        let (mut plugin, (err, line)) = Plugin::start(Some(beside.clone()), default.clone(), t0);
+        let (mut plugin, l) = Plugin::start(Some(beside.clone()), default.clone(), t0);
+        let (err, line) = l.into_parts();
         assert!(!err && line.contains("default.toml"), "{line}");
         write(
             &d,
             "smartmig.toml",
             "version = 1\n[routing]\nroute_untyped = true\n",
         );
-        let (err, line) = plugin.refresh(sec(2)).expect("switched");
+        let (err, line) = plugin.refresh(sec(2)).expect("switched").into_parts();
         assert!(!err && line.contains(&beside.display().to_string()), "{line}");
         assert!(matches!(&plugin.state, State::Ready(r) if r.router.config().route_untyped));
         // Gone again: back to the default.
         std::fs::remove_file(&beside).unwrap();
-        let (_, line) = plugin.refresh(sec(4)).expect("switched back");
+        let (_, line) = plugin.refresh(sec(4)).expect("switched back").into_parts();
         assert!(line.contains("default.toml"), "{line}");
         // With neither file, the first to appear is read.
-        let (mut plugin, (err, _)) = Plugin::start(Some(beside.clone()), d.join("absent.toml"), t0);
+        let (mut plugin, l) = Plugin::start(Some(beside.clone()), d.join("absent.toml"), t0);
+        let (err, _) = l.into_parts();
         assert!(err && matches!(plugin.state, State::Broken(_)));
         write(&d, "smartmig.toml", "version = 1\n");
-        let (err, line) = plugin.refresh(sec(2)).expect("loaded");
+        let (err, line) = plugin.refresh(sec(2)).expect("loaded").into_parts();
         assert!(!err && line.starts_with("reloaded"), "{line}");
         assert!(matches!(plugin.state, State::Ready(_)));
         std::fs::remove_dir_all(&d).ok();

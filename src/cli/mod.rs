@@ -196,14 +196,6 @@ fn manpages(dir: &std::path::Path) -> CliResult {
     Ok(())
 }
 
-/// A policy file's contract metadata, read without ONNX Runtime.
-pub(crate) fn policy_metadata(
-    path: &std::path::Path,
-    bytes: &[u8],
-) -> Result<crate::policy::PolicyMetadata, String> {
-    policy_cmd::read_metadata(path, bytes).map_err(|e| e.message())
-}
-
 /// A layout in few words: runs of equal configurations counted (`c2×6 c6×2`).
 pub(crate) fn layout_summary(layout: &[String]) -> String {
     let mut runs: Vec<(&str, usize)> = Vec::new();

@@ -5,14 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use prost::Message;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use smartmig_core::mig::{resolve_configurations, Catalogue, Driver};
 
 use super::{print_json, table, CliError, CliResult, Format};
-use crate::policy::onnx_proto::ModelProto;
 use crate::policy::{
     onnx_writer, provision, Activation, DecisionInterval, FeatureLayout, OnnxRuntime, PolicyMetadata,
     PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, TransitionTable, CONTRACT_VERSION,
@@ -290,14 +288,7 @@ fn inspect(a: InspectArgs) -> CliResult {
 }
 
 pub(crate) fn read_metadata(path: &Path, bytes: &[u8]) -> Result<PolicyMetadata, CliError> {
-    let model = ModelProto::decode(bytes).map_err(|e| {
-        CliError::input(anyhow::Error::new(e).context(format!("{} is not an ONNX model", path.display())))
-    })?;
-    PolicyMetadata::from_pairs(&model.metadata_pairs()).map_err(|e| {
-        CliError::input(
-            anyhow::Error::new(e).context(format!("{} breaks the policy contract", path.display())),
-        )
-    })
+    crate::policy::onnx_proto::read_metadata(path, bytes).map_err(CliError::input)
 }
 
 fn print_report(r: &InspectReport) {

@@ -33,8 +33,15 @@ pub struct ScenarioArgs {
     #[arg(long)]
     pub days: Option<f64>,
     /// Repartition semantics (shorthand for `--set repartition.semantics=...`).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = semantics_parser())]
     pub semantics: Option<Semantics>,
+}
+
+/// `--semantics`: the policy crate's names, shown as the possible values.
+fn semantics_parser() -> impl clap::builder::TypedValueParser<Value = Semantics> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Semantics::ALL.map(Semantics::as_str))
+        .try_map(|s| s.parse::<Semantics>())
 }
 
 impl ScenarioArgs {
@@ -55,11 +62,7 @@ impl ScenarioArgs {
             sets.push(format!("workload.days={d}"));
         }
         if let Some(s) = self.semantics {
-            let name = s
-                .to_possible_value()
-                .map(|v| v.get_name().to_string())
-                .unwrap_or_default();
-            sets.push(format!("repartition.semantics=\"{name}\""));
+            sets.push(format!("repartition.semantics=\"{}\"", s.as_str()));
         }
         sets
     }
@@ -733,7 +736,7 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
     let file_verdict = match &policies[i].layout {
         LayoutSpec::MeanField { model, .. } => std::fs::read(model)
             .ok()
-            .and_then(|b| super::policy_metadata(model, &b).ok())
+            .and_then(|b| crate::policy::onnx_proto::read_metadata(model, &b).ok())
             .and_then(|m| m.guard_failed().map(str::to_string)),
         _ => None,
     };

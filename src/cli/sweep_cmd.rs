@@ -227,13 +227,9 @@ fn run_task(dir: &Path, task: usize) -> CliResult {
     let (sc, policies) = m.load()?;
     let day = compare_day(&sc, &policies, seed, None).map_err(CliError::input)?;
     let path = result_path(dir, seed);
-    let tmp = path.with_extension("json.tmp");
     let json = serde_json::to_string(&day).map_err(CliError::failure)?;
-    write(&tmp, &json)?;
-    // Rename, so that a collection never reads half a file.
-    std::fs::rename(&tmp, &path)
-        .with_context(|| format!("cannot write {}", path.display()))
-        .map_err(CliError::failure)?;
+    // Durably, so that a collection never reads half a file.
+    smartmig_core::durable::write(&path, json.as_bytes()).map_err(CliError::failure)?;
     log::info!("task {task}: seed {seed} written to {}", path.display());
     Ok(())
 }

@@ -578,21 +578,23 @@ fn check_onnx(r: &Resolved) -> Finding {
             Ok(b) => b,
             Err(e) => return Finding::bad("onnx", Status::Fail, format!("{}: {e}", path.display()), fix),
         };
-        let checked = crate::cli::policy_metadata(&path, &bytes).and_then(|meta| {
-            if meta.gpu_model != m.model.key {
-                return Err(format!("made for {}, not {}", meta.gpu_model, m.model.key));
-            }
-            let names: Vec<&str> = m.configurations.iter().map(|c| c.name.as_str()).collect();
-            if meta.configurations != names {
-                return Err(format!(
-                    "configurations {:?} differ from the catalogue's {names:?}",
-                    meta.configurations
-                ));
-            }
-            crate::policy::PolicyRuntime::from_bytes(&rt, &bytes, &meta, &path.display().to_string())
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        });
+        let checked = crate::policy::onnx_proto::read_metadata(&path, &bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|meta| {
+                if meta.gpu_model != m.model.key {
+                    return Err(format!("made for {}, not {}", meta.gpu_model, m.model.key));
+                }
+                let names: Vec<&str> = m.configurations.iter().map(|c| c.name.as_str()).collect();
+                if meta.configurations != names {
+                    return Err(format!(
+                        "configurations {:?} differ from the catalogue's {names:?}",
+                        meta.configurations
+                    ));
+                }
+                crate::policy::PolicyRuntime::from_bytes(&rt, &bytes, &meta, &path.display().to_string())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = checked {
             return Finding::bad("onnx", Status::Fail, format!("{}: {e}", path.display()), fix);
         }

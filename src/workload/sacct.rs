@@ -281,23 +281,24 @@ fn gpus(tres: &str) -> Result<Tres, String> {
     let mut typed_count = 0u64;
     let mut typed_slices = None;
     let mut untyped = 0u64;
-    for entry in tres.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let Some((key, value)) = entry.split_once('=') else {
-            return Err(format!("entry `{entry}` is not KEY=VALUE"));
-        };
-        let count = || -> Result<u64, String> {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("entry `{entry}` has no whole GPU count"))
-        };
-        if key == "gres/gpu" {
-            untyped = count()?;
-        } else if let Some(kind) = key.strip_prefix("gres/gpu:") {
-            let n = count()?;
-            if n > 0 {
+    for entry in smartmig_core::tres::entries(tres) {
+        let e = smartmig_core::tres::parse(entry)
+            .ok()
+            .filter(|e| e.count.is_some() && e.raw.contains('='))
+            .ok_or_else(|| format!("entry `{entry}` is not KEY=VALUE"))?;
+        if !(e.is_gpu() && e.spelling == smartmig_core::tres::Spelling::Slash) {
+            continue;
+        }
+        let n = e
+            .count()
+            .map_err(|_| format!("entry `{entry}` has no whole GPU count"))?;
+        match e.gpu_type {
+            None => untyped = n,
+            Some(kind) if n > 0 => {
                 typed_count += n;
                 typed_slices = Some(slices_of(kind)?);
             }
+            Some(_) => {}
         }
     }
     let classify = |n: u64, slices: u8| match n {

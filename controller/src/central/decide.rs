@@ -476,6 +476,23 @@ mod tests {
         d
     }
 
+    /// A periodic entry written as an instance list runs as the configuration it equals,
+    /// not as the static layout (it was dropped when only names were looked up).
+    #[test]
+    fn a_periodic_entry_given_as_an_instance_list_is_followed() {
+        let text = "version = 1\n[policy]\nkind = \"periodic\"\nstatic_layout = [\"c1\"]\n\
+                    [[policy.periodic]]\nat = \"00:00\"\nlayout = [\"4g.20gb+3g.20gb\"]\n\
+                    [[policy.periodic]]\nat = \"12:00\"\nlayout = [\"c5\"]\n";
+        let r = Config::parse(text, "t.toml").unwrap().resolve(None).unwrap();
+        let c = |name: &str| r.models[0].configurations.iter().position(|c| c.name == name);
+        let mut decider = Decider::new(&r, Mode::Drain, 1);
+        let at = |hour: f64| 86_400.0 * 100.0 + 3_600.0 * hour;
+        let morning = decider.decide(&r, &view(&r), at(6.0)).targets;
+        assert_eq!(morning, vec![c("c2"); 3]);
+        let evening = decider.decide(&r, &view(&r), at(18.0)).targets;
+        assert_eq!(evening, vec![c("c5"); 3]);
+    }
+
     #[test]
     fn a_policy_whose_deployment_guard_failed_is_not_run() {
         let d = dir("guard");

@@ -10,37 +10,26 @@ use super::status::Status;
 pub fn render(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let counter = |out: &mut String, name: &str, help: &str, key: &str| {
-        let v = s.counters.get(key).copied().unwrap_or(0);
+    let c = &s.counters;
+    for (name, help, v) in [
+        (
+            "decisions_total",
+            "GPU decisions made by the central role.",
+            c.decisions,
+        ),
+        ("repartitions_total", "GPUs re-laid out.", c.repartitions),
+        ("failures_total", "Errors met by the central role.", c.failures),
+        (
+            "reroutes_total",
+            "Pending jobs re-routed after their type vanished.",
+            c.reroutes,
+        ),
+    ] {
         let _ = writeln!(
             out,
             "# HELP smartmig_{name} {help}\n# TYPE smartmig_{name} counter\nsmartmig_{name} {v}"
         );
-    };
-    counter(
-        &mut out,
-        "decisions_total",
-        "GPU decisions made by the central role.",
-        "decisions",
-    );
-    counter(
-        &mut out,
-        "repartitions_total",
-        "GPUs re-laid out.",
-        "repartitions",
-    );
-    counter(
-        &mut out,
-        "failures_total",
-        "Errors met by the central role.",
-        "failures",
-    );
-    counter(
-        &mut out,
-        "reroutes_total",
-        "Pending jobs re-routed after their type vanished.",
-        "reroutes",
-    );
+    }
     let _ = writeln!(
         out,
         "# HELP smartmig_configuration_seconds_total Seconds GPUs spent in each configuration.\n\
@@ -82,7 +71,7 @@ mod tests {
     fn a_scrape_shows_the_status_counters_and_time_per_configuration() {
         let dir = std::env::temp_dir().join(format!("smartmig-metrics-{}", std::process::id()));
         let mut s = Status::default();
-        s.counters.insert("repartitions".into(), 3);
+        s.counters.repartitions = 3;
         s.seconds_in_configuration.insert("c8".into(), 120.0);
         s.write(&dir).unwrap();
         let addr = serve("127.0.0.1:0", dir.clone()).unwrap().unwrap();

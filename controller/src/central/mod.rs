@@ -43,7 +43,7 @@ pub use plan::{Change, Skipped, Wait};
 use relayout::Relayout;
 pub use snapshot::SOON_FREE_S;
 use status::{GpuLine, Status};
-pub use transaction::{fits_budget, phase_timeout};
+pub use transaction::{fits_budget, phase_timeout, BudgetError, Untrusted};
 use view::View;
 
 /// Unix seconds now.
@@ -336,7 +336,7 @@ impl Central {
         let blocked = match (closed, &budget) {
             (Some(why), _) => Some(format!("wait: {why}")),
             (None, Err(e)) => {
-                self.fail(report, e.clone());
+                self.fail(report, e.to_string());
                 Some(format!("skip: {e}"))
             }
             (None, Ok(_)) => None,
@@ -371,11 +371,8 @@ impl Central {
 
     /// Seconds slurmd may stay stopped in a re-layout: half of Slurm's SlurmdTimeout
     /// (300 s when Slurm never marks a silent node down), if a re-layout fits in it.
-    fn slurmd_budget(&mut self) -> Result<f64, String> {
-        let timeout = self
-            .api
-            .slurmd_timeout()
-            .map_err(|e| format!("cannot read SlurmdTimeout: {e}"))?;
+    fn slurmd_budget(&mut self) -> Result<f64, BudgetError> {
+        let timeout = self.api.slurmd_timeout()?;
         let budget = f64::from(if timeout == 0 { 300 } else { timeout }) / 2.0;
         if self.relayout.stops_slurmd() {
             fits_budget(budget, self.relayout.timeout())?;

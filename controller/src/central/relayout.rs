@@ -267,8 +267,8 @@ pub fn node_gres(text: &str, node: &str) -> Option<String> {
 
 /// Whether a GRES entry (`gpu:3g.20gb:2`) is one of the managed MIG types.
 fn is_mig_entry(entry: &str, mig_types: &HashSet<String>) -> bool {
-    let mut parts = entry.split(':');
-    parts.next() == Some("gpu") && parts.next().is_some_and(|t| mig_types.contains(t))
+    smartmig_core::tres::parse(entry)
+        .is_ok_and(|e| e.is_gpu() && e.gpu_type.is_some_and(|t| mig_types.contains(t)))
 }
 
 /// `text` with the MIG entries of the `Gres=` of node `node`'s line replaced by `gpu`

@@ -73,7 +73,7 @@ impl Central {
                 Ok(()) => {
                     log::info!("job {}: its GPU type vanished; re-routed to {ty}", u.job);
                     report.rerouted += 1;
-                    *self.status.counters.entry("reroutes".into()).or_default() += 1;
+                    self.status.counters.reroutes += 1;
                 }
                 Err(e) => self.fail(report, format!("cannot re-route job {}: {e}", u.job)),
             }

@@ -181,7 +181,7 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
         .decisions
         .iter()
         .any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c5"));
-    assert_eq!(status.counters.get("repartitions"), Some(&2));
+    assert_eq!(status.counters.repartitions, 2);
     assert!(status.pending_transitions.is_empty());
     assert!(!c.in_flight());
     let snap = Snapshot::parse(&std::fs::read(dir.join("run/snapshot.json")).unwrap()).unwrap();

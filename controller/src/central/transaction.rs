@@ -14,7 +14,7 @@ use super::batch::{drain_reason, held_reason, is_ours, Batch, Closed, NodeState,
 use super::view::{GpuView, View};
 use super::{unix_now, Central, CycleReport};
 use crate::channel::{Desired, Outcome, Phase, Report};
-use crate::slurm::{read_desired, read_report, write_desired, NodeUpdate, SlurmNode};
+use crate::slurm::{read_desired, read_report, write_desired, NodeUpdate, SlurmError, SlurmNode};
 
 /// Seconds a node may take to answer `Install`, `Start` or `Revert`: a share of the slurmd
 /// budget, within bounds.
@@ -22,21 +22,61 @@ pub fn phase_timeout(slurmd_budget_s: f64) -> f64 {
     (slurmd_budget_s / 6.0).clamp(5.0, 60.0)
 }
 
+/// Why no re-layout batch may start: slurmd's budget is unknown or too tight.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    /// Slurm's SlurmdTimeout could not be read.
+    #[error("cannot read SlurmdTimeout: {0}")]
+    Unread(#[from] SlurmError),
+    /// The steps that keep slurmd stopped would not pass before the watchdogs fire.
+    #[error(
+        "a re-layout may keep slurmd stopped for {need_s:.0} s (answers {answer_s:.0} s ×2, Slurm refresh {refresh_s:.0} s, margin 5 s), \
+         more than half of Slurm's SlurmdTimeout ({budget_s:.0} s): lower [controller.central] \
+         slurmctld_timeout_s or raise SlurmdTimeout"
+    )]
+    TooTight {
+        /// Seconds the steps may take.
+        need_s: f64,
+        /// One agent answer's limit.
+        answer_s: f64,
+        /// Slurm's refresh limit.
+        refresh_s: f64,
+        /// Half of SlurmdTimeout.
+        budget_s: f64,
+    },
+}
+
 /// Whether a batch fits in the slurmd budget: the node agents' answers to `Install` and
 /// `Start`, Slurm's refresh and a margin must all pass before the watchdogs fire.
-pub fn fits_budget(slurmd_budget_s: f64, refresh: Duration) -> Result<(), String> {
-    let need = 2.0 * phase_timeout(slurmd_budget_s) + refresh.as_secs_f64() + 5.0;
-    if need <= slurmd_budget_s {
+pub fn fits_budget(slurmd_budget_s: f64, refresh: Duration) -> Result<(), BudgetError> {
+    let answer_s = phase_timeout(slurmd_budget_s);
+    let need_s = 2.0 * answer_s + refresh.as_secs_f64() + 5.0;
+    if need_s <= slurmd_budget_s {
         Ok(())
     } else {
-        Err(format!(
-            "a re-layout may keep slurmd stopped for {need:.0} s (answers {:.0} s ×2, Slurm refresh {:.0} s, margin 5 s), \
-             more than half of Slurm's SlurmdTimeout ({slurmd_budget_s:.0} s): lower [controller.central] \
-             slurmctld_timeout_s or raise SlurmdTimeout",
-            phase_timeout(slurmd_budget_s),
-            refresh.as_secs_f64()
-        ))
+        Err(BudgetError::TooTight {
+            need_s,
+            answer_s,
+            refresh_s: refresh.as_secs_f64(),
+            budget_s: slurmd_budget_s,
+        })
     }
+}
+
+/// Why a node agent's report is not trusted; nothing is written to Slurm from it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Untrusted {
+    /// The agent could not read its GPUs (never "no GPUs").
+    #[error("its agent cannot read the GPUs: {0}")]
+    Unreadable(String),
+    /// The GPUs are not the ones the batch was planned on (one fell off the bus).
+    #[error("the agent reports the GPU set {reported:?}, the batch was planned on {planned:?}; nothing is written to Slurm for it")]
+    GpuSetChanged {
+        /// (index, model) as reported.
+        reported: Vec<(u32, String)>,
+        /// (index, model) when the batch was planned.
+        planned: Vec<(u32, String)>,
+    },
 }
 
 impl Central {
@@ -241,7 +281,7 @@ impl Central {
                         None => "applied".to_string(),
                     };
                     report.changed += t.targets.len();
-                    *self.status.counters.entry("repartitions".into()).or_default() += t.targets.len() as u64;
+                    self.status.counters.repartitions += t.targets.len() as u64;
                     self.enter(b, node, NodeState::Resuming { outcome });
                 } else if let Some(r) = settled(Phase::Revert) {
                     let why = r.watchdog.unwrap_or_else(|| "the agent reverted".into());
@@ -645,14 +685,12 @@ impl Central {
 }
 
 /// Whether a report can be trusted for `t`: GPUs readable, the same GPU set as planned.
-fn checked(r: &Report, t: &NodeTxn) -> Result<(), String> {
-    let set = r.gpu_set()?;
-    let mut want = t.gpu_set.clone();
-    want.sort();
-    if set != want {
-        return Err(format!(
-            "the agent reports the GPU set {set:?}, the batch was planned on {want:?}; nothing is written to Slurm for it"
-        ));
+fn checked(r: &Report, t: &NodeTxn) -> Result<(), Untrusted> {
+    let reported = r.gpu_set().map_err(Untrusted::Unreadable)?;
+    let mut planned = t.gpu_set.clone();
+    planned.sort();
+    if reported != planned {
+        return Err(Untrusted::GpuSetChanged { reported, planned });
     }
     Ok(())
 }

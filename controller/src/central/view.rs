@@ -70,7 +70,7 @@ impl Parsed {
             Err(e) => return Some(Err(e.to_string())),
         };
         if let Err(e) = report.gpu_set() {
-            return Some(Err(e));
+            return Some(Err(super::Untrusted::Unreadable(e).to_string()));
         }
         Some(parse_gpus(resolved, node, &report, jobs).map(|gpus| Parsed {
             comment: node.comment.clone(),
@@ -141,7 +141,7 @@ pub fn slurm_index_order(
         }
     }
     let mut order = Vec::new();
-    for entry in parse_gres(gres, "node Gres")? {
+    for entry in parse_gres(gres, "node Gres").map_err(|e| e.to_string())? {
         match by_type.remove(entry.gpu_type.as_str()) {
             Some(insts) if insts.len() == entry.count as usize => order.extend(insts.into_iter().map(Some)),
             Some(insts) => {
@@ -362,11 +362,11 @@ fn parse_gpus(
     };
     // (type, device index, job) of every device Slurm says is in use.
     let mut used: Vec<(String, u32, Option<u32>)> = Vec::new();
-    for g in parse_gres(&node.gres_used, &format!("node {name} GresUsed"))? {
+    for g in parse_gres(&node.gres_used, &format!("node {name} GresUsed")).map_err(|e| e.to_string())? {
         used.extend(g.indices.iter().map(|&i| (g.gpu_type.clone(), i, None)));
     }
     for (job, detail) in jobs {
-        for g in parse_gres(detail, &format!("job {job} on {name}"))? {
+        for g in parse_gres(detail, &format!("job {job} on {name}")).map_err(|e| e.to_string())? {
             used.extend(g.indices.iter().map(|&i| (g.gpu_type.clone(), i, Some(*job))));
         }
     }

@@ -14,7 +14,7 @@ use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout, Plan, Step};
 use smartmig_gpu::{GpuBackend, GpuState};
 
 use super::journal::{Ending, Journal, Record};
-use super::{gres, NodeChannel, NodeError, NodeRecord};
+use super::{gres, NodeChannel, NodeError, NodeRecord, Refusal};
 use crate::channel::{Desired, GpuActual, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
 use crate::command;
 
@@ -143,10 +143,9 @@ impl Agent {
                 .cfg
                 .catalogue
                 .model(&g.model)
-                .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", g.index)))?
+                .map_err(|e| Refusal::bad_target(g.index, e))?
                 .clone();
-            let to = Layout::parse(&model, &g.layout)
-                .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", g.index)))?;
+            let to = Layout::parse(&model, &g.layout).map_err(|e| Refusal::bad_target(g.index, e))?;
             let st = self.backend.state(g.index, &model)?;
             if st.layout == to || !st.layout.instances().is_empty() {
                 // Present, or someone made instances since: never destroyed at start-up.
@@ -329,16 +328,11 @@ impl Agent {
     fn resolve(&self, gpus: &[GpuTarget]) -> Result<Vec<Target>, NodeError> {
         gpus.iter()
             .map(|g| {
-                let bad = |e: String| NodeError::Refused(format!("GPU {}: {e}", g.index));
-                let model = self
-                    .cfg
-                    .catalogue
-                    .model(&g.model)
-                    .map_err(|e| bad(e.to_string()))?
-                    .clone();
-                let from = Layout::parse(&model, &g.from).map_err(|e| bad(e.to_string()))?;
-                let to = Layout::parse(&model, &g.to).map_err(|e| bad(e.to_string()))?;
-                Plan::between(&model, self.cfg.driver, &from, &to).map_err(|e| bad(e.to_string()))?;
+                let bad = |e: &dyn std::fmt::Display| Refusal::bad_target(g.index, e);
+                let model = self.cfg.catalogue.model(&g.model).map_err(|e| bad(&e))?.clone();
+                let from = Layout::parse(&model, &g.from).map_err(|e| bad(&e))?;
+                let to = Layout::parse(&model, &g.to).map_err(|e| bad(&e))?;
+                Plan::between(&model, self.cfg.driver, &from, &to).map_err(|e| bad(&e))?;
                 Ok(Target {
                     index: g.index,
                     model,
@@ -358,26 +352,25 @@ impl Agent {
                 continue;
             }
             if !st.is_settled() || st.layout != t.from {
-                return Err(NodeError::Refused(format!(
-                    "GPU {}: the device has `{}`{}, the central role saw `{}`; nothing changed",
-                    t.index,
-                    st.layout.display(&t.model),
-                    if st.is_settled() { "" } else { " (unsettled)" },
-                    t.from.display(&t.model)
-                )));
+                return Err(NodeError::Refused(Refusal::NotAsSeen {
+                    gpu: t.index,
+                    found: st.layout.display(&t.model).to_string(),
+                    settled: st.is_settled(),
+                    expected: t.from.display(&t.model).to_string(),
+                }));
             }
             let plan = Plan::between(&t.model, self.cfg.driver, &t.from, &t.to)
-                .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", t.index)))?;
+                .map_err(|e| Refusal::bad_target(t.index, e))?;
             let busy: Vec<String> = plan
                 .touched(&st.busy)
                 .map(|i| display_instance(&t.model, i))
                 .collect();
             if !busy.is_empty() {
-                return Err(NodeError::Refused(format!(
-                    "GPU {}: the plan destroys busy instance(s) {}; nothing changed",
-                    t.index,
-                    busy.join(" ")
-                )));
+                return Err(NodeError::Refused(Refusal::Busy {
+                    gpu: t.index,
+                    instances: busy,
+                    before_any_change: true,
+                }));
             }
             work = true;
         }
@@ -614,17 +607,17 @@ impl Agent {
         }
         let st = self.backend.state(t.index, &t.model)?;
         let plan = Plan::between(&t.model, self.cfg.driver, &st.layout, goal)
-            .map_err(|e| NodeError::Refused(format!("GPU {}: {e}", t.index)))?;
+            .map_err(|e| Refusal::bad_target(t.index, e))?;
         if plan.touches(&st.busy) {
             let busy: Vec<String> = plan
                 .touched(&st.busy)
                 .map(|i| display_instance(&t.model, i))
                 .collect();
-            return Err(NodeError::Refused(format!(
-                "GPU {}: the plan destroys busy instance(s) {}",
-                t.index,
-                busy.join(" ")
-            )));
+            return Err(NodeError::Refused(Refusal::Busy {
+                gpu: t.index,
+                instances: busy,
+                before_any_change: false,
+            }));
         }
         for step in plan.steps {
             self.run_step(t, step)?;

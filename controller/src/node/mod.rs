@@ -76,9 +76,12 @@ pub enum NodeError {
     /// Slurm (the channel's carrier) failed.
     #[error(transparent)]
     Slurm(#[from] crate::slurm::SlurmError),
-    /// The re-layout cannot be done as asked (bad layout, busy instance, wrong device state).
-    #[error("{0}")]
-    Refused(String),
+    /// The re-layout cannot be done as asked.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Slurm does not know this node (the channel's `[node] name`).
+    #[error("Slurm has no node `{0}`")]
+    UnknownNode(String),
     /// A configured command failed.
     #[error(transparent)]
     Command(#[from] crate::command::CommandError),
@@ -88,6 +91,59 @@ pub enum NodeError {
     /// A file could not be replaced durably.
     #[error(transparent)]
     Write(#[from] smartmig_core::durable::DurableError),
+}
+
+/// Why the agent refuses a re-layout before touching any device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The target names an unknown model, an unreadable layout or one the driver cannot
+    /// reach from the current one.
+    #[error("GPU {gpu}: {error}")]
+    BadTarget {
+        /// The GPU index.
+        gpu: u32,
+        /// What is wrong with the target.
+        error: String,
+    },
+    /// The device is not in the layout the central role planned from.
+    #[error(
+        "GPU {gpu}: the device has `{found}`{}, the central role saw `{expected}`; nothing changed",
+        if *settled { "" } else { " (unsettled)" }
+    )]
+    NotAsSeen {
+        /// The GPU index.
+        gpu: u32,
+        /// The layout found.
+        found: String,
+        /// Whether every instance of it is complete.
+        settled: bool,
+        /// The layout the plan starts from.
+        expected: String,
+    },
+    /// The plan would destroy instances in use.
+    #[error(
+        "GPU {gpu}: the plan destroys busy instance(s) {}{}",
+        instances.join(" "),
+        if *before_any_change { "; nothing changed" } else { "" }
+    )]
+    Busy {
+        /// The GPU index.
+        gpu: u32,
+        /// The busy instances (`4g.20gb@0`).
+        instances: Vec<String>,
+        /// Whether this was found before any device was touched.
+        before_any_change: bool,
+    },
+}
+
+impl Refusal {
+    /// A target that cannot be used on GPU `gpu`, for `error`.
+    pub fn bad_target(gpu: u32, error: impl std::fmt::Display) -> NodeError {
+        NodeError::Refused(Refusal::BadTarget {
+            gpu,
+            error: error.to_string(),
+        })
+    }
 }
 
 impl NodeError {

@@ -36,7 +36,7 @@ impl NodeChannel for SlurmChannel {
         let n = self
             .api
             .node(&self.node)?
-            .ok_or_else(|| NodeError::Refused(format!("Slurm has no node `{}`", self.node)))?;
+            .ok_or_else(|| NodeError::UnknownNode(self.node.clone()))?;
         self.comment = n.comment.clone();
         Ok(NodeRecord {
             desired: read_desired(&n).transpose()?,

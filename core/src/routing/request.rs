@@ -1,11 +1,13 @@
 //! GPU requests in Slurm's tres strings (`tres_per_node`, `tres_per_job`, ...).
 //!
 //! Format: comma-separated entries `gres:gpu[:type][:count]` (Slurm 22.05) or
-//! `gres/gpu[:type][:count]` (later releases). `gpu:mig[:N]` asks for automatic routing.
+//! `gres/gpu[:type][:count]` (later releases), read with the grammar of [`crate::tres`].
+//! `gpu:mig[:N]` asks for automatic routing.
 
 use std::fmt;
 
 use crate::mig::GpuModel;
+pub use crate::tres::Spelling;
 
 /// The pseudo-type that asks smartmig to choose the slice.
 pub const AUTO_TYPE: &str = "mig";
@@ -46,27 +48,6 @@ impl TresField {
 /// The four tres strings of a request, indexed by [`TresField`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TresStrings<'a>(pub [Option<&'a str>; 4]);
-
-/// How an entry spells its prefix, kept when rewriting it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Spelling {
-    /// `gres:gpu` (22.05).
-    Colon,
-    /// `gres/gpu` (later releases).
-    Slash,
-    /// `gpu` without prefix.
-    Bare,
-}
-
-impl Spelling {
-    fn prefix(self) -> &'static str {
-        match self {
-            Spelling::Colon => "gres:",
-            Spelling::Slash => "gres/",
-            Spelling::Bare => "",
-        }
-    }
-}
 
 /// What type an entry asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,38 +132,30 @@ impl fmt::Display for GpuEntry {
 
 /// Parses one entry; `Ok(None)` for a non-GPU entry such as `gres:shard:1`.
 fn parse_entry(field: TresField, index: usize, raw: &str) -> Result<Option<GpuEntry>, RequestError> {
-    let (spelling, rest) = if let Some(r) = raw.strip_prefix("gres:") {
-        (Spelling::Colon, r)
-    } else if let Some(r) = raw.strip_prefix("gres/") {
-        (Spelling::Slash, r)
-    } else {
-        (Spelling::Bare, raw)
-    };
-    let parts: Vec<&str> = rest.split(':').collect();
-    if parts[0] != "gpu" {
-        return Ok(None);
-    }
     let malformed = || RequestError::Malformed(raw.to_string());
-    let count = |s: &str| -> Result<u64, RequestError> {
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(malformed());
-        }
-        s.parse().map_err(|_| malformed())
+    let e = match crate::tres::parse(raw) {
+        Ok(e) if e.is_gpu() => e,
+        // Other GRES are not smartmig's to judge, however they are written.
+        Ok(_) => return Ok(None),
+        Err(_) if !crate::tres::names_gpu(raw) => return Ok(None),
+        Err(_) => return Err(malformed()),
     };
-    let (gpu_type, count) = match parts.as_slice() {
-        [_] => (GpuType::Untyped, 1),
-        [_, n] if n.bytes().next().is_some_and(|b| b.is_ascii_digit()) => (GpuType::Untyped, count(n)?),
-        [_, t] => (type_of(t).ok_or_else(malformed)?, 1),
-        [_, t, n] => (type_of(t).ok_or_else(malformed)?, count(n)?),
-        _ => return Err(malformed()),
+    // A request has neither an accounting `=` nor a parenthesised detail.
+    if e.detail.is_some() || e.raw.contains('=') {
+        return Err(malformed());
+    }
+    let gpu_type = match e.gpu_type {
+        None => GpuType::Untyped,
+        Some(t) => type_of(t).ok_or_else(malformed)?,
     };
+    let count = e.count().map_err(|_| malformed())?;
     if count == 0 {
         return Err(RequestError::ZeroCount(raw.to_string()));
     }
     Ok(Some(GpuEntry {
         field,
         index,
-        spelling,
+        spelling: e.spelling,
         gpu_type,
         count,
     }))
@@ -475,6 +448,14 @@ mod tests {
         ));
         assert_eq!(parse(Some("gres:shard:2"), None), Ok(GpuRequest::None));
         assert_eq!(parse(None, None), Ok(GpuRequest::None));
+        // `--gres=gpu:3g.20gb` reaches the plugin without a count: one, not malformed.
+        let Ok(GpuRequest::Concrete(e)) = parse(Some("gres:gpu:3g.20gb"), None) else {
+            panic!("gres:gpu:3g.20gb was refused")
+        };
+        assert_eq!(
+            (e[0].gpu_type.clone(), e[0].count),
+            (GpuType::Concrete("3g.20gb".into()), 1)
+        );
     }
 
     #[test]
