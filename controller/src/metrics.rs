@@ -18,6 +18,21 @@ pub const MAX_REQUEST_LINE: u64 = 4096;
 /// Time limit of each read and write.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A label value as the text exposition format requires it: `\`, `"` and newlines escaped
+/// (a GPU UUID or a configuration name could carry anything a file gave it).
+pub fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn answer(stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
@@ -75,6 +90,12 @@ pub fn serve(
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn label_values_escape_what_would_end_or_break_the_label() {
+        assert_eq!(label("GPU-1234"), "GPU-1234");
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
 
     fn get(addr: SocketAddr, path: &str) -> String {
         let mut conn = TcpStream::connect(addr).unwrap();

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use smartmig_core::config::{Config, DEFAULT_PATH};
 use smartmig_core::routing::{OnError, Router, Snapshot, MAX_SNAPSHOT_BYTES};
@@ -337,12 +337,7 @@ pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Now as Unix seconds.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub use smartmig_core::clock::unix_now;
 
 /// Loads the config at `path` into a ready state.
 pub fn load(path: &Path) -> Result<Ready, String> {

@@ -521,18 +521,15 @@ pub fn slice_mix(path: &Path, rows: &[(String, [f64; 5])], title: &str) -> Resul
 /// Runs a figure function on a scratch file and returns the SVG text, for reports that
 /// inline their figures (the figure functions draw to paths).
 pub fn svg_text(name: &str, draw: impl FnOnce(&Path) -> Result<(), PlotError>) -> Result<String, PlotError> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("smartmig-plot-{}", std::process::id()));
-    // Unique per call, so threads drawing at once do not share a file.
-    let path = dir.join(format!("{name}-{n}.svg"));
-    let io = |x: std::io::Error| err(&path)(x.to_string());
-    std::fs::create_dir_all(&dir).map_err(io)?;
-    let drawn = draw(&path);
-    let text = drawn.and_then(|()| std::fs::read_to_string(&path).map_err(io));
-    // Best effort: a scratch file left behind is harmless.
-    let _ = std::fs::remove_file(&path);
-    text
+    // A private directory with a random name per call: nothing another user could have
+    // planted, and threads drawing at once share no file. Removed when dropped.
+    let dir = tempfile::Builder::new()
+        .prefix("smartmig-plot-")
+        .tempdir()
+        .map_err(|x| err(&std::env::temp_dir())(x.to_string()))?;
+    let path = dir.path().join(format!("{name}.svg"));
+    draw(&path)?;
+    std::fs::read_to_string(&path).map_err(|x| err(&path)(x.to_string()))
 }
 
 #[cfg(test)]

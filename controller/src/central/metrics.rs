@@ -38,7 +38,8 @@ pub fn render(s: &Status) -> String {
     for (c, secs) in &s.seconds_in_configuration {
         let _ = writeln!(
             out,
-            "smartmig_configuration_seconds_total{{configuration=\"{c}\"}} {secs}"
+            "smartmig_configuration_seconds_total{{configuration=\"{}\"}} {secs}",
+            crate::metrics::label(c)
         );
     }
     let _ = writeln!(

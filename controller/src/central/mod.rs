@@ -30,7 +30,7 @@ mod transaction;
 pub mod view;
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use smartmig_core::config::{Mode, Resolved};
 use smartmig_core::routing::Router;
@@ -46,12 +46,7 @@ use status::{GpuLine, Status};
 pub use transaction::{fits_budget, phase_timeout, BudgetError, Untrusted};
 use view::View;
 
-/// Unix seconds now.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub use smartmig_core::clock::unix_now;
 
 /// What one cycle (or one `--once` run) did.
 #[derive(Debug, Clone, Default, PartialEq)]

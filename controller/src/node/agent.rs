@@ -68,12 +68,7 @@ pub struct Agent {
     busy: bool,
 }
 
-/// Unix seconds now.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub use smartmig_core::clock::unix_now;
 
 impl Agent {
     /// An agent over a backend and a channel; opens the journal in `state_dir`.

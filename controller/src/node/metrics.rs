@@ -29,7 +29,7 @@ pub fn render(backend: &dyn GpuBackend, catalogue: &Catalogue) -> String {
         }
     };
     for g in &gpus {
-        let labels = format!("gpu=\"{}\",uuid=\"{}\"", g.index, g.uuid);
+        let labels = format!("gpu=\"{}\",uuid=\"{}\"", g.index, crate::metrics::label(&g.uuid));
         match backend.power(g.index) {
             Ok(Some(r)) => {
                 let _ = writeln!(power, "smartmig_gpu_power_watts{{{labels}}} {}", r.watts);
@@ -62,7 +62,7 @@ pub fn render(backend: &dyn GpuBackend, catalogue: &Catalogue) -> String {
                     }
                 }
                 for (profile, (n, busy)) in per_profile {
-                    let labels = format!("{labels},profile=\"{profile}\"");
+                    let labels = format!("{labels},profile=\"{}\"", crate::metrics::label(profile));
                     let _ = writeln!(instances, "smartmig_gpu_instances{{{labels}}} {n}");
                     let _ = writeln!(busy_instances, "smartmig_gpu_busy_instances{{{labels}}} {busy}");
                 }
