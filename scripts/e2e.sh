@@ -12,8 +12,10 @@
 #         target/slurm-<release>).
 #
 # The same tests, with the same expectations, run on each: tests/plugin_e2e.rs (routing,
-# hints, time-limit rescaling, refusals, a 1,000-job storm) and controller/tests/central_e2e.rs
-# (a central re-layout cycle with node agents). scripts/test.sh runs `trixie` after the
+# hints, time-limit rescaling, refusals, a 1,000-job storm), tests/cli_filter_e2e.rs (srun,
+# salloc and steps with gpu:mig), controller/tests/central_e2e.rs (a central re-layout cycle
+# with node agents) and controller/tests/central_faults.rs (its faults, on the release's own
+# re-layout path; the restart path's own faults are skipped where it is not smartmigd's). scripts/test.sh runs `trixie` after the
 # workspace's tests (which include `host`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ which="${1:-all}"
 [ "${1:-}" = -- ] && shift
 case "$which" in host|trixie|all) ;; *) echo "usage: scripts/e2e.sh [host|trixie|all] [-- FILTER...]" >&2; exit 2 ;; esac
 
-tests=(-p smartmig --test plugin_e2e -p smartmigd --test central_e2e)
+tests=(-p smartmig --test plugin_e2e --test cli_filter_e2e -p smartmigd --test central_e2e --test central_faults)
 
 run() {
     local name="$1"

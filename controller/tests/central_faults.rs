@@ -52,6 +52,18 @@ use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
 use smartmigd::central::decide::policy_path;
 use smartmigd::central::status::Status;
 
+/// The restart path's own faults (a failing restart, slurmctld silent after it, slurmd
+/// stopped when the central role dies) run where that path is smartmigd's (Slurm before
+/// 23.11; from 23.11 the reconfigure leaves slurmd running and smartmigd refuses the
+/// restart path); every other fault runs on the release's own path.
+fn restart_path_config(c: &Cluster, policy: &Policy, snapshot: &str, more: &str) -> Option<PathBuf> {
+    if slurm::release().at_least(23, 11) {
+        eprintln!("skipped: the slurmctld restart path is not smartmigd's on this release");
+        return None;
+    }
+    Some(central_config_with(c, policy, snapshot, more))
+}
+
 const C5: &str = "3g.20gb@0 3g.20gb@4";
 const TO_C5: Policy = Policy::Static("\"c5\"");
 
@@ -181,8 +193,14 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_late
         "{st:?}"
     );
     // Node 1's agent rolled back during Apply, when slurmd is never touched.
+    // (From 23.11 the batch's reconfigure re-executes every slurmd in place, this one too:
+    // each start but the first follows a reconfigure's SIGHUP.)
     let slurmd = std::fs::read_to_string(c.dir.join(format!("log/slurmd-{}.log", c.nodes[1]))).unwrap();
-    assert_eq!(slurmd.matches("slurmd version").count(), 1, "{slurmd}");
+    assert_eq!(
+        slurmd.matches("slurmd version").count(),
+        1 + slurmd.matches("Caught SIGHUP").count(),
+        "{slurmd}"
+    );
     let g0 = TestGpus::from_simulated(&s0, &a100());
     assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 
@@ -315,12 +333,14 @@ fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_t
         "restart-fails-once",
         "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
     );
-    let config = central_config_with(
+    let Some(config) = restart_path_config(
         &c,
         &TO_C5,
         "run/snapshot.json",
         &format!("restart_slurmctld = [\"{}\"]", wrapper.display()),
-    );
+    ) else {
+        return;
+    };
     let before = ctld_starts(&c);
     let out = run_central(&c, &config, &[]);
     assert!(
@@ -391,7 +411,7 @@ fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_n
             pid = c.dir.join("run/slurmctld.pid").display()
         ),
     );
-    let config = central_config_with(
+    let Some(config) = restart_path_config(
         &c,
         &TO_C5,
         "run/snapshot.json",
@@ -399,7 +419,9 @@ fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_n
             "restart_slurmctld = [\"{}\"]\nslurmctld_timeout_s = 6",
             wrapper.display()
         ),
-    );
+    ) else {
+        return;
+    };
     let out = run_central(&c, &config, &[]);
     assert!(
         out.contains("0 changed") && out.contains("did not answer within 6s"),
@@ -475,7 +497,7 @@ fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start
         "kill-central",
         "if [ ! -e $FLAG ]; then touch $FLAG; kill -9 $PPID; exit 1; fi",
     );
-    let config = central_config_with(
+    let Some(config) = restart_path_config(
         &c,
         &TO_C5,
         "run/snapshot.json",
@@ -483,7 +505,9 @@ fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start
             "restart_slurmctld = [\"{}\"]\nslurmctld_timeout_s = 8",
             wrapper.display()
         ),
-    );
+    ) else {
+        return;
+    };
     let out = central_command(&c, &config, &[]).output().unwrap();
     assert!(!out.status.success(), "killed: {out:?}");
     let killed = Instant::now();

@@ -199,7 +199,10 @@ mod tests {
     fn auto_chooses_by_the_release_smartmigd_was_built_against_and_the_admin_can_override() {
         let mut cc = CentralConfig::default();
         assert_eq!(cc.relayout, RelayoutKind::Auto);
-        let name = |cc: &CentralConfig, v: u32| chosen(cc, v, HashSet::new()).name().to_string();
+        let name = |cc: &CentralConfig, v: u32| match chosen(cc, v, HashSet::new()) {
+            Ok(r) => r.name().to_string(),
+            Err(e) => e.to_string(),
+        };
         for (version, expected) in [
             (0x16_05_08, "restart-slurmctld"),
             (0x17_02_07, "restart-slurmctld"),
@@ -208,9 +211,21 @@ mod tests {
         ] {
             assert_eq!(name(&cc, version), expected, "{version:x}");
         }
+        // The explicit choice where the release carries it out; refused (at start) where
+        // it was measured not to work.
         cc.relayout = RelayoutKind::RestartSlurmctld;
-        assert_eq!(name(&cc, 0x18_0b_05), "restart-slurmctld");
+        assert_eq!(name(&cc, 0x16_05_08), "restart-slurmctld");
+        let e = name(&cc, 0x18_0b_05);
+        assert!(
+            e.contains("cannot work with Slurm 24.11.5") && e.contains("saved state"),
+            "{e}"
+        );
         cc.relayout = RelayoutKind::Reconfigure;
-        assert_eq!(name(&cc, 0x16_05_08), "reconfigure");
+        assert_eq!(name(&cc, 0x18_0b_05), "reconfigure");
+        let e = name(&cc, 0x16_05_08);
+        assert!(
+            e.contains("cannot work with Slurm 22.05.8") && e.contains("INVALID_REG"),
+            "{e}"
+        );
     }
 }

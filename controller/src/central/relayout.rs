@@ -77,18 +77,55 @@ pub trait Relayout {
     fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
 }
 
+/// A `relayout` choice that cannot work with the Slurm smartmigd was built against.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[controller.central] relayout = \"{chosen}\" cannot work with Slurm {release}: {why}")]
+pub struct UnusableRelayout {
+    /// The configured path.
+    pub chosen: &'static str,
+    /// The release smartmigd was built for.
+    pub release: String,
+    /// What was measured (docs/admin-guide.md, "Slurm versions").
+    pub why: &'static str,
+}
+
 /// The re-layout `cc.relayout` names for MIG types `mig_types`; `auto` by the Slurm release
 /// smartmigd was built against (`built_for`, a `SLURM_VERSION_NUMBER`): [`Reconfigure`]
 /// from 23.11 on, where a reconfigure re-executes slurmctld in place, [`RestartSlurmctld`]
-/// before.
-pub fn chosen(cc: &CentralConfig, built_for: u32, mig_types: HashSet<String>) -> Box<dyn Relayout> {
+/// before. An explicit choice the release cannot carry out is refused: every batch would
+/// otherwise end with its nodes held.
+pub fn chosen(
+    cc: &CentralConfig,
+    built_for: u32,
+    mig_types: HashSet<String>,
+) -> Result<Box<dyn Relayout>, UnusableRelayout> {
     let timeout = Duration::from_secs_f64(cc.slurmctld_timeout_s);
-    let reconfigure = match cc.relayout {
-        RelayoutKind::Auto => built_for >= RECONFIGURE_SINCE,
-        RelayoutKind::Reconfigure => true,
-        RelayoutKind::RestartSlurmctld => false,
+    let modern = built_for >= RECONFIGURE_SINCE;
+    let refuse = |chosen, why| UnusableRelayout {
+        chosen,
+        release: crate::slurm::version_text(built_for),
+        why,
     };
-    if reconfigure {
+    let reconfigure =
+        match cc.relayout {
+            RelayoutKind::Auto => modern,
+            RelayoutKind::Reconfigure if !modern => return Err(refuse(
+                "reconfigure",
+                "before 23.11 a reconfigure does not reload a node's GRES: the node's next registration is \
+                 refused (INVALID_REG) and it is drained; use \"auto\" (the slurmctld restart)",
+            )),
+            RelayoutKind::Reconfigure => true,
+            RelayoutKind::RestartSlurmctld if modern => {
+                return Err(refuse(
+                    "restart-slurmctld",
+                    "from 23.11 a restarted slurmctld keeps a node's GRES from its saved state until the \
+                 node's slurmd registers again, so the new layout cannot be checked before slurmd starts; \
+                 use \"auto\" (the reconfigure)",
+                ))
+            }
+            RelayoutKind::RestartSlurmctld => false,
+        };
+    Ok(if reconfigure {
         Box::new(Reconfigure {
             include: cc.nodes_include.clone(),
             timeout,
@@ -101,7 +138,7 @@ pub fn chosen(cc: &CentralConfig, built_for: u32, mig_types: HashSet<String>) ->
             timeout,
             mig_types,
         })
-    }
+    })
 }
 
 /// The generated node file and the MIG types smartmig manages in it: what every path

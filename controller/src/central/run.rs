@@ -38,7 +38,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         .iter()
         .flat_map(|m| m.model.profiles.iter().map(|p| p.name.clone()))
         .collect();
-    let relayout = chosen(&cc, Libslurm::version(), mig_types);
+    let relayout = chosen(&cc, Libslurm::version(), mig_types)?;
     log::info!(
         "central role: mode {}, policy {:?}, seed {seed}, re-layout {} ({:?}; built for Slurm {})",
         mode_name(mode),
