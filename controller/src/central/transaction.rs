@@ -88,15 +88,40 @@ impl Central {
             self.settle_refresh(b, &gres, report);
         }
         let names: Vec<String> = b.nodes.keys().cloned().collect();
+        let mut to_apply = Vec::new();
         for node in &names {
-            self.step(b, node, view, report);
+            self.step(b, node, view, report, &mut to_apply);
         }
+        self.ask_apply(b, view, &mut to_apply, report);
         self.install_gate(b, report);
         self.refresh_gate(b, report);
         for node in &names {
-            self.step(b, node, view, report);
+            self.step(b, node, view, report, &mut to_apply);
+        }
+        self.ask_apply(b, view, &mut to_apply, report);
+        self.save_ledger_with(b, report);
+    }
+
+    /// Hands their plans to the agents of the nodes that entered `Applying` in this pass,
+    /// after one ledger write for all of them (write-ahead: a restarted central role asks
+    /// again; one write per node made a batch of n nodes cost n² of serialising).
+    fn ask_apply(&mut self, b: &mut Batch, view: &View, nodes: &mut Vec<String>, report: &mut CycleReport) {
+        if nodes.is_empty() {
+            return;
         }
         self.save_ledger_with(b, report);
+        for node in std::mem::take(nodes) {
+            // Without its record now, the next cycle asks again.
+            let Some(rec) = self.record(view, &node) else {
+                continue;
+            };
+            let d = self.desired(b, &node, Phase::Apply);
+            if let Err(e) = self.ask(&rec, &d) {
+                let outcome = format!("skip: cannot hand the plan to the agent: {e}");
+                self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
+                self.enter(b, &node, NodeState::Resuming { outcome })
+            }
+        }
     }
 
     fn save_ledger_with(&mut self, b: &Batch, report: &mut CycleReport) {
@@ -150,8 +175,16 @@ impl Central {
         d
     }
 
-    /// One node's step, if what it waits for has happened.
-    fn step(&mut self, b: &mut Batch, node: &str, view: &View, report: &mut CycleReport) {
+    /// One node's step, if what it waits for has happened; a node that enters `Applying`
+    /// is added to `to_apply`, for [`Central::ask_apply`].
+    fn step(
+        &mut self,
+        b: &mut Batch,
+        node: &str,
+        view: &View,
+        report: &mut CycleReport,
+        to_apply: &mut Vec<String>,
+    ) {
         let t = b.nodes[node].clone();
         let now = unix_now();
         let waited = now - t.since;
@@ -214,13 +247,7 @@ impl Central {
                     Some(_) => {} // preempt: the requeued jobs release their instances soon
                     None => {
                         self.enter(b, node, NodeState::Applying);
-                        self.save_ledger_with(b, report);
-                        let d = self.desired(b, node, Phase::Apply);
-                        if let Err(e) = self.ask(&rec, &d) {
-                            let outcome = format!("skip: cannot hand the plan to the agent: {e}");
-                            self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
-                            self.enter(b, node, NodeState::Resuming { outcome })
-                        }
+                        to_apply.push(node.to_string());
                     }
                 }
             }
