@@ -799,7 +799,9 @@ fn devices_are_numbered_in_the_order_of_the_nodes_gres_then_gres_conf_order_skip
         text("gpu:1g.5gb:4,gpu:3g.20gb:1"),
         ["1g.5gb@0", "1g.5gb@1", "1g.5gb@2", "1g.5gb@3", "3g.20gb@4"]
     );
-    let e = view::slurm_index_order("gpu:1g.5gb:3,gpu:3g.20gb:1", &[(&c8, names.as_slice())]).unwrap_err();
+    let e = view::slurm_index_order("gpu:1g.5gb:3,gpu:3g.20gb:1", &[(&c8, names.as_slice())])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Slurm has 3 1g.5gb, the agent reports 4"), "{e}");
 }
 

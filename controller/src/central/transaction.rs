@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use smartmig_core::config::Mode;
 use smartmig_core::mig::layout::display_instance;
-use smartmig_core::mig::{Layout, Plan};
+use smartmig_core::mig::{Layout, LayoutError, Plan};
 
 use super::batch::{drain_reason, held_reason, is_ours, Batch, Closed, NodeState, NodeTxn, SlurmStep};
 use super::view::{GpuView, View};
@@ -61,6 +61,53 @@ pub fn fits_budget(slurmd_budget_s: f64, refresh: Duration) -> Result<(), Budget
             budget_s: slurmd_budget_s,
         })
     }
+}
+
+/// Why a target GPU's plan cannot be made from what the GPU has now.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanProblem {
+    /// The GPU is not in this cycle's view (its node's report could not be read).
+    #[error("GPU {0} unreadable")]
+    Unreadable(u32),
+    /// A layout of the target does not parse, or no plan leads from one to the other.
+    #[error("GPU {gpu}: {error}")]
+    Layout {
+        /// The GPU index.
+        gpu: u32,
+        /// What is wrong.
+        error: LayoutError,
+    },
+    /// The GPU no longer has the layout the batch was planned from.
+    #[error("GPU {gpu} changed meanwhile to {now}")]
+    Changed {
+        /// The GPU index.
+        gpu: u32,
+        /// Its layout now.
+        now: String,
+    },
+}
+
+/// Why Slurm does not (yet) show a batch's new layouts.
+#[derive(Debug, thiserror::Error)]
+pub enum NotShown {
+    /// A node's record could not be read.
+    #[error("cannot read {node} after the refresh: {error}")]
+    Unread {
+        /// The node.
+        node: String,
+        /// Slurm's error.
+        error: SlurmError,
+    },
+    /// Slurm shows other GPU GRES than the batch's.
+    #[error("Slurm shows {node} with GRES {have}, expected {want}")]
+    Differs {
+        /// The node.
+        node: String,
+        /// What Slurm shows.
+        have: String,
+        /// The batch's.
+        want: String,
+    },
 }
 
 /// Why a node agent's report is not trusted; nothing is written to Slurm from it.
@@ -161,8 +208,8 @@ impl Central {
     }
 
     /// Writes `desired` into the node's `Extra` (keeping the site's keys).
-    fn ask(&mut self, node: &SlurmNode, desired: &Desired) -> Result<(), String> {
-        write_desired(self.api.as_mut(), node, desired).map_err(|e| e.to_string())
+    fn ask(&mut self, node: &SlurmNode, desired: &Desired) -> Result<(), SlurmError> {
+        write_desired(self.api.as_mut(), node, desired)
     }
 
     fn desired(&self, b: &Batch, node: &str, phase: Phase) -> Desired {
@@ -360,27 +407,24 @@ impl Central {
         view: &'v View,
         node: &str,
         t: &NodeTxn,
-    ) -> Vec<Result<(&'v GpuView, Plan), String>> {
+    ) -> Vec<Result<(&'v GpuView, Plan), PlanProblem>> {
         let driver = self.resolved.config.gpu.driver;
         t.targets
             .iter()
             .map(|target| {
-                let g = view
-                    .gpu(node, target.index)
-                    .ok_or_else(|| format!("GPU {} unreadable", target.index))?;
+                let gpu = target.index;
+                let g = view.gpu(node, gpu).ok_or(PlanProblem::Unreadable(gpu))?;
                 let m = &self.resolved.models[g.model].model;
-                let parse =
-                    |text: &str| Layout::parse(m, text).map_err(|e| format!("GPU {}: {e}", target.index));
-                let (from, to) = (parse(&target.from)?, parse(&target.to)?);
+                let bad = |error| PlanProblem::Layout { gpu, error };
+                let from = Layout::parse(m, &target.from).map_err(bad)?;
+                let to = Layout::parse(m, &target.to).map_err(bad)?;
                 if g.layout != from {
-                    return Err(format!(
-                        "GPU {} changed meanwhile to {}",
-                        target.index,
-                        g.layout.display(m)
-                    ));
+                    return Err(PlanProblem::Changed {
+                        gpu,
+                        now: g.layout.display(m).to_string(),
+                    });
                 }
-                let plan =
-                    Plan::between(m, driver, &from, &to).map_err(|e| format!("GPU {}: {e}", target.index))?;
+                let plan = Plan::between(m, driver, &from, &to).map_err(bad)?;
                 Ok((g, plan))
             })
             .collect()
@@ -391,7 +435,7 @@ impl Central {
         let mut out = Vec::new();
         for p in self.plans_now(view, node, t) {
             match p {
-                Err(e) => out.push(e),
+                Err(e) => out.push(e.to_string()),
                 Ok((g, plan)) => {
                     let m = &self.resolved.models[g.model].model;
                     let busy: Vec<String> = plan.touched(&g.busy).map(|i| display_instance(m, i)).collect();
@@ -502,7 +546,7 @@ impl Central {
             .relayout
             .apply(self.api.as_mut(), &list)
             .map_err(|e| super::decide::error_chain(&e))
-            .and_then(|()| self.slurm_has(&gres));
+            .and_then(|()| self.slurm_has(&gres).map_err(|e| e.to_string()));
         match result {
             Ok(()) => self.refreshed(b, report),
             Err(e) => self.refresh_failed(b, &list, format!("{} failed: {e}", self.relayout.name()), report),
@@ -526,16 +570,23 @@ impl Central {
     }
 
     /// Whether Slurm's node records carry the batch's new GPU GRES.
-    fn slurm_has(&mut self, gres: &BTreeMap<String, String>) -> Result<(), String> {
+    fn slurm_has(&mut self, gres: &BTreeMap<String, String>) -> Result<(), NotShown> {
         for (node, want) in gres {
             let have = self
                 .api
                 .node(node)
-                .map_err(|e| format!("cannot read {node} after the refresh: {e}"))?
+                .map_err(|error| NotShown::Unread {
+                    node: node.clone(),
+                    error,
+                })?
                 .map(|n| n.gres)
                 .unwrap_or_default();
             if !super::same_gpu_gres(&have, want, &self.mig_types) {
-                return Err(format!("Slurm shows {node} with GRES {have}, expected {want}"));
+                return Err(NotShown::Differs {
+                    node: node.clone(),
+                    have,
+                    want: want.clone(),
+                });
             }
         }
         Ok(())

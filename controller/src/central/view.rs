@@ -5,10 +5,72 @@
 use std::collections::{BTreeMap, HashMap};
 
 use smartmig_core::config::Resolved;
-use smartmig_core::mig::{identify, Instance, Layout};
+use smartmig_core::mig::{identify, Instance, Layout, LayoutError};
 
-use crate::channel::Report;
-use crate::slurm::{parse_gres, read_desired, read_report, JobState, SlurmJob, SlurmNode};
+use super::Untrusted;
+use crate::channel::{ChannelError, Report};
+use crate::slurm::{parse_gres, read_desired, read_report, GresError, JobState, SlurmJob, SlurmNode};
+
+/// Why a node's GPUs cannot be read from its agent's report and Slurm's record; the node
+/// is then left alone.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeReadError {
+    /// The report is not a smartmig message this version reads.
+    #[error(transparent)]
+    Report(#[from] ChannelError),
+    /// The report cannot be trusted (its agent cannot read the GPUs).
+    #[error(transparent)]
+    Untrusted(#[from] Untrusted),
+    /// A GRES string of the node or of a job on it does not read.
+    #[error(transparent)]
+    Gres(#[from] GresError),
+    /// A GPU of a model the config does not manage.
+    #[error("GPU {gpu}: model `{model}` is not in gpu.models")]
+    UnknownModel {
+        /// The GPU index.
+        gpu: u32,
+        /// The model the agent reports.
+        model: String,
+    },
+    /// A layout that does not parse against the catalogue.
+    #[error("GPU {gpu}: {error}")]
+    BadLayout {
+        /// The GPU index.
+        gpu: u32,
+        /// What is wrong with it.
+        error: LayoutError,
+    },
+    /// A device index Slurm gives that the node's GRES does not have.
+    #[error("Slurm device index {index} is beyond the node's GRES {gres}")]
+    IndexBeyond {
+        /// The index.
+        index: u32,
+        /// The node's GRES.
+        gres: String,
+    },
+}
+
+/// Slurm's counts of the managed types differ from the agent's layouts (a re-layout is
+/// under way), so device indices cannot be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CountMismatch {
+    /// Different counts of one type.
+    #[error("Slurm has {slurm} {gpu_type}, the agent reports {agent}")]
+    Differs {
+        /// The MIG type.
+        gpu_type: String,
+        /// Slurm's count.
+        slurm: u32,
+        /// The agent's.
+        agent: usize,
+    },
+    /// A type the agent reports and Slurm does not have.
+    #[error("Slurm has no {0}, the agent reports some")]
+    Missing(String),
+    /// The node's GRES does not read.
+    #[error(transparent)]
+    Gres(#[from] GresError),
+}
 
 /// One MIG GPU of a managed node.
 #[derive(Debug, Clone)]
@@ -64,13 +126,17 @@ struct Parsed {
 impl Parsed {
     /// Parses `node`'s report and GPUs (None: the node has no smartmig report; an error
     /// says why a report or the node's GRES could not be read).
-    fn read(resolved: &Resolved, node: &SlurmNode, jobs: &[(u32, &str)]) -> Option<Result<Parsed, String>> {
+    fn read(
+        resolved: &Resolved,
+        node: &SlurmNode,
+        jobs: &[(u32, &str)],
+    ) -> Option<Result<Parsed, NodeReadError>> {
         let report = match read_report(node)? {
             Ok(r) => r,
-            Err(e) => return Some(Err(e.to_string())),
+            Err(e) => return Some(Err(e.into())),
         };
         if let Err(e) = report.gpu_set() {
-            return Some(Err(super::Untrusted::Unreadable(e).to_string()));
+            return Some(Err(Untrusted::Unreadable(e).into()));
         }
         Some(parse_gpus(resolved, node, &report, jobs).map(|gpus| Parsed {
             comment: node.comment.clone(),
@@ -132,7 +198,7 @@ pub struct View {
 pub fn slurm_index_order(
     gres: &str,
     layouts: &[(&Layout, &[String])],
-) -> Result<Vec<Option<(usize, Instance)>>, String> {
+) -> Result<Vec<Option<(usize, Instance)>>, CountMismatch> {
     let mut by_type: BTreeMap<&str, Vec<(usize, Instance)>> = BTreeMap::new();
     for (g, (layout, names)) in layouts.iter().enumerate() {
         for (i, inst) in layout.instances().iter().enumerate() {
@@ -141,22 +207,21 @@ pub fn slurm_index_order(
         }
     }
     let mut order = Vec::new();
-    for entry in parse_gres(gres, "node Gres").map_err(|e| e.to_string())? {
+    for entry in parse_gres(gres, "node Gres")? {
         match by_type.remove(entry.gpu_type.as_str()) {
             Some(insts) if insts.len() == entry.count as usize => order.extend(insts.into_iter().map(Some)),
             Some(insts) => {
-                return Err(format!(
-                    "Slurm has {} {}, the agent reports {}",
-                    entry.count,
-                    entry.gpu_type,
-                    insts.len()
-                ))
+                return Err(CountMismatch::Differs {
+                    gpu_type: entry.gpu_type,
+                    slurm: entry.count,
+                    agent: insts.len(),
+                })
             }
             None => order.extend((0..entry.count).map(|_| None)),
         }
     }
     match by_type.keys().next() {
-        Some(t) => Err(format!("Slurm has no {t}, the agent reports some")),
+        Some(t) => Err(CountMismatch::Missing(t.to_string())),
         None => Ok(order),
     }
 }
@@ -208,7 +273,7 @@ impl View {
                         continue;
                     }
                     Some(Err(why)) => {
-                        view.problems.push((node.name.clone(), why));
+                        view.problems.push((node.name.clone(), why.to_string()));
                         view.others.insert(node.name.clone(), node);
                         continue;
                     }
@@ -289,7 +354,7 @@ fn parse_gpus(
     node: &SlurmNode,
     report: &Report,
     jobs: &[(u32, &str)],
-) -> Result<Vec<GpuView>, String> {
+) -> Result<Vec<GpuView>, NodeReadError> {
     let name = node.name.clone();
     let mut gpus = Vec::new();
     for g in &report.gpus {
@@ -297,9 +362,13 @@ fn parse_gpus(
             .models
             .iter()
             .position(|m| m.model.answers_to(&g.model))
-            .ok_or_else(|| format!("GPU {}: model `{}` is not in gpu.models", g.index, g.model))?;
+            .ok_or_else(|| NodeReadError::UnknownModel {
+                gpu: g.index,
+                model: g.model.clone(),
+            })?;
         let m = &resolved.models[model];
-        let layout = Layout::parse(&m.model, &g.layout).map_err(|e| format!("GPU {}: {e}", g.index))?;
+        let layout = Layout::parse(&m.model, &g.layout)
+            .map_err(|error| NodeReadError::BadLayout { gpu: g.index, error })?;
         gpus.push(GpuView {
             node: name.clone(),
             index: g.index,
@@ -362,11 +431,11 @@ fn parse_gpus(
     };
     // (type, device index, job) of every device Slurm says is in use.
     let mut used: Vec<(String, u32, Option<u32>)> = Vec::new();
-    for g in parse_gres(&node.gres_used, &format!("node {name} GresUsed")).map_err(|e| e.to_string())? {
+    for g in parse_gres(&node.gres_used, &format!("node {name} GresUsed"))? {
         used.extend(g.indices.iter().map(|&i| (g.gpu_type.clone(), i, None)));
     }
     for (job, detail) in jobs {
-        for g in parse_gres(detail, &format!("job {job} on {name}")).map_err(|e| e.to_string())? {
+        for g in parse_gres(detail, &format!("job {job} on {name}"))? {
             used.extend(g.indices.iter().map(|&i| (g.gpu_type.clone(), i, Some(*job))));
         }
     }
@@ -377,10 +446,10 @@ fn parse_gpus(
                 Some(Some(at)) if ty.is_empty() || type_of(&gpus, *at) == ty => Some(*at),
                 Some(Some(_)) => None,
                 None => {
-                    return Err(format!(
-                        "Slurm device index {idx} is beyond the node's GRES {}",
-                        node.gres
-                    ))
+                    return Err(NodeReadError::IndexBeyond {
+                        index: idx,
+                        gres: node.gres.clone(),
+                    })
                 }
             },
             Err(_) => None,
