@@ -148,15 +148,20 @@ impl Report {
     }
 
     /// The GPU set (index, model) the report describes, or the agent's read error.
-    pub fn gpu_set(&self) -> Result<Vec<(u32, String)>, String> {
+    pub fn gpu_set(&self) -> Result<Vec<(u32, String)>, AgentReadError> {
         if let Some(e) = &self.read_error {
-            return Err(e.clone());
+            return Err(AgentReadError(e.clone()));
         }
         let mut set: Vec<(u32, String)> = self.gpus.iter().map(|g| (g.index, g.model.clone())).collect();
         set.sort();
         Ok(set)
     }
 }
+
+/// The agent's own account of why it cannot read its GPUs (a report's `read_error`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AgentReadError(pub String);
 
 /// Why a message could not be read.
 #[derive(Debug, thiserror::Error)]

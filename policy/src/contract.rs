@@ -108,6 +108,26 @@ pub const QUEUE_SUMMARY_WIDTH: usize = 6;
 /// The bin edges docs/model.md §6 gives (minutes): −100, 0, 0.05, 0.2, 0.5, 1, 5, 10, 20, 30 (, ∞).
 pub const PAPER_EDGES_MIN: [f64; 10] = [-100.0, 0.0, 0.05, 0.2, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0];
 
+/// A feature layout no tracker can fill.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FeatureLayoutError {
+    /// K = 0.
+    #[error("configurations must be at least 1")]
+    NoConfigurations,
+    /// A histogram without bins.
+    #[error("{0} is empty")]
+    NoEdges(&'static str),
+    /// An infinite or NaN edge.
+    #[error("{0} has a non-finite edge (the last bin is open already)")]
+    NonFiniteEdge(&'static str),
+    /// Edges out of order or repeated.
+    #[error("{0} is not strictly increasing")]
+    NotIncreasing(&'static str),
+    /// Repeated or zero slice sizes.
+    #[error("slice_sizes must be distinct and positive")]
+    SliceSizes,
+}
+
 impl FeatureLayout {
     /// The paper's layout for `k` configurations: its bins for both histograms, not split,
     /// sin/cos time of day (D = k + 22).
@@ -170,31 +190,29 @@ impl FeatureLayout {
     }
 
     /// Checks that the layout is usable: K ≥ 1, edges finite and increasing, sizes distinct.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FeatureLayoutError> {
         if self.configurations == 0 {
-            return Err("configurations must be at least 1".into());
+            return Err(FeatureLayoutError::NoConfigurations);
         }
         for (name, edges) in [
             ("duration_edges_min", &self.duration_edges_min),
             ("deadline_edges_min", &self.deadline_edges_min),
         ] {
             if edges.is_empty() {
-                return Err(format!("{name} is empty"));
+                return Err(FeatureLayoutError::NoEdges(name));
             }
             if edges.iter().any(|e| !e.is_finite()) {
-                return Err(format!(
-                    "{name} has a non-finite edge (the last bin is open already)"
-                ));
+                return Err(FeatureLayoutError::NonFiniteEdge(name));
             }
             if edges.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(format!("{name} is not strictly increasing"));
+                return Err(FeatureLayoutError::NotIncreasing(name));
             }
         }
         let mut sizes = self.slice_sizes.clone();
         sizes.sort_unstable();
         sizes.dedup();
         if sizes.len() != self.slice_sizes.len() || sizes.contains(&0) {
-            return Err("slice_sizes must be distinct and positive".into());
+            return Err(FeatureLayoutError::SliceSizes);
         }
         Ok(())
     }
@@ -385,7 +403,7 @@ impl PolicyMetadata {
         let layout_json = || serde_json::to_string(&self.feature_layout).unwrap_or_default();
         self.feature_layout
             .validate()
-            .map_err(|reason| bad(KEY_FEATURE_LAYOUT, &layout_json(), &reason))?;
+            .map_err(|reason| bad(KEY_FEATURE_LAYOUT, &layout_json(), &reason.to_string()))?;
         if self.feature_layout.configurations != self.k() {
             return Err(bad(
                 KEY_FEATURE_LAYOUT,

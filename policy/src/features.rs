@@ -83,7 +83,7 @@ pub struct FeatureTracker {
 impl FeatureTracker {
     /// A tracker for `layout`, for jobs whose deadlines end by `horizon` minutes.
     pub fn new(layout: FeatureLayout, horizon: f64) -> Result<FeatureTracker, UnsupportedLayout> {
-        layout.validate().map_err(UnsupportedLayout)?;
+        layout.validate().map_err(|e| UnsupportedLayout(e.to_string()))?;
         if !layout.slice_sizes.is_empty() {
             return Err(UnsupportedLayout("histograms split by slice size".into()));
         }

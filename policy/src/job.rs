@@ -55,24 +55,46 @@ impl Job {
     }
 
     /// Checks the invariants every reader and generator must keep.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), JobError> {
         if !self.release.is_finite() || self.release < 0.0 {
-            return Err(format!("release {} is not a time >= 0", self.release));
+            return Err(JobError::Release(self.release));
         }
         if !self.deadline.is_finite() || self.deadline < self.release {
-            return Err(format!(
-                "deadline {} is before release {}",
-                self.deadline, self.release
-            ));
+            return Err(JobError::Deadline {
+                deadline: self.deadline,
+                release: self.release,
+            });
         }
         if self.times.iter().any(|t| !t.is_finite() || *t <= 0.0) {
-            return Err(format!("processing times {:?} must be positive", self.times));
+            return Err(JobError::NotPositive(self.times));
         }
         if self.times.windows(2).any(|w| w[1] > w[0] * (1.0 + 1e-9)) {
-            return Err(format!("processing times {:?} grow with slice size", self.times));
+            return Err(JobError::Grow(self.times));
         }
         Ok(())
     }
+}
+
+/// A job that breaks the invariants every reader and generator keeps.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JobError {
+    /// A release that is no time at or after 0.
+    #[error("release {0} is not a time >= 0")]
+    Release(f64),
+    /// A deadline before the release.
+    #[error("deadline {deadline} is before release {release}")]
+    Deadline {
+        /// The deadline.
+        deadline: f64,
+        /// The release.
+        release: f64,
+    },
+    /// A processing time that is not positive.
+    #[error("processing times {0:?} must be positive")]
+    NotPositive([f64; 5]),
+    /// Processing times that grow with the slice size.
+    #[error("processing times {0:?} grow with slice size")]
+    Grow([f64; 5]),
 }
 
 /// The jobs of one run, sorted by release, with the labels of their classes.

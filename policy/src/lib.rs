@@ -23,8 +23,8 @@ pub mod runtime;
 pub mod sampling;
 
 pub use contract::{
-    ContractError, DecisionInterval, FeatureLayout, PolicyMetadata, TimeOfDay, CONTRACT_VERSION, INPUT_NAME,
-    OUTPUT_NAME,
+    ContractError, DecisionInterval, FeatureLayout, FeatureLayoutError, PolicyMetadata, TimeOfDay,
+    CONTRACT_VERSION, INPUT_NAME, OUTPUT_NAME,
 };
 pub use network::{Activation, Dense, NetworkError, PolicyNetwork};
 pub use onnx_writer::WriteError;

@@ -42,21 +42,36 @@ pub fn scenario_metadata(
     }
 }
 
+/// Why a policy gave no decision: its network or ONNX Runtime failed, or its logits
+/// make no transition table.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyFailure {
+    /// The in-process network.
+    #[error(transparent)]
+    Network(#[from] crate::policy::NetworkError),
+    /// ONNX Runtime.
+    #[error(transparent)]
+    Runtime(#[from] crate::policy::RuntimeError),
+    /// The logits.
+    #[error(transparent)]
+    Table(#[from] crate::policy::SamplingError),
+}
+
 /// Something that maps a feature vector to K×K transition logits.
 pub trait TransitionModel {
     /// Logits `[K, K]` row-major for one feature vector.
-    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, String>;
+    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, PolicyFailure>;
 }
 
 impl TransitionModel for PolicyNetwork {
-    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, String> {
-        self.forward(features, 1).map_err(|e| e.to_string())
+    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, PolicyFailure> {
+        Ok(self.forward(features, 1)?)
     }
 }
 
 impl TransitionModel for PolicyRuntime {
-    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, String> {
-        self.infer(features).map_err(|e| e.to_string())
+    fn logits(&mut self, features: &[f32]) -> Result<Vec<f32>, PolicyFailure> {
+        Ok(self.infer(features)?)
     }
 }
 
@@ -168,9 +183,9 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
             if !view.write_features(m, &mut self.buf) {
                 return changes;
             }
-            let table = self.models[m].logits(&self.buf).and_then(|l| {
-                TransitionTable::new(&l, &self.available[m], self.sampling).map_err(|e| e.to_string())
-            });
+            let table = self.models[m]
+                .logits(&self.buf)
+                .and_then(|l| Ok(TransitionTable::new(&l, &self.available[m], self.sampling)?));
             let table = match table {
                 Ok(t) => t,
                 Err(e) => {

@@ -111,7 +111,7 @@ pub fn read_alibaba(input: impl Read, path: &str, skip_bad: bool) -> Result<(Job
     for (p, j) in pods.iter().zip(&set.jobs) {
         // Shifting the release cannot break a job that passed the row check, but never
         // hand out a bad job.
-        j.check().map_err(|why| log.error(p.line, why))?;
+        j.check().map_err(|why| log.error(p.line, why.to_string()))?;
     }
     set.normalise();
     // Number labels by first use in release order (censored pods registered theirs too).
@@ -175,7 +175,7 @@ fn parse_row(rec: &csv::ByteRecord, cols: &Columns, line: u64, set: &mut JobSet)
         times,
         class: 0,
     };
-    job.check()?;
+    job.check().map_err(|e| e.to_string())?;
     let qos = match cols.get(QOS) {
         Some(c) => field(rec, c, "qos")?,
         None => "",

@@ -66,7 +66,7 @@ fn parse_row(rec: &csv::ByteRecord, cols: &Columns, set: &mut JobSet) -> Result<
         times,
         class: 0,
     };
-    job.check()?;
+    job.check().map_err(|e| e.to_string())?;
     // The label is added only once the job is known good, so a skipped row adds none.
     Ok(Job {
         class: set.class_index(label),

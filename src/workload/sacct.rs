@@ -238,7 +238,7 @@ fn parse_row(
         times,
         class: 0,
     };
-    job.check()?;
+    job.check().map_err(|e| e.to_string())?;
     let comment = text(COMMENT)?;
     let label = match comment.split_once("smartmig:class=") {
         Some((_, rest)) => rest.split([',', ' ', ';']).next().unwrap_or(""),

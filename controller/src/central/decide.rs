@@ -66,12 +66,37 @@ fn stamp(path: &std::path::Path) -> Stamp {
         .map(|m| (m.modified().ok(), m.len(), m.ino()))
 }
 
+/// Why a model's policy is not run; its GPUs keep their layouts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// Nothing loaded (the policy kind is not `mean-field`).
+    #[error("no policy loaded")]
+    NotLoaded,
+    /// ONNX Runtime could not be loaded.
+    #[error("{0}")]
+    Runtime(String),
+    /// The file is missing, corrupt or does not match the config (its error chain).
+    #[error("{0}")]
+    File(String),
+    /// The trainer's deployment guard failed for it.
+    #[error("{}: its deployment guard {why}", path.display())]
+    GuardFailed {
+        /// The policy file.
+        path: PathBuf,
+        /// The guard's verdict.
+        why: String,
+    },
+    /// It failed on this cycle's features (its error chain).
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Per-model policies, loaded at start and again whenever a policy file changes.
 pub struct Decider {
     kind: PolicyKind,
     mode: Mode,
-    runtime: Result<OnnxRuntime, String>,
-    policies: Vec<Result<PolicyRuntime, String>>,
+    runtime: Result<OnnxRuntime, Unusable>,
+    policies: Vec<Result<PolicyRuntime, Unusable>>,
     /// The version of each model's policy file that `policies` holds.
     stamps: Vec<Stamp>,
     sampling: SamplingConfig,
@@ -116,16 +141,17 @@ impl Decider {
     pub fn new(resolved: &Resolved, mode: Mode, seed: u64) -> Decider {
         let p = &resolved.config.policy;
         let runtime = if p.kind == PolicyKind::MeanField {
-            OnnxRuntime::init(resolved.config.controller.onnxruntime.as_deref()).map_err(|e| e.to_string())
+            OnnxRuntime::init(resolved.config.controller.onnxruntime.as_deref())
+                .map_err(|e| Unusable::Runtime(e.to_string()))
         } else {
-            Err(String::new())
+            Err(Unusable::NotLoaded)
         };
         let n = resolved.models.len();
         let mut d = Decider {
             kind: p.kind,
             mode,
             runtime,
-            policies: (0..n).map(|_| Err(String::new())).collect(),
+            policies: (0..n).map(|_| Err(Unusable::NotLoaded)).collect(),
             stamps: vec![None; n],
             sampling: SamplingConfig {
                 top_k: p.top_k as usize,
@@ -150,11 +176,14 @@ impl Decider {
         let key = &resolved.models[m].model.key;
         let loaded = self.runtime.as_ref().map_err(Clone::clone).and_then(|rt| {
             let policy = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
-                .map_err(|e| error_chain(&e))?;
+                .map_err(|e| Unusable::File(error_chain(&e)))?;
             // The trainer's deployment guard: a policy that did not beat the best static
             // layout on its validation days is not run.
             match policy.metadata().guard_failed() {
-                Some(why) => Err(format!("{}: its deployment guard {why}", path.display())),
+                Some(why) => Err(Unusable::GuardFailed {
+                    path: path.clone(),
+                    why: why.to_string(),
+                }),
                 None => Ok(policy),
             }
         });
@@ -220,9 +249,10 @@ impl Decider {
                     let available: Vec<bool> = rm.configurations.iter().map(|c| c.is_available()).collect();
                     let table = policy
                         .infer(&self.features)
-                        .map_err(|e| error_chain(&e))
+                        .map_err(|e| Unusable::Failed(error_chain(&e)))
                         .and_then(|l| {
-                            TransitionTable::new(&l, &available, self.sampling).map_err(|e| e.to_string())
+                            TransitionTable::new(&l, &available, self.sampling)
+                                .map_err(|e| Unusable::Failed(e.to_string()))
                         });
                     match table {
                         Ok(table) => {
@@ -264,11 +294,11 @@ impl Decider {
                                 "policy for {} failed; its GPUs keep their layouts: {e}",
                                 rm.model.key
                             );
-                            Source::Kept { why: e }
+                            Source::Kept { why: e.to_string() }
                         }
                     }
                 }
-                (PolicyKind::MeanField, Err(e), _) => Source::Kept { why: e.clone() },
+                (PolicyKind::MeanField, Err(e), _) => Source::Kept { why: e.to_string() },
                 (PolicyKind::MeanField, Ok(_), None) => Source::None,
             };
             sources.push(source);
@@ -504,7 +534,11 @@ mod tests {
             Some("failed: -4.3% ± 0.8% over static-best on validation days"),
         );
         let decider = Decider::new(&r, Mode::Drain, 1);
-        let why = decider.policies[0].as_ref().err().cloned().unwrap_or_default();
+        let why = decider.policies[0]
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         // Without ONNX Runtime the file is refused before its metadata is read.
         if decider.runtime.is_ok() {
             assert!(why.contains("its deployment guard failed: -4.3%"), "{why}");

@@ -115,7 +115,7 @@ pub enum NotShown {
 pub enum Untrusted {
     /// The agent could not read its GPUs (never "no GPUs").
     #[error("its agent cannot read the GPUs: {0}")]
-    Unreadable(String),
+    Unreadable(#[from] crate::channel::AgentReadError),
     /// The GPUs are not the ones the batch was planned on (one fell off the bus).
     #[error("the agent reports the GPU set {reported:?}, the batch was planned on {planned:?}; nothing is written to Slurm for it")]
     GpuSetChanged {
