@@ -12,9 +12,9 @@ use super::features::FeatureTracker;
 use super::gate::Gate;
 use super::metrics::{RunResult, Sample, SeriesRecorder};
 use crate::energy::EnergyMeter;
-use crate::partition::{DecisionView, Repartitioner};
 use crate::scenario::{NodeRule, ResolvedScenario, Semantics};
 use crate::sched::{PickContext, Scheduler};
+use crate::sim::decision::{DecisionView, Repartitioner};
 use crate::workload::Job;
 
 /// Options of one run.

@@ -1,6 +1,7 @@
 //! The discrete-event simulator: cluster state, event loop, metrics.
 
 pub mod cluster;
+pub mod decision;
 pub mod engine;
 pub mod gate;
 pub use smartmig_policy::features;
