@@ -1,4 +1,4 @@
-//! `smartmig`: the simulator, trainer and evaluator command line.
+//! `smartmig`: the command line of the simulator, trainer, evaluator, doctor and status.
 
 use std::process::ExitCode;
 

@@ -469,7 +469,7 @@ fn sacct_records_the_routed_type_and_limit() {
         "--format=JobID,JobName,Submit,Start,End,Elapsed,Timelimit,ReqTRES,AllocTRES,State,Comment",
     ]);
     let text = String::from_utf8_lossy(&dump.stdout).into_owned();
-    let (jobs, stats) = smartmig::workload::sacct::read_sacct(text.as_bytes(), "sacct dump", false)
+    let (jobs, stats) = smartmig_sim::workload::sacct::read_sacct(text.as_bytes(), "sacct dump", false)
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(jobs.jobs.len(), 1, "{text}");
     assert!(

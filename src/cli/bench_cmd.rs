@@ -5,10 +5,10 @@ use std::time::Instant;
 use clap::Args;
 
 use super::{table, CliError, CliResult};
-use crate::eval::compare::run_reference;
-use crate::eval::EVAL_SEED_BASE;
-use crate::scenario::Scenario;
-use crate::workload;
+use smartmig_eval::compare::run_reference;
+use smartmig_eval::EVAL_SEED_BASE;
+use smartmig_sim::scenario::Scenario;
+use smartmig_sim::workload;
 
 /// `bench`.
 #[derive(Debug, Args)]

@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use super::sim_cmd::ScenarioArgs;
 use super::{print_json, table, CliError, CliResult, Format};
-use crate::bounds::{day_bounds, DayBounds, Method, TardinessOptions};
-use crate::eval::EVAL_SEED_BASE;
-use crate::scenario::TraceFormat;
-use crate::workload;
+use smartmig_bounds::{day_bounds, DayBounds, Method, TardinessOptions};
+use smartmig_eval::EVAL_SEED_BASE;
+use smartmig_sim::scenario::TraceFormat;
+use smartmig_sim::workload;
 
 /// `bounds`.
 #[derive(Debug, Args)]
@@ -112,7 +112,7 @@ fn print_report(r: &Report) {
         "energy ≥".into(),
         format!(
             "{:.3} kWh ({:.0} W·min)",
-            crate::energy::wmin_to_kwh(e.energy_wmin),
+            smartmig_sim::energy::wmin_to_kwh(e.energy_wmin),
             e.energy_wmin
         ),
         format!(

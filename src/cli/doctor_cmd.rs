@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{print_json, CliError, CliResult, Format};
-use crate::doctor::{self, Status, CHECKS};
+use smartmig_doctor::{self as doctor, Status, CHECKS};
 
 /// Exit code when the worst finding is a warning.
 pub const EXIT_WARN: u8 = 4;

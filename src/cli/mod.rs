@@ -13,6 +13,7 @@ mod replay_cmd;
 mod sim_cmd;
 mod status_cmd;
 mod sweep_cmd;
+#[cfg(feature = "train")]
 mod train_cmd;
 mod tune_cmd;
 
@@ -135,6 +136,7 @@ pub enum Command {
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCommand),
     /// Train a mean-field policy (imitation of a tuned controller, or PPO) and write it as ONNX.
+    #[cfg(feature = "train")]
     Train(train_cmd::TrainArgs),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),
@@ -171,6 +173,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::TunePeriodic(a) => tune_cmd::tune_periodic(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Policy(c) => policy_cmd::run(c),
+        #[cfg(feature = "train")]
         Command::Train(a) => train_cmd::run(a),
         Command::Bounds(a) => bounds_cmd::run(a),
         Command::Replay(a) => replay_cmd::run(a),

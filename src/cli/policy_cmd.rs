@@ -11,7 +11,7 @@ use serde::Serialize;
 use smartmig_core::mig::{resolve_configurations, Catalogue, Driver};
 
 use super::{print_json, table, CliError, CliResult, Format};
-use crate::policy::{
+use smartmig_policy::{
     onnx_writer, provision, Activation, DecisionInterval, FeatureLayout, OnnxRuntime, PolicyMetadata,
     PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, TransitionTable, CONTRACT_VERSION,
 };
@@ -112,8 +112,8 @@ fn download_runtime(dir: &Path, why: &str) -> Result<PathBuf, CliError> {
 /// run. A configured library that is missing is left for the run to report.
 pub(crate) fn ensure_runtime() -> CliResult {
     match OnnxRuntime::locate(None) {
-        Err(crate::policy::RuntimeError::NotFound { .. })
-            if std::env::var_os(crate::policy::runtime::ORT_DYLIB_ENV).is_none_or(|v| v.is_empty()) =>
+        Err(smartmig_policy::RuntimeError::NotFound { .. })
+            if std::env::var_os(smartmig_policy::runtime::ORT_DYLIB_ENV).is_none_or(|v| v.is_empty()) =>
         {
             let dir = provision::cache_dir().map_err(CliError::failure)?;
             download_runtime(
@@ -140,7 +140,7 @@ fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata
     Ok(PolicyMetadata {
         contract_version: CONTRACT_VERSION,
         gpu_model: model.key.clone(),
-        feature_layout: crate::sim::features::layout(configurations.len()),
+        feature_layout: smartmig_sim::features::layout(configurations.len()),
         configurations,
         decision: DecisionInterval {
             events: 5,
@@ -150,7 +150,7 @@ fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata
         training_scenario: scenario.into(),
         training_seed: seed,
         semantics: Semantics::Preempt,
-        draw: crate::policy::Draw::Sample,
+        draw: smartmig_policy::Draw::Sample,
         guard: None,
     })
 }
@@ -259,10 +259,14 @@ fn inspect(a: InspectArgs) -> CliResult {
         file: a.file.display().to_string(),
         contract_version: meta.contract_version,
         gpu_model: meta.gpu_model.clone(),
-        input: format!("{} f32 [batch, {}]", crate::policy::INPUT_NAME, meta.input_dim()),
+        input: format!(
+            "{} f32 [batch, {}]",
+            smartmig_policy::INPUT_NAME,
+            meta.input_dim()
+        ),
         output: format!(
             "{} f32 [batch, {k}, {k}]",
-            crate::policy::OUTPUT_NAME,
+            smartmig_policy::OUTPUT_NAME,
             k = meta.k()
         ),
         configurations: meta.configurations.clone(),
@@ -288,7 +292,7 @@ fn inspect(a: InspectArgs) -> CliResult {
 }
 
 pub(crate) fn read_metadata(path: &Path, bytes: &[u8]) -> Result<PolicyMetadata, CliError> {
-    crate::policy::onnx_proto::read_metadata(path, bytes).map_err(CliError::input)
+    smartmig_policy::onnx_proto::read_metadata(path, bytes).map_err(CliError::input)
 }
 
 fn print_report(r: &InspectReport) {

@@ -9,9 +9,9 @@ use smartmig_core::routing::builtin_classes;
 
 use super::sim_cmd::{shipped_model, ScenarioArgs};
 use super::{print_json, table, CliError, CliResult, Format};
-use crate::energy::WMIN_PER_KWH;
-use crate::eval::replay::{replay, Replay, ReplayInput};
-use crate::eval::{replay_html, EVAL_SEED_BASE};
+use smartmig_eval::replay::{replay, Replay, ReplayInput};
+use smartmig_eval::{replay_html, EVAL_SEED_BASE};
+use smartmig_sim::energy::WMIN_PER_KWH;
 
 /// `replay`.
 #[derive(Debug, Args)]
@@ -48,7 +48,7 @@ pub struct ReplayArgs {
 /// The figures' sampling interval for a history: about 150 samples over the time the jobs
 /// ran, at most 10 minutes (a day's figures) and at least 3 s, so a short history still
 /// draws lines rather than one point.
-fn sample_interval(runs: &[crate::workload::sacct::Ran]) -> f64 {
+fn sample_interval(runs: &[smartmig_sim::workload::sacct::Ran]) -> f64 {
     let start = runs.iter().map(|r| r.start).fold(f64::INFINITY, f64::min);
     let end = runs.iter().map(|r| r.end).fold(f64::NEG_INFINITY, f64::max);
     let span = if end > start { end - start } else { 0.0 };
@@ -63,10 +63,10 @@ pub fn run(a: ReplayArgs) -> CliResult {
         .with_context(|| format!("cannot read {name}"))
         .map_err(CliError::input)?;
     let (jobs, stats, runs) =
-        crate::workload::sacct::read_sacct_runs(std::io::BufReader::new(file), &name, a.skip_bad)
+        smartmig_sim::workload::sacct::read_sacct_runs(std::io::BufReader::new(file), &name, a.skip_bad)
             .map_err(CliError::input)?;
     if jobs.jobs.is_empty() {
-        return Err(CliError::input(crate::workload::TraceError::Empty {
+        return Err(CliError::input(smartmig_sim::workload::TraceError::Empty {
             path: name,
             stats,
         }));
@@ -100,7 +100,7 @@ pub fn run(a: ReplayArgs) -> CliResult {
     };
     let r = replay(&sc, input, &pb).map_err(CliError::input)?;
     if let Some(path) = &a.html {
-        let labels = crate::sim::plot::configuration_labels(&sc);
+        let labels = smartmig_eval::plot::configuration_labels(&sc);
         let page = replay_html::render(&r, &labels).map_err(CliError::failure)?;
         std::fs::write(path, page)
             .with_context(|| format!("cannot write {}", path.display()))

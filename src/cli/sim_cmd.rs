@@ -8,17 +8,18 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{print_json, table, CliError, CliResult, Format};
-use crate::eval::compare::{
+use smartmig_eval::compare::{
     baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec,
     Paired, PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
 };
-use crate::eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
-use crate::eval::tune::tune_static_on;
-use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
-use crate::scenario::{ResolvedScenario, Scenario, Semantics, TraceFormat};
-use crate::sched::Scheduler;
-use crate::sim::{plot, RunResult};
-use crate::workload::{self, write_jobs_csv, JobSet};
+use smartmig_eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
+use smartmig_eval::plot;
+use smartmig_eval::tune::tune_static_on;
+use smartmig_eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
+use smartmig_sim::scenario::{ResolvedScenario, Scenario, Semantics, TraceFormat};
+use smartmig_sim::sched::Scheduler;
+use smartmig_sim::workload::{self, write_jobs_csv, JobSet};
+use smartmig_sim::RunResult;
 
 /// Scenario selection shared by every command that runs the simulator.
 #[derive(Debug, Args)]
@@ -178,7 +179,7 @@ impl TraceArgs {
     ) -> Result<Days, CliError> {
         let trace = match self.load()? {
             Some(t) => Some(t),
-            None if sc.scenario.workload.source == crate::scenario::WorkloadSource::Trace => {
+            None if sc.scenario.workload.source == smartmig_sim::scenario::WorkloadSource::Trace => {
                 let jobs = workload::from_scenario(sc, 0, self.skip_bad).map_err(CliError::input)?;
                 Some((sc.scenario.workload.trace.clone().unwrap_or_default(), jobs))
             }
@@ -310,7 +311,7 @@ pub fn shipped_model(sc: &ResolvedScenario) -> Result<PathBuf, String> {
         .models
         .first()
         .ok_or_else(|| "the scenario has no GPU model".to_string())?;
-    let name = crate::policy::policy_file_name(&cm.model.key, sc.scenario.repartition.semantics);
+    let name = smartmig_policy::policy_file_name(&cm.model.key, sc.scenario.repartition.semantics);
     [PathBuf::from("onnx"), PathBuf::from(SHIPPED_POLICY_DIR)]
         .into_iter()
         .map(|d| d.join(&name))
@@ -403,7 +404,7 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
         ))
     };
     Ok(match a.policy {
-        PolicyArg::None => LayoutSpec::Static(vec![crate::scenario::WHOLE_GPU.into()]),
+        PolicyArg::None => LayoutSpec::Static(vec![smartmig_sim::scenario::WHOLE_GPU.into()]),
         PolicyArg::Static => {
             let l = a
                 .layout
@@ -501,7 +502,12 @@ pub fn simulate(a: SimulateArgs) -> CliResult {
     }
 }
 
-fn simulate_plots(dir: &Path, sc: &ResolvedScenario, policy: &str, series: &crate::sim::Series) -> CliResult {
+fn simulate_plots(
+    dir: &Path,
+    sc: &ResolvedScenario,
+    policy: &str,
+    series: &smartmig_sim::Series,
+) -> CliResult {
     make_dir(dir)?;
     plot::load_over_time(
         &dir.join("load.svg"),
@@ -596,7 +602,7 @@ fn print_days(sc: &ResolvedScenario, days: &[SimulatedDay]) {
     let m = means(days);
     println!(
         "mean: energy {:.2} kWh, tardiness {:.3} min, ET {:.3} ± {:.3} (standard error)",
-        m["energy_wmin"].as_f64().unwrap_or(f64::NAN) / crate::energy::WMIN_PER_KWH,
+        m["energy_wmin"].as_f64().unwrap_or(f64::NAN) / smartmig_sim::energy::WMIN_PER_KWH,
         m["avg_tardiness_min"].as_f64().unwrap_or(f64::NAN),
         m["et"].as_f64().unwrap_or(f64::NAN),
         m["et_se"].as_f64().unwrap_or(f64::NAN)
@@ -736,7 +742,7 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
     let file_verdict = match &policies[i].layout {
         LayoutSpec::MeanField { model, .. } => std::fs::read(model)
             .ok()
-            .and_then(|b| crate::policy::onnx_proto::read_metadata(model, &b).ok())
+            .and_then(|b| smartmig_policy::onnx_proto::read_metadata(model, &b).ok())
             .and_then(|m| m.guard_failed().map(str::to_string)),
         _ => None,
     };
@@ -815,7 +821,7 @@ fn compare_plots(dir: &Path, cmp: &Comparison, labels: &[String]) -> CliResult {
         .map(|p| plot::EtPoint {
             name: p.name.clone(),
             energy_kwh: p.energy_kwh,
-            energy_sd: p.energy_wmin_sd / crate::energy::WMIN_PER_KWH,
+            energy_sd: p.energy_wmin_sd / smartmig_sim::energy::WMIN_PER_KWH,
             tardiness_min: p.avg_tardiness_min,
             tardiness_sd: p.avg_tardiness_min_sd,
         })
@@ -870,7 +876,7 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
                 format!(
                     "{:.2} ± {:.2}",
                     p.energy_kwh,
-                    p.energy_wmin_sd / crate::energy::WMIN_PER_KWH
+                    p.energy_wmin_sd / smartmig_sim::energy::WMIN_PER_KWH
                 ),
                 format!("{:.3} ± {:.3}", p.avg_tardiness_min, p.avg_tardiness_min_sd),
                 format!("{:.3} ± {:.3}", p.et, p.et_sd),

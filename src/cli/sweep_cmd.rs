@@ -21,9 +21,9 @@ use super::sim_cmd::{
     compare_policies, file_tuned, print_comparison, smart_mig_model, ScenarioArgs, SeedArg,
 };
 use super::{print_json, CliError, CliResult, Format};
-use crate::eval::compare::{compare_day, summarise, Day, PolicySpec};
-use crate::eval::EVAL_SEED_BASE;
-use crate::scenario::ResolvedScenario;
+use smartmig_eval::compare::{compare_day, summarise, Day, PolicySpec};
+use smartmig_eval::EVAL_SEED_BASE;
+use smartmig_sim::scenario::ResolvedScenario;
 
 /// Version of `sweep.json`.
 const MANIFEST_VERSION: u32 = 1;
@@ -297,7 +297,7 @@ fn collect(dir: &Path, format: Format) -> CliResult {
             dir.display()
         )));
     }
-    let described = crate::eval::compare::Days::Seeds(m.seeds.clone()).describe();
+    let described = smartmig_eval::compare::Days::Seeds(m.seeds.clone()).describe();
     let cmp = summarise(&sc, &policies, days, &described);
     match format {
         Format::Json => print_json(&cmp),

@@ -8,14 +8,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::sim_cmd::{file_tuned, ScenarioArgs};
 use super::{CliError, CliResult};
-use crate::eval::periodic::{DEFAULT_BLOCKS, DEFAULT_PASSES};
-use crate::partition::mean_field::scenario_metadata;
-use crate::policy::Draw;
-use crate::scenario::{PeriodicSpec, ResolvedScenario};
-use crate::sim::plot;
-use crate::train::imitation::{train_imitation, ImitationConfig};
-use crate::train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
-use crate::workload::JobSet;
+use smartmig_eval::periodic::{DEFAULT_BLOCKS, DEFAULT_PASSES};
+use smartmig_eval::plot;
+use smartmig_policy::Draw;
+use smartmig_sim::partition::mean_field::scenario_metadata;
+use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
+use smartmig_sim::workload::JobSet;
+use smartmig_train::imitation::{train_imitation, ImitationConfig};
+use smartmig_train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
 
 /// How `train` learns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -122,18 +122,18 @@ fn teacher_start(
     cfg: &ImitationConfig,
 ) -> Result<(Vec<PeriodicSpec>, Vec<String>), CliError> {
     let tuned = file_tuned(sc, &a.scenario, false);
-    let first = crate::eval::TRAIN_SEED_BASE + cfg.seed * 100_000;
+    let first = smartmig_eval::TRAIN_SEED_BASE + cfg.seed * 100_000;
     let days = || -> Result<Vec<(u64, JobSet)>, CliError> {
         (first..first + u64::from(cfg.train_days))
-            .map(|s| Ok((s, crate::workload::from_scenario(sc, s, false)?)))
-            .collect::<Result<_, crate::workload::TraceError>>()
+            .map(|s| Ok((s, smartmig_sim::workload::from_scenario(sc, s, false)?)))
+            .collect::<Result<_, smartmig_sim::workload::TraceError>>()
             .map_err(CliError::input)
     };
     let static_best = match tuned.static_best {
         Some((l, None)) => l,
         _ => {
             eprintln!("static-best: tuning on the training days first");
-            crate::eval::tune::tune_static_on(sc, days()?, &ProgressBar::hidden()).layout
+            smartmig_eval::tune::tune_static_on(sc, days()?, &ProgressBar::hidden()).layout
         }
     };
     let schedule = match tuned.periodic_best {
@@ -141,7 +141,7 @@ fn teacher_start(
         _ => {
             eprintln!("periodic-best: tuning on the training days first");
             let pb = ProgressBar::hidden();
-            crate::eval::periodic::tune_periodic_on(
+            smartmig_eval::periodic::tune_periodic_on(
                 sc,
                 days()?,
                 &static_best,
@@ -188,7 +188,7 @@ fn imitation(a: TrainArgs) -> CliResult {
         .network
         .as_ref()
         .ok_or_else(|| CliError::failure(anyhow::anyhow!("training kept no network")))?;
-    crate::policy::onnx_writer::write(&a.out, net, &metadata).map_err(CliError::failure)?;
+    smartmig_policy::onnx_writer::write(&a.out, net, &metadata).map_err(CliError::failure)?;
     let report = serde_json::to_string_pretty(&serde_json::json!({ "config": cfg, "outcome": outcome }))
         .map_err(CliError::failure)?;
     let report_path = ckpt.join("imitation.json");
@@ -220,7 +220,7 @@ fn imitation(a: TrainArgs) -> CliResult {
         "teacher search: ET per round of coordinate descent",
     )
     .map_err(CliError::failure)?;
-    let rounds = |f: fn(&crate::train::imitation::StudentRound) -> f64| -> Vec<(u32, f64)> {
+    let rounds = |f: fn(&smartmig_train::imitation::StudentRound) -> f64| -> Vec<(u32, f64)> {
         outcome.rounds.iter().map(|r| (r.round, f(r))).collect()
     };
     plot::learning_curve(

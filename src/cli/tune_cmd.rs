@@ -8,16 +8,16 @@ use clap::Args;
 
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
-use crate::eval::compare::{
+use smartmig_eval::compare::{
     compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned,
     GUARD_STANDARD_ERRORS, PERIODIC_BEST, STATIC_BEST,
 };
-use crate::eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
-use crate::eval::tune::{tune_static_on, TuneResult};
-use crate::eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
-use crate::scenario::{PeriodicSpec, ResolvedScenario};
-use crate::sched::Scheduler;
-use crate::workload::JobSet;
+use smartmig_eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
+use smartmig_eval::tune::{tune_static_on, TuneResult};
+use smartmig_eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
+use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
+use smartmig_sim::sched::Scheduler;
+use smartmig_sim::workload::JobSet;
 
 /// `tune-static`.
 #[derive(Debug, Args)]
@@ -295,9 +295,11 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         static_best: Some((start.clone(), None)),
         periodic_best: Some((t.schedule.clone(), None)),
     };
-    let policies: Vec<_> = crate::eval::compare::baselines(&sc, &tuned)
+    let policies: Vec<_> = smartmig_eval::compare::baselines(&sc, &tuned)
         .into_iter()
-        .filter(|p| [crate::eval::compare::REFERENCE, STATIC_BEST, PERIODIC_BEST].contains(&p.name.as_str()))
+        .filter(|p| {
+            [smartmig_eval::compare::REFERENCE, STATIC_BEST, PERIODIC_BEST].contains(&p.name.as_str())
+        })
         .collect();
     let pb = progress(eval.seeds().len() as u64, "evaluate");
     let cmp = run_compare(&sc, &policies, &eval, None, false, &pb).map_err(CliError::input)?;
@@ -422,7 +424,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("smartmig-tune-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let scenario = dir.join("s.toml");
-        std::fs::write(&scenario, crate::scenario::REFERENCE).unwrap();
+        std::fs::write(&scenario, smartmig_sim::scenario::REFERENCE).unwrap();
         let schedule = vec![
             PeriodicSpec {
                 at: "00:00".into(),
@@ -434,7 +436,7 @@ mod tests {
             },
         ];
         write_periodic_best(&scenario, &schedule).unwrap();
-        let sc = crate::scenario::Scenario::load(&scenario, &[]).unwrap();
+        let sc = smartmig_sim::scenario::Scenario::load(&scenario, &[]).unwrap();
         let best = sc.scenario.baselines.periodic_best.unwrap();
         assert_eq!(best.len(), 2);
         assert_eq!(best[1].layout, ["c2", "c6"]);

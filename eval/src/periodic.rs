@@ -1,0 +1,371 @@
+//! Search for the best time-of-day schedule of a scenario: the day cut into equal blocks,
+//! each with its own layout, found by coordinate descent on training days.
+//!
+//! A layout is a count per configuration over one node's GPUs (`cluster.gpus_per_node`,
+//! or all GPUs when fewer), cycled over the cluster as smartmigd cycles
+//! `[[policy.periodic]]` layouts, so a schedule found on one node applies to any number
+//! of them. The search starts with every block in the best static layout and, block by
+//! block, tries moving one GPU from one configuration to another (under Slurm 22.05's
+//! drain rule also two at once keeping the node's instance count, so the node need not
+//! drain whole) and copying a neighbouring block's layout (which merges blocks and saves
+//! re-layouts), keeping the
+//! best move while mean ET on the training days improves. Every candidate runs through
+//! the simulator under the scenario's semantics and re-layout limits, so what the search
+//! finds is what smartmigd can deliver. It is a local optimum, not a proof of optimality.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::compare::{run_policy, with_references, LayoutSpec, PolicySpec, PERIODIC_BEST};
+use smartmig_sim::partition::DAY_MIN;
+use smartmig_sim::scenario::{NodeRule, PeriodicSpec, ResolvedScenario, Semantics};
+use smartmig_sim::sched::Scheduler;
+use smartmig_sim::workload::JobSet;
+use smartmig_sim::RunResult;
+
+/// Blocks of the day by default: every 4 h.
+pub const DEFAULT_BLOCKS: u32 = 6;
+/// Most passes over the blocks by default.
+pub const DEFAULT_PASSES: u32 = 10;
+
+/// Why a schedule cannot be searched.
+#[derive(Debug, thiserror::Error)]
+pub enum PeriodicTuneError {
+    /// More than one GPU model.
+    #[error("tune-periodic needs a scenario with one GPU model, this one has {0}")]
+    Models(usize),
+    /// Blocks that do not cut the day into whole minutes.
+    #[error("--blocks {0}: must be between 1 and 48 and divide the day's 1,440 minutes")]
+    Blocks(u32),
+    /// The starting layout is not one the scenario's GPUs can take.
+    #[error("starting layout: {0}")]
+    Start(String),
+}
+
+/// What the search found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PeriodicTuneResult {
+    /// The schedule, adjacent equal blocks merged: ready for `[[policy.periodic]]`.
+    pub schedule: Vec<PeriodicSpec>,
+    /// Mean ET against static CEDF on the training days.
+    pub et: f64,
+    /// The starting (static) layout's mean ET on the same days.
+    pub start_et: f64,
+    /// The starting layout (one node's GPUs).
+    pub start: Vec<String>,
+    /// Mean re-layout batches per training day.
+    pub relayout_batches: f64,
+    /// Schedules simulated.
+    pub evaluations: usize,
+    /// Passes over the blocks.
+    pub passes: u32,
+    /// Training days (seeds).
+    pub seeds: Vec<u64>,
+}
+
+/// A schedule: per block, GPUs of one node's pattern per configuration.
+type Blocks = Vec<Vec<u32>>;
+
+struct Search<'a> {
+    sc: &'a ResolvedScenario,
+    days: Vec<(u64, JobSet, RunResult)>,
+    cache: HashMap<Blocks, (f64, f64)>,
+    block_min: f64,
+}
+
+impl Search<'_> {
+    fn names(&self, counts: &[u32]) -> Vec<String> {
+        let configs = &self.sc.models[0].configurations;
+        counts
+            .iter()
+            .enumerate()
+            .flat_map(|(c, &n)| std::iter::repeat_n(configs[c].name.clone(), n as usize))
+            .collect()
+    }
+
+    /// Adjacent equal blocks merged into schedule entries.
+    fn schedule(&self, blocks: &Blocks) -> Vec<PeriodicSpec> {
+        let mut out: Vec<PeriodicSpec> = Vec::new();
+        let mut last: Option<&Vec<u32>> = None;
+        for (b, counts) in blocks.iter().enumerate() {
+            if last == Some(counts) {
+                continue;
+            }
+            last = Some(counts);
+            let minute = (b as f64 * self.block_min).round() as u32;
+            out.push(PeriodicSpec {
+                at: format!("{:02}:{:02}", minute / 60, minute % 60),
+                layout: self.names(counts),
+            });
+        }
+        out
+    }
+
+    /// Mean (ET, re-layout batches) of each candidate over the training days.
+    fn evaluate_many(&mut self, cands: Vec<Blocks>) -> Vec<(Blocks, f64)> {
+        let todo: Vec<Blocks> = cands
+            .iter()
+            .filter(|c| !self.cache.contains_key(*c))
+            .cloned()
+            .collect();
+        let objective = &self.sc.scenario.objective;
+        let scored: Vec<(Blocks, (f64, f64))> = todo
+            .into_par_iter()
+            .map(|c| {
+                let spec = PolicySpec::new(
+                    PERIODIC_BEST,
+                    Scheduler::Cedf,
+                    LayoutSpec::Periodic(self.schedule(&c)),
+                );
+                let n = self.days.len() as f64;
+                let (et, batches) = self
+                    .days
+                    .iter()
+                    .fold((0.0, 0.0), |(et, b), (seed, jobs, reference)| {
+                        // A schedule policy has no file to load: running it cannot fail.
+                        match run_policy(self.sc, jobs, &spec, *seed, None) {
+                            Ok(r) => (et + r.et(reference, objective), b + r.relayout_batches as f64),
+                            Err(_) => (f64::INFINITY, b),
+                        }
+                    });
+                (c, (et / n, batches / n))
+            })
+            .collect();
+        self.cache.extend(scored);
+        cands
+            .into_iter()
+            .map(|c| {
+                let et = self.cache[&c].0;
+                (c, et)
+            })
+            .collect()
+    }
+}
+
+/// The candidates of one block: one GPU moved between configurations, or a neighbour's
+/// layout; with `instances` (each configuration's instance count, when Slurm 22.05's
+/// node rule makes a count change drain the whole node), also two GPUs moved at once
+/// keeping the node's instance count.
+fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[usize]>) -> Vec<Blocks> {
+    let mut out = Vec::new();
+    let moves: Vec<(usize, usize)> = available
+        .iter()
+        .filter(|&&from| best[b][from] > 0)
+        .flat_map(|&from| {
+            available
+                .iter()
+                .filter(move |&&to| to != from)
+                .map(move |&to| (from, to))
+        })
+        .collect();
+    for &(from, to) in &moves {
+        let mut c = best.clone();
+        c[b][from] -= 1;
+        c[b][to] += 1;
+        out.push(c);
+    }
+    if let Some(count) = instances {
+        let delta = |(from, to): (usize, usize)| count[to] as i64 - count[from] as i64;
+        for (i, &m1) in moves.iter().enumerate() {
+            for &m2 in &moves[i + 1..] {
+                let room = m1.0 != m2.0 || best[b][m1.0] >= 2;
+                if delta(m1) != 0 && delta(m1) + delta(m2) == 0 && room {
+                    let mut c = best.clone();
+                    c[b][m1.0] -= 1;
+                    c[b][m1.1] += 1;
+                    c[b][m2.0] -= 1;
+                    c[b][m2.1] += 1;
+                    out.push(c);
+                }
+            }
+        }
+    }
+    let n = best.len();
+    for other in [(b + n - 1) % n, (b + 1) % n] {
+        if other != b && best[other] != best[b] {
+            let mut c = best.clone();
+            c[b] = best[other].clone();
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One node's share of a cluster-wide layout: configuration counts over `pattern` GPUs,
+/// proportional to the layout's (largest remainders).
+fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> Vec<u32> {
+    let k = sc.models[0].configurations.len();
+    let mut whole = vec![0u32; k];
+    let idx = sc.layout_indices(layout);
+    for &c in &idx {
+        whole[c] += 1;
+    }
+    let total = idx.len().max(1) as f64;
+    let exact: Vec<f64> = whole
+        .iter()
+        .map(|&n| f64::from(n) * pattern as f64 / total)
+        .collect();
+    let mut counts: Vec<u32> = exact.iter().map(|x| x.floor() as u32).collect();
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
+    let mut left = pattern as u32 - counts.iter().sum::<u32>();
+    for c in order {
+        if left == 0 {
+            break;
+        }
+        if exact[c] > 0.0 {
+            counts[c] += 1;
+            left -= 1;
+        }
+    }
+    counts
+}
+
+/// Searches a schedule of `blocks` equal blocks on the given days (seed and jobs each),
+/// starting from `start` (the best static layout). `progress` advances once per block
+/// visited.
+pub fn tune_periodic_on(
+    sc: &ResolvedScenario,
+    days: Vec<(u64, JobSet)>,
+    start: &[String],
+    blocks: u32,
+    max_passes: u32,
+    progress: &indicatif::ProgressBar,
+) -> Result<PeriodicTuneResult, PeriodicTuneError> {
+    if sc.models.len() != 1 {
+        return Err(PeriodicTuneError::Models(sc.models.len()));
+    }
+    if !(1..=48).contains(&blocks) || 1440 % blocks != 0 {
+        return Err(PeriodicTuneError::Blocks(blocks));
+    }
+    sc.check_layout(start).map_err(PeriodicTuneError::Start)?;
+    let seeds: Vec<u64> = days.iter().map(|(s, _)| *s).collect();
+    let days = with_references(sc, days);
+    let mut s = Search {
+        sc,
+        days,
+        cache: HashMap::new(),
+        block_min: DAY_MIN / f64::from(blocks),
+    };
+    let pattern = (sc.scenario.cluster.gpus_per_node as usize)
+        .min(sc.gpus.len())
+        .max(1);
+    let start_counts = node_counts(sc, start, pattern);
+    let available: Vec<usize> = (0..sc.models[0].configurations.len())
+        .filter(|&c| sc.models[0].configurations[c].is_available())
+        .collect();
+    let rep = &sc.scenario.repartition;
+    let instances: Option<Vec<usize>> =
+        (rep.semantics == Semantics::Drain && rep.node_rule == NodeRule::Slurm2205).then(|| {
+            sc.models[0]
+                .configurations
+                .iter()
+                .map(|c| c.sizes.len())
+                .collect()
+        });
+    let mut best: Blocks = vec![start_counts.clone(); blocks as usize];
+    let mut best_et = s.evaluate_many(vec![best.clone()])[0].1;
+    let start_et = best_et;
+    let mut passes = 0;
+    while passes < max_passes {
+        passes += 1;
+        let mut improved = false;
+        for b in 0..blocks as usize {
+            let scored = s.evaluate_many(neighbours(&best, b, &available, instances.as_deref()));
+            progress.inc(1);
+            if let Some((c, et)) = scored.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+                if et < best_et - 1e-9 {
+                    best = c;
+                    best_et = et;
+                    improved = true;
+                }
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    Ok(PeriodicTuneResult {
+        schedule: s.schedule(&best),
+        et: best_et,
+        start_et,
+        start: s.names(&start_counts),
+        relayout_batches: s.cache[&best].1,
+        evaluations: s.cache.len(),
+        passes,
+        seeds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::run_reference;
+    use smartmig_sim::scenario::Scenario;
+
+    #[test]
+    fn the_search_never_ends_worse_than_its_static_start_and_merges_equal_blocks() {
+        let sc = Scenario::reference(&[
+            "cluster.gpus=[{model=\"a100-40gb\",count=2}]".into(),
+            "workload.multiplier=5".into(),
+            "workload.days=0.25".into(),
+        ])
+        .unwrap();
+        let days: Vec<(u64, JobSet)> = [1u64, 2]
+            .iter()
+            .map(|&s| (s, smartmig_sim::workload::from_scenario(&sc, s, false).unwrap()))
+            .collect();
+        let start = vec!["c2".to_string(), "c6".to_string()];
+        let t = tune_periodic_on(&sc, days.clone(), &start, 4, 2, &indicatif::ProgressBar::hidden()).unwrap();
+        assert!(t.et <= t.start_et + 1e-12, "{} vs {}", t.et, t.start_et);
+        assert_eq!(t.schedule[0].at, "00:00");
+        assert!(t.schedule.len() <= 4);
+        assert!(
+            t.schedule.windows(2).all(|w| w[0].layout != w[1].layout),
+            "merged"
+        );
+        assert!(t
+            .schedule
+            .iter()
+            .all(|e| e.layout.len() == 2 && sc.check_layout(&e.layout).is_ok()));
+        // Re-running the written schedule on the same days reproduces the reported ET.
+        let spec = PolicySpec::new("p", Scheduler::Cedf, LayoutSpec::Periodic(t.schedule.clone()));
+        let et = days
+            .iter()
+            .map(|(seed, jobs)| {
+                run_policy(&sc, jobs, &spec, *seed, None)
+                    .unwrap()
+                    .et(&run_reference(&sc, jobs, *seed), &sc.scenario.objective)
+            })
+            .sum::<f64>()
+            / 2.0;
+        assert!((et - t.et).abs() < 1e-9, "{et} vs {}", t.et);
+    }
+
+    #[test]
+    fn a_cluster_layout_maps_to_one_nodes_share() {
+        let sc = Scenario::reference(&["cluster.gpus=[{model=\"a100-40gb\",count=64}]".into()]).unwrap();
+        let layout: Vec<String> = (0..64)
+            .map(|i| if i < 48 { "c2" } else { "c6" }.to_string())
+            .collect();
+        let counts = node_counts(&sc, &layout, 8);
+        assert_eq!((counts[1], counts[5], counts.iter().sum::<u32>()), (6, 2, 8));
+    }
+
+    #[test]
+    fn blocks_must_cut_the_day_evenly() {
+        let sc = Scenario::reference(&[]).unwrap();
+        let e = tune_periodic_on(
+            &sc,
+            vec![],
+            &["c2".into()],
+            7,
+            1,
+            &indicatif::ProgressBar::hidden(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--blocks 7"), "{e}");
+    }
+}

@@ -1,0 +1,800 @@
+//! The discrete-event core: arrivals, completions, repartitions, in (time, sequence) order.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use smartmig_core::mig::{Instance, Plan};
+
+use super::cluster::{Cluster, Slice, NO_JOB};
+use super::features::FeatureTracker;
+use super::gate::Gate;
+use super::metrics::{RunResult, Sample, SeriesRecorder};
+use crate::decision::{DecisionView, Repartitioner};
+use crate::energy::EnergyMeter;
+use crate::scenario::{NodeRule, ResolvedScenario, Semantics};
+use crate::sched::{PickContext, Scheduler};
+use crate::workload::Job;
+
+/// Options of one run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The scheduling heuristic.
+    pub scheduler: Scheduler,
+    /// Preempt or drain.
+    pub semantics: Semantics,
+    /// Seed of the run's RNG (recorded in the result).
+    pub seed: u64,
+    /// Record a time series every this many minutes (None: no series).
+    pub sample_every: Option<f64>,
+}
+
+impl RunOptions {
+    /// A run with `scheduler` under the scenario's semantics, without a time series.
+    pub fn of(sc: &ResolvedScenario, scheduler: Scheduler, seed: u64) -> RunOptions {
+        RunOptions {
+            scheduler,
+            semantics: sc.scenario.repartition.semantics,
+            seed,
+            sample_every: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    /// The job on a slot finishes, unless the slot's epoch moved on.
+    Completion { slot: u32, epoch: u32 },
+    /// A newly created instance becomes usable.
+    SliceReady { slot: u32, epoch: u32 },
+    /// The repartition policy asked to decide.
+    Wakeup,
+    /// Record a time-series sample.
+    Sample,
+}
+
+#[derive(Debug)]
+struct Timed {
+    t: f64,
+    seq: u64,
+    ev: Event,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.t.total_cmp(&o.t).then(self.seq.cmp(&o.seq))
+    }
+}
+
+/// A waiting job: ordered by the scheduler's key, then id.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    class: u8,
+    deadline: f64,
+    job: u32,
+}
+impl PartialEq for Waiting {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.class
+            .cmp(&o.class)
+            .then(self.deadline.total_cmp(&o.deadline))
+            .then(self.job.cmp(&o.job))
+    }
+}
+
+/// One simulation run over a job list.
+pub struct Simulation<'a> {
+    sc: &'a ResolvedScenario,
+    jobs: &'a [Job],
+    opts: RunOptions,
+    cluster: Cluster,
+    power: Vec<Vec<f64>>,
+    events: BinaryHeap<Reverse<Timed>>,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Waiting>>,
+    /// Fraction of each job's work left.
+    rem: Vec<f64>,
+    next_arrival: usize,
+    running: usize,
+    rng: ChaCha8Rng,
+    meter: EnergyMeter,
+    now: f64,
+    // Accounting.
+    tardiness_sum: f64,
+    completed: usize,
+    makespan: f64,
+    repartitions: u64,
+    relayout_batches: u64,
+    preemptions: u64,
+    event_count: u64,
+    events_since_decision: u32,
+    busy_slices: u32,
+    busy_integral: f64,
+    config_integral: Vec<Vec<f64>>,
+    last_acc_t: f64,
+    series: Option<SeriesRecorder>,
+    /// Busy compute slices per GPU model.
+    busy_by_model: Vec<u32>,
+    /// Queue statistics for policies that read the mean field.
+    features: Option<FeatureTracker>,
+    /// Lateness accrued so far and the deadlines still to pass (for policies that learn).
+    lateness: Option<Lateness>,
+    /// The daemon's limits on re-layouts.
+    gate: Gate,
+    /// GPUs with a target they have not switched to yet.
+    switching: usize,
+    /// Per node: it drains whole (Slurm 22.05, its instance count changes) and switches
+    /// once no job runs on it.
+    node_hold: Vec<bool>,
+}
+
+/// Tardiness as it accrues: ∫ (jobs past their deadline and not done) dt, which at the
+/// end equals Σ max(C − d, 0), but tells a learning policy *when* lateness happens.
+#[derive(Debug, Default)]
+struct Lateness {
+    /// Deadlines of arrived jobs not yet passed: (deadline, job).
+    upcoming: BinaryHeap<Reverse<(OrdF64, u32)>>,
+    late_now: u32,
+    accrued: f64,
+    last_t: f64,
+}
+
+/// An f64 with a total order, for heaps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+impl Lateness {
+    /// Accrues lateness up to `t`, counting jobs whose deadline passes on the way.
+    fn advance(&mut self, t: f64, rem: &[f64]) {
+        while let Some(&Reverse((OrdF64(d), j))) = self.upcoming.peek() {
+            if d > t {
+                break;
+            }
+            self.upcoming.pop();
+            self.accrued += f64::from(self.late_now) * (d - self.last_t).max(0.0);
+            self.last_t = self.last_t.max(d);
+            if rem[j as usize] > 0.0 {
+                self.late_now += 1;
+            }
+        }
+        self.accrued += f64::from(self.late_now) * (t - self.last_t).max(0.0);
+        self.last_t = self.last_t.max(t);
+    }
+}
+
+impl<'a> Simulation<'a> {
+    /// Prepares a run; `jobs` must be sorted by release.
+    pub fn new(sc: &'a ResolvedScenario, jobs: &'a [Job], opts: RunOptions) -> Simulation<'a> {
+        let power: Vec<Vec<f64>> = sc.models.iter().map(|m| m.model.power_w.clone()).collect();
+        let idle: f64 = sc.gpus.iter().map(|g| power[g.model][0]).sum();
+        let config_integral = sc
+            .models
+            .iter()
+            .map(|m| vec![0.0; m.configurations.len()])
+            .collect();
+        let series = opts.sample_every.map(|dt| SeriesRecorder::new(dt, sc));
+        let gate = Gate::new(
+            &sc.scenario.repartition,
+            sc.scenario.cluster.gpus_per_node,
+            sc.gpus.len(),
+        );
+        let nodes = sc.gpus.len().div_ceil(gate.gpus_per_node() as usize);
+        Simulation {
+            sc,
+            jobs,
+            cluster: Cluster::new(sc, opts.scheduler.gpu_order()),
+            power,
+            events: BinaryHeap::new(),
+            seq: 0,
+            queue: BinaryHeap::new(),
+            rem: vec![1.0; jobs.len()],
+            next_arrival: 0,
+            running: 0,
+            rng: ChaCha8Rng::seed_from_u64(opts.seed),
+            meter: EnergyMeter::new(idle),
+            now: 0.0,
+            tardiness_sum: 0.0,
+            completed: 0,
+            makespan: 0.0,
+            repartitions: 0,
+            relayout_batches: 0,
+            preemptions: 0,
+            event_count: 0,
+            events_since_decision: 0,
+            busy_slices: 0,
+            busy_integral: 0.0,
+            config_integral,
+            last_acc_t: 0.0,
+            series,
+            busy_by_model: vec![0; sc.models.len()],
+            features: None,
+            lateness: None,
+            gate,
+            switching: 0,
+            node_hold: vec![false; nodes],
+            opts,
+        }
+    }
+
+    fn push(&mut self, t: f64, ev: Event) {
+        self.seq += 1;
+        self.events.push(Reverse(Timed { t, seq: self.seq, ev }));
+    }
+
+    /// Accumulates time integrals (busy slices, configuration time) up to `now`.
+    fn accumulate(&mut self) {
+        let dt = self.now - self.last_acc_t;
+        if dt > 0.0 {
+            self.busy_integral += f64::from(self.busy_slices) * dt;
+            for (m, counts) in self.cluster.config_counts.iter().enumerate() {
+                for (c, &n) in counts.iter().enumerate() {
+                    if n > 0 {
+                        self.config_integral[m][c] += f64::from(n) * dt;
+                    }
+                }
+            }
+            self.last_acc_t = self.now;
+        }
+    }
+
+    /// Runs to the last completion with `policy` deciding layouts.
+    pub fn run(mut self, policy: &mut dyn Repartitioner) -> RunResult {
+        if let Some(layout) = policy.feature_layout() {
+            let horizon = self.jobs.iter().map(|j| j.deadline).fold(0.0, f64::max);
+            match FeatureTracker::new(layout, horizon) {
+                Ok(t) => self.features = Some(t),
+                // The policy then decides without features and keeps layouts (it logs).
+                Err(e) => log::error!("{e}"),
+            }
+            self.lateness = Some(Lateness::default());
+        }
+        let initial = policy.initial_layout(self.sc);
+        for (g, &c) in initial.iter().enumerate() {
+            self.install(g as u32, c, true);
+        }
+        if let Some(t) = policy.next_wakeup(0.0) {
+            self.push(t, Event::Wakeup);
+        }
+        if self.opts.sample_every.is_some() {
+            self.push(0.0, Event::Sample);
+        }
+        let every = policy.every_events();
+        loop {
+            let next_ev = self.events.peek().map(|Reverse(e)| e.t);
+            let next_arr = self.jobs.get(self.next_arrival).map(|j| j.release);
+            let take_event = match (next_ev, next_arr) {
+                (None, None) => break,
+                (Some(te), Some(ta)) => te <= ta,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+            };
+            if take_event {
+                let Some(Reverse(Timed { t, ev, .. })) = self.events.pop() else {
+                    break;
+                };
+                if self.work_done() && matches!(ev, Event::Wakeup | Event::Sample) {
+                    break;
+                }
+                self.advance(t);
+                match ev {
+                    Event::Completion { slot, epoch } => {
+                        if self.cluster.slices[slot as usize].epoch == epoch
+                            && self.cluster.slices[slot as usize].job != NO_JOB
+                        {
+                            self.complete(slot);
+                            self.count_event(every, policy);
+                        }
+                    }
+                    Event::SliceReady { slot, epoch } => {
+                        let s = &mut self.cluster.slices[slot as usize];
+                        if s.epoch == epoch && s.compute > 0 {
+                            s.ready = true;
+                            let g = s.gpu;
+                            self.cluster.refresh(g);
+                        }
+                    }
+                    Event::Wakeup => {
+                        self.decide(policy);
+                        if let Some(t) = policy.next_wakeup(self.now) {
+                            self.push(t, Event::Wakeup);
+                        }
+                    }
+                    Event::Sample => {
+                        self.sample();
+                        if let Some(dt) = self.opts.sample_every {
+                            self.push(self.now + dt, Event::Sample);
+                        }
+                    }
+                }
+            } else {
+                let j = self.next_arrival;
+                self.next_arrival += 1;
+                self.advance(self.jobs[j].release);
+                if let Some(l) = self.lateness.as_mut() {
+                    l.upcoming
+                        .push(Reverse((OrdF64(self.jobs[j].deadline), j as u32)));
+                }
+                self.enqueue(j as u32);
+                if let Some(r) = self.series.as_mut() {
+                    r.arrival();
+                }
+                self.count_event(every, policy);
+            }
+            self.schedule();
+        }
+        self.advance(self.makespan.max(self.now));
+        self.finish(policy.name())
+    }
+
+    fn work_done(&self) -> bool {
+        self.next_arrival >= self.jobs.len() && self.queue.is_empty() && self.running == 0
+    }
+
+    fn advance(&mut self, t: f64) {
+        if t > self.now {
+            self.now = t;
+        }
+        self.accumulate();
+        if let Some(l) = self.lateness.as_mut() {
+            l.advance(self.now, &self.rem);
+        }
+    }
+
+    fn count_event(&mut self, every: Option<u32>, policy: &mut dyn Repartitioner) {
+        self.event_count += 1;
+        if let Some(n) = every {
+            self.events_since_decision += 1;
+            if self.events_since_decision >= n.max(1) {
+                self.events_since_decision = 0;
+                self.decide(policy);
+            }
+        }
+    }
+
+    fn decide(&mut self, policy: &mut dyn Repartitioner) {
+        let changes = {
+            let view = DecisionView {
+                now: self.now,
+                cluster: &self.cluster,
+                features: self.features.as_ref(),
+                busy_by_model: &self.busy_by_model,
+                energy_wmin: self.meter.energy_wmin(),
+                lateness_min: self.lateness.as_ref().map_or(self.tardiness_sum, |l| l.accrued),
+            };
+            policy.decide(&view, &mut self.rng)
+        };
+        let sc = self.sc;
+        let gpus = &self.cluster.gpus;
+        // A configuration the GPU's model cannot take is never proposed.
+        let changes: Vec<(u32, u16)> = changes
+            .into_iter()
+            .filter(|&(g, c)| {
+                let model = gpus[g as usize].model as usize;
+                sc.models[model].configurations[c as usize].is_available()
+            })
+            .collect();
+        let free = |g: u32| {
+            let gpu = &gpus[g as usize];
+            gpu.target.is_none().then_some(gpu.config)
+        };
+        let batch = self.gate.offer(self.now, &changes, free, self.switching == 0);
+        if batch.is_empty() {
+            return;
+        }
+        self.relayout_batches += 1;
+        match self.opts.semantics {
+            Semantics::Preempt => {
+                for (g, c) in batch {
+                    self.install(g, c, false);
+                }
+            }
+            Semantics::Drain => self.start_drain(&batch),
+        }
+    }
+
+    fn enqueue(&mut self, j: u32) {
+        let job = &self.jobs[j as usize];
+        if let Some(f) = self.features.as_mut() {
+            f.enqueue(job, self.rem[j as usize]);
+        }
+        let (class, deadline) = self.opts.scheduler.queue_key(job);
+        self.queue.push(Reverse(Waiting {
+            class,
+            deadline,
+            job: j,
+        }));
+    }
+
+    /// Starts waiting jobs while slices are free.
+    fn schedule(&mut self) {
+        while self.cluster.free_count() > 0 {
+            let Some(&Reverse(w)) = self.queue.peek() else {
+                break;
+            };
+            let job = &self.jobs[w.job as usize];
+            let ctx = PickContext {
+                power: &self.power,
+                energy_weight: self.sc.scenario.objective.energy_weight,
+            };
+            let Some(slot) = self.opts.scheduler.pick(
+                &self.cluster,
+                &ctx,
+                job,
+                self.rem[w.job as usize],
+                self.now,
+                &mut self.rng,
+            ) else {
+                break;
+            };
+            self.queue.pop();
+            if let Some(f) = self.features.as_mut() {
+                f.dequeue(job, self.rem[w.job as usize]);
+            }
+            self.start(w.job, slot);
+        }
+    }
+
+    fn set_busy(&mut self, g: u32, delta: i32) {
+        let gpu = &mut self.cluster.gpus[g as usize];
+        let p = &self.power[gpu.model as usize];
+        let top = p.len() - 1;
+        let before = p[usize::from(gpu.busy).min(top)];
+        gpu.busy = (i32::from(gpu.busy) + delta) as u8;
+        let after = p[usize::from(gpu.busy).min(top)];
+        let model = gpu.model as usize;
+        self.meter.change(self.now, after - before);
+        self.busy_by_model[model] = (self.busy_by_model[model] as i32 + delta) as u32;
+        self.busy_slices = (self.busy_slices as i32 + delta) as u32;
+    }
+
+    fn start(&mut self, j: u32, slot: u32) {
+        let s = &mut self.cluster.slices[slot as usize];
+        s.job = j;
+        s.started = self.now;
+        s.epoch = s.epoch.wrapping_add(1);
+        let (g, compute, epoch) = (s.gpu, s.compute, s.epoch);
+        let dur = self.rem[j as usize] * self.jobs[j as usize].time_on(compute);
+        self.running += 1;
+        self.set_busy(g, i32::from(compute));
+        self.push(self.now + dur, Event::Completion { slot, epoch });
+        self.cluster.refresh(g);
+    }
+
+    fn complete(&mut self, slot: u32) {
+        let s = &mut self.cluster.slices[slot as usize];
+        let j = s.job as usize;
+        s.job = NO_JOB;
+        s.epoch = s.epoch.wrapping_add(1);
+        let (g, compute) = (s.gpu, s.compute);
+        self.rem[j] = 0.0;
+        self.running -= 1;
+        self.completed += 1;
+        self.tardiness_sum += (self.now - self.jobs[j].deadline).max(0.0);
+        if let Some(l) = self.lateness.as_mut() {
+            // Its deadline was counted when `advance` reached it (d <= now).
+            if self.jobs[j].deadline <= self.now {
+                l.late_now -= 1;
+            }
+        }
+        self.makespan = self.makespan.max(self.now);
+        self.set_busy(g, -i32::from(compute));
+        let node = self.gate.node_of(g);
+        if self.node_hold[node as usize] {
+            self.try_switch_node(node);
+        } else if self.cluster.gpus[g as usize].target.is_some() {
+            self.try_switch(g);
+        }
+        self.cluster.refresh(g);
+    }
+
+    /// Stops the job on `slot`, keeping its progress, and queues it again.
+    fn preempt(&mut self, slot: u32) {
+        let s = &mut self.cluster.slices[slot as usize];
+        let j = s.job;
+        let done = (self.now - s.started) / self.jobs[j as usize].time_on(s.compute);
+        s.job = NO_JOB;
+        s.epoch = s.epoch.wrapping_add(1);
+        let (g, compute) = (s.gpu, s.compute);
+        self.rem[j as usize] = (self.rem[j as usize] - done).max(1e-12);
+        self.running -= 1;
+        self.preemptions += 1;
+        self.set_busy(g, -i32::from(compute));
+        self.enqueue(j);
+    }
+
+    /// Drain: points the batch's GPUs at their new configurations. Changing instances
+    /// take no new jobs; under Slurm 22.05's rule a node whose instance count changes
+    /// takes none anywhere. Each GPU (or held node) switches once what must stop is idle.
+    fn start_drain(&mut self, batch: &[(u32, u16)]) {
+        let sc = self.sc;
+        for &(g, c) in batch {
+            let gpu = &mut self.cluster.gpus[g as usize];
+            let model = gpu.model as usize;
+            gpu.target = Some(c);
+            self.switching += 1;
+            let target = &sc.models[model].configurations[c as usize].layout;
+            for id in Cluster::slots(g) {
+                let s = &mut self.cluster.slices[id as usize];
+                s.draining = s.compute > 0 && !target.contains(&s.instance);
+            }
+        }
+        let mut nodes: Vec<u32> = batch.iter().map(|&(g, _)| self.gate.node_of(g)).collect();
+        nodes.dedup();
+        for node in nodes {
+            if sc.scenario.repartition.node_rule == NodeRule::Slurm2205 && self.instance_count_changes(node) {
+                self.node_hold[node as usize] = true;
+                for g in self.node_gpus(node) {
+                    for id in Cluster::slots(g) {
+                        let s = &mut self.cluster.slices[id as usize];
+                        s.draining = s.compute > 0;
+                    }
+                }
+                self.try_switch_node(node);
+            } else {
+                for g in self.node_gpus(node) {
+                    if self.cluster.gpus[g as usize].target.is_some() {
+                        self.try_switch(g);
+                    }
+                }
+            }
+            for g in self.node_gpus(node) {
+                self.cluster.refresh(g);
+            }
+        }
+    }
+
+    /// GPUs of a node.
+    fn node_gpus(&self, node: u32) -> std::ops::Range<u32> {
+        let k = self.gate.gpus_per_node();
+        let n = self.cluster.gpus.len() as u32;
+        (node * k).min(n)..((node + 1) * k).min(n)
+    }
+
+    /// Whether the node's GPU instances, counted over its GPUs, change in number when
+    /// every pending target is reached (what Slurm 22.05 sees as a node's GPU count).
+    fn instance_count_changes(&self, node: u32) -> bool {
+        let count = |g: u32, c: u16| {
+            let gpu = &self.cluster.gpus[g as usize];
+            self.sc.models[gpu.model as usize].configurations[c as usize]
+                .sizes
+                .len()
+        };
+        let (before, after) = self.node_gpus(node).fold((0, 0), |(b, a), g| {
+            let gpu = &self.cluster.gpus[g as usize];
+            (
+                b + count(g, gpu.config),
+                a + count(g, gpu.target.unwrap_or(gpu.config)),
+            )
+        });
+        before != after
+    }
+
+    /// Drain: switches GPU `g` to its target once every draining slot is idle.
+    fn try_switch(&mut self, g: u32) {
+        let idle = Cluster::slots(g).all(|id| {
+            let s = &self.cluster.slices[id as usize];
+            !s.draining || s.job == NO_JOB
+        });
+        if idle {
+            if let Some(c) = self.cluster.gpus[g as usize].target {
+                self.install(g, c, false);
+            }
+        }
+    }
+
+    /// Drain, held node: switches every GPU of the node with a target once no job runs
+    /// anywhere on it, and lets the node take jobs again.
+    fn try_switch_node(&mut self, node: u32) {
+        let gpus = self.node_gpus(node);
+        let idle = gpus
+            .clone()
+            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job == NO_JOB));
+        if !idle {
+            return;
+        }
+        self.node_hold[node as usize] = false;
+        for g in gpus {
+            if let Some(c) = self.cluster.gpus[g as usize].target {
+                self.install(g, c, false);
+            }
+            for id in Cluster::slots(g) {
+                self.cluster.slices[id as usize].draining = false;
+            }
+            self.cluster.refresh(g);
+        }
+    }
+
+    /// Puts GPU `g` in configuration `c`: kept instances keep their slots and jobs;
+    /// destroyed ones preempt their jobs; created ones become ready after the
+    /// repartition cost (none at time 0).
+    fn install(&mut self, g: u32, c: u16, initial: bool) {
+        let gi = g as usize;
+        let sc = self.sc;
+        let model = self.cluster.gpus[gi].model as usize;
+        let cm = &sc.models[model];
+        let target = &cm.configurations[c as usize].layout;
+        if !initial {
+            let current: Vec<Instance> = Cluster::slots(g)
+                .map(|id| &self.cluster.slices[id as usize])
+                .filter(|s| s.compute > 0)
+                .map(|s| s.instance)
+                .collect();
+            let from = smartmig_core::mig::Layout::new(current);
+            // Both layouts are configurations the scenario resolved as available; a
+            // failure here would be a catalogue bug, so the GPU keeps its layout.
+            let Ok(plan) = Plan::between(&cm.model, sc.scenario.cluster.driver, &from, target) else {
+                log::error!(
+                    "no transition plan on GPU {g} to {}",
+                    cm.configurations[c as usize].name
+                );
+                return;
+            };
+            if plan.is_empty() {
+                self.clear_target(g);
+                return;
+            }
+            for id in Cluster::slots(g) {
+                let s = self.cluster.slices[id as usize];
+                if s.compute > 0 && plan.destroy.contains(&s.instance) {
+                    if s.job != NO_JOB {
+                        self.preempt(id);
+                    }
+                    let s = &mut self.cluster.slices[id as usize];
+                    s.compute = 0;
+                    s.ready = false;
+                    s.draining = false;
+                    s.epoch = s.epoch.wrapping_add(1);
+                }
+            }
+            self.repartitions += 1;
+        }
+        let delay = match self.opts.semantics {
+            Semantics::Preempt => sc.scenario.repartition.penalty_s / 60.0,
+            Semantics::Drain => sc.scenario.repartition.reconfigure_s / 60.0,
+        };
+        for inst in target.instances() {
+            let exists = Cluster::slots(g).any(|id| {
+                let s = &self.cluster.slices[id as usize];
+                s.compute > 0 && s.instance == *inst
+            });
+            if exists {
+                continue;
+            }
+            let Some(id) = Cluster::slots(g).find(|&id| self.cluster.slices[id as usize].compute == 0) else {
+                continue;
+            };
+            let compute = cm.model.profiles[inst.profile].compute;
+            let s = &mut self.cluster.slices[id as usize];
+            *s = Slice {
+                gpu: g,
+                compute,
+                instance: *inst,
+                job: NO_JOB,
+                started: 0.0,
+                epoch: s.epoch.wrapping_add(1),
+                ready: initial || delay <= 0.0,
+                draining: false,
+            };
+            if !s.ready {
+                let epoch = s.epoch;
+                self.push(self.now + delay, Event::SliceReady { slot: id, epoch });
+            }
+        }
+        let gpu = &mut self.cluster.gpus[gi];
+        let counts = &mut self.cluster.config_counts[model];
+        if !initial {
+            counts[gpu.config as usize] -= 1;
+        }
+        counts[c as usize] += 1;
+        gpu.config = c;
+        self.clear_target(g);
+        let gpu = &mut self.cluster.gpus[gi];
+        let sizes = &cm.configurations[c as usize].sizes;
+        let mean = sizes.iter().map(|&s| f64::from(s)).sum::<f64>() / sizes.len().max(1) as f64;
+        // CEDF visits GPUs by mean slice size, largest first; ties by GPU index.
+        gpu.rank = (1000.0 - mean * 100.0).round() as u32;
+        self.cluster.refresh(g);
+    }
+
+    /// Forgets GPU `g`'s pending target (it switched, or needs no change).
+    fn clear_target(&mut self, g: u32) {
+        if self.cluster.gpus[g as usize].target.take().is_some() {
+            self.switching -= 1;
+        }
+    }
+
+    fn sample(&mut self) {
+        let busy = self.busy_slices;
+        let waiting = self.queue.len();
+        if let Some(r) = self.series.as_mut() {
+            r.record(
+                Sample {
+                    t: self.now,
+                    busy_slices: busy,
+                    waiting,
+                },
+                &self.cluster.config_counts,
+            );
+        }
+    }
+
+    fn finish(self, policy: String) -> RunResult {
+        let n = self.jobs.len();
+        let horizon = self.makespan.max(1e-12);
+        let config_share = self
+            .sc
+            .models
+            .iter()
+            .zip(&self.config_integral)
+            .flat_map(|(m, row)| {
+                let total: f64 = row.iter().sum::<f64>().max(1e-12);
+                let prefix = if self.sc.models.len() > 1 {
+                    format!("{}/", m.model.key)
+                } else {
+                    String::new()
+                };
+                m.configurations
+                    .iter()
+                    .zip(row)
+                    .map(move |(c, v)| (format!("{prefix}{}", c.name), v / total))
+            })
+            .collect();
+        RunResult {
+            policy,
+            scheduler: self.opts.scheduler,
+            semantics: self.opts.semantics,
+            seed: self.opts.seed,
+            jobs: n,
+            completed: self.completed,
+            energy_wmin: self.meter.energy_wmin(),
+            avg_tardiness_min: if n == 0 {
+                0.0
+            } else {
+                self.tardiness_sum / n as f64
+            },
+            makespan_min: self.makespan,
+            repartitions: self.repartitions,
+            relayout_batches: self.relayout_batches,
+            mean_full_gpu_min: crate::metrics::mean_full_gpu_min(self.jobs),
+            preemptions: self.preemptions,
+            utilisation: self.busy_integral / (f64::from(self.sc.total_slices()) * horizon),
+            config_share,
+            events: self.event_count,
+            series: self.series.map(SeriesRecorder::finish),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! A feedback controller over a ladder of node layouts, lightest (fewest GPU instances)
+//! first: the block of the day picks a base rung, the queue moves it up (more, smaller
+//! instances) when jobs wait and down (whole GPUs) when none do. It is the teacher the
+//! learned mean-field policy imitates (`smartmig_train::imitation`).
+
+use rand_chacha::ChaCha8Rng;
+
+use super::{DecisionView, Repartitioner, DAY_MIN};
+use crate::scenario::ResolvedScenario;
+use smartmig_policy::FeatureLayout;
+
+/// The controller's parameters.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LadderParams {
+    /// Node layouts (configuration index per GPU of one node), lightest first.
+    pub rungs: Vec<Vec<u16>>,
+    /// Base rung of each equal block of the day.
+    pub base: Vec<usize>,
+    /// Waiting jobs per GPU above which the controller climbs `step` rungs.
+    pub up: f64,
+    /// Waiting jobs per GPU below which it descends `step` rungs.
+    pub down: f64,
+    /// Rungs to climb or descend.
+    pub step: usize,
+}
+
+impl LadderParams {
+    /// The rung the controller wants at minute `now` with `waiting` jobs per GPU.
+    pub fn rung(&self, now: f64, waiting: f64) -> usize {
+        let blocks = self.base.len().max(1);
+        let block = ((now.rem_euclid(DAY_MIN) / DAY_MIN * blocks as f64) as usize).min(blocks - 1);
+        let base = self.base.get(block).copied().unwrap_or(0);
+        let top = self.rungs.len().saturating_sub(1);
+        if waiting > self.up {
+            (base + self.step).min(top)
+        } else if waiting < self.down {
+            base.saturating_sub(self.step)
+        } else {
+            base.min(top)
+        }
+    }
+}
+
+/// The controller as a repartition policy.
+pub struct Ladder {
+    params: LadderParams,
+    layout: FeatureLayout,
+    every: u32,
+    buf: Vec<f32>,
+    /// The feature vectors of its decisions, recorded when set (imitation).
+    pub record: Option<Vec<Vec<f32>>>,
+}
+
+impl Ladder {
+    /// A controller deciding every `every` arrivals and completions.
+    pub fn new(params: LadderParams, k: usize, every: u32) -> Ladder {
+        Ladder {
+            params,
+            layout: crate::features::layout(k),
+            every: every.max(1),
+            buf: Vec::new(),
+            record: None,
+        }
+    }
+}
+
+/// Target configuration per GPU that reaches `pattern` (cycled over each node of
+/// `per_node` GPUs) while keeping every GPU whose configuration the node still needs.
+pub fn assign(current: &[u16], pattern: &[u16], per_node: usize) -> Vec<u16> {
+    let mut out = current.to_vec();
+    for (node, gpus) in current.chunks(per_node.max(1)).enumerate() {
+        let mut want: Vec<u16> = (0..gpus.len()).map(|i| pattern[i % pattern.len()]).collect();
+        let mut free = Vec::new();
+        for (i, &c) in gpus.iter().enumerate() {
+            match want.iter().position(|&w| w == c) {
+                Some(p) => {
+                    want.swap_remove(p);
+                }
+                None => free.push(i),
+            }
+        }
+        want.sort_unstable();
+        for (i, c) in free.into_iter().zip(want) {
+            out[node * per_node + i] = c;
+        }
+    }
+    out
+}
+
+impl Repartitioner for Ladder {
+    fn name(&self) -> String {
+        "ladder".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        let pattern = &self.params.rungs[self.params.rung(0.0, 0.0)];
+        (0..sc.gpus.len()).map(|g| pattern[g % pattern.len()]).collect()
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(self.every)
+    }
+    fn feature_layout(&self) -> Option<FeatureLayout> {
+        Some(self.layout.clone())
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        self.buf.clear();
+        if !view.write_features(0, &mut self.buf) {
+            return Vec::new();
+        }
+        if let Some(r) = self.record.as_mut() {
+            r.push(self.buf.clone());
+        }
+        let waiting = f64::from(self.buf[self.layout.queue_summary_offset()]);
+        let pattern = &self.params.rungs[self.params.rung(view.now, waiting)];
+        let current: Vec<u16> = view
+            .cluster
+            .gpus
+            .iter()
+            .map(|g| g.target.unwrap_or(g.config))
+            .collect();
+        let per_node = pattern.len();
+        assign(&current, pattern, per_node)
+            .into_iter()
+            .enumerate()
+            .filter(|&(g, c)| c != current[g])
+            .map(|(g, c)| (g as u32, c))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignment_keeps_every_gpu_the_node_still_needs() {
+        // Node of 4: c2 c2 c6 c6 -> pattern c2 c6 c6 c6: one c2 moves, nothing else.
+        assert_eq!(assign(&[1, 1, 5, 5], &[1, 5, 5, 5], 4), vec![1, 5, 5, 5]);
+        // Two nodes, each reaches the pattern on its own.
+        assert_eq!(assign(&[0, 0, 1, 1], &[0, 1], 2), vec![0, 1, 1, 0]);
+    }
+
+    #[test]
+    fn the_queue_moves_the_rung_around_the_blocks_base() {
+        let p = LadderParams {
+            rungs: vec![vec![0], vec![1], vec![5]],
+            base: vec![0, 1],
+            up: 1.0,
+            down: 0.2,
+            step: 1,
+        };
+        assert_eq!(p.rung(100.0, 0.5), 0);
+        assert_eq!(p.rung(100.0, 2.0), 1);
+        assert_eq!(p.rung(800.0, 2.0), 2);
+        assert_eq!(p.rung(800.0, 0.0), 0);
+        assert_eq!(p.rung(800.0 + DAY_MIN, 0.5), 1, "daily");
+    }
+}

@@ -1,0 +1,416 @@
+//! Golden tests: tiny hand-built clusters where each heuristic's schedule, energy and
+//! tardiness are worked out by hand (the arithmetic is in the comments).
+
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::partition::{DecisionView, Repartitioner, Static};
+use crate::scenario::{ResolvedScenario, Scenario, Semantics};
+use crate::sched::Scheduler;
+use crate::workload::Job;
+
+/// A scenario of `n` A100-40GBs whose jobs the test supplies, without the daemon's
+/// re-layout limits (a decision acts at once).
+fn cluster(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
+    limited(
+        n,
+        layout,
+        penalty_s,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+        ],
+    )
+}
+
+/// The same with the given `--set` overrides instead.
+fn limited(n: u32, layout: &[&str], penalty_s: f64, sets: &[&str]) -> ResolvedScenario {
+    let layout: Vec<String> = layout.iter().map(|c| format!("\"{c}\"")).collect();
+    let text = format!(
+        "version = 1\nname = \"t\"\n[cluster]\ngpus = [{{ model = \"a100-40gb\", count = {n} }}]\n\
+         [workload]\nsource = \"trace\"\ntrace = \"none\"\nformat = \"jobs\"\n\
+         [baselines]\nreference_layout = [{}]\n[repartition]\npenalty_s = {penalty_s}\nreconfigure_s = {penalty_s}\n",
+        layout.join(", ")
+    );
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    Scenario::parse(&text, "test", &sets).unwrap()
+}
+
+fn job(id: u32, release: f64, deadline: f64, times: [f64; 5]) -> Job {
+    Job {
+        id,
+        release,
+        deadline,
+        times,
+        class: 0,
+    }
+}
+
+const LINEAR7: [f64; 5] = [7.0, 3.5, 7.0 / 3.0, 1.75, 1.0];
+const FLAT: [f64; 5] = [1.1, 1.0, 1.0, 1.0, 1.0];
+/// A100-40GB power by busy slices.
+const P: [f64; 8] = [40.0, 119.0, 160.0, 205.3, 243.9, 247.7, 248.5, 248.5];
+
+fn run(sc: &ResolvedScenario, jobs: &[Job], scheduler: Scheduler, semantics: Semantics) -> RunResult {
+    let mut policy = Static::new("static", sc.scenario.baselines.reference_layout.clone());
+    run_with(sc, jobs, scheduler, semantics, &mut policy)
+}
+
+fn run_with(
+    sc: &ResolvedScenario,
+    jobs: &[Job],
+    scheduler: Scheduler,
+    semantics: Semantics,
+    policy: &mut dyn Repartitioner,
+) -> RunResult {
+    let opts = RunOptions {
+        scheduler,
+        semantics,
+        seed: 1,
+        sample_every: None,
+    };
+    Simulation::new(sc, jobs, opts).run(policy)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn edf_gives_an_urgent_job_the_fastest_slice_and_a_loose_one_the_slowest_that_meets_its_deadline() {
+    // One GPU in c2 (4g + 3g). J1 (d=1) is first by deadline; only a 7g would meet it, so
+    // it takes the earliest finish, the 4g: 0..1.2, 0.2 late. J0 (d=3) fits on the 3g
+    // (7/3 <= 3), the slowest slice meeting its deadline: 0..2.333.
+    let sc = cluster(1, &["c2"], 4.0);
+    let jobs = [
+        job(0, 0.0, 3.0, LINEAR7),
+        job(1, 0.0, 1.0, [4.0, 2.0, 1.5, 1.2, 1.0]),
+    ];
+    let r = run(&sc, &jobs, Scheduler::Edf, Semantics::Preempt);
+    assert!(close(r.avg_tardiness_min, 0.1), "{}", r.avg_tardiness_min);
+    assert!(close(r.makespan_min, 7.0 / 3.0));
+    // 7 busy slices for 1.2 min, then 3 until 7/3.
+    let e = P[7] * 1.2 + P[3] * (7.0 / 3.0 - 1.2);
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+}
+
+#[test]
+fn edf_packs_onto_the_busiest_gpu_while_cedf_sends_linear_jobs_to_the_largest_slices() {
+    // GPU0 in c12 (1g slices), GPU1 in c1 (one 7g). J0 linear (class 1, d=10), J1 flat
+    // (class 4, d=5), both at 0.
+    let sc = cluster(2, &["c12", "c1"], 4.0);
+    let jobs = [job(0, 0.0, 10.0, LINEAR7), job(1, 0.0, 5.0, FLAT)];
+
+    // EDF: J1 first (d=5) to GPU0 (tie on busy, lower index), its 1g: 0..1.1. Then J0 to
+    // the busiest GPU with a slice meeting d=10: GPU0's 1g (7 <= 10): 0..7.
+    let r = run(&sc, &jobs, Scheduler::Edf, Semantics::Preempt);
+    let e = P[2] * 1.1 + P[1] * (7.0 - 1.1) + P[0] * 7.0;
+    assert!(close(r.energy_wmin, e), "edf {} vs {e}", r.energy_wmin);
+    assert!(close(r.makespan_min, 7.0));
+    assert_eq!(r.avg_tardiness_min, 0.0);
+
+    // CEDF: J0 first (class 1) to the GPU with the largest mean slice (GPU1, 7g): 0..1.
+    // J1 to GPU0's 1g: 0..1.1. GPU1 idles 1..1.1.
+    let r = run(&sc, &jobs, Scheduler::Cedf, Semantics::Preempt);
+    let e = P[7] * 1.0 + P[0] * 0.1 + P[1] * 1.1;
+    assert!(close(r.energy_wmin, e), "cedf {} vs {e}", r.energy_wmin);
+    assert!(close(r.makespan_min, 1.1));
+}
+
+#[test]
+fn met_puts_a_linear_job_on_a_7g_and_a_flat_job_on_a_1g() {
+    // Same cluster. Linear J0: on a 1g ΔE/P7 = (119-40)·7/248.5 = 2.23; on the 7g
+    // (208.5)·1/248.5 = 0.84 -> 7g. Flat J1: 1g (79·1.1/248.5 = 0.35) beats the 7g.
+    let sc = cluster(2, &["c12", "c1"], 4.0);
+    let jobs = [job(0, 0.0, 10.0, LINEAR7), job(1, 0.5, 5.0, FLAT)];
+    let r = run(&sc, &jobs, Scheduler::Met, Semantics::Preempt);
+    // J0 on GPU1's 7g 0..1; J1 on GPU0's 1g 0.5..1.6.
+    let e = P[7] * 1.0 + P[0] * 0.6 + P[0] * 0.5 + P[1] * 1.1;
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+    assert!(close(r.makespan_min, 1.6));
+}
+
+#[test]
+fn random_on_a_single_slice_runs_jobs_in_deadline_order() {
+    // One 7g: the only choice. J0 (d=1.5) runs 0..1; J1 (d=2) 1..2, on time; J2 (arrives
+    // at 0.5, d=2.5) 2..3, 0.5 late.
+    let sc = cluster(1, &["c1"], 4.0);
+    let jobs = [
+        job(0, 0.0, 1.5, LINEAR7),
+        job(1, 0.0, 2.0, LINEAR7),
+        job(2, 0.5, 2.5, LINEAR7),
+    ];
+    let r = run(&sc, &jobs, Scheduler::Random, Semantics::Preempt);
+    assert!(close(r.avg_tardiness_min, 0.5 / 3.0), "{}", r.avg_tardiness_min);
+    assert!(close(r.energy_wmin, P[7] * 3.0));
+}
+
+/// Switches every GPU to c12 at the first decision at or after t = 1.
+struct SwitchAtOne(bool);
+
+impl Repartitioner for SwitchAtOne {
+    fn name(&self) -> String {
+        "switch".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        vec![0; sc.gpus.len()]
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        if view.now >= 1.0 && !self.0 {
+            self.0 = true;
+            vec![(0, 11)]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[test]
+fn preempt_stops_a_running_job_keeps_its_progress_and_charges_the_penalty() {
+    // J0 (p1 = 14, p7 = 2) starts on the 7g at 0. At 1, J1 arrives and the GPU switches
+    // to c12: J0 is preempted half done. The 1g slices are ready at 1 + 4 s. J1 (d=50)
+    // goes first: 1.0667..2.1667; J0 (d=100) needs 0.5·14 = 7: 1.0667..8.0667.
+    let sc = cluster(1, &["c1"], 4.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
+        job(1, 1.0, 50.0, FLAT),
+    ];
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Preempt,
+        &mut SwitchAtOne(false),
+    );
+    let ready = 1.0 + 4.0 / 60.0;
+    assert_eq!((r.repartitions, r.preemptions), (1, 1));
+    assert!(close(r.makespan_min, ready + 7.0), "{}", r.makespan_min);
+    let e = P[7] * 1.0 + P[0] * (ready - 1.0) + P[2] * 1.1 + P[1] * (7.0 - 1.1);
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+    assert_eq!(r.avg_tardiness_min, 0.0);
+}
+
+#[test]
+fn drain_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
+    // Same jobs under drain: the 7g finishes J0 at 2, then the GPU switches; the 1g
+    // slices are ready at 2 + 4 s and J1 runs until then + 1.1.
+    let sc = cluster(1, &["c1"], 4.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
+        job(1, 1.0, 50.0, FLAT),
+    ];
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut SwitchAtOne(false),
+    );
+    let ready = 2.0 + 4.0 / 60.0;
+    assert_eq!((r.repartitions, r.preemptions), (1, 0));
+    assert!(close(r.makespan_min, ready + 1.1), "{}", r.makespan_min);
+    let e = P[7] * 2.0 + P[0] * (ready - 2.0) + P[1] * 1.1;
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+}
+
+/// Starts every GPU in configuration `from` and moves GPU `gpu` to `to` at every
+/// decision from t = 1 on.
+struct MoveFromOne {
+    from: u16,
+    gpu: u32,
+    to: u16,
+}
+
+impl Repartitioner for MoveFromOne {
+    fn name(&self) -> String {
+        "move".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        vec![self.from; sc.gpus.len()]
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        let g = &view.cluster.gpus[self.gpu as usize];
+        if view.now >= 1.0 && g.config != self.to {
+            vec![(self.gpu, self.to)]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// Two whole GPUs on one node; J0 (p7 = 10) runs on GPU0 from 0; J1 and J2 arrive at 1
+/// and 2 (each p7 = 1, deadline 100); GPU1 is asked for `to` from t = 1.
+fn node_run(to: u16, rule: &str) -> RunResult {
+    let sc = limited(
+        2,
+        &["c1"],
+        0.0,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+            &format!("repartition.node_rule=\"{rule}\""),
+        ],
+    );
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+        job(2, 2.0, 100.0, LINEAR7),
+    ];
+    run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut MoveFromOne { from: 0, gpu: 1, to },
+    )
+}
+
+#[test]
+fn under_slurm_22_05_a_node_whose_instance_count_changes_drains_whole_until_idle() {
+    // c1 -> c2 on GPU1 raises the node's instances from 2 to 3: no job may start anywhere
+    // on the node until J0 ends at 10; then GPU1 switches (no cost), J1 takes GPU0's 7g
+    // (10..11) and J2 GPU1's 3g (10..12.33).
+    let r = node_run(1, "slurm-22.05");
+    assert_eq!((r.repartitions, r.relayout_batches, r.preemptions), (1, 1, 0));
+    assert!(close(r.makespan_min, 10.0 + 7.0 / 3.0), "{}", r.makespan_min);
+    // Per-instance drain: GPU1 is idle, so it switches at 1 and J1, J2 run there at once.
+    let r = node_run(1, "instances");
+    assert_eq!(r.repartitions, 1);
+    assert!(close(r.makespan_min, 10.0), "J0 is last: {}", r.makespan_min);
+}
+
+#[test]
+fn a_move_that_keeps_the_nodes_instance_count_drains_only_its_own_instances() {
+    // Both GPUs in c2 (4g + 3g). J0 takes GPU0's 3g (0..23.33). At 1 GPU1 goes c2 -> c5
+    // (two instances either way): only its 4g drains, and it is idle, so GPU1 switches at
+    // once although the node is busy. c5's share of GPU time is then GPU1's 1..23.33.
+    let sc = cluster(2, &["c2"], 0.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+    ];
+    let r = run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut MoveFromOne {
+            from: 1,
+            gpu: 1,
+            to: 4,
+        },
+    );
+    assert_eq!((r.repartitions, r.relayout_batches), (1, 1));
+    let end = 70.0 / 3.0;
+    assert!(close(r.makespan_min, end), "{}", r.makespan_min);
+    let c5 = r.config_share.iter().find(|(n, _)| n == "c5").unwrap().1;
+    assert!(close(c5, (end - 1.0) / (2.0 * end)), "{c5}");
+}
+
+#[test]
+fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
+    // GPU1 is asked for c2 at every decision from 1: at J1's arrival (1), J1's completion
+    // (2) and J2's arrival (2). With persistence 3 the third commits it: J1 ran whole on
+    // GPU1's 7g (1..2); J2 then takes the new 3g (2..4.33). GPU0 runs J0 0..10.
+    let sets = [
+        "repartition.persist_cycles=3",
+        "repartition.min_relayout_interval_s=0",
+    ];
+    let sc = limited(2, &["c1"], 0.0, &sets);
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+        job(2, 2.0, 100.0, LINEAR7),
+    ];
+    let mut policy = MoveFromOne {
+        from: 0,
+        gpu: 1,
+        to: 1,
+    };
+    let r = run_with(&sc, &jobs, Scheduler::Edf, Semantics::Preempt, &mut policy);
+    assert_eq!((r.repartitions, r.preemptions), (1, 0));
+    let e = P[7] * 10.0 + P[0] * 1.0 + P[7] * 1.0 + P[3] * (7.0 / 3.0) + P[0] * (10.0 - 2.0 - 7.0 / 3.0);
+    assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+    // Acting at once, J1 would have run on the 3g instead.
+    let at_once = run_with(
+        &cluster(2, &["c1"], 0.0),
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Preempt,
+        &mut MoveFromOne {
+            from: 0,
+            gpu: 1,
+            to: 1,
+        },
+    );
+    assert!(!close(at_once.energy_wmin, e));
+}
+
+#[test]
+fn the_same_seed_gives_the_same_result_and_the_seed_is_recorded() {
+    let sc = cluster(2, &["c6", "c12"], 4.0);
+    let jobs: Vec<Job> = (0..200)
+        .map(|i| job(i, f64::from(i) * 0.05, f64::from(i) * 0.05 + 3.0, LINEAR7))
+        .collect();
+    let a = run(&sc, &jobs, Scheduler::Random, Semantics::Preempt);
+    let b = run(&sc, &jobs, Scheduler::Random, Semantics::Preempt);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    assert_eq!(a.seed, 1);
+    assert_eq!(a.completed, 200);
+}
+
+/// Records the lateness and features a learning policy would see at each decision.
+struct Observer {
+    lateness: Vec<f64>,
+    dims: Vec<usize>,
+}
+
+impl Repartitioner for Observer {
+    fn name(&self) -> String {
+        "observer".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        vec![5; sc.gpus.len()]
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn feature_layout(&self) -> Option<smartmig_policy::FeatureLayout> {
+        Some(crate::features::layout(12))
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        self.lateness.push(view.lateness_min);
+        let mut f = Vec::new();
+        assert!(view.write_features(0, &mut f));
+        self.dims.push(f.len());
+        Vec::new()
+    }
+}
+
+#[test]
+fn lateness_accrues_over_time_and_ends_at_the_total_tardiness() {
+    let sc = cluster(2, &["c6"], 4.0);
+    let jobs: Vec<Job> = (0..300)
+        .map(|i| job(i, f64::from(i) * 0.02, f64::from(i) * 0.02 + 1.2, LINEAR7))
+        .collect();
+    let mut obs = Observer {
+        lateness: Vec::new(),
+        dims: Vec::new(),
+    };
+    let r = run_with(&sc, &jobs, Scheduler::Cedf, Semantics::Preempt, &mut obs);
+    assert!(r.avg_tardiness_min > 1.0, "the test needs late jobs");
+    assert!(
+        obs.lateness.windows(2).all(|w| w[1] >= w[0] - 1e-9),
+        "lateness never decreases"
+    );
+    let total = r.avg_tardiness_min * jobs.len() as f64;
+    let last = *obs.lateness.last().unwrap();
+    assert!((last - total).abs() < 1e-6 * total, "{last} vs {total}");
+    assert!(obs.dims.iter().all(|&d| d == crate::features::feature_dim(12)));
+}

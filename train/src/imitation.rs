@@ -1,0 +1,594 @@
+//! Training by imitation: a teacher (the ladder controller of `smartmig_sim::partition::ladder`,
+//! its thresholds and base rungs searched on training days) and a mean-field network that
+//! learns to reproduce its decisions from the mean-field features.
+
+use std::collections::HashMap;
+
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+use super::{Learner, PpoConfig, TrainError};
+use smartmig_eval::compare::{run_reference, GuardVerdict, Paired};
+use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
+use smartmig_policy::{Draw, FeatureLayout, PolicyNetwork, SamplingConfig};
+use smartmig_sim::partition::ladder::{Ladder, LadderParams};
+use smartmig_sim::partition::mean_field::MeanField;
+use smartmig_sim::partition::DAY_MIN;
+use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
+use smartmig_sim::sched::Scheduler;
+use smartmig_sim::workload::{self, JobSet};
+use smartmig_sim::{RunOptions, RunResult, Simulation};
+
+/// The node pattern (configuration indices) of a layout given by names.
+fn pattern(sc: &ResolvedScenario, names: &[String]) -> Vec<u16> {
+    let configs = &sc.models[0].configurations;
+    names
+        .iter()
+        .map(|n| configs.iter().position(|c| c.name == *n).unwrap_or(0) as u16)
+        .collect()
+}
+
+/// GPU instances of a node pattern.
+fn instances(sc: &ResolvedScenario, p: &[u16]) -> usize {
+    p.iter()
+        .map(|&c| sc.models[0].configurations[usize::from(c)].sizes.len())
+        .sum()
+}
+
+/// The ladder a schedule and a static layout suggest: their distinct node layouts, fewest
+/// instances first, with each of `blocks` blocks based on the schedule's rung then.
+pub fn ladder_from(
+    sc: &ResolvedScenario,
+    schedule: &[PeriodicSpec],
+    static_layout: &[String],
+    blocks: usize,
+) -> LadderParams {
+    let per_node = schedule
+        .first()
+        .map_or(static_layout.len(), |e| e.layout.len())
+        .max(1);
+    let mut rungs: Vec<Vec<u16>> = schedule.iter().map(|e| pattern(sc, &e.layout)).collect();
+    let mut s = pattern(sc, static_layout);
+    s.truncate(per_node);
+    rungs.push(s);
+    for r in &mut rungs {
+        r.sort_unstable();
+    }
+    rungs.sort_by_key(|r| (instances(sc, r), r.clone()));
+    rungs.dedup();
+    let base = (0..blocks)
+        .map(|b| {
+            let minute = b as f64 * DAY_MIN / blocks as f64;
+            let entry = schedule
+                .iter()
+                .rev()
+                .find(|e| {
+                    smartmig_core::config::parse_time_of_day(&e.at).is_ok_and(|m| f64::from(m) <= minute)
+                })
+                .or(schedule.last());
+            let mut p = entry.map_or_else(|| rungs[0].clone(), |e| pattern(sc, &e.layout));
+            p.sort_unstable();
+            rungs.iter().position(|r| *r == p).unwrap_or(0)
+        })
+        .collect();
+    LadderParams {
+        rungs,
+        base,
+        up: f64::INFINITY,
+        down: f64::NEG_INFINITY,
+        step: 1,
+    }
+}
+
+/// Runs the ladder controller on one day.
+pub fn run_ladder(
+    sc: &ResolvedScenario,
+    jobs: &JobSet,
+    params: &LadderParams,
+    every: u32,
+    seed: u64,
+) -> RunResult {
+    let k = sc.models[0].configurations.len();
+    let mut policy = Ladder::new(params.clone(), k, every);
+    let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
+    Simulation::new(sc, &jobs.jobs, opts).run(&mut policy)
+}
+
+/// ET per unit of energy above the cap of [`tune_ladder`]: large, so that the cap binds.
+const ENERGY_CAP_PENALTY: f64 = 10.0;
+
+/// Searches the ladder's thresholds, step and base rungs by coordinate descent on `days`
+/// (seed, jobs), at most `rounds` rounds; `on_round` sees the start's score and each
+/// improving round's. The score is the mean ET against static CEDF, plus a penalty for
+/// mean energy above the energy lower bound beyond `energy_cap` (a fraction, e.g. 0.27)
+/// when one is given. Returns the best parameters and their score.
+pub fn tune_ladder(
+    sc: &ResolvedScenario,
+    days: &[(u64, JobSet)],
+    start: LadderParams,
+    every: u32,
+    rounds: u32,
+    energy_cap: Option<f64>,
+    mut on_round: impl FnMut(u32, f64),
+) -> (LadderParams, f64) {
+    let refs: Vec<(RunResult, f64)> = days
+        .par_iter()
+        .map(|(s, j)| {
+            let lb = energy_cap.map_or(0.0, |_| {
+                smartmig_bounds::energy_day(sc, &j.jobs).energy.energy_wmin
+            });
+            (run_reference(sc, j, *s), lb)
+        })
+        .collect();
+    let objective = &sc.scenario.objective;
+    let mut cache: HashMap<String, f64> = HashMap::new();
+    let mut score = |cands: Vec<LadderParams>| -> Vec<(LadderParams, f64)> {
+        let todo: Vec<LadderParams> = cands
+            .iter()
+            .filter(|c| !cache.contains_key(&format!("{c:?}")))
+            .cloned()
+            .collect();
+        let scored: Vec<(String, f64)> = todo
+            .par_iter()
+            .map(|c| {
+                let n = days.len().max(1) as f64;
+                let (et, above) =
+                    days.iter()
+                        .zip(&refs)
+                        .fold((0.0, 0.0), |(et, above), ((s, j), (r, lb))| {
+                            let run = run_ladder(sc, j, c, every, *s);
+                            let a = if *lb > 0.0 {
+                                run.energy_wmin / lb - 1.0
+                            } else {
+                                0.0
+                            };
+                            (et + run.et(r, objective), above + a)
+                        });
+                let excess = energy_cap.map_or(0.0, |cap| (above / n - cap).max(0.0));
+                (format!("{c:?}"), et / n + ENERGY_CAP_PENALTY * excess)
+            })
+            .collect();
+        cache.extend(scored);
+        cands
+            .into_iter()
+            .map(|c| {
+                let et = cache[&format!("{c:?}")];
+                (c, et)
+            })
+            .collect()
+    };
+    let mut best = start.clone();
+    let mut best_et = score(vec![start])[0].1;
+    on_round(0, best_et);
+    let thresholds = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0];
+    for round in 1..=rounds {
+        let mut cands = Vec::new();
+        for &t in &thresholds {
+            if t > best.down {
+                cands.push(LadderParams {
+                    up: t,
+                    ..best.clone()
+                });
+            }
+            if t < best.up {
+                cands.push(LadderParams {
+                    down: t,
+                    ..best.clone()
+                });
+            }
+        }
+        cands.push(LadderParams {
+            up: f64::INFINITY,
+            ..best.clone()
+        });
+        cands.push(LadderParams {
+            down: f64::NEG_INFINITY,
+            ..best.clone()
+        });
+        for step in 1..=2 {
+            cands.push(LadderParams { step, ..best.clone() });
+        }
+        for b in 0..best.base.len() {
+            for d in [-1i64, 1] {
+                let r = best.base[b] as i64 + d;
+                if (0..best.rungs.len() as i64).contains(&r) {
+                    let mut c = best.clone();
+                    c.base[b] = r as usize;
+                    cands.push(c);
+                }
+            }
+        }
+        match score(cands).into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+            Some((c, et)) if et < best_et - 1e-9 => {
+                best = c;
+                best_et = et;
+                on_round(round, et);
+            }
+            _ => break,
+        }
+    }
+    (best, best_et)
+}
+
+/// Settings of training by imitation.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ImitationConfig {
+    /// Base seed: training days start at `TRAIN_SEED_BASE + 100,000·seed`; weights and
+    /// minibatch order derive from it.
+    pub seed: u64,
+    /// Training days (the teacher's search and the student's data).
+    pub train_days: u32,
+    /// Validation days (model selection and the guard).
+    pub validation_days: u32,
+    /// Blocks of the day the teacher's base rung follows.
+    pub blocks: usize,
+    /// Decide every this many arrivals and completions.
+    pub every_events: u32,
+    /// Most rounds of the teacher's coordinate descent.
+    pub teacher_rounds: u32,
+    /// Rounds of the student: fit, run, relabel what it saw (DAgger).
+    pub student_rounds: u32,
+    /// Supervised epochs per round.
+    pub epochs: usize,
+    /// Adam learning rate.
+    pub lr: f64,
+    /// Hidden layer widths.
+    pub hidden: Vec<usize>,
+    /// Most mean energy above the energy lower bound the teacher may use (a fraction,
+    /// e.g. 0.27); None: ET alone.
+    #[serde(default)]
+    pub energy_cap: Option<f64>,
+}
+
+impl Default for ImitationConfig {
+    fn default() -> Self {
+        ImitationConfig {
+            seed: 0,
+            train_days: 16,
+            validation_days: 16,
+            blocks: 6,
+            every_events: 5,
+            teacher_rounds: 30,
+            student_rounds: 4,
+            epochs: 40,
+            lr: 3e-3,
+            hidden: vec![64, 64],
+            energy_cap: None,
+        }
+    }
+}
+
+/// One round of the student.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct StudentRound {
+    /// Round (1-based).
+    pub round: u32,
+    /// Decisions labelled so far.
+    pub samples: usize,
+    /// Mean row cross-entropy at the end of the round's fit.
+    pub loss: f64,
+    /// Mean ET on the training days.
+    pub train_et: f64,
+    /// Mean ET on the validation days.
+    pub validation_et: f64,
+}
+
+/// What training by imitation produced.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImitationOutcome {
+    /// The tuned teacher.
+    pub teacher: LadderParams,
+    /// The teacher's score (mean ET on the training days, plus the energy cap's penalty)
+    /// at the start and after each improving search round.
+    pub teacher_curve: Vec<f64>,
+    /// The teacher's mean ET on the validation days.
+    pub teacher_validation_et: f64,
+    /// The student's rounds.
+    pub rounds: Vec<StudentRound>,
+    /// The round whose weights are kept (best validation ET).
+    pub kept_round: u32,
+    /// `static-best`'s mean ET on the validation days.
+    pub static_validation_et: f64,
+    /// The kept student against `static-best` on the validation days.
+    pub guard: GuardVerdict,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// The kept student.
+    #[serde(skip)]
+    pub network: Option<PolicyNetwork>,
+}
+
+/// The minute of the day a feature vector was taken at (from its sin/cos features).
+fn minute_of(layout: &FeatureLayout, x: &[f32]) -> f64 {
+    let o = layout.time_of_day_offset();
+    let angle = f64::from(x[o]).atan2(f64::from(x[o + 1]));
+    (angle / std::f64::consts::TAU).rem_euclid(1.0) * DAY_MIN
+}
+
+/// The teacher's decision for a feature vector, as transition rows `[K, K]` and the
+/// weight of each row: the transport that takes the GPU mix in `x` to the teacher's rung
+/// with the fewest moves (rows of absent configurations point at the rung's mix, weighted
+/// little).
+pub fn teacher_rows(
+    params: &LadderParams,
+    layout: &FeatureLayout,
+    k: usize,
+    x: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let waiting = f64::from(x[layout.queue_summary_offset()]);
+    let rung = &params.rungs[params.rung(minute_of(layout, x), waiting)];
+    let mut want = vec![0f64; k];
+    for &c in rung {
+        want[usize::from(c)] += 1.0 / rung.len() as f64;
+    }
+    let mix: Vec<f64> = x[..k].iter().map(|&v| f64::from(v)).collect();
+    let keep: Vec<f64> = (0..k).map(|c| mix[c].min(want[c])).collect();
+    let deficit: Vec<f64> = (0..k).map(|c| want[c] - keep[c]).collect();
+    let total_deficit: f64 = deficit.iter().sum();
+    let mut rows = vec![0f32; k * k];
+    let mut weights = vec![0f32; k];
+    for c in 0..k {
+        let row = &mut rows[c * k..(c + 1) * k];
+        if mix[c] <= 1e-9 {
+            for (r, w) in row.iter_mut().zip(&want) {
+                *r = *w as f32;
+            }
+            weights[c] = 0.01;
+            continue;
+        }
+        let surplus = mix[c] - keep[c];
+        row[c] = (keep[c] / mix[c]) as f32;
+        if total_deficit > 1e-12 {
+            for (to, d) in deficit.iter().enumerate() {
+                row[to] += (surplus * d / total_deficit / mix[c]) as f32;
+            }
+        } else {
+            row[c] = 1.0;
+        }
+        weights[c] = (mix[c] + 0.01) as f32;
+    }
+    (rows, weights)
+}
+
+/// Runs a student on one day: its result and the feature vectors it decided on.
+fn run_student(
+    sc: &ResolvedScenario,
+    net: &PolicyNetwork,
+    jobs: &JobSet,
+    start: &[String],
+    every: u32,
+    seed: u64,
+) -> (RunResult, Vec<Vec<f32>>) {
+    let k = sc.models[0].configurations.len();
+    let mut policy = MeanField::new(
+        sc,
+        vec![net.clone()],
+        smartmig_sim::features::layout(k),
+        start.to_vec(),
+        every,
+        SamplingConfig::default(),
+    )
+    .with_draw(Draw::Apportion);
+    policy.record = Some(Vec::new());
+    let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
+    let r = Simulation::new(sc, &jobs.jobs, opts).run(&mut policy);
+    let seen = policy
+        .record
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.features)
+        .collect();
+    (r, seen)
+}
+
+/// Trains a mean-field network to imitate the ladder controller, which it first tunes
+/// from `schedule` (periodic-best) and `static_layout` (static-best); `on_progress`
+/// receives a line per stage.
+pub fn train_imitation(
+    sc: &ResolvedScenario,
+    cfg: &ImitationConfig,
+    schedule: &[PeriodicSpec],
+    static_layout: &[String],
+    mut on_progress: impl FnMut(&str),
+) -> Result<ImitationOutcome, TrainError> {
+    if sc.models.len() != 1 {
+        return Err(TrainError::Scenario(format!(
+            "training needs a scenario with one GPU model, this one has {}",
+            sc.models.len()
+        )));
+    }
+    let started = std::time::Instant::now();
+    let k = sc.models[0].configurations.len();
+    let layout = smartmig_sim::features::layout(k);
+    let first = TRAIN_SEED_BASE.saturating_add(cfg.seed.saturating_mul(100_000));
+    let load = |seeds: Vec<u64>| -> Result<Vec<(u64, JobSet)>, TrainError> {
+        seeds
+            .into_par_iter()
+            .map(|s| Ok((s, workload::from_scenario(sc, s, false)?)))
+            .collect()
+    };
+    let train = load((first..first + u64::from(cfg.train_days)).collect())?;
+    let validation = load(
+        (0..u64::from(cfg.validation_days))
+            .map(|d| VALIDATION_SEED_BASE + d)
+            .collect(),
+    )?;
+    if train.last().is_some_and(|(s, _)| *s >= VALIDATION_SEED_BASE) {
+        return Err(TrainError::Scenario(
+            "training days would reach the validation and evaluation seeds: use a smaller --seed".into(),
+        ));
+    }
+    let objective = &sc.scenario.objective;
+    let refs = |days: &[(u64, JobSet)]| -> Vec<RunResult> {
+        days.par_iter().map(|(s, j)| run_reference(sc, j, *s)).collect()
+    };
+    let (train_refs, val_refs) = (refs(&train), refs(&validation));
+    let mean_et = |runs: &[RunResult], refs: &[RunResult]| -> Vec<f64> {
+        runs.iter().zip(refs).map(|(r, f)| r.et(f, objective)).collect()
+    };
+    let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+
+    // 1. The teacher.
+    let start = ladder_from(sc, schedule, static_layout, cfg.blocks);
+    let mut teacher_curve = Vec::new();
+    let (teacher, _) = tune_ladder(
+        sc,
+        &train,
+        start,
+        cfg.every_events,
+        cfg.teacher_rounds,
+        cfg.energy_cap,
+        |round, score| {
+            teacher_curve.push(score);
+            on_progress(&format!("teacher round {round}: training score {score:.4}"));
+        },
+    );
+    let teacher_val: Vec<RunResult> = validation
+        .par_iter()
+        .map(|(s, j)| run_ladder(sc, j, &teacher, cfg.every_events, *s))
+        .collect();
+    let teacher_validation_et = avg(&mean_et(&teacher_val, &val_refs));
+    let static_val: Vec<RunResult> = validation
+        .par_iter()
+        .map(|(s, j)| smartmig_eval::compare::run_static(sc, j, Scheduler::Cedf, static_layout, *s))
+        .collect();
+    let static_ets = mean_et(&static_val, &val_refs);
+    on_progress(&format!(
+        "teacher: validation ET {teacher_validation_et:.4} (static-best {:.4})",
+        avg(&static_ets)
+    ));
+
+    // 2. The student: fit the teacher's decisions, then relabel what the student saw.
+    let mut xs: Vec<Vec<f32>> = train
+        .par_iter()
+        .flat_map(|(s, j)| {
+            let mut policy = Ladder::new(teacher.clone(), k, cfg.every_events);
+            policy.record = Some(Vec::new());
+            let opts = RunOptions::of(sc, Scheduler::Cedf, *s);
+            Simulation::new(sc, &j.jobs, opts).run(&mut policy);
+            policy.record.take().unwrap_or_default()
+        })
+        .collect();
+    let mask: Vec<f32> = (0..k * k)
+        .map(|i| f32::from(u8::from(sc.models[0].configurations[i % k].is_available())))
+        .collect();
+    let ppo = PpoConfig {
+        hidden: cfg.hidden.clone(),
+        lr: cfg.lr,
+        stay_bias: 0.0,
+        minibatch: 256,
+        ..PpoConfig::default()
+    };
+    let mut learner = Learner::new(layout.dim(), k, ppo, cfg.seed)?;
+    let mut rng = <ChaCha8Rng as rand::SeedableRng>::seed_from_u64(cfg.seed.wrapping_mul(7_919));
+    let mut rounds = Vec::new();
+    let mut best: Option<(f64, u32, PolicyNetwork, Vec<f64>)> = None;
+    for round in 1..=cfg.student_rounds.max(1) {
+        let mut targets = Vec::with_capacity(xs.len() * k * k);
+        let mut weights = Vec::with_capacity(xs.len() * k);
+        for x in &xs {
+            let (t, w) = teacher_rows(&teacher, &layout, k, x);
+            targets.extend(t);
+            weights.extend(w);
+        }
+        let flat: Vec<f32> = xs.iter().flatten().copied().collect();
+        let loss = learner.imitate(&flat, &targets, &weights, &mask, cfg.epochs, &mut rng)?;
+        let net = learner.policy()?;
+        let start_layout = static_layout.to_vec();
+        let on_train: Vec<(RunResult, Vec<Vec<f32>>)> = train
+            .par_iter()
+            .map(|(s, j)| run_student(sc, &net, j, &start_layout, cfg.every_events, *s))
+            .collect();
+        let on_val: Vec<RunResult> = validation
+            .par_iter()
+            .map(|(s, j)| run_student(sc, &net, j, &start_layout, cfg.every_events, *s).0)
+            .collect();
+        let train_runs: Vec<RunResult> = on_train.iter().map(|(r, _)| r.clone()).collect();
+        let val_ets = mean_et(&on_val, &val_refs);
+        let point = StudentRound {
+            round,
+            samples: xs.len(),
+            loss,
+            train_et: avg(&mean_et(&train_runs, &train_refs)),
+            validation_et: avg(&val_ets),
+        };
+        on_progress(&format!(
+            "student round {round}: {} decisions, loss {loss:.4}, training ET {:.4}, validation ET {:.4}",
+            point.samples, point.train_et, point.validation_et
+        ));
+        rounds.push(point);
+        if best.as_ref().is_none_or(|b| point.validation_et < b.0) {
+            best = Some((point.validation_et, round, net, val_ets));
+        }
+        xs.extend(on_train.into_iter().flat_map(|(_, seen)| seen));
+    }
+    let (_, kept_round, network, val_ets) =
+        best.ok_or_else(|| TrainError::Internal("no student round ran".into()))?;
+    Ok(ImitationOutcome {
+        teacher,
+        teacher_curve,
+        teacher_validation_et,
+        rounds,
+        kept_round,
+        static_validation_et: avg(&static_ets),
+        guard: GuardVerdict::of(Paired::of(&val_ets, &static_ets)),
+        seconds: started.elapsed().as_secs_f64(),
+        network: Some(network),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartmig_sim::scenario::Scenario;
+
+    #[test]
+    fn teacher_rows_move_the_surplus_to_the_deficit_with_the_fewest_moves() {
+        let sc = Scenario::reference(&[]).unwrap();
+        let k = sc.models[0].configurations.len();
+        let layout = smartmig_sim::features::layout(k);
+        // One rung: half c1 (0), half c6 (5).
+        let params = LadderParams {
+            rungs: vec![vec![0, 0, 5, 5]],
+            base: vec![0],
+            up: f64::INFINITY,
+            down: f64::NEG_INFINITY,
+            step: 1,
+        };
+        let mut x = vec![0f32; layout.dim()];
+        x[1] = 0.75; // c2
+        x[5] = 0.25; // c6
+        let o = layout.time_of_day_offset();
+        x[o + 1] = 1.0; // midnight
+        let (rows, w) = teacher_rows(&params, &layout, k, &x);
+        // c2 (0.75) keeps nothing: two thirds of its GPUs to c1 (0.5), one third to c6 (0.25).
+        let c2 = &rows[k..2 * k];
+        assert!(
+            (c2[0] - 2.0 / 3.0).abs() < 1e-6 && (c2[5] - 1.0 / 3.0).abs() < 1e-6,
+            "{c2:?}"
+        );
+        // c6 (0.25) is short of its 0.5: it stays whole.
+        assert!((rows[5 * k + 5] - 1.0).abs() < 1e-6);
+        // An absent configuration's row points at the rung's mix, weighted little.
+        assert!((rows[0] - 0.5).abs() < 1e-6 && (rows[5] - 0.5).abs() < 1e-6);
+        assert!(w[0] < 0.05 && w[1] > 0.7);
+        for c in 0..k {
+            let sum: f32 = rows[c * k..(c + 1) * k].iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "row {c} sums to {sum}");
+        }
+    }
+
+    #[test]
+    fn the_minute_of_day_comes_back_from_the_time_features() {
+        let layout = smartmig_sim::features::layout(12);
+        let o = layout.time_of_day_offset();
+        for minute in [0.0, 240.0, 719.5, 1200.0] {
+            let a = (minute / DAY_MIN * std::f64::consts::TAU) as f32;
+            let mut x = vec![0f32; layout.dim()];
+            x[o] = a.sin();
+            x[o + 1] = a.cos();
+            assert!((minute_of(&layout, &x) - minute).abs() < 0.01, "{minute}");
+        }
+    }
+}
