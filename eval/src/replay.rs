@@ -26,6 +26,7 @@ use super::compare::{run_policy, run_static, LayoutSpec, PolicySpec, STATIC_BEST
 use super::tune::tune_static_on;
 use smartmig_bounds::{energy_day, relax, tardiness_bound, COMPARE_TARDINESS};
 use smartmig_core::routing::JobClass;
+use smartmig_policy::RuntimeError;
 use smartmig_sim::metrics::Objective;
 use smartmig_sim::scenario::ResolvedScenario;
 use smartmig_sim::sched::Scheduler;
@@ -416,9 +417,9 @@ pub fn replay(
             },
         ));
     }
-    let results: Vec<Result<RunResult, String>> = specs
+    let results: Vec<Result<RunResult, RuntimeError>> = specs
         .par_iter()
-        .map(|p| run_policy(sc, jobs, p, input.seed, input.sample_every).map_err(|e| chain(&e)))
+        .map(|p| run_policy(sc, jobs, p, input.seed, input.sample_every))
         .collect();
     let mut runs = Vec::new();
     let mut smart_mig_missing = input.model.as_ref().err().cloned();
@@ -426,7 +427,7 @@ pub fn replay(
         match r {
             Ok(r) => runs.push(r),
             // Only the learned policy can fail to load; the report says why it is absent.
-            Err(e) => smart_mig_missing = Some(format!("{}: {e}", p.name)),
+            Err(e) => smart_mig_missing = Some(format!("{}: {:#}", p.name, anyhow::Error::new(e))),
         }
     }
     if runs.is_empty() {
@@ -482,20 +483,6 @@ pub fn replay(
         seed: input.seed,
         runs,
     })
-}
-
-/// An error and its causes on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let s = c.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cause = c.source();
-    }
-    parts.join(": ")
 }
 
 fn inferred(jobs: usize, sources: &[(String, usize)], from_limit: usize, a: &AsRan) -> Vec<Inferred> {

@@ -723,10 +723,7 @@ impl<'a> Simulation<'a> {
         gpu.config = c;
         self.clear_target(g);
         let gpu = &mut self.cluster.gpus[gi];
-        let sizes = &cm.configurations[c as usize].sizes;
-        let mean = sizes.iter().map(|&s| f64::from(s)).sum::<f64>() / sizes.len().max(1) as f64;
-        // CEDF visits GPUs by mean slice size, largest first; ties by GPU index.
-        gpu.rank = (1000.0 - mean * 100.0).round() as u32;
+        gpu.rank = self.opts.scheduler.gpu_rank(&cm.configurations[c as usize].sizes);
         self.cluster.refresh(g);
     }
 

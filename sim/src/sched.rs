@@ -51,6 +51,14 @@ impl Scheduler {
         }
     }
 
+    /// The rank under which a GPU whose configuration has these slice sizes is visited
+    /// when the free index orders by rank ([`GpuOrder::Rank`]): CEDF visits GPUs by mean
+    /// slice size, largest first (ties by GPU index).
+    pub fn gpu_rank(self, sizes: &[u8]) -> u32 {
+        let mean = sizes.iter().map(|&s| f64::from(s)).sum::<f64>() / sizes.len().max(1) as f64;
+        (1000.0 - mean * 100.0).round() as u32
+    }
+
     /// Queue priority of a job: lower first.
     pub fn queue_key(self, job: &Job) -> (u8, f64) {
         match self {

@@ -338,27 +338,12 @@ impl Learner {
         let (old_lp, _) = self.log_probs(&x, &mask, &cnt)?;
         let old_lp = old_lp.detach();
         let values: Vec<f32> = self.critic.forward(&x)?.squeeze(1)?.to_vec1()?;
-        // GAE per episode, the episode's end being terminal.
-        let mut adv = vec![0f32; n];
-        let mut ret = vec![0f32; n];
-        let mut base = 0;
-        for ep in episodes {
-            let len = ep.steps.len();
-            let mut next_adv = 0f64;
-            for t in (0..len).rev() {
-                let v = f64::from(values[base + t]);
-                let next_v = if t + 1 < len {
-                    f64::from(values[base + t + 1])
-                } else {
-                    0.0
-                };
-                let delta = f64::from(ep.rewards[t]) + self.cfg.gamma * next_v - v;
-                next_adv = delta + self.cfg.gamma * self.cfg.lambda * next_adv;
-                adv[base + t] = next_adv as f32;
-                ret[base + t] = (next_adv + v) as f32;
-            }
-            base += len;
-        }
+        let (mut adv, ret) = gae(
+            episodes.iter().map(|ep| ep.rewards.as_slice()),
+            &values,
+            self.cfg.gamma,
+            self.cfg.lambda,
+        );
         let mean = adv.iter().map(|&a| f64::from(a)).sum::<f64>() / n as f64;
         let sd = (adv.iter().map(|&a| (f64::from(a) - mean).powi(2)).sum::<f64>() / n as f64)
             .sqrt()
@@ -410,5 +395,73 @@ impl Learner {
         stats.value_loss /= batches;
         stats.entropy /= batches;
         Ok(stats)
+    }
+}
+
+/// Generalised advantage estimation, episode by episode (each episode's end terminal):
+/// the advantages and the critic's targets (advantage + value), in the order the
+/// episodes' steps are laid out in `values`.
+pub fn gae<'a>(
+    episodes: impl IntoIterator<Item = &'a [f32]>,
+    values: &[f32],
+    gamma: f64,
+    lambda: f64,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut adv = vec![0f32; values.len()];
+    let mut ret = vec![0f32; values.len()];
+    let mut base = 0;
+    for rewards in episodes {
+        let len = rewards.len();
+        let mut next_adv = 0f64;
+        for t in (0..len).rev() {
+            let v = f64::from(values[base + t]);
+            let next_v = if t + 1 < len {
+                f64::from(values[base + t + 1])
+            } else {
+                0.0
+            };
+            let delta = f64::from(rewards[t]) + gamma * next_v - v;
+            next_adv = delta + gamma * lambda * next_adv;
+            adv[base + t] = next_adv as f32;
+            ret[base + t] = (next_adv + v) as f32;
+        }
+        base += len;
+    }
+    (adv, ret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gae;
+
+    #[test]
+    fn gae_with_lambda_one_is_the_discounted_return_minus_the_value() {
+        let rewards = [1.0f32, 2.0, 3.0];
+        let values = [0.5f32, 0.25, 0.125];
+        let (adv, ret) = gae([rewards.as_slice()], &values, 0.9, 1.0);
+        // Returns: G2 = 3, G1 = 2 + 0.9·3 = 4.7, G0 = 1 + 0.9·4.7 = 5.23.
+        for (t, g) in [5.23f32, 4.7, 3.0].into_iter().enumerate() {
+            assert!((ret[t] - g).abs() < 1e-5, "return at {t}: {} vs {g}", ret[t]);
+            assert!((adv[t] - (g - values[t])).abs() < 1e-5, "advantage at {t}");
+        }
+    }
+
+    #[test]
+    fn gae_with_lambda_zero_is_the_one_step_td_error() {
+        let rewards = [1.0f32, -1.0];
+        let values = [2.0f32, 4.0];
+        let (adv, _) = gae([rewards.as_slice()], &values, 0.5, 0.0);
+        assert!((adv[0] - (1.0 + 0.5 * 4.0 - 2.0)).abs() < 1e-6);
+        // The episode's last step is terminal: no bootstrap from a next value.
+        assert!((adv[1] - (-1.0 - 4.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn gae_does_not_carry_advantage_across_episodes() {
+        let (alone, _) = gae([[5.0f32].as_slice()], &[0.0], 0.99, 0.95);
+        let two = [[100.0f32, 100.0].as_slice(), [5.0f32].as_slice()];
+        let (both, _) = gae(two, &[0.0, 0.0, 0.0], 0.99, 0.95);
+        assert_eq!(both[2], alone[0]);
+        assert!(both[0] > both[1], "the first episode's own return accumulates");
     }
 }

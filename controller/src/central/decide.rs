@@ -176,7 +176,7 @@ impl Decider {
         let key = &resolved.models[m].model.key;
         let loaded = self.runtime.as_ref().map_err(Clone::clone).and_then(|rt| {
             let policy = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
-                .map_err(|e| Unusable::File(error_chain(&e)))?;
+                .map_err(|e| Unusable::File(format!("{:#}", anyhow::Error::new(e))))?;
             // The trainer's deployment guard: a policy that did not beat the best static
             // layout on its validation days is not run.
             match policy.metadata().guard_failed() {
@@ -249,7 +249,7 @@ impl Decider {
                     let available: Vec<bool> = rm.configurations.iter().map(|c| c.is_available()).collect();
                     let table = policy
                         .infer(&self.features)
-                        .map_err(|e| Unusable::Failed(error_chain(&e)))
+                        .map_err(|e| Unusable::Failed(format!("{:#}", anyhow::Error::new(e))))
                         .and_then(|l| {
                             TransitionTable::new(&l, &available, self.sampling)
                                 .map_err(|e| Unusable::Failed(e.to_string()))
@@ -416,18 +416,6 @@ fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usi
         Some(layout) if !layout.is_empty() => layout.clone(),
         _ => rm.static_layout.clone(),
     }
-}
-
-/// An error and its causes on one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Writes a policy file for `model` that moves every GPU to configuration `to` with

@@ -545,7 +545,7 @@ impl Central {
         let result = self
             .relayout
             .apply(self.api.as_mut(), &list)
-            .map_err(|e| super::decide::error_chain(&e))
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
             .and_then(|()| self.slurm_has(&gres).map_err(|e| e.to_string()));
         match result {
             Ok(()) => self.refreshed(b, report),
@@ -626,8 +626,8 @@ impl Central {
             Ok(false) => error,
             Err(e) => {
                 let msg = format!(
-                    "{error}; restoring Slurm's previous node definitions failed too: {}",
-                    super::decide::error_chain(&e)
+                    "{error}; restoring Slurm's previous node definitions failed too: {:#}",
+                    anyhow::Error::new(e)
                 );
                 self.fail(report, format!("gen {}: {msg}", b.generation));
                 msg
