@@ -203,6 +203,24 @@ fn time_axis(t_max_min: f64) -> (f64, &'static str) {
     }
 }
 
+/// Sampled counts as a step line: each value holds until the next sample (the last until
+/// `x_end`), so a jump between samples is drawn as a jump, not a slope.
+fn steps(points: impl IntoIterator<Item = (f64, f64)>, x_end: f64) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for (x, y) in points {
+        if let Some(&(_, held)) = out.last() {
+            out.push((x, held));
+        }
+        out.push((x, y));
+    }
+    if let Some(&(x, y)) = out.last() {
+        if x < x_end {
+            out.push((x_end, y));
+        }
+    }
+    out
+}
+
 /// Decimals for tick labels of an axis that ends at `max`: enough to tell ticks apart.
 fn decimals(max: f64) -> usize {
     match max {
@@ -280,13 +298,16 @@ pub fn load_over_time<'a>(canvas: impl Into<Canvas<'a>>, s: &Series, title: &str
         .map_err(|x| e(x.to_string()))?;
     lower
         .draw_series(LineSeries::new(
-            s.samples.iter().map(|x| (x.t / unit, f64::from(x.busy_slices))),
+            steps(
+                s.samples.iter().map(|x| (x.t / unit, f64::from(x.busy_slices))),
+                x_max,
+            ),
             orange.stroke_width(2),
         ))
         .map_err(|x| e(x.to_string()))?;
     lower
         .draw_series(LineSeries::new(
-            s.samples.iter().map(|x| (x.t / unit, x.waiting as f64)),
+            steps(s.samples.iter().map(|x| (x.t / unit, x.waiting as f64)), x_max),
             green.stroke_width(2),
         ))
         .map_err(|x| e(x.to_string()))?;
@@ -706,5 +727,22 @@ mod tests {
         });
         assert!(text.contains("training days") && text.contains("validation days"));
         assert!(text.contains("static-best"));
+    }
+
+    #[test]
+    fn sampled_counts_are_drawn_as_steps_held_to_the_end() {
+        let line = steps([(0.0, 1.0), (1.0, 5.0), (2.0, 3.0)], 3.0);
+        assert_eq!(
+            line,
+            vec![
+                (0.0, 1.0),
+                (1.0, 1.0),
+                (1.0, 5.0),
+                (2.0, 5.0),
+                (2.0, 3.0),
+                (3.0, 3.0)
+            ]
+        );
+        assert!(steps([], 3.0).is_empty());
     }
 }

@@ -28,6 +28,9 @@ pub struct FakeSlurm {
     pub agent_fails: Option<String>,
     /// Nodes whose agent never answers Apply (slow NVML); other phases are answered.
     pub slow_apply: Vec<String>,
+    /// Nodes whose Extra cannot be written (slurmctld refuses the update): the hand-off of
+    /// a plan to their agent fails.
+    pub extra_refused: Vec<String>,
     /// Reads (`nodes`, `jobs`, `node`) numbered in this range fail as if slurmctld were down.
     pub outage: std::ops::Range<u32>,
     /// Reads so far.
@@ -237,6 +240,13 @@ impl SlurmApi for FakeSlurm {
             .iter()
             .position(|n| n.name == u.node)
             .ok_or_else(|| err(&format!("slurm_update_node({})", u.node)))?;
+        if u.extra.as_ref().is_some_and(|e| !e.is_empty()) && self.extra_refused.contains(&u.node) {
+            return Err(SlurmError::Call {
+                call: format!("slurm_update_node({})", u.node),
+                errno: 2011,
+                message: "Unable to contact slurm controller (connect failure)".into(),
+            });
+        }
         self.touch();
         self.node_updates.push(u.clone());
         let n = &mut self.nodes[i];

@@ -481,6 +481,39 @@ fn a_node_slow_to_apply_is_reverted_and_resumed_and_the_rest_of_the_batch_goes_o
 }
 
 #[test]
+fn a_plan_that_cannot_be_handed_to_an_agent_resumes_its_node_and_the_rest_of_the_batch_goes_on() {
+    let dir = temp("extra-refused");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.extra_refused = vec!["c".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("c: skip: cannot hand the plan to the agent") && e.contains("2011")),
+        "{:?}",
+        r.errors
+    );
+    // Only the nodes whose agents got the plan reach Slurm; c keeps its layout, undrained.
+    assert_eq!(
+        rec.batches(),
+        vec![vec![
+            ("a".to_string(), "gpu:3g.20gb:2".to_string()),
+            ("b".to_string(), "gpu:3g.20gb:2".to_string())
+        ]]
+    );
+    assert_eq!(layout_of(&mut c, "c"), C2);
+    assert!(
+        read_desired(&node(&mut c, "c")).is_none(),
+        "no plan was left for c's agent"
+    );
+    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain), "{r:?}");
+    assert!(c.ledger.batch.is_none(), "the batch finished");
+}
+
+#[test]
 fn a_restarted_central_role_finishes_the_batch_it_left_in_flight() {
     let dir = temp("restart");
     let rec = Recorder::default();
