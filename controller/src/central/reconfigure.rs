@@ -17,14 +17,12 @@
 //! gres.conf before it reports, and leave slurmd running. slurmctld keeps a node's GRES from
 //! its saved state until that node's slurmd registers again, which the running slurmd does
 //! by itself a few milliseconds after the reconfigure (a stopped slurmd would do it only
-//! when started). So [`Reconfigure::apply`] waits until slurmctld answers and every node of
+//! when started). So [`Reconfigure`]'s load waits until slurmctld answers and every node of
 //! the batch shows its new GPU GRES.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use super::relayout::{NodeFile, Relayout, RelayoutError};
+use super::relayout::{Loader, NodeFile, RelayoutError};
 use super::same_gpu_gres;
 use crate::command;
 use crate::slurm::SlurmApi;
@@ -32,38 +30,33 @@ use crate::slurm::SlurmApi;
 /// First Slurm release whose reconfigure re-executes slurmctld in place (23.11.0).
 pub const RECONFIGURE_SINCE: u32 = 0x17_0b_00;
 
-/// Slurm 23.11 and later: rewrite the `Include`d node file and reconfigure once.
-#[derive(Debug, Clone)]
-pub struct Reconfigure {
-    /// The generated node file.
-    pub include: PathBuf,
-    /// How long slurmctld may take to answer after the reconfigure.
-    pub timeout: Duration,
-    /// The MIG types smartmig manages (the node's other GRES stay as written).
-    pub mig_types: HashSet<String>,
-}
+/// Slurm 23.11 and later: one reconfigure (the node file rewritten before).
+#[derive(Debug, Clone, Copy)]
+pub struct Reconfigure;
 
-impl Reconfigure {
-    fn file(&self) -> NodeFile<'_> {
-        NodeFile {
-            include: &self.include,
-            mig_types: &self.mig_types,
-        }
-    }
+impl Loader for Reconfigure {
+    const NAME: &'static str = "reconfigure";
+    const STOPS_SLURMD: bool = false;
 
-    /// Reconfigures, then waits until slurmctld shows each node of `nodes` with its GPU GRES
-    /// (once the node's slurmd has registered again).
-    fn reconfigure(&self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
+    /// Reconfigures, then waits until slurmctld shows each node of `nodes` with its GPU
+    /// GRES (once the node's slurmd has registered again).
+    fn load(
+        &self,
+        api: &mut dyn SlurmApi,
+        file: &NodeFile<'_>,
+        nodes: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), RelayoutError> {
         log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
         api.reconfigure().map_err(RelayoutError::Reconfigure)?;
         let mut last = String::new();
-        let shown = command::poll_until(self.timeout, Duration::from_millis(100), || {
+        let shown = command::poll_until(timeout, Duration::from_millis(100), || {
             last.clear();
             for (node, want) in nodes {
                 match api.node(node) {
                     Ok(n) => {
                         let have = n.map(|n| n.gres).unwrap_or_default();
-                        if !same_gpu_gres(&have, want, &self.mig_types) {
+                        if !same_gpu_gres(&have, want, file.mig_types) {
                             last = format!("{node} shows GRES {have}, not {want}");
                             return None;
                         }
@@ -76,44 +69,14 @@ impl Reconfigure {
             }
             Some(())
         });
-        shown.ok_or(RelayoutError::NoAnswerAfterReconfigure(self.timeout, last))
-    }
-}
-
-impl Relayout for Reconfigure {
-    fn name(&self) -> &str {
-        "reconfigure"
+        shown.ok_or(RelayoutError::NoAnswerAfterReconfigure(timeout, last))
     }
 
-    fn stops_slurmd(&self) -> bool {
-        false
-    }
-
-    fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    fn check(&self, nodes: &[String]) -> Result<(), RelayoutError> {
-        self.file().check(nodes)
-    }
-
-    fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError> {
-        if nodes.is_empty() {
-            return Ok(());
-        }
-        self.file().write(nodes)?;
-        self.reconfigure(api, nodes)
-    }
-
-    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
-        if !self.file().put_back(nodes)? {
-            return Ok(false);
-        }
-        // Slurm reloads the previous file; the nodes' GRES then follow what their agents
-        // put back, which the caller checks.
+    /// Slurm reloads the previous file; the nodes' GRES then follow what their agents put
+    /// back, which the caller checks.
+    fn load_previous(&self, api: &mut dyn SlurmApi, _: Duration) -> Result<(), RelayoutError> {
         log::info!("reconfiguring Slurm with the previous node definitions");
-        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
-        Ok(true)
+        api.reconfigure().map_err(RelayoutError::Reconfigure)
     }
 }
 
@@ -121,21 +84,23 @@ impl Relayout for Reconfigure {
 mod tests {
     use super::*;
     use crate::central::fake::FakeSlurm;
-    use crate::central::relayout::chosen;
+    use crate::central::relayout::{chosen, Relayout, ViaNodeFile};
     use crate::slurm::SlurmNode;
     use smartmig_core::config::{CentralConfig, RelayoutKind};
+    use std::collections::HashSet;
 
-    fn setup(dir: &std::path::Path) -> Reconfigure {
+    fn setup(dir: &std::path::Path) -> ViaNodeFile<Reconfigure> {
         let include = dir.join("nodes.conf");
         std::fs::write(
             &include,
             "NodeName=a CPUs=4 Gres=gpu:7g.40gb:1,license:2\nNodeName=b Gres=gpu:7g.40gb:1\n",
         )
         .unwrap();
-        Reconfigure {
+        ViaNodeFile {
             include,
             timeout: Duration::from_millis(300),
             mig_types: ["7g.40gb", "3g.20gb", "1g.5gb"].map(String::from).into(),
+            loader: Reconfigure,
         }
     }
 

@@ -125,18 +125,22 @@ pub fn chosen(
             }
             RelayoutKind::RestartSlurmctld => false,
         };
+    let include = cc.nodes_include.clone();
     Ok(if reconfigure {
-        Box::new(Reconfigure {
-            include: cc.nodes_include.clone(),
+        Box::new(ViaNodeFile {
+            include,
             timeout,
             mig_types,
+            loader: Reconfigure,
         })
     } else {
-        Box::new(RestartSlurmctld {
-            include: cc.nodes_include.clone(),
-            command: cc.restart_slurmctld.clone(),
+        Box::new(ViaNodeFile {
+            include,
             timeout,
             mig_types,
+            loader: RestartSlurmctld {
+                command: cc.restart_slurmctld.clone(),
+            },
         })
     })
 }
@@ -207,51 +211,56 @@ impl NodeFile<'_> {
     }
 }
 
-/// Slurm 22.05: rewrite the `Include`d node file and restart slurmctld once.
+/// How Slurm is made to load the node file: the one part in which the paths differ.
+pub trait Loader {
+    /// Name in logs and the status file.
+    const NAME: &'static str;
+    /// Whether the nodes' slurmd must be stopped while Slurm loads their new layouts.
+    const STOPS_SLURMD: bool;
+    /// Makes Slurm load the file just written and confirms it took the batch's `nodes`
+    /// (whose MIG types are `file.mig_types`), within `timeout`.
+    fn load(
+        &self,
+        api: &mut dyn SlurmApi,
+        file: &NodeFile<'_>,
+        nodes: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), RelayoutError>;
+    /// Makes Slurm load the previous file, just put back.
+    fn load_previous(&self, api: &mut dyn SlurmApi, timeout: Duration) -> Result<(), RelayoutError>;
+}
+
+/// A re-layout through the generated node file: write it, have Slurm load it; the way
+/// back puts the previous file back and has Slurm load that.
 #[derive(Debug, Clone)]
-pub struct RestartSlurmctld {
+pub struct ViaNodeFile<L> {
     /// The generated node file.
     pub include: PathBuf,
-    /// The restart command (program, arguments).
-    pub command: Vec<String>,
-    /// How long slurmctld may take to answer again (the command included).
+    /// How long slurmctld may take to load and answer (a command included).
     pub timeout: Duration,
     /// The MIG types smartmig manages: a node's other GRES (non-MIG GPUs, licenses,
     /// shards) stay as the site wrote them.
     pub mig_types: HashSet<String>,
+    /// How Slurm loads the file.
+    pub loader: L,
 }
 
-impl RestartSlurmctld {
+impl<L> ViaNodeFile<L> {
     fn file(&self) -> NodeFile<'_> {
         NodeFile {
             include: &self.include,
             mig_types: &self.mig_types,
         }
     }
-
-    /// Restarts slurmctld and waits for it to answer.
-    fn restart(&self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
-        log::info!("restarting slurmctld: {}", self.command.join(" "));
-        command::run(&self.command, self.timeout)?;
-        let mut last = String::new();
-        let answered = command::poll_until(self.timeout, Duration::from_millis(200), || match api.ping() {
-            Ok(()) => Some(()),
-            Err(e) => {
-                last = e.to_string();
-                None
-            }
-        });
-        answered.ok_or(RelayoutError::NoAnswer(self.timeout, last))
-    }
 }
 
-impl Relayout for RestartSlurmctld {
+impl<L: Loader> Relayout for ViaNodeFile<L> {
     fn name(&self) -> &str {
-        "restart-slurmctld"
+        L::NAME
     }
 
     fn stops_slurmd(&self) -> bool {
-        true
+        L::STOPS_SLURMD
     }
 
     fn timeout(&self) -> Duration {
@@ -266,17 +275,61 @@ impl Relayout for RestartSlurmctld {
         if nodes.is_empty() {
             return Ok(());
         }
-        self.file().write(nodes)?;
-        self.restart(api)
+        let file = self.file();
+        file.write(nodes)?;
+        self.loader.load(api, &file, nodes, self.timeout)
     }
 
     fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
-        // Slurm may have loaded either file: restart it again with the previous one.
+        // Slurm may have loaded either file: have it load the previous one.
         if !self.file().put_back(nodes)? {
             return Ok(false);
         }
-        self.restart(api)?;
+        self.loader.load_previous(api, self.timeout)?;
         Ok(true)
+    }
+}
+
+/// Slurm 22.05: restart slurmctld once (the node file rewritten before).
+#[derive(Debug, Clone)]
+pub struct RestartSlurmctld {
+    /// The restart command (program, arguments).
+    pub command: Vec<String>,
+}
+
+impl RestartSlurmctld {
+    /// Restarts slurmctld and waits for it to answer.
+    fn restart(&self, api: &mut dyn SlurmApi, timeout: Duration) -> Result<(), RelayoutError> {
+        log::info!("restarting slurmctld: {}", self.command.join(" "));
+        command::run(&self.command, timeout)?;
+        let mut last = String::new();
+        let answered = command::poll_until(timeout, Duration::from_millis(200), || match api.ping() {
+            Ok(()) => Some(()),
+            Err(e) => {
+                last = e.to_string();
+                None
+            }
+        });
+        answered.ok_or(RelayoutError::NoAnswer(timeout, last))
+    }
+}
+
+impl Loader for RestartSlurmctld {
+    const NAME: &'static str = "restart-slurmctld";
+    const STOPS_SLURMD: bool = true;
+
+    fn load(
+        &self,
+        api: &mut dyn SlurmApi,
+        _: &NodeFile<'_>,
+        _: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), RelayoutError> {
+        self.restart(api, timeout)
+    }
+
+    fn load_previous(&self, api: &mut dyn SlurmApi, timeout: Duration) -> Result<(), RelayoutError> {
+        self.restart(api, timeout)
     }
 }
 
@@ -376,12 +429,14 @@ mod tests {
         assert!(set_node_gres(text, "gpu2", "gpu:7g.40gb:1", &mig()).is_none());
     }
 
-    fn restart(dir: &std::path::Path, script: &str) -> RestartSlurmctld {
-        RestartSlurmctld {
+    fn restart(dir: &std::path::Path, script: &str) -> ViaNodeFile<RestartSlurmctld> {
+        ViaNodeFile {
             include: dir.join("nodes.conf"),
-            command: vec!["sh".into(), "-c".into(), script.into()],
             timeout: Duration::from_secs(5),
             mig_types: mig(),
+            loader: RestartSlurmctld {
+                command: vec!["sh".into(), "-c".into(), script.into()],
+            },
         }
     }
 
@@ -404,7 +459,7 @@ mod tests {
             std::fs::read_to_string(&include).unwrap(),
             "NodeName=a Gres=gpu:1g.10gb:7\n"
         );
-        r.command = vec!["sh".into(), "-c".into(), format!("echo x >> {}", log.display())];
+        r.loader.command = vec!["sh".into(), "-c".into(), format!("echo x >> {}", log.display())];
         assert!(
             r.undo(&mut api, &batch).unwrap(),
             "the batch's values were in the file"
