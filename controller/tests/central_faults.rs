@@ -119,6 +119,29 @@ fn restart_wrapper(c: &Cluster, name: &str, script: &str) -> PathBuf {
     path
 }
 
+/// A restart-path fault test's start: the cluster (with `opts`), its workload, both nodes'
+/// agents (node 1's GPU whole), and a config moving both to c5 whose restart command runs
+/// `script` first ([`restart_wrapper`]), with `more` lines; None (the test is skipped)
+/// where the restart path is not smartmigd's.
+fn start_restart_fault(
+    opts: &Options,
+    name: &str,
+    script: &str,
+    more: &str,
+) -> Option<(Cluster, Workload, Simulated, Simulated, PathBuf)> {
+    let (mut c, jobs, s0) = start_with(opts);
+    let s1 = start_agent(&mut c, 1, C1, &[]);
+    wait_announced(&c);
+    let wrapper = restart_wrapper(&c, name, script);
+    let config = restart_path_config(
+        &c,
+        &TO_C5,
+        "run/snapshot.json",
+        &format!("restart_slurmctld = [\"{}\"]\n{more}", wrapper.display()),
+    )?;
+    Some((c, jobs, s0, s1, config))
+}
+
 /// slurmctld's starts so far (the first, and every restart).
 fn ctld_starts(c: &Cluster) -> usize {
     c.ctld_log().matches("slurmctld version").count()
@@ -218,9 +241,10 @@ fn slow_node_1(c: &mut Cluster) -> Simulated {
     s1
 }
 
-#[test]
-fn an_nvml_read_error_while_the_agent_reports_leaves_its_node_drained_and_slurm_untouched() {
-    skip_unless_netns!();
+/// Runs a central cycle moving both nodes to c5 and, once node 1's GPU has begun to
+/// change, gives it `faults` until the cycle ends; the cluster, workload, both GPUs and
+/// what the central role printed.
+fn fault_mid_apply(faults: &Faults) -> (Cluster, Workload, Simulated, Simulated, String) {
     let (mut c, jobs, s0) = start_with_workload();
     let s1 = slow_node_1(&mut c);
     wait_announced(&c);
@@ -229,74 +253,60 @@ fn an_nvml_read_error_while_the_agent_reports_leaves_its_node_drained_and_slurm_
     wait_until("node 1's re-layout to start", Duration::from_secs(60), || {
         !sim_layout(&s1).contains("7g")
     });
-    // From now on listing the GPUs fails, as NVML does with a GPU in trouble.
-    s1.set_faults(&Faults {
+    s1.set_faults(faults).unwrap();
+    let out = finish(&c, central);
+    s1.set_faults(&Faults::default()).unwrap();
+    (c, jobs, s0, s1, out)
+}
+
+/// Node 1 is held after Apply with `why`, Slurm still has its old GPU (never "no GPUs"),
+/// and every job and node is safe.
+fn assert_node_1_held_with_slurm_untouched(
+    c: &Cluster,
+    jobs: &Workload,
+    s0: &Simulated,
+    s1: &Simulated,
+    why: &str,
+) {
+    let n1 = c.nodes[1].clone();
+    assert_eq!(
+        gres_counts(&node_field(c, &n1, "Gres")),
+        gres_counts("gpu:7g.40gb:1"),
+        "Slurm untouched"
+    );
+    let reason = format!("smartmig: held: gen 1: after Apply: {why}");
+    assert_safe(c, &[s0, s1], &jobs.all(), &[(1, reason.as_str())]);
+}
+
+#[test]
+fn an_nvml_read_error_while_the_agent_reports_leaves_its_node_drained_and_slurm_untouched() {
+    skip_unless_netns!();
+    // Listing the GPUs fails from then on, as NVML does with a GPU in trouble.
+    let (c, jobs, s0, s1, out) = fault_mid_apply(&Faults {
         fail: vec![FailFault {
             always: true,
             ..FailFault::once("list", None, "NVML_ERROR_GPU_IS_LOST")
         }],
         ..Faults::default()
-    })
-    .unwrap();
-    let out = finish(&c, central);
+    });
     assert!(
         out.contains("1 changed"),
         "node 0 goes on: {out}\n{}",
         c.log_tails()
     );
-    s1.set_faults(&Faults::default()).unwrap();
-    let n1 = c.nodes[1].clone();
-    assert_eq!(
-        gres_counts(&node_field(&c, &n1, "Gres")),
-        gres_counts("gpu:7g.40gb:1"),
-        "Slurm untouched"
-    );
-    assert_safe(
-        &c,
-        &[&s0, &s1],
-        &jobs.all(),
-        &[(
-            1,
-            "smartmig: held: gen 1: after Apply: its agent cannot read the GPUs",
-        )],
-    );
+    assert_node_1_held_with_slurm_untouched(&c, &jobs, &s0, &s1, "its agent cannot read the GPUs");
 }
 
 #[test]
 fn a_report_with_another_gpu_set_is_refused_and_nothing_is_written_to_slurm() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = slow_node_1(&mut c);
-    wait_announced(&c);
-    let config = central_config(&c, &TO_C5, "run/snapshot.json");
-    let central = spawn_central(&c, &config);
-    wait_until("node 1's re-layout to start", Duration::from_secs(60), || {
-        !sim_layout(&s1).contains("7g")
-    });
     // The GPU falls off the bus: NVML no longer lists it, without an error.
-    s1.set_faults(&Faults {
+    let (c, jobs, s0, s1, out) = fault_mid_apply(&Faults {
         lost: vec![0],
         ..Faults::default()
-    })
-    .unwrap();
-    let out = finish(&c, central);
-    s1.set_faults(&Faults::default()).unwrap();
+    });
     assert!(out.contains("GPU set"), "{out}");
-    let n1 = c.nodes[1].clone();
-    assert_eq!(
-        gres_counts(&node_field(&c, &n1, "Gres")),
-        gres_counts("gpu:7g.40gb:1"),
-        "never \"no GPUs\""
-    );
-    assert_safe(
-        &c,
-        &[&s0, &s1],
-        &jobs.all(),
-        &[(
-            1,
-            "smartmig: held: gen 1: after Apply: the agent reports the GPU set",
-        )],
-    );
+    assert_node_1_held_with_slurm_untouched(&c, &jobs, &s0, &s1, "the agent reports the GPU set");
 }
 
 /// Both nodes re-laid out but reverted, left drained with `why`; Slurm and gres.conf in
@@ -325,19 +335,11 @@ fn assert_reverted_and_held(c: &Cluster, s0: &Simulated, s1: &Simulated, jobs: &
 #[test]
 fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_them() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, C1, &[]);
-    wait_announced(&c);
-    let wrapper = restart_wrapper(
-        &c,
+    let Some((c, jobs, s0, s1, config)) = start_restart_fault(
+        &two_nodes(),
         "restart-fails-once",
         "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
-    );
-    let Some(config) = restart_path_config(
-        &c,
-        &TO_C5,
-        "run/snapshot.json",
-        &format!("restart_slurmctld = [\"{}\"]", wrapper.display()),
+        "",
     ) else {
         return;
     };
@@ -392,33 +394,19 @@ fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_t
 #[test]
 fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_nodes_and_holds_them() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, C1, &[]);
-    wait_announced(&c);
     // The first restart stops slurmctld and starts it only 20 s later (unless the undo's
-    // restart came first).
-    let wrapper = restart_wrapper(
-        &c,
+    // restart came first). The pid file sits beside the flag, in the cluster's run/.
+    let Some((c, jobs, s0, s1, config)) = start_restart_fault(
+        &two_nodes(),
         "slow-start",
-        &format!(
-            "if [ ! -e $FLAG ]; then touch $FLAG\n\
-               pid=$(cat {pid}); kill -TERM $pid\n\
-               while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n\
-               (sleep 20; [ -e $FLAG.undone ] || exec $REAL) >/dev/null 2>&1 &\n\
-               exit 0\n\
-             fi\n\
-             touch $FLAG.undone",
-            pid = c.dir.join("run/slurmctld.pid").display()
-        ),
-    );
-    let Some(config) = restart_path_config(
-        &c,
-        &TO_C5,
-        "run/snapshot.json",
-        &format!(
-            "restart_slurmctld = [\"{}\"]\nslurmctld_timeout_s = 6",
-            wrapper.display()
-        ),
+        "if [ ! -e $FLAG ]; then touch $FLAG\n\
+           pid=$(cat $(dirname $FLAG)/slurmctld.pid); kill -TERM $pid\n\
+           while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do sleep 0.1; done\n\
+           (sleep 20; [ -e $FLAG.undone ] || exec $REAL) >/dev/null 2>&1 &\n\
+           exit 0\n\
+         fi\n\
+         touch $FLAG.undone",
+        "slurmctld_timeout_s = 6",
     ) else {
         return;
     };
@@ -487,24 +475,13 @@ fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start
         extra_conf: "SlurmdTimeout=60\n".into(),
         ..two_nodes()
     };
-    let (mut c, jobs, s0) = start_with(&opts);
-    let s1 = start_agent(&mut c, 1, C1, &[]);
-    wait_announced(&c);
     // The first restart kills the central role instead (its parent), as a crash or an
     // OOM kill at that moment would: the include has the new layouts, slurmctld the old.
-    let wrapper = restart_wrapper(
-        &c,
+    let Some((c, jobs, s0, s1, config)) = start_restart_fault(
+        &opts,
         "kill-central",
         "if [ ! -e $FLAG ]; then touch $FLAG; kill -9 $PPID; exit 1; fi",
-    );
-    let Some(config) = restart_path_config(
-        &c,
-        &TO_C5,
-        "run/snapshot.json",
-        &format!(
-            "restart_slurmctld = [\"{}\"]\nslurmctld_timeout_s = 8",
-            wrapper.display()
-        ),
+        "slurmctld_timeout_s = 8",
     ) else {
         return;
     };
