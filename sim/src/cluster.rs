@@ -11,8 +11,26 @@ use crate::workload::size_index;
 
 /// Most GPU instances on one GPU.
 pub const SLOTS: usize = 7;
-/// No job.
-pub const NO_JOB: u32 = u32::MAX;
+/// A job: its index in the run's job list, as a 32-bit id (the engine's queues and slots
+/// hold many of them). Made only by [`JobId::of`], which refuses an index that does not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(u32);
+
+impl JobId {
+    /// The id of the job at `index` of the run's list.
+    ///
+    /// # Panics
+    /// When `index` does not fit 32 bits: a job list that long (over 4·10⁹ jobs, hundreds
+    /// of GB) cannot have been read, so this is a bug, never bad input.
+    pub fn of(index: usize) -> JobId {
+        JobId(u32::try_from(index).expect("a job list fits 32-bit job ids"))
+    }
+
+    /// The job's index in the run's list.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// One instance slot of a GPU.
 #[derive(Debug, Clone, Copy)]
@@ -23,8 +41,8 @@ pub struct Slice {
     pub compute: u8,
     /// The placed instance (for transition plans).
     pub instance: Instance,
-    /// Running job, or [`NO_JOB`].
-    pub job: u32,
+    /// Running job.
+    pub job: Option<JobId>,
     /// When the running job (re)started.
     pub started: f64,
     /// Bumped whenever the running job changes, to cancel stale completions.
@@ -40,7 +58,7 @@ impl Slice {
         gpu: 0,
         compute: 0,
         instance: Instance { start: 0, profile: 0 },
-        job: NO_JOB,
+        job: None,
         started: 0.0,
         epoch: 0,
         ready: false,
@@ -49,7 +67,7 @@ impl Slice {
 
     /// Whether a job may start here now.
     pub fn is_free(&self) -> bool {
-        self.compute > 0 && self.ready && !self.draining && self.job == NO_JOB
+        self.compute > 0 && self.ready && !self.draining && self.job.is_none()
     }
 }
 

@@ -7,7 +7,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use smartmig_core::mig::{Instance, Plan};
 
-use super::cluster::{Cluster, Slice, NO_JOB};
+use super::cluster::{Cluster, JobId, Slice};
 use super::features::FeatureTracker;
 use super::gate::Gate;
 use super::metrics::{RunResult, Sample, SeriesRecorder};
@@ -83,7 +83,7 @@ impl Ord for Timed {
 struct Waiting {
     class: u8,
     deadline: f64,
-    job: u32,
+    job: JobId,
 }
 impl PartialEq for Waiting {
     fn eq(&self, o: &Self) -> bool {
@@ -156,7 +156,7 @@ pub struct Simulation<'a> {
 #[derive(Debug, Default)]
 struct Lateness {
     /// Deadlines of arrived jobs not yet passed: (deadline, job).
-    upcoming: BinaryHeap<Reverse<(OrdF64, u32)>>,
+    upcoming: BinaryHeap<Reverse<(OrdF64, JobId)>>,
     late_now: u32,
     accrued: f64,
     last_t: f64,
@@ -187,7 +187,7 @@ impl Lateness {
             self.upcoming.pop();
             self.accrued += f64::from(self.late_now) * (d - self.last_t).max(0.0);
             self.last_t = self.last_t.max(d);
-            if rem[j as usize] > 0.0 {
+            if rem[j.index()] > 0.0 {
                 self.late_now += 1;
             }
         }
@@ -313,7 +313,7 @@ impl<'a> Simulation<'a> {
                 match ev {
                     Event::Completion { slot, epoch } => {
                         if self.cluster.slices[slot as usize].epoch == epoch
-                            && self.cluster.slices[slot as usize].job != NO_JOB
+                            && self.cluster.slices[slot as usize].job.is_some()
                         {
                             self.complete(slot);
                             self.count_event(every, policy);
@@ -346,9 +346,9 @@ impl<'a> Simulation<'a> {
                 self.advance(self.jobs[j].release);
                 if let Some(l) = self.lateness.as_mut() {
                     l.upcoming
-                        .push(Reverse((OrdF64(self.jobs[j].deadline), j as u32)));
+                        .push(Reverse((OrdF64(self.jobs[j].deadline), JobId::of(j))));
                 }
-                self.enqueue(j as u32);
+                self.enqueue(JobId::of(j));
                 if let Some(r) = self.series.as_mut() {
                     r.arrival();
                 }
@@ -426,10 +426,10 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    fn enqueue(&mut self, j: u32) {
-        let job = &self.jobs[j as usize];
+    fn enqueue(&mut self, j: JobId) {
+        let job = &self.jobs[j.index()];
         if let Some(f) = self.features.as_mut() {
-            f.enqueue(job, self.rem[j as usize]);
+            f.enqueue(job, self.rem[j.index()]);
         }
         let (class, deadline) = self.opts.scheduler.queue_key(job);
         self.queue.push(Reverse(Waiting {
@@ -445,7 +445,7 @@ impl<'a> Simulation<'a> {
             let Some(&Reverse(w)) = self.queue.peek() else {
                 break;
             };
-            let job = &self.jobs[w.job as usize];
+            let job = &self.jobs[w.job.index()];
             let ctx = PickContext {
                 power: &self.power,
                 energy_weight: self.sc.scenario.objective.energy_weight,
@@ -454,7 +454,7 @@ impl<'a> Simulation<'a> {
                 &self.cluster,
                 &ctx,
                 job,
-                self.rem[w.job as usize],
+                self.rem[w.job.index()],
                 self.now,
                 &mut self.rng,
             ) else {
@@ -462,7 +462,7 @@ impl<'a> Simulation<'a> {
             };
             self.queue.pop();
             if let Some(f) = self.features.as_mut() {
-                f.dequeue(job, self.rem[w.job as usize]);
+                f.dequeue(job, self.rem[w.job.index()]);
             }
             self.start(w.job, slot);
         }
@@ -473,21 +473,25 @@ impl<'a> Simulation<'a> {
         let p = &self.power[gpu.model as usize];
         let top = p.len() - 1;
         let before = p[usize::from(gpu.busy).min(top)];
-        gpu.busy = (i32::from(gpu.busy) + delta) as u8;
+        gpu.busy = u8::try_from(i32::from(gpu.busy) + delta).expect("a GPU's busy slices stay in 0..=7");
         let after = p[usize::from(gpu.busy).min(top)];
         let model = gpu.model as usize;
         self.meter.change(self.now, after - before);
-        self.busy_by_model[model] = (self.busy_by_model[model] as i32 + delta) as u32;
-        self.busy_slices = (self.busy_slices as i32 + delta) as u32;
+        let moved = |n: u32| {
+            n.checked_add_signed(delta)
+                .expect("busy slice counts stay non-negative")
+        };
+        self.busy_by_model[model] = moved(self.busy_by_model[model]);
+        self.busy_slices = moved(self.busy_slices);
     }
 
-    fn start(&mut self, j: u32, slot: u32) {
+    fn start(&mut self, j: JobId, slot: u32) {
         let s = &mut self.cluster.slices[slot as usize];
-        s.job = j;
+        s.job = Some(j);
         s.started = self.now;
         s.epoch = s.epoch.wrapping_add(1);
         let (g, compute, epoch) = (s.gpu, s.compute, s.epoch);
-        let dur = self.rem[j as usize] * self.jobs[j as usize].time_on(compute);
+        let dur = self.rem[j.index()] * self.jobs[j.index()].time_on(compute);
         self.running += 1;
         self.set_busy(g, i32::from(compute));
         self.push(self.now + dur, Event::Completion { slot, epoch });
@@ -496,8 +500,7 @@ impl<'a> Simulation<'a> {
 
     fn complete(&mut self, slot: u32) {
         let s = &mut self.cluster.slices[slot as usize];
-        let j = s.job as usize;
-        s.job = NO_JOB;
+        let j = s.job.take().expect("a completion's slot runs a job").index();
         s.epoch = s.epoch.wrapping_add(1);
         let (g, compute) = (s.gpu, s.compute);
         self.rem[j] = 0.0;
@@ -524,16 +527,16 @@ impl<'a> Simulation<'a> {
     /// Stops the job on `slot`, keeping its progress, and queues it again.
     fn preempt(&mut self, slot: u32) {
         let s = &mut self.cluster.slices[slot as usize];
-        let j = s.job;
-        let done = (self.now - s.started) / self.jobs[j as usize].time_on(s.compute);
-        s.job = NO_JOB;
+        let id = s.job.take().expect("a preempted slot runs a job");
+        let j = id.index();
+        let done = (self.now - s.started) / self.jobs[j].time_on(s.compute);
         s.epoch = s.epoch.wrapping_add(1);
         let (g, compute) = (s.gpu, s.compute);
-        self.rem[j as usize] = (self.rem[j as usize] - done).max(1e-12);
+        self.rem[j] = (self.rem[j] - done).max(1e-12);
         self.running -= 1;
         self.preemptions += 1;
         self.set_busy(g, -i32::from(compute));
-        self.enqueue(j);
+        self.enqueue(id);
     }
 
     /// Drain: points the batch's GPUs at their new configurations. Changing instances
@@ -607,7 +610,7 @@ impl<'a> Simulation<'a> {
     fn try_switch(&mut self, g: u32) {
         let idle = Cluster::slots(g).all(|id| {
             let s = &self.cluster.slices[id as usize];
-            !s.draining || s.job == NO_JOB
+            !s.draining || s.job.is_none()
         });
         if idle {
             if let Some(c) = self.cluster.gpus[g as usize].target {
@@ -622,7 +625,7 @@ impl<'a> Simulation<'a> {
         let gpus = self.node_gpus(node);
         let idle = gpus
             .clone()
-            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job == NO_JOB));
+            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job.is_none()));
         if !idle {
             return;
         }
@@ -670,7 +673,7 @@ impl<'a> Simulation<'a> {
             for id in Cluster::slots(g) {
                 let s = self.cluster.slices[id as usize];
                 if s.compute > 0 && plan.destroy.contains(&s.instance) {
-                    if s.job != NO_JOB {
+                    if s.job.is_some() {
                         self.preempt(id);
                     }
                     let s = &mut self.cluster.slices[id as usize];
@@ -703,7 +706,7 @@ impl<'a> Simulation<'a> {
                 gpu: g,
                 compute,
                 instance: *inst,
-                job: NO_JOB,
+                job: None,
                 started: 0.0,
                 epoch: s.epoch.wrapping_add(1),
                 ready: initial || delay <= 0.0,

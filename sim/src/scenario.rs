@@ -18,6 +18,10 @@ use smartmig_core::mig::{
 /// The scenario format version this build reads.
 pub const SCENARIO_VERSION: u32 = 1;
 
+/// Most GPUs a scenario may have: the engine numbers GPUs and their instance slots with
+/// 32-bit ids.
+pub const MAX_GPUS: usize = 1 << 24;
+
 /// The embedded reference scenario (the paper's 8 × A100-40GB day).
 pub const REFERENCE: &str = include_str!("../../etc/scenarios/paper-a100x8.toml");
 
@@ -501,6 +505,13 @@ impl Scenario {
                     models.len() - 1
                 }
             };
+            let total = gpus.len() + g.count as usize;
+            if total > MAX_GPUS {
+                return Err(bad(
+                    "cluster.gpus.count",
+                    format!("{total} GPUs in all, more than the simulator's {MAX_GPUS}"),
+                ));
+            }
             gpus.extend((0..g.count).map(|_| GpuSlot { model: idx }));
         }
         let w = &self.workload;
@@ -789,6 +800,17 @@ impl ResolvedScenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_larger_than_the_engine_can_number_is_refused_naming_the_key() {
+        let e = Scenario::reference(&["cluster.gpus=[{model = \"a100-40gb\", count = 16777217}]".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cluster.gpus.count") && e.contains("16777217 GPUs in all"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_reference_scenario_resolves_to_eight_a100s() {
