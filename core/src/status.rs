@@ -102,6 +102,27 @@ impl Counters {
     }
 }
 
+/// The status file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusReadError {
+    /// Not readable (missing: the central role has not run here yet).
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a status file of this release.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
 impl Status {
     /// Adds an error (logged by the caller), keeping the last [`KEEP`].
     pub fn error(&mut self, at: f64, message: String) {
@@ -125,11 +146,13 @@ impl Status {
     }
 
     /// Reads the file.
-    pub fn read(state_dir: &Path) -> Result<Status, String> {
+    pub fn read(state_dir: &Path) -> Result<Status, StatusReadError> {
         let path = state_dir.join(STATUS_FILE);
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = std::fs::read_to_string(&path).map_err(|source| StatusReadError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| StatusReadError::Parse { path, source })
     }
 
     /// A human-readable summary.

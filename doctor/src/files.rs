@@ -16,22 +16,53 @@ pub struct ConfLine {
 /// Includes deeper than this are refused (Slurm's own limit is similar; it stops loops).
 const MAX_INCLUDE_DEPTH: usize = 8;
 
+/// A Slurm configuration file that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `Include` lines nest too deep (a loop, most likely).
+    #[error("{}: Include nested deeper than {MAX_INCLUDE_DEPTH}", path.display())]
+    TooDeep {
+        /// The file the limit was reached at.
+        path: PathBuf,
+    },
+    /// An included file could not be read.
+    #[error("{inner} (included from {}:{line})", from.display())]
+    Included {
+        /// What went wrong in the included file.
+        inner: Box<ConfError>,
+        /// The including file.
+        from: PathBuf,
+        /// Its `Include` line.
+        line: usize,
+    },
+}
+
 /// The lines of a slurm.conf or gres.conf with `Include FILE` lines replaced by the
 /// file's lines (a relative FILE is taken from the including file's directory).
-pub fn read_lines(path: &Path) -> Result<Vec<ConfLine>, String> {
+pub fn read_lines(path: &Path) -> Result<Vec<ConfLine>, ConfError> {
     let mut out = Vec::new();
     read_into(path, 0, &mut out)?;
     Ok(out)
 }
 
-fn read_into(path: &Path, depth: usize, out: &mut Vec<ConfLine>) -> Result<(), String> {
+fn read_into(path: &Path, depth: usize, out: &mut Vec<ConfLine>) -> Result<(), ConfError> {
     if depth > MAX_INCLUDE_DEPTH {
-        return Err(format!(
-            "{}: Include nested deeper than {MAX_INCLUDE_DEPTH}",
-            path.display()
-        ));
+        return Err(ConfError::TooDeep {
+            path: path.to_path_buf(),
+        });
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     for (n, line) in text.lines().enumerate() {
         let bare = line.split('#').next().unwrap_or("").trim();
         let include = bare
@@ -45,8 +76,11 @@ fn read_into(path: &Path, depth: usize, out: &mut Vec<ConfLine>) -> Result<(), S
                     Some(dir) if file.is_relative() => dir.join(file),
                     _ => file.to_path_buf(),
                 };
-                read_into(&file, depth + 1, out)
-                    .map_err(|e| format!("{} (included from {}:{})", e, path.display(), n + 1))?;
+                read_into(&file, depth + 1, out).map_err(|e| ConfError::Included {
+                    inner: Box::new(e),
+                    from: path.to_path_buf(),
+                    line: n + 1,
+                })?;
             }
             None => out.push(ConfLine {
                 file: path.to_path_buf(),
@@ -69,7 +103,7 @@ pub struct SlurmConf {
 
 impl SlurmConf {
     /// Reads a slurm.conf.
-    pub fn read(path: &Path) -> Result<SlurmConf, String> {
+    pub fn read(path: &Path) -> Result<SlurmConf, ConfError> {
         let text: Vec<String> = read_lines(path)?.into_iter().map(|l| l.text).collect();
         Ok(SlurmConf::parse(&text.join("\n")))
     }
@@ -159,27 +193,45 @@ pub fn expand_brackets(spec: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Why a plugin file's `plugin_version` could not be read (the file is named by the caller).
+#[derive(Debug, thiserror::Error)]
+pub enum PluginFileError {
+    /// The file could not be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// The file is not an object file `object` can parse.
+    #[error("not a shared object: {0}")]
+    NotObject(#[source] object::Error),
+    /// No `plugin_version` symbol.
+    #[error("exports no plugin_version: not a Slurm plugin")]
+    NoSymbol,
+    /// The symbol is there but its value cannot be read.
+    #[error("plugin_version {0}")]
+    Unreadable(&'static str),
+}
+
 /// The `plugin_version` a job_submit plugin exports, read from its ELF file without
 /// loading it (loading would need slurmctld's symbols).
-pub fn plugin_version(so: &Path) -> Result<u32, String> {
-    let data = std::fs::read(so).map_err(|e| format!("cannot read: {e}"))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("not a shared object: {e}"))?;
+pub fn plugin_version(so: &Path) -> Result<u32, PluginFileError> {
+    use PluginFileError::Unreadable;
+    let data = std::fs::read(so).map_err(PluginFileError::Read)?;
+    let file = object::File::parse(&*data).map_err(PluginFileError::NotObject)?;
     let sym = file
         .dynamic_symbols()
         .chain(file.symbols())
         .find(|s| s.name() == Ok("plugin_version"))
-        .ok_or("exports no plugin_version: not a Slurm plugin")?;
+        .ok_or(PluginFileError::NoSymbol)?;
     let index = sym
         .section_index()
-        .ok_or("plugin_version is not defined in the file")?;
+        .ok_or(Unreadable("is not defined in the file"))?;
     let section = file
         .section_by_index(index)
-        .map_err(|e| format!("plugin_version's section: {e}"))?;
+        .map_err(|_| Unreadable("names a section the file does not have"))?;
     let bytes = section
         .data_range(sym.address(), 4)
-        .map_err(|e| format!("plugin_version's bytes: {e}"))?
-        .ok_or("plugin_version lies outside its section")?;
-    let raw: [u8; 4] = bytes.try_into().map_err(|_| "plugin_version is not 4 bytes")?;
+        .map_err(|_| Unreadable("lies in a section whose data cannot be read"))?
+        .ok_or(Unreadable("lies outside its section"))?;
+    let raw: [u8; 4] = bytes.try_into().map_err(|_| Unreadable("is not 4 bytes"))?;
     Ok(if file.is_little_endian() {
         u32::from_le_bytes(raw)
     } else {
@@ -241,8 +293,11 @@ mod tests {
             (d.join("nodes/n1.conf"), 2)
         );
         std::fs::write(d.join("loop.conf"), "Include loop.conf\n").unwrap();
-        let e = read_lines(&d.join("loop.conf")).unwrap_err();
-        assert!(e.contains("nested deeper"), "{e}");
+        let e = read_lines(&d.join("loop.conf")).unwrap_err().to_string();
+        assert!(
+            e.contains("nested deeper") && e.contains("(included from "),
+            "{e}"
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -252,6 +307,7 @@ mod tests {
         std::fs::write(&p, b"hello").unwrap();
         let e = plugin_version(&p).unwrap_err();
         std::fs::remove_file(&p).unwrap();
-        assert!(e.starts_with("not a shared object"), "{e}");
+        assert!(matches!(e, PluginFileError::NotObject(_)), "{e}");
+        assert!(e.to_string().starts_with("not a shared object"), "{e}");
     }
 }

@@ -115,7 +115,7 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
             return Finding::bad(
                 "gres",
                 Status::Fail,
-                e,
+                e.to_string(),
                 "write gres.conf beside slurm.conf with one line per MIG instance (docs/admin-guide.md)",
             )
         }

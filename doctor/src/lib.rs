@@ -16,7 +16,7 @@ use smartmig_core::routing::Snapshot;
 use smartmig_gpu::nvml::{Nvml, NvmlOptions};
 use smartmig_gpu::GpuBackend;
 
-pub use files::{expand_brackets, plugin_version, SlurmConf};
+pub use files::{expand_brackets, plugin_version, ConfError, PluginFileError, SlurmConf};
 pub use gres::MigSource;
 
 /// The Debian/Ubuntu plugin directory, Slurm's `PluginDir` when slurm.conf sets none.
@@ -137,8 +137,9 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
         out.push(f);
     };
     let skip = |c: &str| o.skip.iter().any(|s| s == c);
-    let conf = SlurmConf::read(&o.slurm_conf);
-    let version = match &conf {
+    // Shared with the plugin check's thread.
+    let conf = std::sync::Arc::new(SlurmConf::read(&o.slurm_conf));
+    let version = match conf.as_ref() {
         // Without a configuration scontrol looks for one in DNS and may hang; the slurm
         // check reports the missing file instead.
         Err(_) => Err("not asked: scontrol needs slurm.conf".to_string()),
@@ -149,7 +150,7 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
         emit(check_slurm(&o.slurm_conf, &conf, &version));
     }
     if !skip("plugin") {
-        let (conf, version) = (conf.clone(), version.clone());
+        let (conf, version) = (std::sync::Arc::clone(&conf), version.clone());
         emit(timed("plugin", CHECK_TIMEOUT, move || {
             check_plugin(&conf, &version)
         }));
@@ -222,7 +223,7 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
         });
     }
     if !skip("gres") {
-        emit(match (config, &conf) {
+        emit(match (config, conf.as_ref()) {
             (Some(r), Ok(_)) => {
                 let (r, slurm_conf, simulated) = (r.clone(), o.slurm_conf.clone(), o.simulated.clone());
                 let (node, nvml) = (o.node.clone(), nvml.clone());
@@ -323,14 +324,18 @@ fn slurm_version(scontrol: &Path, slurm_conf: &Path, limit: Duration) -> Result<
         .ok_or_else(|| format!("{} --version printed {:?}", scontrol.display(), stdout.trim()))
 }
 
-fn check_slurm(path: &Path, conf: &Result<SlurmConf, String>, version: &Result<String, String>) -> Finding {
+fn check_slurm(
+    path: &Path,
+    conf: &Result<SlurmConf, ConfError>,
+    version: &Result<String, String>,
+) -> Finding {
     let conf =
         match conf {
             Ok(c) => c,
             Err(e) => return Finding::bad(
                 "slurm",
                 Status::Fail,
-                e.clone(),
+                e.to_string(),
                 "pass --slurm-conf PATH or set SLURM_CONF (doctor reads slurm.conf, and scontrol needs it)",
             ),
         };
@@ -379,7 +384,7 @@ fn check_slurm(path: &Path, conf: &Result<SlurmConf, String>, version: &Result<S
     }
 }
 
-fn check_plugin(conf: &Result<SlurmConf, String>, version: &Result<String, String>) -> Finding {
+fn check_plugin(conf: &Result<SlurmConf, ConfError>, version: &Result<String, String>) -> Finding {
     let dirs: Vec<PathBuf> = conf
         .as_ref()
         .ok()

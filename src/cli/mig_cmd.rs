@@ -263,8 +263,7 @@ fn export(a: ExportArgs) -> CliResult {
     let configs = if a.action_space {
         action_space(&resolved)
     } else {
-        let status = Status::read(&resolved.config.controller.state_dir)
-            .map_err(|e| CliError::input(anyhow::anyhow!(e)))?;
+        let status = Status::read(&resolved.config.controller.state_dir).map_err(CliError::input)?;
         desired(&resolved, &status).map_err(CliError::input)?
     };
     let text = mig_parted::write(&configs);

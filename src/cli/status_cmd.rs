@@ -23,7 +23,7 @@ pub struct StatusArgs {
 pub fn run(a: StatusArgs) -> CliResult {
     let cfg = Config::from_file(&a.config).map_err(CliError::input)?;
     // A missing status file is no bad input: the central role has not written it (yet).
-    let s = Status::read(&cfg.controller.state_dir).map_err(|e| CliError::failure(anyhow::Error::msg(e)))?;
+    let s = Status::read(&cfg.controller.state_dir).map_err(CliError::failure)?;
     if a.json {
         super::print_json(&s)
     } else {

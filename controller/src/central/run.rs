@@ -203,7 +203,7 @@ pub fn release(config: &Path) -> anyhow::Result<()> {
 pub fn status(config: &Path, json: bool) -> anyhow::Result<()> {
     let resolved = load_config(config)?;
     let dir = &resolved.config.controller.state_dir;
-    let s = Status::read(dir).map_err(anyhow::Error::msg)?;
+    let s = Status::read(dir)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
