@@ -32,7 +32,7 @@ run() {
     shift
     echo "== e2e on $name"
     local start=$SECONDS
-    env "$@" cargo test --locked "${tests[@]}" -- "${filters[@]}"
+    env "$@" cargo test --locked --all-features "${tests[@]}" -- "${filters[@]}"
     echo "== e2e on $name: $((SECONDS - start)) s"
 }
 filters=("$@")

@@ -51,7 +51,7 @@ mkdir -p "$out"
 scripts/cargo-deb.sh
 
 if [ "$build" = 1 ]; then
-    cargo build --locked --profile "$profile" -p smartmig -p smartmigd -p smartmig-slurm-plugin -p smartmig-cli-filter
+    cargo build --locked --profile "$profile" --features smartmig/train -p smartmig -p smartmigd -p smartmig-slurm-plugin -p smartmig-cli-filter
 fi
 # Where the Slurm-linked packages' binaries are (the host's build, or ROOT's).
 slurm_bin="$bin"

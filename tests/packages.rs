@@ -276,6 +276,8 @@ fn install_upgrade_purge(release: &Release) {
     assert!(chroot.sh("smartmig --version").contains(version));
     assert!(chroot.sh("smartmigd --version").contains(version));
     chroot.sh(&format!("smartmig config check {CONFIG}"));
+    // The package's smartmig has the trainer (a source build has it only with `--features train`).
+    assert!(chroot.sh("smartmig train --help").contains("--teacher-rounds"));
 
     // apt installed the plugin's Slurm from the mirror, of the version it was built against.
     let built_slurm = release.build_version("libslurm-dev");

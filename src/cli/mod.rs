@@ -23,6 +23,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// Exit code for a failed run.
 pub const EXIT_FAILURE: u8 = 1;
+/// Exit code for a usage error (clap's own, for the same kind of mistake).
+pub const EXIT_USAGE: u8 = 2;
 /// Exit code for invalid input.
 pub const EXIT_INPUT: u8 = 3;
 
@@ -46,6 +48,14 @@ impl CliError {
     pub fn failure(e: impl Into<anyhow::Error>) -> CliError {
         CliError {
             code: EXIT_FAILURE,
+            error: e.into(),
+        }
+    }
+
+    /// A usage error: the command line asks for something this command cannot do.
+    pub fn usage(e: impl Into<anyhow::Error>) -> CliError {
+        CliError {
+            code: EXIT_USAGE,
             error: e.into(),
         }
     }
@@ -138,6 +148,10 @@ pub enum Command {
     /// Train a mean-field policy (imitation of a tuned controller, or PPO) and write it as ONNX.
     #[cfg(feature = "train")]
     Train(train_cmd::TrainArgs),
+    /// Train a mean-field policy: not in this build (rebuild with `--features train`).
+    #[cfg(not(feature = "train"))]
+    #[command(disable_help_flag = true)]
+    Train(NoTrainer),
     /// Lower bounds on energy and tardiness for one day of jobs.
     Bounds(bounds_cmd::BoundsArgs),
     /// What-if on a site's own sacct history: as ran, best static layout, smart-mig, bounds.
@@ -162,6 +176,21 @@ pub enum Command {
     },
 }
 
+/// Why `train` is missing from a build without the `train` feature, and what to do.
+#[cfg(not(feature = "train"))]
+const NO_TRAINER: &str = "train: this smartmig was built without the trainer (the `train` feature, which \
+     pulls candle); rebuild with `cargo build --release --features train`, or use the smartmig \
+     package, which has it";
+
+/// `train`'s arguments in a build without the trainer: whatever was given, to refuse it
+/// with [`NO_TRAINER`] rather than as an unknown command.
+#[cfg(not(feature = "train"))]
+#[derive(Debug, clap::Args)]
+pub struct NoTrainer {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    args: Vec<std::ffi::OsString>,
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> CliResult {
     match cli.command {
@@ -175,6 +204,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Policy(c) => policy_cmd::run(c),
         #[cfg(feature = "train")]
         Command::Train(a) => train_cmd::run(a),
+        #[cfg(not(feature = "train"))]
+        Command::Train(_) => Err(CliError::usage(anyhow::anyhow!(NO_TRAINER))),
         Command::Bounds(a) => bounds_cmd::run(a),
         Command::Replay(a) => replay_cmd::run(a),
         Command::Sweep(a) => sweep_cmd::run(a),
@@ -256,4 +287,18 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(all(test, not(feature = "train")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn train_in_a_build_without_the_trainer_is_a_usage_error_saying_how_to_get_it() {
+        let cli = Cli::try_parse_from(["smartmig", "train", "--out", "x.onnx", "--semantics", "drain"])
+            .expect("train's arguments are taken whatever they are");
+        let e = run(cli).unwrap_err();
+        assert_eq!(e.code(), EXIT_USAGE);
+        assert!(e.message().contains("--features train"), "{}", e.message());
+    }
 }
