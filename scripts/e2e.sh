@@ -25,14 +25,15 @@ which="${1:-all}"
 [ "${1:-}" = -- ] && shift
 case "$which" in host|trixie|all) ;; *) echo "usage: scripts/e2e.sh [host|trixie|all] [-- FILTER...]" >&2; exit 2 ;; esac
 
-tests=(-p smartmig --test plugin_e2e --test cli_filter_e2e -p smartmigd --test central_e2e --test central_faults)
+# The workspace and features of scripts/test.sh's `cargo test`, whose build this reuses.
+tests=(--workspace --all-features --test plugin_e2e --test cli_filter_e2e --test central_e2e --test central_faults)
 
 run() {
     local name="$1"
     shift
     echo "== e2e on $name"
     local start=$SECONDS
-    env "$@" cargo test --locked --all-features "${tests[@]}" -- "${filters[@]}"
+    env "$@" cargo test --locked "${tests[@]}" -- "${filters[@]}"
     echo "== e2e on $name: $((SECONDS - start)) s"
 }
 filters=("$@")
