@@ -25,8 +25,8 @@ which="${1:-all}"
 [ "${1:-}" = -- ] && shift
 case "$which" in host|trixie|all) ;; *) echo "usage: scripts/e2e.sh [host|trixie|all] [-- FILTER...]" >&2; exit 2 ;; esac
 
-# The workspace and features of scripts/test.sh's `cargo test`, whose build this reuses.
-tests=(--workspace --all-features --test plugin_e2e --test cli_filter_e2e --test central_e2e --test central_faults)
+# With the trainer, as scripts/test.sh builds smartmig (most of its build is reused).
+tests=(--features smartmig/train -p smartmig --test plugin_e2e --test cli_filter_e2e -p smartmigd --test central_e2e --test central_faults)
 
 run() {
     local name="$1"

@@ -23,9 +23,9 @@ fi
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
-# Everything builds with the trainer (`--all-features`, as the package ships smartmig) and
-# with one package selection, so the steps share their artifacts: cargo names them without
-# the feature set, and a build with another one would overwrite them and rebuild (minutes).
+# Everything builds with the trainer (`--all-features`, as the package ships smartmig); the
+# default build (without it) comes last: cargo names artifacts without their feature set, so
+# a build with another one overwrites them and the next step would rebuild.
 echo "== cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 echo "== cargo test"
