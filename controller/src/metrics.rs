@@ -2,18 +2,20 @@
 //! render function returns at that moment (HTTP/1.0, one request per connection: all a
 //! Prometheus scrape needs, and no HTTP framework in a root daemon). Each connection gets
 //! a thread of its own, a few at a time, and every read and write a time limit; the
-//! request line is read up to a size limit: a process on the node that connects and
-//! stalls, or sends an endless line, delays no other scrape.
+//! request is read up to a size limit: a process on the node that connects and stalls, or
+//! sends an endless line, delays no other scrape. The request's header lines are read to
+//! the end before the answer goes out, in one write, followed by a FIN: a socket closed
+//! with unread bytes sends a reset instead, and a client can lose the answer with it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Connections served at once; more are closed at once.
 pub const MAX_CONNECTIONS: usize = 8;
-/// The longest request line read.
+/// The most bytes of a request read (its line and headers).
 pub const MAX_REQUEST_LINE: u64 = 4096;
 /// Time limit of each read and write.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,25 +35,33 @@ pub fn label(value: &str) -> String {
     out
 }
 
-fn answer(stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
+fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?.take(MAX_REQUEST_LINE));
     let mut request = String::new();
     reader.read_line(&mut request)?;
-    let (status, body) = if !request.ends_with('\n') {
+    let complete = request.ends_with('\n');
+    if complete {
+        // The header lines, up to the blank one (or the size limit), left unanswered.
+        let mut line = String::new();
+        while reader.read_line(&mut line)? > 0 && !matches!(line.as_str(), "\r\n" | "\n") {
+            line.clear();
+        }
+    }
+    let (status, body) = if !complete {
         ("400 Bad Request", "request line too long or cut\n".to_string())
     } else if request.starts_with("GET /metrics") {
         ("200 OK", render())
     } else {
         ("404 Not Found", "only /metrics\n".to_string())
     };
-    let mut stream = stream;
-    write!(
-        stream,
+    let response = format!(
         "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
-    )
+    );
+    stream.write_all(response.as_bytes())?;
+    stream.shutdown(Shutdown::Write)
 }
 
 /// Starts the endpoint on `listen` in a background thread (nothing when `listen` is
@@ -132,6 +142,30 @@ mod tests {
         let mut text = String::new();
         let _ = conn.read_to_string(&mut text);
         assert!(text.starts_with("HTTP/1.0 400"), "{text}");
+    }
+
+    #[test]
+    fn headers_sent_after_the_request_line_are_read_and_the_whole_answer_arrives() {
+        let body = "x".repeat(100_000) + "\n";
+        let expected = body.clone();
+        let addr = serve("127.0.0.1:0", move || body.clone()).unwrap().unwrap();
+        for _ in 0..20 {
+            let mut conn = TcpStream::connect(addr).unwrap();
+            conn.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            // As a scraper sends them: headers after the line, in writes of their own.
+            conn.write_all(b"Host: node\r\nAccept: text/plain\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            conn.write_all(b"\r\n").unwrap();
+            let mut text = String::new();
+            conn.read_to_string(&mut text).expect("a FIN, never a reset");
+            assert!(
+                text.starts_with("HTTP/1.0 200 OK\r\n"),
+                "{}",
+                &text[..40.min(text.len())]
+            );
+            assert!(text.ends_with(&expected), "{} bytes", text.len());
+        }
     }
 
     #[test]
