@@ -5,7 +5,8 @@
 //! client calls that failed, the slurmctld processes started, whether the running jobs kept
 //! running on their device (Slurm's index for it, and the device file that index names
 //! before and after), and the time from the change until a job that needs the new layout
-//! starts. A second table changes the node's total GPU count with the jobs running.
+//! starts. A second table changes the node's total GPU count with the jobs running; a third
+//! (its own test) changes the real instances' count while padding records keep the total.
 //!
 //! The node: GPU A in c2 (4g.20gb, 3g.20gb), GPU B in c7 (2g.10gb, 1g.5gb ×2, 3g.20gb).
 //! Jobs run on a 3g.20gb and a 1g.5gb; a held-back job asks for two 3g.20gb (only one is
@@ -195,28 +196,32 @@ fn set_node_gres(c: &Cluster, gres: &str) {
 
 /// Applies the new layout `a` of GPU A by `path`; returns what the commands said.
 fn apply(c: &Cluster, path: Path, a: &[(&str, u32)]) -> Vec<String> {
+    apply_files(c, path, &gres_file(c, a), &gres_value(a))
+}
+
+/// Applies a node whose gres.conf is `gres_text` and whose `Gres=` is `gres` by `path`.
+fn apply_files(c: &Cluster, path: Path, gres_text: &str, gres: &str) -> Vec<String> {
     let gres_path = c.dir.join(format!("etc/gres-{}.conf", c.node));
-    let gres = gres_value(a);
     let (stop, start) = c.slurmd_scripts(0);
     let mut notes = Vec::new();
     match path {
         Path::Reconfigure => {
-            std::fs::write(&gres_path, gres_file(c, a)).unwrap();
-            set_node_gres(c, &gres);
+            std::fs::write(&gres_path, gres_text).unwrap();
+            set_node_gres(c, gres);
             notes.push(format!(
                 "reconfigure: {}",
                 out_text(&c.scontrol(&["reconfigure"]))
             ));
         }
         Path::UpdateGres => {
-            std::fs::write(&gres_path, gres_file(c, a)).unwrap();
+            std::fs::write(&gres_path, gres_text).unwrap();
             let o = c.scontrol(&["update", &format!("NodeName={}", c.node), &format!("Gres={gres}")]);
             notes.push(format!("update: {} {}", o.status, out_text(&o)));
             notes.push(run_script(&stop));
             notes.push(run_script(&start));
         }
         Path::DynamicNode => {
-            std::fs::write(&gres_path, gres_file(c, a)).unwrap();
+            std::fs::write(&gres_path, gres_text).unwrap();
             let o = c.scontrol(&["delete", &format!("nodename={}", c.node)]);
             notes.push(format!("delete: {} {}", o.status, out_text(&o)));
             let conf = c.dynamic_conf(0);
@@ -228,13 +233,23 @@ fn apply(c: &Cluster, path: Path, a: &[(&str, u32)]) -> Vec<String> {
         }
         Path::Restart => {
             notes.push(run_script(&stop));
-            std::fs::write(&gres_path, gres_file(c, a)).unwrap();
-            set_node_gres(c, &gres);
+            std::fs::write(&gres_path, gres_text).unwrap();
+            set_node_gres(c, gres);
             notes.push(run_script(&c.restart_slurmctld_script()));
             notes.push(run_script(&start));
         }
     }
     notes
+}
+
+/// The first line of a trial's panic message.
+fn panic_line(e: &(dyn std::any::Any + Send)) -> &str {
+    let why = e
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| e.downcast_ref::<&str>().copied())
+        .unwrap_or("panic");
+    why.lines().next().unwrap_or("")
 }
 
 /// One trial: a fresh cluster, the jobs, the storm, the change to `a` by `path`.
@@ -378,16 +393,7 @@ fn relayout_paths_with_running_jobs_and_a_storm_of_client_calls() {
         let t = match std::panic::catch_unwind(|| trial(path, C5)) {
             Ok(t) => t,
             Err(e) => {
-                let why = e
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| e.downcast_ref::<&str>().copied())
-                    .unwrap_or("panic");
-                println!(
-                    "| {} | the trial failed: {} |",
-                    path.name(),
-                    why.lines().next().unwrap_or("")
-                );
+                println!("| {} | the trial failed: {} |", path.name(), panic_line(&*e));
                 continue;
             }
         };
@@ -425,5 +431,128 @@ fn relayout_paths_with_running_jobs_and_a_storm_of_client_calls() {
     println!("\nWhat the commands said:");
     for (path, n) in notes {
         println!("- {}: {}", path.name(), n.join(" | "));
+    }
+}
+
+/// The type of the padding records: GPUs that exist only so the node's total GPU count
+/// stays the same whatever the layout (it sorts after every MIG type, so it never shifts
+/// their indices).
+const PAD: &str = "zpad";
+
+/// How the padding records name their devices.
+#[derive(Debug, Clone, Copy)]
+enum Padding {
+    /// One record per padding GPU, each with a device file of its own.
+    Files,
+    /// One record `Count=N` without `File=`.
+    CountOnly,
+}
+
+/// gres.conf and `Gres=` for GPU A in `a`, GPU B, and `pad` padding GPUs.
+fn padded(c: &Cluster, a: &[(&str, u32)], pad: u32, how: Padding) -> (String, String) {
+    let mut text = gres_file(c, a);
+    let mut gres = gres_value(a);
+    if pad > 0 {
+        gres += &format!(",gpu:{PAD}:{pad}");
+        match how {
+            Padding::Files => {
+                for k in 0..pad {
+                    let dev = c.dir.join(format!("dev/nvidia{}", 10 + k));
+                    if !dev.exists() {
+                        let ok = Command::new("mknod")
+                            .arg(&dev)
+                            .args(["c", "1", "3"])
+                            .status()
+                            .unwrap();
+                        assert!(ok.success());
+                    }
+                    text += &format!("NodeName={} Name=gpu Type={PAD} File={}\n", c.node, dev.display());
+                }
+            }
+            Padding::CountOnly => {
+                text += &format!("NodeName={} Name=gpu Type={PAD} Count={pad}\n", c.node);
+            }
+        }
+    }
+    (text, gres)
+}
+
+/// A count change under running jobs with padding that keeps the node's total: the node
+/// starts as GPU A in c2 + one padding GPU + GPU B (7), jobs run on a 3g.20gb and a
+/// 1g.5gb, then GPU A becomes 2g.10gb ×2 + 3g.20gb and the padding goes (7).
+fn padded_trial(path: Path, how: Padding) -> String {
+    let mut opts = Options::two_nodes();
+    opts.gpus = vec![FakeGpu(C2.to_vec()), FakeGpu(GPU_B.to_vec())];
+    opts.job_submit_plugins = String::new();
+    let c = Cluster::start(&opts);
+    let node = c.node.clone();
+    // The padded layout is installed while the node is idle (a count change then is safe).
+    let (text, gres) = padded(&c, C2, 1, how);
+    let setup = apply_files(&c, Path::Restart, &text, &gres);
+    c.wait_for("the padded node idle", Duration::from_secs(40), |c| {
+        c.node_state(&node).starts_with("IDLE")
+    });
+    let before = fields(&c.client_output("scontrol", &["show", "node", &node, "-o"]))["Gres"].clone();
+    let mut running = Vec::new();
+    for ty in ["3g.20gb", "1g.5gb"] {
+        let (id, _) = c
+            .sbatch(&["-w", &node, &format!("--gres=gpu:{ty}:1"), "--wrap", "sleep 600"])
+            .unwrap();
+        c.wait_job(id, &["RUNNING"], Duration::from_secs(30));
+        running.push(id);
+    }
+    let idx_before: Vec<Option<usize>> = running.iter().map(|&j| job_index(&c, j)).collect();
+    let (text, gres) = padded(&c, MORE, 0, how);
+    let notes = apply_files(&c, path, &text, &gres);
+    // A requeue shows within a few seconds of the node registering again.
+    std::thread::sleep(Duration::from_secs(8));
+    let node_fields = fields(&c.client_output("scontrol", &["show", "node", &node, "-o"]));
+    let jobs: Vec<String> = running
+        .iter()
+        .zip(&idx_before)
+        .map(|(&j, b)| {
+            let job = c.job(j);
+            format!(
+                "{} {} restarts {}, IDX {} → {}",
+                job["TresPerNode"].rsplit(':').nth(1).unwrap_or(""),
+                job["JobState"],
+                job["Restarts"],
+                b.map_or("-".into(), |i| i.to_string()),
+                job_index(&c, j).map_or("-".into(), |i| i.to_string()),
+            )
+        })
+        .collect();
+    format!(
+        "| {} | {:?} | {} | {} | {} {} | set-up: {}; change: {} |",
+        path.name(),
+        how,
+        before,
+        jobs.join("; "),
+        node_fields.get("State").cloned().unwrap_or_default(),
+        node_fields.get("Gres").cloned().unwrap_or_default(),
+        setup.join(" "),
+        notes.join(" "),
+    )
+}
+
+#[test]
+#[ignore = "benchmark: about a minute; run with --ignored"]
+fn a_padding_type_that_keeps_the_node_gpu_count_across_a_count_change() {
+    skip_unless_slurm!();
+    let release = slurm::release();
+    println!("\nSlurm {release}: GPU A c2 + 1 padding GPU → 2g.10gb ×2 + 3g.20gb (the node's total stays 7), jobs on 3g.20gb and 1g.5gb\n");
+    println!("| path | padding records | node Gres before | running jobs after | node after | commands |");
+    println!("|---|---|---|---|---|---|");
+    for path in [Path::Reconfigure, Path::Restart] {
+        for how in [Padding::Files, Padding::CountOnly] {
+            match std::panic::catch_unwind(|| padded_trial(path, how)) {
+                Ok(row) => println!("{row}"),
+                Err(e) => println!(
+                    "| {} | {how:?} | the trial failed: {} |",
+                    path.name(),
+                    panic_line(&*e)
+                ),
+            }
+        }
     }
 }
