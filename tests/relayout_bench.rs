@@ -252,6 +252,26 @@ fn panic_line(e: &(dyn std::any::Any + Send)) -> &str {
     why.lines().next().unwrap_or("")
 }
 
+/// Starts the two long jobs of every trial on the node, a 3g.20gb and a 1g.5gb; their ids.
+fn start_jobs(c: &Cluster) -> Vec<u32> {
+    ["3g.20gb", "1g.5gb"]
+        .iter()
+        .map(|ty| {
+            let (id, _) = c
+                .sbatch(&[
+                    "-w",
+                    &c.node,
+                    &format!("--gres=gpu:{ty}:1"),
+                    "--wrap",
+                    "sleep 600",
+                ])
+                .unwrap();
+            c.wait_job(id, &["RUNNING"], Duration::from_secs(30));
+            id
+        })
+        .collect()
+}
+
 /// One trial: a fresh cluster, the jobs, the storm, the change to `a` by `path`.
 fn trial(path: Path, a: &[(&str, u32)]) -> Trial {
     let mut opts = Options::two_nodes();
@@ -261,14 +281,7 @@ fn trial(path: Path, a: &[(&str, u32)]) -> Trial {
     let c = Cluster::start(&opts);
     let node = c.node.clone();
     let gres_path = c.dir.join(format!("etc/gres-{node}.conf"));
-    let mut running = Vec::new();
-    for ty in ["3g.20gb", "1g.5gb"] {
-        let (id, _) = c
-            .sbatch(&["-w", &node, &format!("--gres=gpu:{ty}:1"), "--wrap", "sleep 600"])
-            .unwrap();
-        c.wait_job(id, &["RUNNING"], Duration::from_secs(30));
-        running.push(id);
-    }
+    let running = start_jobs(&c);
     let (probe, _) = c
         .sbatch(&["-w", &node, "--gres=gpu:3g.20gb:2", "--wrap", "sleep 1"])
         .unwrap();
@@ -493,14 +506,7 @@ fn padded_trial(path: Path, how: Padding) -> String {
         c.node_state(&node).starts_with("IDLE")
     });
     let before = fields(&c.client_output("scontrol", &["show", "node", &node, "-o"]))["Gres"].clone();
-    let mut running = Vec::new();
-    for ty in ["3g.20gb", "1g.5gb"] {
-        let (id, _) = c
-            .sbatch(&["-w", &node, &format!("--gres=gpu:{ty}:1"), "--wrap", "sleep 600"])
-            .unwrap();
-        c.wait_job(id, &["RUNNING"], Duration::from_secs(30));
-        running.push(id);
-    }
+    let running = start_jobs(&c);
     let idx_before: Vec<Option<usize>> = running.iter().map(|&j| job_index(&c, j)).collect();
     let (text, gres) = padded(&c, MORE, 0, how);
     let notes = apply_files(&c, path, &text, &gres);

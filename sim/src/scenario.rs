@@ -795,6 +795,12 @@ impl ResolvedScenario {
         self.try_layout_indices(names)
             .unwrap_or_else(|_| vec![0; self.gpus.len()])
     }
+
+    /// [`ResolvedScenario::layout_indices`] as the engine numbers configurations (what a
+    /// partition policy's `initial_layout` returns).
+    pub fn layout_configs(&self, names: &[String]) -> Vec<u16> {
+        self.layout_indices(names).into_iter().map(|c| c as u16).collect()
+    }
 }
 
 #[cfg(test)]

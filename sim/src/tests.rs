@@ -168,23 +168,23 @@ impl Repartitioner for SwitchAtOne {
     }
 }
 
-#[test]
-fn preempt_stops_a_running_job_keeps_its_progress_and_charges_the_penalty() {
-    // J0 (p1 = 14, p7 = 2) starts on the 7g at 0. At 1, J1 arrives and the GPU switches
-    // to c12: J0 is preempted half done. The 1g slices are ready at 1 + 4 s. J1 (d=50)
-    // goes first: 1.0667..2.1667; J0 (d=100) needs 0.5·14 = 7: 1.0667..8.0667.
+/// One GPU in c1 switched to c12 at minute 1 (4 s a switch), under `semantics`: J0
+/// (p1 = 14, p7 = 2) released at 0, J1 (flat, deadline 50) at 1.
+fn whole_gpu_switched_at_one(semantics: Semantics) -> RunResult {
     let sc = cluster(1, &["c1"], 4.0);
     let jobs = [
         job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
         job(1, 1.0, 50.0, FLAT),
     ];
-    let r = run_with(
-        &sc,
-        &jobs,
-        Scheduler::Edf,
-        Semantics::Preempt,
-        &mut SwitchAtOne(false),
-    );
+    run_with(&sc, &jobs, Scheduler::Edf, semantics, &mut SwitchAtOne(false))
+}
+
+#[test]
+fn preempt_stops_a_running_job_keeps_its_progress_and_charges_the_penalty() {
+    // J0 (p1 = 14, p7 = 2) starts on the 7g at 0. At 1, J1 arrives and the GPU switches
+    // to c12: J0 is preempted half done. The 1g slices are ready at 1 + 4 s. J1 (d=50)
+    // goes first: 1.0667..2.1667; J0 (d=100) needs 0.5·14 = 7: 1.0667..8.0667.
+    let r = whole_gpu_switched_at_one(Semantics::Preempt);
     let ready = 1.0 + 4.0 / 60.0;
     assert_eq!((r.repartitions, r.preemptions), (1, 1));
     assert!(close(r.makespan_min, ready + 7.0), "{}", r.makespan_min);
@@ -197,18 +197,7 @@ fn preempt_stops_a_running_job_keeps_its_progress_and_charges_the_penalty() {
 fn drain_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
     // Same jobs under drain: the 7g finishes J0 at 2, then the GPU switches; the 1g
     // slices are ready at 2 + 4 s and J1 runs until then + 1.1.
-    let sc = cluster(1, &["c1"], 4.0);
-    let jobs = [
-        job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
-        job(1, 1.0, 50.0, FLAT),
-    ];
-    let r = run_with(
-        &sc,
-        &jobs,
-        Scheduler::Edf,
-        Semantics::Drain,
-        &mut SwitchAtOne(false),
-    );
+    let r = whole_gpu_switched_at_one(Semantics::Drain);
     let ready = 2.0 + 4.0 / 60.0;
     assert_eq!((r.repartitions, r.preemptions), (1, 0));
     assert!(close(r.makespan_min, ready + 1.1), "{}", r.makespan_min);

@@ -162,10 +162,7 @@ impl<M: TransitionModel> Repartitioner for MeanField<M> {
         self.name.clone()
     }
     fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
-        sc.layout_indices(&self.initial)
-            .into_iter()
-            .map(|c| c as u16)
-            .collect()
+        sc.layout_configs(&self.initial)
     }
     fn every_events(&self) -> Option<u32> {
         Some(self.every)

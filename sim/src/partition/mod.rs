@@ -34,10 +34,7 @@ impl Repartitioner for Static {
         self.name.clone()
     }
     fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
-        sc.layout_indices(&self.layout)
-            .into_iter()
-            .map(|c| c as u16)
-            .collect()
+        sc.layout_configs(&self.layout)
     }
     fn decide(&mut self, _: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         Vec::new()
@@ -67,13 +64,7 @@ impl Periodic {
             .iter()
             .map(|p| {
                 let minute = smartmig_core::config::parse_time_of_day(&p.at).unwrap_or(0);
-                (
-                    f64::from(minute),
-                    sc.layout_indices(&p.layout)
-                        .into_iter()
-                        .map(|c| c as u16)
-                        .collect(),
-                )
+                (f64::from(minute), sc.layout_configs(&p.layout))
             })
             .collect();
         Periodic {
