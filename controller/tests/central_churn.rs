@@ -34,7 +34,7 @@ fn job_churn_under_a_fickle_policy_restarts_slurmctld_no_more_than_the_interval_
         return;
     }
     let mut c = Cluster::start(&two_nodes());
-    // A job that runs throughout on node 0's 3g.
+    // A job that runs throughout on node 0's first 3g (GPU 0's).
     let (long, _) = c
         .sbatch(&[
             "-w",
@@ -45,8 +45,8 @@ fn job_churn_under_a_fickle_policy_restarts_slurmctld_no_more_than_the_interval_
         ])
         .unwrap();
     c.wait_job(long, &["RUNNING"], Duration::from_secs(20));
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &["3g.20gb@4"]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let config = central_config_with(
         &c,

@@ -6,15 +6,18 @@
 //! The decision is forced through the real ONNX path: the test writes, with
 //! `onnx_writer`, a one-layer policy whose logits send every configuration to c5
 //! (3g.20gb@0 + 3g.20gb@4) with probability ≈ 1 (`decide::write_preferring`). Node 0
-//! starts in c2 (4g.20gb + 3g.20gb) and runs a job on its 3g, which c5 keeps (the
-//! node's GPU count stays 2: Slurm 22.05 kills running jobs when it changes); node 1
-//! starts in c1 (7g.40gb). The test shows that
+//! has two GPUs in c2 (4g.20gb + 3g.20gb) and runs a job on GPU 0's 3g (Slurm IDX 0);
+//! node 1 starts in c1 (7g.40gb). The test shows that
 //! - a dry-run cycle changes nothing (no drain, no Extra, node file unchanged) and
 //!   reports the decisions the real cycle then makes;
+//! - node 0's GPU 0 waits: c5 would put a new 3g.20gb@0 at the running job's device
+//!   index; its GPU 1 goes to c5 (its 3g come after the job's, and the node keeps 4
+//!   instances: Slurm 22.05 kills running jobs when the count changes);
 //! - the real cycle re-lays out both nodes with one slurmctld restart (22.05) or one
-//!   reconfigure (23.11 and later: `relayout = "auto"`), and Slurm then sees
-//!   `gpu:3g.20gb:2` on both;
-//! - the job on the untouched 3g keeps running throughout (same job, never requeued);
+//!   reconfigure (23.11 and later: `relayout = "auto"`), and Slurm then sees node 0's
+//!   3 × 3g.20gb + 4g.20gb and node 1's 2 × 3g.20gb;
+//! - the job keeps running throughout (same job, never requeued), and its device index
+//!   still names the instance it runs on;
 //! - new jobs run on the new layout (3g.20gb on node 1, which had only a 7g).
 //!
 //! Needs root, Slurm and the node agent's simulated backend; skipped otherwise.
@@ -29,7 +32,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use backends::Kind;
-use common::{node_field, run_central, start_agent, start_agent_on, two_nodes, Policy, C1, C2};
+use common::{node_field, run_central, start_agent, start_agent_on, two_nodes, Policy, C1, C2, C5, NODE0_C5};
 use slurm::Cluster;
 use smartmigd::central::status::Status;
 
@@ -49,14 +52,14 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());
     let nodes = c.nodes.clone();
-    // The job on node 0's 3g, which c5 keeps.
+    // The job on node 0's first 3g: GPU 0's 3g.20gb@4.
     let (keep, _) = c
         .sbatch(&["-w", &nodes[0], "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
         .unwrap();
     c.wait_job(keep, &["RUNNING"], Duration::from_secs(20));
     let started = c.job(keep).get("StartTime").cloned().unwrap_or_default();
-    let g0 = start_agent_on(&mut c, 0, kind, C2, &["3g.20gb@4"]);
-    let g1 = start_agent_on(&mut c, 1, kind, C1, &[]);
+    let g0 = start_agent_on(&mut c, 0, kind, &[C2, C2], &["3g.20gb@4"]);
+    let g1 = start_agent_on(&mut c, 1, kind, &[C1], &[]);
     common::wait_announced(&c);
     let config = common::central_config(
         &c,
@@ -72,7 +75,17 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     let out = run_central(&c, &config, &["--dry-run"]);
     assert!(out.contains("2 changed (dry-run: would be)"), "{out}");
     let dry = Status::read(&c.dir.join("central")).unwrap();
-    assert!(dry.decisions.iter().all(|d| d.action == "would apply"), "{dry:?}");
+    let shift =
+        "skip: the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0, which would name 3g.20gb@0 of GPU 0";
+    let gpu0 = format!("{}/0", nodes[0]);
+    for d in &dry.decisions {
+        let want = if d.gpu == gpu0 {
+            format!("would {shift}")
+        } else {
+            "would apply".into()
+        };
+        assert_eq!(d.action, want, "{dry:?}");
+    }
     for n in &nodes {
         assert!(node_field(&c, n, "Extra").is_empty(), "dry-run wrote {n}'s Extra");
         assert!(!c.node_state(n).contains("DRAIN"), "dry-run drained {n}");
@@ -93,7 +106,13 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     assert!(real.errors.is_empty(), "{:?}", real.errors);
     let applied: Vec<_> = real.decisions.iter().filter(|d| d.action == "applied").collect();
     assert_eq!(applied.len(), 2, "{real:?}");
-    assert_eq!(decisions(&dry), {
+    assert!(
+        real.decisions.iter().any(|d| d.gpu == gpu0 && d.action == shift),
+        "{real:?}"
+    );
+    let mut would = dry.clone();
+    would.decisions.retain(|d| d.action == "would apply");
+    assert_eq!(decisions(&would), {
         let mut v: Vec<_> = applied
             .iter()
             .map(|d| (d.gpu.clone(), d.from.clone(), d.to.clone()))
@@ -101,12 +120,12 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         v.sort();
         v
     });
-    for n in &nodes {
+    for (n, want) in nodes.iter().zip(["gpu:3g.20gb:3,gpu:4g.20gb:1", "gpu:3g.20gb:2"]) {
         c.wait_for("the node back to service", Duration::from_secs(30), |c| {
             !c.node_state(n).contains("DRAIN") && !c.node_state(n).contains("DOWN")
         });
         let gres = node_field(&c, n, "Gres");
-        assert!(gres.starts_with("gpu:3g.20gb:2"), "{n}: {gres}");
+        assert!(gres.starts_with(want), "{n}: {gres}");
     }
     // The job on the kept instance ran throughout.
     let job = c.job(keep);
@@ -117,6 +136,12 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     );
     assert_eq!(job.get("StartTime"), Some(&started), "never restarted");
     assert_eq!(job.get("Restarts").map(String::as_str), Some("0"));
+    assert_eq!(g0.layouts(), NODE0_C5);
+    assert_eq!(
+        device_of(&c, keep, &nodes[0], &g0.layouts()),
+        (0, "3g.20gb@4".to_string()),
+        "Slurm's index of the job still names GPU 0's 3g.20gb@4"
+    );
     // New jobs run on the new type, on both nodes.
     for n in &nodes {
         let (j, _) = c
@@ -124,8 +149,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
             .unwrap_or_else(|e| panic!("submit on {n}: {e}"));
         c.wait_job(j, &["COMPLETED"], Duration::from_secs(30));
     }
-    assert_eq!(g0.layout(0), "3g.20gb@0 3g.20gb@4");
-    assert_eq!(g1.layout(0), "3g.20gb@0 3g.20gb@4");
+    assert_eq!(g1.layout(0), C5);
     let snap = std::fs::read_to_string(c.snapshot_path()).unwrap();
     assert!(snap.contains("3g.20gb") && !snap.contains("7g.40gb"), "{snap}");
     // Node 1's agent serves its metrics on the default loopback port of its own host
@@ -149,6 +173,35 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     assert!(!metrics.contains("7g.40gb"), "{metrics}");
 }
 
+/// The device (GPU position, instance) Slurm's `IDX` for running job `job` on `node` names,
+/// by the central role's reading of the node's `Gres` and `layouts` (`|` between GPUs).
+fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str) -> (usize, String) {
+    let out = c.scontrol(&["-d", "show", "job", &job.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let idx: usize = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("GRES=gpu:3g.20gb:1(IDX:"))
+        .and_then(|rest| rest.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no IDX: {text}"));
+    let m = common::a100();
+    let parsed: Vec<smartmig_core::mig::Layout> = layouts
+        .split(" | ")
+        .map(|l| smartmig_core::mig::Layout::parse(&m, l).unwrap())
+        .collect();
+    let names: Vec<Vec<String>> = parsed
+        .iter()
+        .map(|l| smartmigd::central::view::instance_types(&m, l))
+        .collect();
+    let pairs: Vec<_> = parsed
+        .iter()
+        .zip(&names)
+        .map(|(l, n)| (l, n.as_slice()))
+        .collect();
+    let order = smartmigd::central::view::slurm_index_order(&node_field(c, node, "Gres"), &pairs).unwrap();
+    let (gpu, inst) = order[idx].expect("a MIG device");
+    (gpu, smartmig_core::mig::layout::display_instance(&m, &inst))
+}
+
 /// The site's own lines of a node's gres.conf, and its non-MIG GRES in slurm.conf.
 const SITE_LINES: [&str; 3] = [
     "NodeName={node} AutoDetect=off",
@@ -162,7 +215,7 @@ fn a_site_gres_conf_keeps_autodetect_a_non_mig_gpu_and_other_nodes_lines_across_
     // Node 0 has a whole (non-MIG) GPU beside its MIG one: a line of its own in gres.conf
     // and `gpu:a100:1` in its Gres, both the site's.
     let mut opts = two_nodes();
-    opts.gpus.push(slurm::FakeGpu(vec![("a100", 1)]));
+    opts.gpus[1] = slurm::FakeGpu(vec![("a100", 1)]);
     let mut c = Cluster::start(&opts);
     let n0 = c.nodes[0].clone();
     let own = c.dir.join(format!("etc/gres-{n0}.conf"));
@@ -172,8 +225,8 @@ fn a_site_gres_conf_keeps_autodetect_a_non_mig_gpu_and_other_nodes_lines_across_
         text.push('\n');
     }
     std::fs::write(&own, &text).unwrap();
-    let s0 = start_agent(&mut c, 0, C2, &[]);
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s0 = start_agent(&mut c, 0, &[C2], &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     common::wait_announced(&c);
     let config = common::central_config(&c, &Policy::Static("\"c5\""), "run/snapshot.json");
     let out = run_central(&c, &config, &[]);

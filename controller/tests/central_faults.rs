@@ -3,9 +3,11 @@
 //! Slurm-node-record channel) and `smartmigd central --once` in the controller's
 //! namespace (set-up in `common`).
 //!
-//! Node 0 starts in c2 (4g.20gb + 3g.20gb) with a job running on its 3g, a second job
-//! waiting for a 3g there and a held job in the queue; node 1 starts in c1 (7g.40gb).
-//! The policy sends both GPUs to c5 (two 3g.20gb), which keeps the running job's 3g.
+//! Node 0 starts with two GPUs in c2 (4g.20gb + 3g.20gb) with a job running on GPU 0's 3g,
+//! a second job waiting for two 3g there and a held job in the queue; node 1 starts in c1
+//! (7g.40gb). The policy sends every GPU to c5 (two 3g.20gb): node 0's GPU 1 and node 1
+//! change, node 0's GPU 0 waits (its new 3g.20gb@0 would take the running job's Slurm
+//! device index).
 //! Each test injects one fault and then checks what every fault must leave behind
 //! (`common::assert_safe`): every GPU settled in a valid layout; Slurm's node Gres and
 //! the node's gres.conf agreeing; every node either in service with the device's layout,
@@ -44,6 +46,7 @@ use common::{
     a100, assert_consistent, assert_consistent_on, assert_safe, central_command, central_config,
     central_config_with, central_output, gres_counts, make_gpus, node_field, run_central, sim_layout,
     start_agent, start_agent_named_on, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
+    C5, NODE0_C2, NODE0_C5,
 };
 use slurm::{Cluster, Options};
 use smartmig_core::config::Config;
@@ -64,15 +67,15 @@ fn restart_path_config(c: &Cluster, policy: &Policy, snapshot: &str, more: &str)
     Some(central_config_with(c, policy, snapshot, more))
 }
 
-const C5: &str = "3g.20gb@0 3g.20gb@4";
 const TO_C5: Policy = Policy::Static("\"c5\"");
 
 /// Every fault test's start: the cluster (with `opts`), its workload, and node 0's agent
-/// on its c2 GPU with the running job's 3g busy (node 1's GPU and agent are up to the test).
+/// on its two c2 GPUs with the running job's 3g busy on GPU 0 (node 1's GPU and agent are
+/// up to the test).
 fn start_with(opts: &Options) -> (Cluster, Workload, Simulated) {
     let mut c = Cluster::start(opts);
     let jobs = submit_workload(&c);
-    let s0 = start_agent(&mut c, 0, C2, &["3g.20gb@4"]);
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &["3g.20gb@4"]);
     (c, jobs, s0)
 }
 
@@ -130,7 +133,7 @@ fn start_restart_fault(
     more: &str,
 ) -> Option<(Cluster, Workload, Simulated, Simulated, PathBuf)> {
     let (mut c, jobs, s0) = start_with(opts);
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let wrapper = restart_wrapper(&c, name, script);
     let config = restart_path_config(
@@ -158,7 +161,7 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_a
 ) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let g1 = make_gpus(&c, 1, kind, C1, &[]);
+    let g1 = make_gpus(&c, 1, kind, &[C1], &[]);
     // Node 1's agent dies (SIGABRT, as a kill would) right after destroying the 7g.
     g1.abort_after(2);
     start_agent_named_on(&mut c, 1, "agent-1-killed", &g1);
@@ -184,7 +187,7 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_a
     let out = finish(&c, central);
 
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
-    assert_eq!(sim_layout(&s0), C5);
+    assert_eq!(sim_layout(&s0), NODE0_C5);
     assert_eq!(g1.layout(0), C5);
     let g0 = TestGpus::from_simulated(&s0, &a100());
     assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
@@ -195,7 +198,7 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_late
 ) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let g1 = make_gpus(&c, 1, kind, C1, &[]);
+    let g1 = make_gpus(&c, 1, kind, &[C1], &[]);
     // The second create-gi on node 1 fails as NVML would.
     g1.fail(Op::CreateGi, Some(0), "NVML_ERROR_INSUFFICIENT_RESOURCES", 1);
     start_agent_named_on(&mut c, 1, "agent-1", &g1);
@@ -205,7 +208,7 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_late
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     assert!(out.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{out}");
-    assert_eq!(sim_layout(&s0), C5);
+    assert_eq!(sim_layout(&s0), NODE0_C5);
     assert_eq!(g1.layout(0), C1, "rolled back");
     let st = status(&c);
     let node1 = format!("{}/0", c.nodes[1]);
@@ -236,7 +239,7 @@ fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_late
 
 /// Starts node 1's agent with slow creates (so the test can act mid-Apply).
 fn slow_node_1(c: &mut Cluster) -> Simulated {
-    let s1 = start_agent(c, 1, C1, &[]);
+    let s1 = start_agent(c, 1, &[C1], &[]);
     s1.set_latency("create-ci", 700).unwrap();
     s1
 }
@@ -314,7 +317,7 @@ fn a_report_with_another_gpu_set_is_refused_and_nothing_is_written_to_slurm() {
 fn assert_reverted_and_held(c: &Cluster, s0: &Simulated, s1: &Simulated, jobs: &Workload, why: &str) {
     assert_eq!(
         (sim_layout(s0), sim_layout(s1)),
-        (C2.into(), C1.into()),
+        (NODE0_C2.into(), C1.into()),
         "{}",
         c.log_tails()
     );
@@ -453,7 +456,7 @@ impl Drop for TinyFs {
 fn an_include_that_cannot_be_written_leaves_slurm_as_it_was_and_the_nodes_reverted() {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
     let before_text = std::fs::read_to_string(c.nodes_include()).unwrap();
@@ -506,7 +509,7 @@ fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start
     }
     assert_eq!(
         (sim_layout(&s0), sim_layout(&s1)),
-        (C2.into(), C1.into()),
+        (NODE0_C2.into(), C1.into()),
         "reverted by the watchdogs"
     );
     // The next run of the central role finds the batch in flight and settles it.
@@ -536,7 +539,7 @@ fn a_node_an_admin_drains_during_the_relayout_stays_drained_with_their_reason() 
     assert!(out.status.success(), "{out:?}");
     let out = finish(&c, central);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
-    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
     assert!(node_field(&c, &n1, "Reason").starts_with("admin: bad fan, ticket 81"));
     assert_safe(&c, &[&s0, &s1], &jobs.all(), &[(1, "admin: bad fan")]);
 }
@@ -556,7 +559,7 @@ fn slurmctld_restarted_by_someone_else_mid_batch_delays_it_but_it_completes() {
     assert!(restart.success());
     let out = finish(&c, central);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
-    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
     assert!(
         ctld_starts(&c) >= 3,
         "started, restarted by the test, restarted by the re-layout"
@@ -569,7 +572,7 @@ fn slurmctld_restarted_by_someone_else_mid_batch_delays_it_but_it_completes() {
 fn a_policy_file_replaced_by_a_corrupt_one_keeps_every_layout_and_says_why() {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let config = central_config(
         &c,
@@ -587,7 +590,7 @@ fn a_policy_file_replaced_by_a_corrupt_one_keeps_every_layout_and_says_why() {
     }
     assert!(source.starts_with("onnx "), "{source}");
     assert!(out.contains("2 changed"), "{out}");
-    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
 
     let resolved = Config::from_file(&config).unwrap().resolve(None).unwrap();
     std::fs::write(
@@ -607,7 +610,7 @@ fn a_policy_file_replaced_by_a_corrupt_one_keeps_every_layout_and_says_why() {
             && out.contains("unusable; its GPUs keep their layouts"),
         "{out}"
     );
-    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
 
@@ -615,7 +618,7 @@ fn a_policy_file_replaced_by_a_corrupt_one_keeps_every_layout_and_says_why() {
 fn an_unwritable_snapshot_is_an_error_the_relayout_still_completes_and_a_later_cycle_publishes() {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     // Root ignores file modes: the snapshot's parent is a regular file instead.
     let blocked = c.dir.join("blocked");
@@ -633,7 +636,7 @@ fn an_unwritable_snapshot_is_an_error_the_relayout_still_completes_and_a_later_c
         "{:?}",
         status(&c)
     );
-    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (C5.into(), C5.into()));
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 
     std::fs::remove_file(&blocked).unwrap();
@@ -648,19 +651,23 @@ fn an_unwritable_snapshot_is_an_error_the_relayout_still_completes_and_a_later_c
 fn a_node_report_slurmctld_lost_is_reannounced_and_the_central_role_manages_the_node_again() {
     skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());
-    let s0 = start_agent(&mut c, 0, C2, &[]);
-    let s1 = start_agent(&mut c, 1, C1, &[]);
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let n1 = c.nodes[1].clone();
     let out = c.scontrol(&["update", &format!("NodeName={n1}"), "Comment="]);
     assert!(out.status.success(), "{out:?}");
     wait_announced(&c);
     // Each GPU already has its static configuration: nothing to change, both managed.
-    let config = central_config(&c, &Policy::Static("\"c2\", \"c1\""), "run/snapshot.json");
+    let config = central_config(&c, &Policy::Static("\"c2\", \"c2\", \"c1\""), "run/snapshot.json");
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("0 changed") && out.contains("0 error(s)"), "{out}");
     let gpus: Vec<String> = status(&c).gpus.iter().map(|g| g.gpu.clone()).collect();
-    assert_eq!(gpus, vec![format!("{}/0", c.nodes[0]), format!("{n1}/0")]);
+    let n0 = &c.nodes[0];
+    assert_eq!(
+        gpus,
+        vec![format!("{n0}/0"), format!("{n0}/1"), format!("{n1}/0")]
+    );
     let log = std::fs::read_to_string(c.dir.join(format!("log/agent-{n1}.out"))).unwrap();
     assert!(
         log.contains("re-announced generation 0") && log.contains("report is gone"),

@@ -291,7 +291,7 @@ impl Central {
                 .sources
                 .insert(self.resolved.models[m].model.key.clone(), text);
         }
-        let busy = |s: &Skipped| matches!(s.why, Wait::Busy(_) | Wait::CountChange);
+        let busy = |s: &Skipped| matches!(s.why, Wait::Busy(_) | Wait::CountChange | Wait::IndexShift(_));
         report.wanted += changes.len() + skipped.iter().filter(|s| busy(s)).count();
         report.skipped_busy += skipped.iter().filter(|s| busy(s)).count();
         if self.mode == Mode::DryRun {

@@ -101,19 +101,25 @@ impl Recorder {
     }
 }
 
-/// Node a: c2 with a job on its 4g (which c5 and c8 destroy); node b: c2 with a job on its 3g
-/// (which c5 and c8 keep); node c: c2, idle. Slurm numbers devices by type name (equal
-/// lengths: alphabetically): 3g.20gb is IDX 0, 4g.20gb IDX 1.
+/// Node a: c2 with a job on its 4g (which c5 and c8 destroy); node b: GPU 0 in c5 with a
+/// job on its 3g.20gb@4, GPU 1 in c2, idle (its change to c5 keeps the job's device
+/// index); node c: c2, idle. Slurm numbers devices by type name (equal lengths:
+/// alphabetically), then GPU by GPU: on a, 3g.20gb is IDX 0, 4g.20gb IDX 1; on b the job's
+/// 3g.20gb@4 of GPU 0 is IDX 1.
 fn cluster() -> FakeSlurm {
     let mut s = FakeSlurm {
         auto_agent: true,
         ..FakeSlurm::default()
     };
     for n in ["a", "b", "c"] {
-        s.nodes.push(FakeSlurm::node(n, &[("A100-SXM4-40GB", C2)]));
+        let gpus: &[(&str, &str)] = match n {
+            "b" => &[("A100-SXM4-40GB", C5), ("A100-SXM4-40GB", C2)],
+            _ => &[("A100-SXM4-40GB", C2)],
+        };
+        s.nodes.push(FakeSlurm::node(n, gpus));
     }
     s.jobs.push(FakeSlurm::running(1, "a", "4g.20gb", 1));
-    s.jobs.push(FakeSlurm::running(2, "b", "3g.20gb", 0));
+    s.jobs.push(FakeSlurm::running(2, "b", "3g.20gb", 1));
     s
 }
 
@@ -141,10 +147,11 @@ fn node(c: &mut Central, name: &str) -> crate::slurm::SlurmNode {
     c.api().node(name).unwrap().unwrap()
 }
 
+/// The layout of node `name`'s last GPU (the one that may change: on b the first holds the
+/// job and is in c5 already).
 fn layout_of(c: &mut Central, name: &str) -> String {
-    read_report(&node(c, name)).unwrap().unwrap().gpus[0]
-        .layout
-        .clone()
+    let report = read_report(&node(c, name)).unwrap().unwrap();
+    report.gpus.last().unwrap().layout.clone()
 }
 
 #[test]
@@ -162,7 +169,7 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     assert_eq!(
         rec.batches(),
         vec![vec![
-            ("b".to_string(), "gpu:3g.20gb:2".to_string()),
+            ("b".to_string(), "gpu:3g.20gb:4".to_string()),
             ("c".to_string(), "gpu:3g.20gb:2".to_string())
         ]],
         "one refresh for the batch, with the reported layouts"
@@ -180,7 +187,7 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     assert!(status
         .decisions
         .iter()
-        .any(|d| d.gpu == "b/0" && d.action == "applied" && d.to == "c5"));
+        .any(|d| d.gpu == "b/1" && d.action == "applied" && d.to == "c5"));
     assert_eq!(status.counters.repartitions, 2);
     assert!(status.pending_transitions.is_empty());
     assert!(!c.in_flight());
@@ -267,7 +274,7 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
         would,
         [
             ("a/0".to_string(), true),
-            ("b/0".to_string(), false),
+            ("b/1".to_string(), false),
             ("c/0".to_string(), false)
         ]
     );
@@ -365,7 +372,7 @@ fn a_failed_refresh_restores_slurm_reverts_the_nodes_and_leaves_them_drained_wit
     for name in ["b", "c"] {
         let n = node(&mut c, name);
         assert_eq!(
-            read_report(&n).unwrap().unwrap().gpus[0].layout,
+            read_report(&n).unwrap().unwrap().gpus.last().unwrap().layout,
             C2,
             "{name} reverted"
         );
@@ -468,7 +475,7 @@ fn a_node_slow_to_apply_is_reverted_and_resumed_and_the_rest_of_the_batch_goes_o
         rec.batches(),
         vec![vec![
             ("a".to_string(), "gpu:3g.20gb:2".to_string()),
-            ("b".to_string(), "gpu:3g.20gb:2".to_string())
+            ("b".to_string(), "gpu:3g.20gb:4".to_string())
         ]]
     );
     assert_eq!(layout_of(&mut c, "c"), C2, "reverted");
@@ -501,7 +508,7 @@ fn a_plan_that_cannot_be_handed_to_an_agent_resumes_its_node_and_the_rest_of_the
         rec.batches(),
         vec![vec![
             ("a".to_string(), "gpu:3g.20gb:2".to_string()),
-            ("b".to_string(), "gpu:3g.20gb:2".to_string())
+            ("b".to_string(), "gpu:3g.20gb:4".to_string())
         ]]
     );
     assert_eq!(layout_of(&mut c, "c"), C2);
@@ -685,8 +692,10 @@ fn preempt_mode_requeues_the_jobs_on_changing_instances_only() {
         Recorder::default(),
     );
     let r = once(&mut c);
-    assert_eq!(r.changed, 3, "{r:?}");
+    // b's GPUs to c8 would put 1g.5gb devices before the job's 3g.20gb: they wait.
+    assert_eq!(r.changed, 2, "{r:?}");
     assert_eq!(layout_of(&mut c, "a"), C8);
+    assert_eq!(layout_of(&mut c, "b"), C2);
     let jobs = c.api().jobs().unwrap();
     assert_eq!(jobs.iter().find(|j| j.id == 1).unwrap().state, JobState::Pending);
     assert_eq!(jobs.iter().find(|j| j.id == 2).unwrap().state, JobState::Running);
@@ -861,13 +870,67 @@ fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_b
     );
     let mut c = central(r, s, Mode::Drain, Recorder::default());
     once(&mut c);
-    // c8 → c5 changes b's GPU count under a running job: Slurm 22.05 would kill it.
+    // c8 → c5 puts a 3g.20gb at the job's index and changes b's GPU count under it.
     assert_eq!(layout_of(&mut c, "b"), C8);
     assert!(c
         .status
         .decisions
         .iter()
-        .any(|d| d.gpu == "b/0" && d.action.contains("GPU count would change")));
+        .any(|d| d.gpu == "b/0" && d.action.contains("device index")));
+}
+
+#[test]
+fn a_change_that_would_give_a_busy_devices_index_to_another_waits_and_the_nodes_other_gpus_go_on() {
+    let dir = temp("index-shift");
+    let mut s = cluster();
+    // b: two GPUs in c2, the job on GPU 0's 3g.20gb@4 (IDX 0: 3g.20gb before 4g.20gb).
+    s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", C2), ("A100-SXM4-40GB", C2)]);
+    s.jobs[1].gres_detail = vec!["gpu:3g.20gb:1(IDX:0)".into()];
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // GPU 0 to c5 would put its new 3g.20gb@0 at IDX 0; GPU 1's 3g.20gb come after it.
+    let report = read_report(&node(&mut c, "b")).unwrap().unwrap();
+    let layouts: Vec<&str> = report.gpus.iter().map(|g| g.layout.as_str()).collect();
+    assert_eq!(layouts, [C2, C5]);
+    let why = c
+        .status
+        .decisions
+        .iter()
+        .find(|d| d.gpu == "b/0")
+        .map(|d| d.action.clone())
+        .unwrap();
+    assert_eq!(
+        why,
+        "skip: the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0, which would name 3g.20gb@0 of GPU 0"
+    );
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "b/1" && d.action == "applied"));
+}
+
+#[test]
+fn a_busy_nodes_gpu_count_change_waits_even_when_every_index_holds() {
+    let dir = temp("count-change");
+    // a/0 → c1, b/0 stays c5 (the job's GPU), b/1 c2 → c1, c/0 → c1.
+    let policy = "kind = \"static\"\nstatic_layout = [\"c1\", \"c5\", \"c1\"]";
+    let mut c = central(
+        resolved(&dir, policy),
+        cluster(),
+        Mode::Drain,
+        Recorder::default(),
+    );
+    once(&mut c);
+    // b/1 to c1 keeps the job's IDX 1 (7g.40gb sorts after 3g.20gb) but takes b from 4 GPUs to 3.
+    assert_eq!(layout_of(&mut c, "b"), C2);
+    assert_eq!(layout_of(&mut c, "c"), "7g.40gb@0");
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "b/1" && d.action.contains("GPU count would change")));
 }
 
 #[test]
@@ -888,7 +951,7 @@ fn a_node_drained_by_an_unrecorded_relayout_is_resumed_only_when_agent_and_slurm
     let dir = temp("orphan");
     let mut s = cluster();
     s.jobs.clear();
-    for (i, gres) in [(1, "gpu:3g.20gb:1,gpu:4g.20gb:1"), (2, "gpu:3g.20gb:2")] {
+    for (i, gres) in [(1, "gpu:3g.20gb:3,gpu:4g.20gb:1"), (2, "gpu:3g.20gb:2")] {
         s.nodes[i].drain = true;
         s.nodes[i].reason = Some(format!("{DRAIN_PREFIX}3"));
         s.nodes[i].gres = gres.into();
@@ -963,4 +1026,48 @@ fn a_report_that_cannot_read_the_gpus_leaves_the_node_alone() {
         rep.errors
     );
     assert!(!c.api_fake().node_updates.iter().any(|u| u.node == "c"));
+}
+
+#[test]
+fn a_change_whose_partner_still_waits_for_persistence_is_held_to_the_node_rules_alone() {
+    let dir = temp("persist-partner");
+    let mut s = FakeSlurm {
+        auto_agent: true,
+        ..FakeSlurm::default()
+    };
+    // d: GPU 0 in c5 with a job on its 3g.20gb@4 (IDX 1), GPU 1 in c2, GPU 2 whole.
+    let gpus = [C5, C2, "7g.40gb@0"].map(|l| ("A100-SXM4-40GB", l));
+    s.nodes.push(FakeSlurm::node("d", &gpus));
+    s.jobs.push(FakeSlurm::running(2, "d", "3g.20gb", 1));
+    let r = resolved_with(
+        &dir,
+        "kind = \"static\"\nstatic_layout = [\"c5\", \"c1\", \"c5\"]",
+        "min_relayout_interval_s = 0\npersist_cycles = 2\n",
+    );
+    let mut c = central(r, s, Mode::Drain, Recorder::default());
+    let config = |c: &Central, name: &str| {
+        c.resolved.models[0]
+            .configurations
+            .iter()
+            .position(|x| x.name == name)
+            .unwrap()
+    };
+    // Cycle 1: d/1 → c1 (one instance fewer) with d/2 → c5 (one more): the count holds.
+    let r1 = once(&mut c);
+    assert_eq!(r1.changed, 0, "both wait for a second cycle");
+    // Cycle 2: d/2 now wants c2 (still one more): d/1's target has persisted, d/2's not.
+    c.resolved.models[0].static_layout = vec![config(&c, "c5"), config(&c, "c1"), config(&c, "c2")];
+    let r2 = once(&mut c);
+    assert_eq!(
+        r2.changed, 0,
+        "d/1 alone would take d from 5 GPUs to 4 under the job: {r2:?}"
+    );
+    assert!(c
+        .status
+        .decisions
+        .iter()
+        .any(|d| d.gpu == "d/1" && d.action.contains("GPU count would change")));
+    // Cycle 3: both have persisted and go together.
+    let r3 = once(&mut c);
+    assert_eq!(r3.changed, 2, "{r3:?}");
 }

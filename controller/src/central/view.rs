@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use smartmig_core::config::Resolved;
-use smartmig_core::mig::{identify, Instance, Layout, LayoutError};
+use smartmig_core::mig::{identify, GpuModel, Instance, Layout, LayoutError};
 
 use super::Untrusted;
 use crate::channel::{ChannelError, Report};
@@ -226,6 +226,15 @@ pub fn slurm_index_order(
     }
 }
 
+/// The GRES type (profile name) of each of `layout`'s instances, in its order.
+pub fn instance_types(model: &GpuModel, layout: &Layout) -> Vec<String> {
+    layout
+        .instances()
+        .iter()
+        .map(|i| model.profiles[i.profile].name.clone())
+        .collect()
+}
+
 impl View {
     /// Builds the view from Slurm's nodes and jobs; nodes without a readable report from
     /// a smartmig agent are not managed (listed in `problems` when they carry a broken one).
@@ -382,14 +391,7 @@ fn parse_gpus(
     gpus.sort_by_key(|g| g.index);
     let names: Vec<Vec<String>> = gpus
         .iter()
-        .map(|g| {
-            let model = &resolved.models[g.model].model;
-            g.layout
-                .instances()
-                .iter()
-                .map(|i| model.profiles[i.profile].name.clone())
-                .collect()
-        })
+        .map(|g| instance_types(&resolved.models[g.model].model, &g.layout))
         .collect();
     let layouts: Vec<(&Layout, &[String])> = gpus
         .iter()

@@ -130,6 +130,23 @@ impl TestGpus {
         TestNode::open(&self.dir)
     }
 
+    /// How many GPUs the node has.
+    pub fn count(&self) -> u32 {
+        let n = match self.kind {
+            Kind::Simulated => self.sim().load().unwrap().gpus.len(),
+            Kind::Nvml => self.node().load().unwrap().gpus.len(),
+        };
+        n as u32
+    }
+
+    /// Every GPU's layout, `|` between GPUs (see [`TestGpus::layout`]).
+    pub fn layouts(&self) -> String {
+        (0..self.count())
+            .map(|g| self.layout(g))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
     /// GPU `gpu`'s layout and whether every instance has its compute instance.
     pub fn state(&self, gpu: u32) -> (Layout, bool) {
         match self.kind {

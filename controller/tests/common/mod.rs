@@ -19,7 +19,6 @@ use crate::slurm::{self, Cluster, FakeGpu, Options};
 use smartmig_core::config::{Config, Mode};
 use smartmig_core::mig::{Catalogue, Driver, GpuModel};
 use smartmig_gpu::simulated::Simulated;
-use smartmig_gpu::GpuBackend;
 use smartmigd::central::decide::write_preferring;
 
 /// The daemon under test: this test build's for the host's Slurm; for a root's, one built
@@ -74,6 +73,14 @@ pub fn smartmigd_with(c: &Cluster, node: Option<usize>, extra: &[PathBuf]) -> Co
 }
 /// Configuration c2 of the A100-40GB.
 pub const C2: &str = "4g.20gb@0 3g.20gb@4";
+/// Configuration c5 (two 3g).
+pub const C5: &str = "3g.20gb@0 3g.20gb@4";
+/// Node 0's two GPUs at the start, both in c2 (as [`sim_layout`] shows them).
+pub const NODE0_C2: &str = "4g.20gb@0 3g.20gb@4 | 4g.20gb@0 3g.20gb@4";
+/// Node 0 after a move to c5: GPU 0 holds the running job's 3g.20gb@4 (Slurm IDX 0) and
+/// stays in c2 (c5 would put its new 3g.20gb@0 at that index); GPU 1 goes to c5 (its
+/// 3g come after the job's: the job's index holds, and the node keeps 4 instances).
+pub const NODE0_C5: &str = "4g.20gb@0 3g.20gb@4 | 3g.20gb@0 3g.20gb@4";
 /// Configuration c1 (one 7g).
 pub const C1: &str = "7g.40gb@0";
 
@@ -99,10 +106,12 @@ macro_rules! skip_unless_netns {
     };
 }
 
-/// Node 0 in c2 (4g.20gb + 3g.20gb), node 1 in c1 (7g.40gb); no plugin, no accounting.
+/// Node 0 with two GPUs in c2 (4g.20gb + 3g.20gb), node 1 in c1 (7g.40gb); no plugin, no
+/// accounting.
 pub fn two_nodes() -> Options {
+    let c2 = || FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)]);
     Options {
-        gpus: vec![FakeGpu(vec![("4g.20gb", 1), ("3g.20gb", 1)])],
+        gpus: vec![c2(), c2()],
         more_nodes: vec![vec![FakeGpu(vec![("7g.40gb", 1)])]],
         smartmig_toml: slurm::SMARTMIG_TOML.to_string(),
         job_submit_plugins: String::new(),
@@ -118,10 +127,10 @@ pub fn a100() -> GpuModel {
     Catalogue::embedded().model("a100-40gb").unwrap().clone()
 }
 
-/// Creates node `i`'s simulated GPU in `layout` with `busy` instances marked in use.
-pub fn make_sim(c: &Cluster, i: usize, layout: &str, busy: &[&str]) -> Simulated {
+/// Creates node `i`'s simulated GPUs in `layouts` with `busy` instances of GPU 0 marked in use.
+pub fn make_sim(c: &Cluster, i: usize, layouts: &[&str], busy: &[&str]) -> Simulated {
     let sim =
-        Simulated::create_layouts(&c.dir.join(format!("sim-{}", c.nodes[i])), &a100(), &[layout]).unwrap();
+        Simulated::create_layouts(&c.dir.join(format!("sim-{}", c.nodes[i])), &a100(), layouts).unwrap();
     if !busy.is_empty() {
         sim.mark_busy(0, &busy.join(" ")).unwrap();
     }
@@ -198,17 +207,17 @@ pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGp
 }
 
 /// Creates node `i`'s A100 on backend `kind` in `layout` with `busy` instances in use.
-pub fn make_gpus(c: &Cluster, i: usize, kind: Kind, layout: &str, busy: &[&str]) -> TestGpus {
+pub fn make_gpus(c: &Cluster, i: usize, kind: Kind, layouts: &[&str], busy: &[&str]) -> TestGpus {
     let gpus = match kind {
         Kind::Simulated => {
-            make_sim(c, i, layout, &[]);
+            make_sim(c, i, layouts, &[]);
             sim_gpus(c, i)
         }
         Kind::Nvml => TestGpus::create(
             kind,
             &c.dir.join(format!("nvml-{}", c.nodes[i])),
             "a100-40gb",
-            &[layout],
+            layouts,
         ),
     };
     if !busy.is_empty() {
@@ -217,17 +226,17 @@ pub fn make_gpus(c: &Cluster, i: usize, kind: Kind, layout: &str, busy: &[&str])
     gpus
 }
 
-/// Creates node `i`'s GPU on backend `kind` and starts its agent.
-pub fn start_agent_on(c: &mut Cluster, i: usize, kind: Kind, layout: &str, busy: &[&str]) -> TestGpus {
-    let gpus = make_gpus(c, i, kind, layout, busy);
+/// Creates node `i`'s GPUs on backend `kind` and starts its agent.
+pub fn start_agent_on(c: &mut Cluster, i: usize, kind: Kind, layouts: &[&str], busy: &[&str]) -> TestGpus {
+    let gpus = make_gpus(c, i, kind, layouts, busy);
     let name = format!("agent-{}", c.nodes[i]);
     start_agent_named_on(c, i, &name, &gpus);
     gpus
 }
 
-/// Creates node `i`'s simulated GPU and starts its agent.
-pub fn start_agent(c: &mut Cluster, i: usize, layout: &str, busy: &[&str]) -> Simulated {
-    let sim = make_sim(c, i, layout, busy);
+/// Creates node `i`'s simulated GPUs and starts its agent.
+pub fn start_agent(c: &mut Cluster, i: usize, layouts: &[&str], busy: &[&str]) -> Simulated {
+    let sim = make_sim(c, i, layouts, busy);
     let name = format!("agent-{}", c.nodes[i]);
     start_agent_named(c, i, &name);
     sim
@@ -367,19 +376,21 @@ pub fn gres_counts(gres: &str) -> BTreeMap<String, u32> {
     m
 }
 
-/// The layout of a node's simulated GPU.
+/// The layouts of a node's simulated GPUs, `|` between GPUs, settled or not.
 pub fn sim_layout(sim: &Simulated) -> String {
     let m = a100();
-    let layout = sim.state(0, &m).unwrap().layout;
-    let text = layout.display(&m).to_string();
-    text
+    let gpus = TestGpus::from_simulated(sim, &m);
+    (0..gpus.count())
+        .map(|g| gpus.state(g).0.display(&m).to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// Jobs submitted by a test, with what each was for.
 pub struct Workload {
-    /// Running on node 0's 3g.20gb@4 (which c2 and c5 both keep).
+    /// Running on node 0's first 3g.20gb (GPU 0's 3g.20gb@4, IDX 0).
     pub running: u32,
-    /// Waiting for a 3g.20gb on node 0 (busy now; c5 adds one).
+    /// Waiting for two 3g.20gb on node 0 (one is free now; GPU 1 in c5 has two).
     pub waiting: u32,
     /// Held: stays pending whatever happens.
     pub held: u32,
@@ -392,8 +403,8 @@ impl Workload {
     }
 }
 
-/// Submits the workload: a running job on node 0's 3g, a job pending behind it, and a
-/// held job. Call before the agents start (node 0's simulated 3g is then marked busy).
+/// Submits the workload: a running job on node 0's first 3g, a job pending behind it, and
+/// a held job. Call before the agents start (GPU 0's simulated 3g is then marked busy).
 pub fn submit_workload(c: &Cluster) -> Workload {
     let n0 = c.nodes[0].clone();
     let (running, _) = c
@@ -401,12 +412,12 @@ pub fn submit_workload(c: &Cluster) -> Workload {
         .unwrap();
     c.wait_job(running, &["RUNNING"], Duration::from_secs(20));
     let (waiting, _) = c
-        .sbatch(&["-w", &n0, "--gres=gpu:3g.20gb:1", "--wrap", "sleep 1"])
+        .sbatch(&["-w", &n0, "--gres=gpu:3g.20gb:2", "--wrap", "sleep 1"])
         .unwrap();
     let (held, _) = c
         .sbatch(&["--hold", "--gres=gpu:3g.20gb:1", "--wrap", "sleep 1"])
         .unwrap();
-    // Behind the running job (the only 3g on node 0), it cannot start yet.
+    // Behind the running job (on one of node 0's two 3g), it cannot start yet.
     std::thread::sleep(Duration::from_millis(300));
     let s = c.job(waiting).get("JobState").cloned().unwrap_or_default();
     assert_eq!(s, "PENDING", "{:?}", c.job(waiting));
@@ -488,14 +499,16 @@ pub fn assert_safe_on(c: &Cluster, gpus: &[&TestGpus], jobs: &[u32], held: &[(us
     let m = a100();
     for (i, g) in gpus.iter().enumerate() {
         let node = &c.nodes[i];
-        let (layout, settled) = g.state(0);
-        assert!(settled, "{node}: GPU left unsettled: {layout:?}");
-        layout
-            .validate(&m, Driver::R510)
-            .unwrap_or_else(|e| panic!("{node}: invalid layout {layout:?}: {e}"));
         let mut device: BTreeMap<String, u32> = BTreeMap::new();
-        for inst in layout.instances() {
-            *device.entry(m.profiles[inst.profile].name.clone()).or_default() += 1;
+        for gpu in 0..g.count() {
+            let (layout, settled) = g.state(gpu);
+            assert!(settled, "{node}/{gpu}: GPU left unsettled: {layout:?}");
+            layout
+                .validate(&m, Driver::R510)
+                .unwrap_or_else(|e| panic!("{node}/{gpu}: invalid layout {layout:?}: {e}"));
+            for inst in layout.instances() {
+                *device.entry(m.profiles[inst.profile].name.clone()).or_default() += 1;
+            }
         }
         let gres = node_field(c, node, "Gres");
         let slurm = mig_counts(&gres);
@@ -509,8 +522,8 @@ pub fn assert_safe_on(c: &Cluster, gpus: &[&TestGpus], jobs: &[u32], held: &[(us
             None => assert_eq!(
                 slurm,
                 device,
-                "{node}: Slurm has Gres={gres}, the device {}\n{}",
-                layout.display(&m),
+                "{node}: Slurm has Gres={gres}, the devices {}\n{}",
+                g.layouts(),
                 c.log_tails()
             ),
             Some((_, why)) => {
