@@ -138,7 +138,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     assert_eq!(job.get("Restarts").map(String::as_str), Some("0"));
     assert_eq!(g0.layouts(), NODE0_C5);
     assert_eq!(
-        device_of(&c, keep, &nodes[0], &g0.layouts()),
+        device_of(&c, keep, &nodes[0], &g0.layouts(), "3g.20gb"),
         (0, "3g.20gb@4".to_string()),
         "Slurm's index of the job still names GPU 0's 3g.20gb@4"
     );
@@ -173,16 +173,21 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
     assert!(!metrics.contains("7g.40gb"), "{metrics}");
 }
 
-/// The device (GPU position, instance) Slurm's `IDX` for running job `job` on `node` names,
-/// by the central role's reading of the node's `Gres` and `layouts` (`|` between GPUs).
-fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str) -> (usize, String) {
+/// Slurm's device index (`IDX`) of running job `job`'s one GPU.
+fn idx(c: &Cluster, job: u32) -> usize {
     let out = c.scontrol(&["-d", "show", "job", &job.to_string()]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let idx: usize = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("GRES=gpu:3g.20gb:1(IDX:"))
-        .and_then(|rest| rest.trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("no IDX: {text}"));
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("GRES=gpu:")?.split_once("(IDX:"))
+        .and_then(|(_, rest)| rest.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no IDX: {text}"))
+}
+
+/// The device (GPU position, instance) Slurm's `IDX` for running job `job` on `node` names,
+/// by the central role's reading of the node's `Gres` and `layouts` (`|` between GPUs);
+/// the job runs on a `ty`.
+fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str, ty: &str) -> (usize, String) {
+    let idx = idx(c, job);
     let m = common::a100();
     let parsed: Vec<smartmig_core::mig::Layout> = layouts
         .split(" | ")
@@ -199,6 +204,7 @@ fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str) -> (usize, String
         .collect();
     let order = smartmigd::central::view::slurm_index_order(&node_field(c, node, "Gres"), &pairs).unwrap();
     let (gpu, inst) = order[idx].expect("a MIG device");
+    assert_eq!(m.profiles[inst.profile].name, ty, "IDX {idx} names another type");
     (gpu, smartmig_core::mig::layout::display_instance(&m, &inst))
 }
 
@@ -336,4 +342,69 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
         "Slurm's IDX of each type vs the central role's mapping"
     );
     assert_eq!(by_index[&0], "2g.10gb", "the Gres order, not gres.conf's");
+}
+
+#[test]
+fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keeps_the_others() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let n0 = c.nodes[0].clone();
+    let submit = |c: &Cluster, ty: &str| -> u32 {
+        let (j, _) = c
+            .sbatch(&[
+                "-w",
+                &n0,
+                &format!("--gres=gpu:{ty}:1"),
+                "--requeue",
+                "--wrap",
+                "sleep 600",
+            ])
+            .unwrap();
+        c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
+        j
+    };
+    // Node 0's devices: 3g.20gb of GPU 0 and 1 (IDX 0, 1), 4g.20gb of GPU 0 and 1 (2, 3).
+    // A job on GPU 1's 4g.20gb (IDX 3: the first 4g is taken while it starts) and one on
+    // GPU 0's 3g.20gb@4 (IDX 0).
+    let filler = submit(&c, "4g.20gb");
+    let kept = submit(&c, "4g.20gb");
+    assert!(c.client("scancel", &[&filler.to_string()]).status.success());
+    c.wait_job(filler, &["CANCELLED"], Duration::from_secs(20));
+    let moved = submit(&c, "3g.20gb");
+    assert_eq!(idx(&c, kept), 3);
+    assert_eq!(idx(&c, moved), 0);
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &[]);
+    s0.mark_busy(0, "3g.20gb@4").unwrap();
+    s0.mark_busy(1, "4g.20gb@0").unwrap();
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    common::wait_announced(&c);
+    // GPU 0 to c5 keeps its 3g.20gb@4 but puts a new 3g.20gb@0 at its index (0); GPU 1
+    // stays in c2, and its 4g.20gb keeps index 3.
+    let config = common::central_config(&c, &Policy::Static("\"c5\", \"c2\", \"c5\""), "run/snapshot.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(common::sim_layout(&s0), format!("{C5} | {C2}"));
+    let job = c.job(moved);
+    assert_eq!(
+        job.get("Restarts").map(String::as_str),
+        Some("1"),
+        "requeued: {job:?}"
+    );
+    let job = c.job(kept);
+    assert_eq!(
+        (
+            job.get("JobState").map(String::as_str),
+            job.get("Restarts").map(String::as_str)
+        ),
+        (Some("RUNNING"), Some("0")),
+        "{job:?}"
+    );
+    assert_eq!(idx(&c, kept), 3, "its index still names GPU 1's 4g.20gb@0");
+    assert_eq!(
+        device_of(&c, kept, &n0, &common::sim_layout(&s0), "4g.20gb"),
+        (1, "4g.20gb@0".to_string())
+    );
+    common::assert_consistent(&c, &[&s0, &s1], &[kept]);
 }

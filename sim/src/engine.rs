@@ -13,6 +13,7 @@ use super::gate::Gate;
 use super::metrics::{RunResult, Sample, SeriesRecorder};
 use crate::decision::{DecisionView, Repartitioner};
 use crate::energy::EnergyMeter;
+use crate::index_rule::Numbering;
 use crate::scenario::{NodeRule, ResolvedScenario, Semantics};
 use crate::sched::{PickContext, Scheduler};
 use crate::workload::Job;
@@ -149,6 +150,8 @@ pub struct Simulation<'a> {
     /// Per node: it drains whole (Slurm 22.05, its instance count changes) and switches
     /// once no job runs on it.
     node_hold: Vec<bool>,
+    /// Slurm's device numbering on each node and the index rule.
+    numbering: Numbering,
 }
 
 /// Tardiness as it accrues: ∫ (jobs past their deadline and not done) dt, which at the
@@ -213,6 +216,7 @@ impl<'a> Simulation<'a> {
             sc.gpus.len(),
         );
         let nodes = sc.gpus.len().div_ceil(gate.gpus_per_node() as usize);
+        let numbering = Numbering::new(sc, sc.scenario.repartition.index_rule, gate.gpus_per_node());
         Simulation {
             sc,
             jobs,
@@ -246,6 +250,7 @@ impl<'a> Simulation<'a> {
             gate,
             switching: 0,
             node_hold: vec![false; nodes],
+            numbering,
             opts,
         }
     }
@@ -286,6 +291,7 @@ impl<'a> Simulation<'a> {
         for (g, &c) in initial.iter().enumerate() {
             self.install(g as u32, c, true);
         }
+        self.numbering.start(self.sc, &self.cluster);
         if let Some(t) = policy.next_wakeup(0.0) {
             self.push(t, Event::Wakeup);
         }
@@ -411,18 +417,66 @@ impl<'a> Simulation<'a> {
             let gpu = &gpus[g as usize];
             gpu.target.is_none().then_some(gpu.config)
         };
+        // The daemon's device-index rule, on the proposals and again on the batch (the
+        // gate may hold back part of a node's changes).
+        let (numbering, cluster) = (&self.numbering, &self.cluster);
+        let preempt = self.opts.semantics == Semantics::Preempt;
+        let keep = |changes: Vec<(u32, u16)>| {
+            if !numbering.active(preempt) {
+                return changes;
+            }
+            let mut proposed: Vec<(u32, u16)> = changes
+                .into_iter()
+                .filter(|&(g, c)| free(g).is_some_and(|cur| cur != c))
+                .collect();
+            proposed.sort_unstable();
+            numbering.keep(sc, cluster, &proposed)
+        };
+        let changes = keep(changes);
         let batch = self.gate.offer(self.now, &changes, free, self.switching == 0);
+        let batch = keep(batch);
         if batch.is_empty() {
             return;
         }
         self.relayout_batches += 1;
         match self.opts.semantics {
             Semantics::Preempt => {
+                if self.numbering.preempts_moved() {
+                    self.preempt_moved(&batch);
+                }
                 for (g, c) in batch {
                     self.install(g, c, false);
                 }
             }
             Semantics::Drain => self.start_drain(&batch),
+        }
+    }
+
+    /// Preempt, `fixed` numbering: preempts the jobs whose device index the batch would
+    /// move (smartmigd requeues them).
+    fn preempt_moved(&mut self, batch: &[(u32, u16)]) {
+        let per_node = self.numbering.gpus_per_node();
+        let mut rest = batch;
+        while let Some(&(first, _)) = rest.first() {
+            let n = rest
+                .iter()
+                .take_while(|&&(g, _)| g / per_node == first / per_node)
+                .count();
+            let (here, tail) = rest.split_at(n);
+            rest = tail;
+            for (g, inst) in self
+                .numbering
+                .moved(self.sc, &self.cluster, first / per_node, here)
+            {
+                let slot = Cluster::slots(g).find(|&id| {
+                    let s = &self.cluster.slices[id as usize];
+                    s.compute > 0 && s.instance == inst && s.job.is_some()
+                });
+                if let Some(id) = slot {
+                    self.preempt(id);
+                    self.cluster.refresh(g);
+                }
+            }
         }
     }
 
@@ -728,6 +782,9 @@ impl<'a> Simulation<'a> {
         let gpu = &mut self.cluster.gpus[gi];
         gpu.rank = self.opts.scheduler.gpu_rank(&cm.configurations[c as usize].sizes);
         self.cluster.refresh(g);
+        if !initial {
+            self.numbering.relaid(sc, &self.cluster, g);
+        }
     }
 
     /// Forgets GPU `g`'s pending target (it switched, or needs no change).
@@ -753,6 +810,12 @@ impl<'a> Simulation<'a> {
     }
 
     fn finish(self, policy: String) -> RunResult {
+        if self.numbering.broken > 0 {
+            log::debug!(
+                "{policy}: {} switch(es) found no numbering that kept every busy index",
+                self.numbering.broken
+            );
+        }
         let n = self.jobs.len();
         let horizon = self.makespan.max(1e-12);
         let config_share = self

@@ -10,6 +10,7 @@ pub mod decision;
 pub mod energy;
 pub mod engine;
 pub mod gate;
+pub mod index_rule;
 pub mod metrics;
 pub mod partition;
 pub mod scenario;

@@ -281,6 +281,26 @@ pub struct RepartitionSpec {
     /// The Slurm rule for draining a node.
     #[serde(default)]
     pub node_rule: NodeRule,
+    /// How Slurm numbers a node's devices and which changes keep a running job's index.
+    #[serde(default)]
+    pub index_rule: IndexRule,
+}
+
+/// The device-index rule a re-layout keeps on a node with running jobs (sim::index_rule).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IndexRule {
+    /// smartmigd's: devices numbered by type name, then GPU, then placement start. Under
+    /// drain a change goes ahead only if every busy device keeps its index; under preempt
+    /// it goes ahead and the jobs whose device index it moves are preempted too.
+    #[default]
+    Fixed,
+    /// The numbering chosen at each re-layout (type order in `Gres`, gres.conf order
+    /// within a type) to keep busy indices whenever one can: not done by smartmigd yet.
+    Assigned,
+    /// No rule: what the simulator did before smartmigd kept indices (Slurm may then
+    /// hand a running job's device to another job).
+    Off,
 }
 
 /// `[objective]`.
@@ -318,6 +338,7 @@ impl Default for RepartitionSpec {
             max_nodes_per_batch: default_max_nodes_per_batch(),
             decision_interval_s: default_decision_interval(),
             node_rule: NodeRule::default(),
+            index_rule: IndexRule::default(),
         }
     }
 }

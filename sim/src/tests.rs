@@ -234,8 +234,9 @@ impl Repartitioner for MoveFromOne {
 }
 
 /// Two whole GPUs on one node; J0 (p7 = 10) runs on GPU0 from 0; J1 and J2 arrive at 1
-/// and 2 (each p7 = 1, deadline 100); GPU1 is asked for `to` from t = 1.
-fn node_run(to: u16, rule: &str) -> RunResult {
+/// and 2 (each p7 = 1, deadline 100); GPU1 is asked for `to` from t = 1. The device-index
+/// rule is `index_rule`.
+fn node_run(to: u16, rule: &str, index_rule: &str) -> RunResult {
     let sc = limited(
         2,
         &["c1"],
@@ -244,6 +245,7 @@ fn node_run(to: u16, rule: &str) -> RunResult {
             "repartition.persist_cycles=1",
             "repartition.min_relayout_interval_s=0",
             &format!("repartition.node_rule=\"{rule}\""),
+            &format!("repartition.index_rule=\"{index_rule}\""),
         ],
     );
     let jobs = [
@@ -264,14 +266,72 @@ fn node_run(to: u16, rule: &str) -> RunResult {
 fn under_slurm_22_05_a_node_whose_instance_count_changes_drains_whole_until_idle() {
     // c1 -> c2 on GPU1 raises the node's instances from 2 to 3: no job may start anywhere
     // on the node until J0 ends at 10; then GPU1 switches (no cost), J1 takes GPU0's 7g
-    // (10..11) and J2 GPU1's 3g (10..12.33).
-    let r = node_run(1, "slurm-22.05");
+    // (10..11) and J2 GPU1's 3g (10..12.33). (Without the index rule, which would hold
+    // the move back altogether while J0 runs: see the next test.)
+    let r = node_run(1, "slurm-22.05", "off");
     assert_eq!((r.repartitions, r.relayout_batches, r.preemptions), (1, 1, 0));
     assert!(close(r.makespan_min, 10.0 + 7.0 / 3.0), "{}", r.makespan_min);
     // Per-instance drain: GPU1 is idle, so it switches at 1 and J1, J2 run there at once.
-    let r = node_run(1, "instances");
+    let r = node_run(1, "instances", "off");
     assert_eq!(r.repartitions, 1);
     assert!(close(r.makespan_min, 10.0), "J0 is last: {}", r.makespan_min);
+}
+
+#[test]
+fn a_move_that_would_change_a_running_jobs_device_index_waits_until_the_job_ends() {
+    // c1 -> c2 on GPU1 puts a 3g.20gb and a 4g.20gb before GPU0's 7g.40gb, J0's device
+    // (Slurm numbers devices by type name): while J0 runs (0..10) GPU1 stays whole, J1
+    // and J2 run on its 7g (1..2, 2..3), and it switches at J0's completion, when the
+    // node is idle. Without the rule it switches at 1 and is in c2 for 9 of the 20
+    // GPU-minutes.
+    let share = |r: &RunResult| {
+        r.config_share
+            .iter()
+            .find(|(n, _)| n == "c2")
+            .map_or(0.0, |c| c.1)
+    };
+    let held = node_run(1, "instances", "fixed");
+    assert_eq!(held.repartitions, 1);
+    assert!(close(share(&held), 0.0), "{}", share(&held));
+    let free = node_run(1, "instances", "off");
+    assert!(close(share(&free), 9.0 / 20.0), "{}", share(&free));
+}
+
+#[test]
+fn under_preempt_a_move_that_would_change_a_running_jobs_device_index_preempts_that_job() {
+    // GPU1 c1 -> c2 from 1 under preempt: it switches at once, and J0, whose 7g.40gb's
+    // index the new 3g.20gb and 4g.20gb would take, is preempted (progress kept).
+    let sc = cluster(2, &["c1"], 0.0);
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+    ];
+    let run = |sc: &ResolvedScenario| {
+        run_with(
+            sc,
+            &jobs,
+            Scheduler::Edf,
+            Semantics::Preempt,
+            &mut MoveFromOne {
+                from: 0,
+                gpu: 1,
+                to: 1,
+            },
+        )
+    };
+    let r = run(&sc);
+    assert_eq!((r.repartitions, r.preemptions), (1, 1));
+    let off = run(&limited(
+        2,
+        &["c1"],
+        0.0,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+            "repartition.index_rule=off",
+        ],
+    ));
+    assert_eq!((off.repartitions, off.preemptions), (1, 0), "no rule: J0 runs on");
 }
 
 #[test]
@@ -310,6 +370,8 @@ fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
     let sets = [
         "repartition.persist_cycles=3",
         "repartition.min_relayout_interval_s=0",
+        // c2's new types sort before J0's 7g: the index rule would hold the move back.
+        "repartition.index_rule=\"off\"",
     ];
     let sc = limited(2, &["c1"], 0.0, &sets);
     let jobs = [
@@ -328,7 +390,16 @@ fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
     assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
     // Acting at once, J1 would have run on the 3g instead.
     let at_once = run_with(
-        &cluster(2, &["c1"], 0.0),
+        &limited(
+            2,
+            &["c1"],
+            0.0,
+            &[
+                "repartition.persist_cycles=1",
+                "repartition.min_relayout_interval_s=0",
+                "repartition.index_rule=\"off\"",
+            ],
+        ),
         &jobs,
         Scheduler::Edf,
         Semantics::Preempt,

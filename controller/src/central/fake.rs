@@ -38,6 +38,9 @@ pub struct FakeSlurm {
     /// Nodes whose base state is UNKNOWN (slurmctld restarted, slurmd not registered
     /// yet): a resume clears their drain flag and then fails, as in Slurm 22.05.
     pub unknown_state: Vec<String>,
+    /// Jobs that start on their node when it is drained, as if the scheduler had placed
+    /// them just before the drain (after the central role read the node).
+    pub start_on_drain: Vec<SlurmJob>,
     /// Reconfigures so far.
     pub reconfigures: u32,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
@@ -262,6 +265,11 @@ impl SlurmApi for FakeSlurm {
         if let Some(r) = &u.drain {
             n.drain = true;
             n.reason = Some(r.clone());
+            let (starting, rest): (Vec<SlurmJob>, Vec<SlurmJob>) = std::mem::take(&mut self.start_on_drain)
+                .into_iter()
+                .partition(|j| j.nodes.contains(&u.node));
+            self.start_on_drain = rest;
+            self.jobs.extend(starting);
         }
         if u.resume {
             n.drain = false;

@@ -18,6 +18,7 @@ pub mod decide;
 #[doc(hidden)]
 pub mod fake;
 pub mod guard;
+pub mod indices;
 pub mod metrics;
 pub mod plan;
 pub mod reconfigure;

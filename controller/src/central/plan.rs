@@ -12,11 +12,9 @@ use smartmig_core::mig::{Instance, Layout, Plan};
 use super::batch::{Batch, NodeState, NodeTxn, SlurmStep};
 use super::decide::Decision;
 use super::status::DecisionLine;
-use super::view::{instance_types, slurm_index_order, GpuView, NodeView, View};
+use super::view::View;
 use super::Central;
 use crate::channel::GpuTarget;
-use crate::slurm::parse_gres;
-use smartmig_core::mig::layout::display_instance;
 
 /// One GPU that should change, with its plan.
 #[derive(Debug, Clone)]
@@ -128,7 +126,10 @@ impl Central {
     /// again to those the limits leave (persistence may hold back one GPU of a node, and
     /// the rest alone may break a rule the whole set kept).
     fn node_rules(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
-        let mut changes = self.keep_indices(view, changes, skipped);
+        let mut changes = changes;
+        if self.mode != Mode::Preempt {
+            changes = self.keep_indices(view, changes, skipped);
+        }
         // Slurm 22.05 kills a running job when its node's GPU count changes at the restart
         // (`_validate_node_gres_cnt`; 24.11 too): on nodes with running jobs only
         // count-preserving changes go ahead; the others wait for the node to be idle.
@@ -164,10 +165,12 @@ impl Central {
         changes
     }
 
-    /// Keeps, node by node and GPU by GPU, only the changes after which every busy device
-    /// keeps its Slurm index; the others join `skipped`. Slurm keeps a running job's device
-    /// indices (`IDX`) across a re-layout: a change that puts another device at a busy
-    /// one's index would let Slurm hand the job's device to the next job of that type.
+    /// Drain mode: keeps, node by node and GPU by GPU, only the changes after which every
+    /// busy device keeps its Slurm index; the others join `skipped` (preempt mode requeues
+    /// the jobs whose index would move instead: `transaction`). Slurm keeps a running
+    /// job's device indices (`IDX`) across a re-layout: a change that puts another device
+    /// at a busy one's index would let Slurm hand the job's device to the next job of that
+    /// type.
     fn keep_indices(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
         let mut by_node: BTreeMap<&str, Vec<Change>> = BTreeMap::new();
         for c in changes {
@@ -182,7 +185,18 @@ impl Central {
             let mut accepted: Vec<Change> = Vec::new();
             for c in changes {
                 accepted.push(c);
-                if let Some(why) = self.index_moved(view, nv, &accepted) {
+                let after: Vec<(usize, &Layout)> = accepted
+                    .iter()
+                    .map(|c| {
+                        let rm = &self.resolved.models[view.gpus[c.gpu].model];
+                        (c.gpu, &rm.configurations[c.target].layout)
+                    })
+                    .collect();
+                let why = match self.moved(view, nv, &after) {
+                    Ok(moved) => moved.first().map(|m| m.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = why {
                     let c = accepted.pop().expect("pushed above");
                     skipped.push(Skipped {
                         gpu: c.gpu,
@@ -194,88 +208,6 @@ impl Central {
             kept.extend(accepted);
         }
         kept
-    }
-
-    /// The first busy device of node `nv` whose Slurm index would name another device
-    /// after `changes` (None: every one keeps its index). Busy instances a change destroys
-    /// (preempt mode) do not count: their jobs are requeued.
-    fn index_moved(&self, view: &View, nv: &NodeView, changes: &[Change]) -> Option<String> {
-        let gpus: Vec<&GpuView> = nv.gpus.iter().map(|&g| &view.gpus[g]).collect();
-        if gpus.iter().all(|g| g.busy.is_empty()) {
-            return None;
-        }
-        let change = |pos: usize| changes.iter().find(|c| c.gpu == nv.gpus[pos]);
-        let model = |g: &GpuView| &self.resolved.models[g.model];
-        let after: Vec<&Layout> = (0..gpus.len())
-            .map(|p| {
-                change(p).map_or(&gpus[p].layout, |c| {
-                    &model(gpus[p]).configurations[c.target].layout
-                })
-            })
-            .collect();
-        let types_before: Vec<Vec<String>> = gpus
-            .iter()
-            .map(|g| instance_types(&model(g).model, &g.layout))
-            .collect();
-        let types_after: Vec<Vec<String>> = gpus
-            .iter()
-            .zip(&after)
-            .map(|(g, l)| instance_types(&model(g).model, l))
-            .collect();
-        let before = slurm_index_order(
-            &nv.slurm.gres,
-            &pairs(gpus.iter().map(|g| &g.layout).collect(), &types_before),
-        );
-        let gres_after = self.gres_after(&nv.slurm.gres, &types_after);
-        let after_order = slurm_index_order(&gres_after, &pairs(after.clone(), &types_after));
-        let (before, after_order) = match (before, after_order) {
-            (Ok(b), Ok(a)) => (b, a),
-            (Err(e), _) | (_, Err(e)) => {
-                return Some(format!("the node's device indices cannot be placed ({e})"))
-            }
-        };
-        for (p, g) in gpus.iter().enumerate() {
-            let destroyed: Vec<&Instance> = change(p)
-                .map(|c| c.plan.touched(&g.busy).collect())
-                .unwrap_or_default();
-            for inst in g.busy.iter().filter(|i| !destroyed.contains(i)) {
-                let i = before.iter().position(|d| *d == Some((p, *inst)));
-                let same = i.is_some_and(|i| after_order.get(i) == Some(&Some((p, *inst))));
-                if !same {
-                    let m = &model(g).model;
-                    let name = |(q, d): (usize, Instance)| {
-                        format!("{} of GPU {}", display_instance(m, &d), gpus[q].index)
-                    };
-                    let now = i.and_then(|i| after_order.get(i).copied().flatten());
-                    return Some(format!(
-                        "the job on {} holds Slurm device index {}, which would name {}",
-                        name((p, *inst)),
-                        i.map_or("?".into(), |i| i.to_string()),
-                        now.map_or("another device".into(), name)
-                    ));
-                }
-            }
-        }
-        None
-    }
-
-    /// The node `Gres` the re-layout writes for layouts with instance types `types`: the
-    /// managed types' counts by name, then the node's other GPU entries as they are.
-    fn gres_after(&self, gres: &str, types: &[Vec<String>]) -> String {
-        let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
-        for t in types.iter().flatten() {
-            *counts.entry(t).or_default() += 1;
-        }
-        let mut entries: Vec<String> = counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
-        for e in parse_gres(gres, "node Gres").unwrap_or_default() {
-            if !self.mig_types.contains(&e.gpu_type) {
-                entries.push(match e.gpu_type.as_str() {
-                    "" => format!("gpu:{}", e.count),
-                    t => format!("gpu:{t}:{}", e.count),
-                });
-            }
-        }
-        entries.join(",")
     }
 
     /// Applies the limits that hold back changes: allow-lists, persistence, nodes drained
@@ -439,13 +371,4 @@ impl Central {
             action,
         }
     }
-}
-
-/// Each layout with its instances' types, as [`slurm_index_order`] takes them.
-fn pairs<'a>(layouts: Vec<&'a Layout>, types: &'a [Vec<String>]) -> Vec<(&'a Layout, &'a [String])> {
-    layouts
-        .into_iter()
-        .zip(types)
-        .map(|(l, t)| (l, t.as_slice()))
-        .collect()
 }

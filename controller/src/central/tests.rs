@@ -683,22 +683,34 @@ fn a_node_missing_from_the_include_is_never_drained() {
 }
 
 #[test]
-fn preempt_mode_requeues_the_jobs_on_changing_instances_only() {
+fn preempt_mode_requeues_the_jobs_on_changing_instances_and_on_devices_whose_index_would_move() {
     let dir = temp("preempt");
+    let mut s = cluster();
+    // e: GPU 0 in c8 with job 3 on its 1g.5gb@0 (IDX 0, which c8 on GPU 1 keeps), GPU 1 in c2.
+    s.nodes.push(FakeSlurm::node(
+        "e",
+        &[("A100-SXM4-40GB", C8), ("A100-SXM4-40GB", C2)],
+    ));
+    s.jobs.push(FakeSlurm::running(3, "e", "1g.5gb", 0));
     let mut c = central(
         resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
-        cluster(),
+        s,
         Mode::Preempt,
         Recorder::default(),
     );
     let r = once(&mut c);
-    // b's GPUs to c8 would put 1g.5gb devices before the job's 3g.20gb: they wait.
-    assert_eq!(r.changed, 2, "{r:?}");
+    assert_eq!(r.changed, 5, "every GPU not in c8 changes: {r:?}");
     assert_eq!(layout_of(&mut c, "a"), C8);
-    assert_eq!(layout_of(&mut c, "b"), C2);
+    assert_eq!(layout_of(&mut c, "b"), C8);
+    assert_eq!(layout_of(&mut c, "e"), C8);
     let jobs = c.api().jobs().unwrap();
-    assert_eq!(jobs.iter().find(|j| j.id == 1).unwrap().state, JobState::Pending);
-    assert_eq!(jobs.iter().find(|j| j.id == 2).unwrap().state, JobState::Running);
+    let state = |id: u32| jobs.iter().find(|j| j.id == id).unwrap().state;
+    // Job 1's 4g.20gb is destroyed; job 2's 3g.20gb@4 stays, but c8's 1g.5gb would take
+    // its index; job 3's index holds.
+    assert_eq!(state(1), JobState::Pending);
+    assert_eq!(state(2), JobState::Pending);
+    assert_eq!(state(3), JobState::Running);
+    assert_eq!(c.api_fake().requeued, vec![1, 2]);
 }
 
 #[test]
@@ -1070,4 +1082,31 @@ fn a_change_whose_partner_still_waits_for_persistence_is_held_to_the_node_rules_
     // Cycle 3: both have persisted and go together.
     let r3 = once(&mut c);
     assert_eq!(r3.changed, 2, "{r3:?}");
+}
+
+#[test]
+fn a_job_started_before_the_drain_on_a_device_whose_index_would_move_stops_the_change() {
+    let dir = temp("moved-at-drain");
+    let mut s = cluster();
+    // Just before b is drained, job 4 starts on GPU 1's 3g.20gb@4 (IDX 2), which c5 keeps
+    // but whose index c5's new 3g.20gb@0 would take.
+    s.start_on_drain = vec![FakeSlurm::running(4, "b", "3g.20gb", 2)];
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "b"), C2, "b keeps its layout");
+    assert_eq!(layout_of(&mut c, "c"), C5);
+    let why = c
+        .status
+        .decisions
+        .iter()
+        .find(|d| d.gpu == "b/1")
+        .map(|d| d.action.clone())
+        .unwrap();
+    assert!(
+        why.starts_with("skip: became busy before the drain")
+            && why.contains("the job on 3g.20gb@4 of GPU 1 holds Slurm device index 2, which would name 3g.20gb@0 of GPU 1"),
+        "{why}"
+    );
+    assert!(!node(&mut c, "b").drain, "b resumed");
 }

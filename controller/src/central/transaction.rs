@@ -11,6 +11,7 @@ use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Layout, LayoutError, Plan};
 
 use super::batch::{drain_reason, held_reason, is_ours, Batch, Closed, NodeState, NodeTxn, SlurmStep};
+use super::indices::Moved;
 use super::view::{GpuView, View};
 use super::{unix_now, Central, CycleReport};
 use crate::channel::{Desired, Outcome, Phase, Report};
@@ -430,9 +431,42 @@ impl Central {
             .collect()
     }
 
-    /// Why `t`'s plans cannot run now: busy instances they destroy, GPUs changed (None: none).
+    /// The busy devices whose Slurm index `t`'s targets would move, as the node is in
+    /// `view` (a job may have started on a kept instance since the plan).
+    fn moved_now(&self, view: &View, node: &str, t: &NodeTxn) -> Result<Vec<Moved>, String> {
+        let nv = view
+            .node(node)
+            .ok_or_else(|| format!("{node} is not managed now"))?;
+        let mut after = Vec::new();
+        for target in &t.targets {
+            let pos = nv
+                .gpus
+                .iter()
+                .copied()
+                .find(|&p| view.gpus[p].index == target.index)
+                .ok_or_else(|| PlanProblem::Unreadable(target.index).to_string())?;
+            let m = &self.resolved.models[view.gpus[pos].model].model;
+            let to = Layout::parse(m, &target.to).map_err(|error| {
+                PlanProblem::Layout {
+                    gpu: target.index,
+                    error,
+                }
+                .to_string()
+            })?;
+            after.push((pos, to));
+        }
+        let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+        self.moved(view, nv, &after).map_err(|e| e.to_string())
+    }
+
+    /// Why `t`'s plans cannot run now: busy instances they destroy, busy devices whose
+    /// Slurm index they would move, GPUs changed (None: none).
     fn busy_now(&self, view: &View, node: &str, t: &NodeTxn) -> Option<String> {
         let mut out = Vec::new();
+        match self.moved_now(view, node, t) {
+            Ok(moved) => out.extend(moved.iter().map(Moved::to_string)),
+            Err(e) => out.push(e),
+        }
         for p in self.plans_now(view, node, t) {
             match p {
                 Err(e) => out.push(e.to_string()),
@@ -448,7 +482,9 @@ impl Central {
         (!out.is_empty()).then(|| out.join(", "))
     }
 
-    /// In preempt mode, requeues the jobs on the instances a node's plans destroy.
+    /// In preempt mode, requeues the jobs on the instances a node's plans destroy and on
+    /// the devices whose Slurm index they would move (the node then waits until Slurm has
+    /// them off it: `busy_now`).
     fn preempt(&mut self, view: &View, node: &str, t: &NodeTxn) {
         let mut jobs = std::collections::BTreeSet::new();
         for (g, plan) in self.plans_now(view, node, t).into_iter().flatten() {
@@ -457,6 +493,9 @@ impl Central {
                     jobs.extend(js.iter().copied());
                 }
             }
+        }
+        for m in self.moved_now(view, node, t).unwrap_or_default() {
+            jobs.extend(m.jobs.iter().copied());
         }
         for j in jobs {
             match self.api.requeue(j) {

@@ -1,0 +1,137 @@
+//! Slurm's device indices across a re-layout. Slurm keeps a running job's device index
+//! (`IDX`) when a node's GPUs change; a change that puts another device at that index
+//! would let Slurm hand the job's device to the next job of its type. This finds the busy
+//! devices a change would move: drain mode waits for them (`plan`), preempt mode requeues
+//! their jobs first (`transaction`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use smartmig_core::mig::layout::display_instance;
+use smartmig_core::mig::{Instance, Layout};
+
+use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeView, View};
+use super::Central;
+use crate::slurm::parse_gres;
+
+/// A busy device whose index a change would give to another device.
+#[derive(Debug, Clone)]
+pub struct Moved {
+    /// Position of its GPU in `View::gpus`.
+    pub gpu: usize,
+    /// The instance.
+    pub instance: Instance,
+    /// Jobs Slurm says run on it.
+    pub jobs: Vec<u32>,
+    /// What the message says: `the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0,
+    /// which would name 3g.20gb@0 of GPU 0`.
+    text: String,
+}
+
+impl fmt::Display for Moved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// The node's device indices cannot be placed (Slurm's counts differ from the agent's).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the node's device indices cannot be placed ({0})")]
+pub struct Unplaced(#[from] CountMismatch);
+
+impl Central {
+    /// The busy devices of node `nv` whose Slurm index would name another device once each
+    /// GPU in `after` (position in `View::gpus`, layout) has its layout. Busy instances
+    /// absent from their GPU's new layout are destroyed and do not count (drain mode never
+    /// plans that; preempt mode requeues their jobs).
+    pub(super) fn moved(
+        &self,
+        view: &View,
+        nv: &NodeView,
+        after: &[(usize, &Layout)],
+    ) -> Result<Vec<Moved>, Unplaced> {
+        let gpus: Vec<&GpuView> = nv.gpus.iter().map(|&g| &view.gpus[g]).collect();
+        if gpus.iter().all(|g| g.busy.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let model = |g: &GpuView| &self.resolved.models[g.model];
+        let layout_after: Vec<&Layout> = nv
+            .gpus
+            .iter()
+            .zip(&gpus)
+            .map(|(v, g)| after.iter().find(|a| a.0 == *v).map_or(&g.layout, |a| a.1))
+            .collect();
+        let types_now: Vec<Vec<String>> = gpus
+            .iter()
+            .map(|g| instance_types(&model(g).model, &g.layout))
+            .collect();
+        let types_after: Vec<Vec<String>> = gpus
+            .iter()
+            .zip(&layout_after)
+            .map(|(g, l)| instance_types(&model(g).model, l))
+            .collect();
+        let now = slurm_index_order(
+            &nv.slurm.gres,
+            &pairs(gpus.iter().map(|g| &g.layout).collect(), &types_now),
+        )?;
+        let gres = self.gres_after(&nv.slurm.gres, &types_after);
+        let then = slurm_index_order(&gres, &pairs(layout_after.clone(), &types_after))?;
+        let mut moved = Vec::new();
+        for (p, g) in gpus.iter().enumerate() {
+            for (inst, jobs) in g.busy.iter().zip(&g.jobs) {
+                if !layout_after[p].instances().contains(inst) {
+                    continue;
+                }
+                let i = now.iter().position(|d| *d == Some((p, *inst)));
+                if i.is_some_and(|i| then.get(i) == Some(&Some((p, *inst)))) {
+                    continue;
+                }
+                let m = &model(g).model;
+                let name = |(q, d): (usize, Instance)| {
+                    format!("{} of GPU {}", display_instance(m, &d), gpus[q].index)
+                };
+                let named = i.and_then(|i| then.get(i).copied().flatten());
+                moved.push(Moved {
+                    gpu: nv.gpus[p],
+                    instance: *inst,
+                    jobs: jobs.clone(),
+                    text: format!(
+                        "the job on {} holds Slurm device index {}, which would name {}",
+                        name((p, *inst)),
+                        i.map_or("?".into(), |i| i.to_string()),
+                        named.map_or("another device".into(), name)
+                    ),
+                });
+            }
+        }
+        Ok(moved)
+    }
+
+    /// The node `Gres` the re-layout writes for layouts with instance types `types`: the
+    /// managed types' counts by name, then the node's other GPU entries as they are.
+    fn gres_after(&self, gres: &str, types: &[Vec<String>]) -> String {
+        let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+        for t in types.iter().flatten() {
+            *counts.entry(t).or_default() += 1;
+        }
+        let mut entries: Vec<String> = counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+        for e in parse_gres(gres, "node Gres").unwrap_or_default() {
+            if !self.mig_types.contains(&e.gpu_type) {
+                entries.push(match e.gpu_type.as_str() {
+                    "" => format!("gpu:{}", e.count),
+                    t => format!("gpu:{t}:{}", e.count),
+                });
+            }
+        }
+        entries.join(",")
+    }
+}
+
+/// Each layout with its instances' types, as [`slurm_index_order`] takes them.
+fn pairs<'a>(layouts: Vec<&'a Layout>, types: &'a [Vec<String>]) -> Vec<(&'a Layout, &'a [String])> {
+    layouts
+        .into_iter()
+        .zip(types)
+        .map(|(l, t)| (l, t.as_slice()))
+        .collect()
+}
