@@ -23,6 +23,20 @@ fn cluster(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
     )
 }
 
+/// [`cluster`] without the device-index rule either (`index_rule = "off"`).
+fn cluster_without_index_rule(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
+    limited(
+        n,
+        layout,
+        penalty_s,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+            "repartition.index_rule=off",
+        ],
+    )
+}
+
 /// The same with the given `--set` overrides instead.
 fn limited(n: u32, layout: &[&str], penalty_s: f64, sets: &[&str]) -> ResolvedScenario {
     let layout: Vec<String> = layout.iter().map(|c| format!("\"{c}\"")).collect();
@@ -321,16 +335,7 @@ fn under_preempt_a_move_that_would_change_a_running_jobs_device_index_preempts_t
     };
     let r = run(&sc);
     assert_eq!((r.repartitions, r.preemptions), (1, 1));
-    let off = run(&limited(
-        2,
-        &["c1"],
-        0.0,
-        &[
-            "repartition.persist_cycles=1",
-            "repartition.min_relayout_interval_s=0",
-            "repartition.index_rule=off",
-        ],
-    ));
+    let off = run(&cluster_without_index_rule(2, &["c1"], 0.0));
     assert_eq!((off.repartitions, off.preemptions), (1, 0), "no rule: J0 runs on");
 }
 
@@ -390,16 +395,7 @@ fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
     assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
     // Acting at once, J1 would have run on the 3g instead.
     let at_once = run_with(
-        &limited(
-            2,
-            &["c1"],
-            0.0,
-            &[
-                "repartition.persist_cycles=1",
-                "repartition.min_relayout_interval_s=0",
-                "repartition.index_rule=\"off\"",
-            ],
-        ),
+        &cluster_without_index_rule(2, &["c1"], 0.0),
         &jobs,
         Scheduler::Edf,
         Semantics::Preempt,

@@ -138,6 +138,13 @@ impl Central {
     }
 }
 
+/// What the last cycle did with GPU `gpu` (`node/index`).
+fn action(c: &Central, gpu: &str) -> String {
+    let d = c.status.decisions.iter().find(|d| d.gpu == gpu);
+    d.map(|d| d.action.clone())
+        .unwrap_or_else(|| panic!("no decision for {gpu}"))
+}
+
 /// `--once`: a deciding cycle and the ones that finish its batch.
 fn once(c: &mut Central) -> CycleReport {
     c.run_once(Duration::ZERO, Duration::from_secs(20))
@@ -905,13 +912,7 @@ fn a_change_that_would_give_a_busy_devices_index_to_another_waits_and_the_nodes_
     let report = read_report(&node(&mut c, "b")).unwrap().unwrap();
     let layouts: Vec<&str> = report.gpus.iter().map(|g| g.layout.as_str()).collect();
     assert_eq!(layouts, [C2, C5]);
-    let why = c
-        .status
-        .decisions
-        .iter()
-        .find(|d| d.gpu == "b/0")
-        .map(|d| d.action.clone())
-        .unwrap();
+    let why = action(&c, "b/0");
     assert_eq!(
         why,
         "skip: the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0, which would name 3g.20gb@0 of GPU 0"
@@ -1096,13 +1097,7 @@ fn a_job_started_before_the_drain_on_a_device_whose_index_would_move_stops_the_c
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(layout_of(&mut c, "b"), C2, "b keeps its layout");
     assert_eq!(layout_of(&mut c, "c"), C5);
-    let why = c
-        .status
-        .decisions
-        .iter()
-        .find(|d| d.gpu == "b/1")
-        .map(|d| d.action.clone())
-        .unwrap();
+    let why = action(&c, "b/1");
     assert!(
         why.starts_with("skip: became busy before the drain")
             && why.contains("the job on 3g.20gb@4 of GPU 1 holds Slurm device index 2, which would name 3g.20gb@0 of GPU 1"),
