@@ -408,3 +408,82 @@ fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keep
     );
     common::assert_consistent(&c, &[&s0, &s1], &[kept]);
 }
+
+#[test]
+fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let n0 = c.nodes[0].clone();
+    // An interactive allocation on GPU 0's 3g.20gb@4 (IDX 0) and a batch job submitted with
+    // --no-requeue on its 4g.20gb@0 (IDX 2): Slurm can requeue neither.
+    let out = c.run_client(
+        "salloc",
+        &[
+            "--no-shell",
+            "-w",
+            &n0,
+            "--gres=gpu:3g.20gb:1",
+            "--mem=10",
+            "--time=30",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    let interactive: u32 = text
+        .split_whitespace()
+        .skip_while(|w| *w != "allocation")
+        .nth(1)
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("salloc: {text}"));
+    c.wait_job(interactive, &["RUNNING"], Duration::from_secs(20));
+    let (batch, _) = c
+        .sbatch(&[
+            "-w",
+            &n0,
+            "--gres=gpu:4g.20gb:1",
+            "--no-requeue",
+            "--wrap",
+            "sleep 600",
+        ])
+        .unwrap();
+    c.wait_job(batch, &["RUNNING"], Duration::from_secs(20));
+    assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &[]);
+    s0.mark_busy(0, "3g.20gb@4").unwrap();
+    s0.mark_busy(0, "4g.20gb@0").unwrap();
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    common::wait_announced(&c);
+    // GPU 0 to c5 would destroy the 4g.20gb and put a new 3g.20gb@0 at IDX 0.
+    let config = common::central_config(&c, &Policy::Static("\"c5\", \"c2\", \"c5\""), "run/snapshot.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    let status = Status::read(&c.dir.join("central")).unwrap();
+    let gpu0 = format!("{n0}/0");
+    let why = status
+        .decisions
+        .iter()
+        .find(|d| d.gpu == gpu0)
+        .map(|d| d.action.clone());
+    assert_eq!(
+        why.unwrap_or_default(),
+        format!("skip: busy 4g.20gb@0 (Slurm cannot requeue job {interactive}, {batch}: interactive or --no-requeue)"),
+        "{status:?}"
+    );
+    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
+    assert_eq!(common::sim_layout(&s1), C5);
+    for j in [interactive, batch] {
+        let job = c.job(j);
+        assert_eq!(
+            (
+                job.get("JobState").map(String::as_str),
+                job.get("Restarts").map(String::as_str)
+            ),
+            (Some("RUNNING"), Some("0")),
+            "{job:?}"
+        );
+    }
+    assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
+    assert!(!node_field(&c, &n0, "State").contains("DRAIN"));
+    common::assert_consistent(&c, &[&s0, &s1], &[interactive, batch]);
+}

@@ -41,6 +41,8 @@ pub struct FakeSlurm {
     /// Jobs that start on their node when it is drained, as if the scheduler had placed
     /// them just before the drain (after the central role read the node).
     pub start_on_drain: Vec<SlurmJob>,
+    /// Refuse every requeue, as slurmctld does for a job it cannot requeue.
+    pub refuse_requeue: bool,
     /// Reconfigures so far.
     pub reconfigures: u32,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
@@ -117,6 +119,7 @@ impl FakeSlurm {
             account: None,
             partition: None,
             admin_comment: None,
+            requeueable: true,
         }
     }
 
@@ -306,6 +309,15 @@ impl SlurmApi for FakeSlurm {
     }
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError> {
         self.count("requeue");
+        let refused = self.refuse_requeue || self.jobs.iter().any(|j| j.id == job && !j.requeueable);
+        if refused {
+            // What slurmctld answers for a job submitted with --no-requeue.
+            return Err(SlurmError::Call {
+                call: format!("slurm_requeue({job})"),
+                errno: 2037, // ESLURM_DISABLED
+                message: "Requested operation is presently disabled".into(),
+            });
+        }
         self.touch();
         self.requeued.push(job);
         if let Some(j) = self.jobs.iter_mut().find(|j| j.id == job) {

@@ -51,6 +51,13 @@ pub enum Wait {
     DrainedByOthers,
     /// The node is not in the re-layout path's node file, or similar.
     Unrefreshable(String),
+    /// Preempt mode, but the node runs jobs Slurm cannot requeue: it waits as in drain mode.
+    NoRequeue {
+        /// The jobs, `12, 15`.
+        jobs: String,
+        /// The drain-mode rule that holds the change.
+        why: Box<Wait>,
+    },
 }
 
 impl fmt::Display for Wait {
@@ -64,6 +71,12 @@ impl fmt::Display for Wait {
             Wait::BatchFull => write!(f, "wait: batch full ([controller.central] max_nodes_per_batch)"),
             Wait::DrainedByOthers => write!(f, "skip: node drained by an admin"),
             Wait::Unrefreshable(why) => write!(f, "skip: {why}"),
+            Wait::NoRequeue { jobs, why } => {
+                write!(
+                    f,
+                    "{why} (Slurm cannot requeue job {jobs}: interactive or --no-requeue)"
+                )
+            }
         }
     }
 }
@@ -102,14 +115,14 @@ impl Central {
                 continue;
             };
             let touched: Vec<Instance> = plan.touched(&gpu.busy).copied().collect();
-            if touched.is_empty() || self.mode == Mode::Preempt {
+            if touched.is_empty() || self.preempts(view, &gpu.node) {
                 changes.push(Change {
                     gpu: g,
                     target: t,
                     plan,
                 });
             } else {
-                let why = Wait::Busy(self.instances(view, g, &touched));
+                let why = self.node_wait(view, &gpu.node, Wait::Busy(self.instances(view, g, &touched)));
                 skipped.push(Skipped {
                     gpu: g,
                     target: t,
@@ -121,47 +134,78 @@ impl Central {
         (decision, changes, skipped)
     }
 
-    /// The rules for nodes with running jobs: every busy device keeps its Slurm index and,
-    /// unless preempting, the node keeps its GPU count. Applied to the planned changes and
-    /// again to those the limits leave (persistence may hold back one GPU of a node, and
-    /// the rest alone may break a rule the whole set kept).
+    /// The rules for nodes with running jobs, in drain mode and in preempt mode on nodes
+    /// that run a job Slurm cannot requeue: every busy device keeps its Slurm index and the
+    /// node keeps its GPU count (preempt mode requeues the jobs instead: `transaction`).
+    /// Applied to the planned changes and again to those the limits leave (persistence may
+    /// hold back one GPU of a node, and the rest alone may break a rule the whole set kept).
     fn node_rules(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
+        let (preempting, ruled): (Vec<Change>, Vec<Change>) = changes
+            .into_iter()
+            .partition(|c| self.preempts(view, &view.gpus[c.gpu].node));
+        let ruled = self.keep_indices(view, ruled, skipped);
+        let mut kept = self.keep_count(view, ruled, skipped);
+        kept.extend(preempting);
+        kept
+    }
+
+    /// Whether `node`'s running jobs are requeued for a change: preempt mode, and Slurm can
+    /// requeue each of them (a node running one it cannot requeue waits as in drain mode).
+    pub(super) fn preempts(&self, view: &View, node: &str) -> bool {
+        self.mode == Mode::Preempt && view.node(node).is_none_or(|n| n.unrequeueable.is_empty())
+    }
+
+    /// `why` as said for `node`: in preempt mode a drain-mode rule holds a change only
+    /// because the node runs jobs Slurm cannot requeue, and the message names them.
+    fn node_wait(&self, view: &View, node: &str, why: Wait) -> Wait {
+        match view.node(node) {
+            Some(n) if self.mode == Mode::Preempt && !n.unrequeueable.is_empty() => Wait::NoRequeue {
+                jobs: n
+                    .unrequeueable
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                why: Box::new(why),
+            },
+            _ => why,
+        }
+    }
+
+    /// Keeps the changes of nodes without running jobs, and those that keep their node's
+    /// GPU count; the others join `skipped`. Slurm 22.05 requeues (or, when it cannot,
+    /// kills) a running job when its node's GPU count changes at the restart
+    /// (`_validate_node_gres_cnt`; 24.11 too): such changes wait for the node to be idle.
+    fn keep_count(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
+        let mut delta: HashMap<&str, i64> = HashMap::new();
+        for c in &changes {
+            *delta.entry(view.gpus[c.gpu].node.as_str()).or_default() +=
+                c.plan.create.len() as i64 - c.plan.destroy.len() as i64;
+        }
+        let has_jobs: HashSet<&str> = view
+            .gpus
+            .iter()
+            .filter(|g| !g.busy.is_empty())
+            .map(|g| g.node.as_str())
+            .collect();
+        let blocked: HashSet<&str> = delta
+            .iter()
+            .filter(|(n, d)| **d != 0 && has_jobs.contains(*n))
+            .map(|(n, _)| *n)
+            .collect();
         let mut changes = changes;
-        if self.mode != Mode::Preempt {
-            changes = self.keep_indices(view, changes, skipped);
-        }
-        // Slurm 22.05 kills a running job when its node's GPU count changes at the restart
-        // (`_validate_node_gres_cnt`; 24.11 too): on nodes with running jobs only
-        // count-preserving changes go ahead; the others wait for the node to be idle.
-        if self.mode != Mode::Preempt {
-            let mut delta: HashMap<&str, i64> = HashMap::new();
-            for c in &changes {
-                *delta.entry(view.gpus[c.gpu].node.as_str()).or_default() +=
-                    c.plan.create.len() as i64 - c.plan.destroy.len() as i64;
+        changes.retain(|c| {
+            let node = view.gpus[c.gpu].node.as_str();
+            let keep = !blocked.contains(node);
+            if !keep {
+                skipped.push(Skipped {
+                    gpu: c.gpu,
+                    target: c.target,
+                    why: self.node_wait(view, node, Wait::CountChange),
+                });
             }
-            let has_jobs: HashSet<&str> = view
-                .gpus
-                .iter()
-                .filter(|g| !g.busy.is_empty())
-                .map(|g| g.node.as_str())
-                .collect();
-            let blocked: HashSet<&str> = delta
-                .iter()
-                .filter(|(n, d)| **d != 0 && has_jobs.contains(*n))
-                .map(|(n, _)| *n)
-                .collect();
-            changes.retain(|c| {
-                let keep = !blocked.contains(view.gpus[c.gpu].node.as_str());
-                if !keep {
-                    skipped.push(Skipped {
-                        gpu: c.gpu,
-                        target: c.target,
-                        why: Wait::CountChange,
-                    });
-                }
-                keep
-            });
-        }
+            keep
+        });
         changes
     }
 
@@ -201,7 +245,7 @@ impl Central {
                     skipped.push(Skipped {
                         gpu: c.gpu,
                         target: c.target,
-                        why: Wait::IndexShift(why),
+                        why: self.node_wait(view, node, Wait::IndexShift(why)),
                     });
                 }
             }

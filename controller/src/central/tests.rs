@@ -1105,3 +1105,82 @@ fn a_job_started_before_the_drain_on_a_device_whose_index_would_move_stops_the_c
     );
     assert!(!node(&mut c, "b").drain, "b resumed");
 }
+
+#[test]
+fn a_job_slurm_cannot_requeue_holds_its_node_to_the_drain_rules_in_preempt_mode() {
+    let dir = temp("no-requeue");
+    let mut s = cluster();
+    // Job 1 (on a's 4g.20gb, which c8 destroys) was submitted with --no-requeue.
+    s.jobs[0].requeueable = false;
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Preempt,
+        Recorder::default(),
+    );
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "a"), C2, "a waits for its job");
+    assert_eq!(layout_of(&mut c, "b"), C8, "b's job can be requeued: b changes");
+    assert_eq!(
+        action(&c, "a/0"),
+        "skip: busy 4g.20gb@0 (Slurm cannot requeue job 1: interactive or --no-requeue)"
+    );
+    let jobs = c.api().jobs().unwrap();
+    let state = |id: u32| jobs.iter().find(|j| j.id == id).unwrap().state;
+    assert_eq!(state(1), JobState::Running);
+    assert_eq!(c.api_fake().requeued, vec![2]);
+    assert!(!node(&mut c, "a").drain);
+}
+
+#[test]
+fn a_requeue_slurm_refuses_resumes_the_node_unchanged_at_once() {
+    let dir = temp("requeue-refused");
+    let mut s = cluster();
+    // Slurm's job records say every job can be requeued, but slurmctld refuses (the job was
+    // changed to --no-requeue after the read, or slurmctld errs).
+    s.refuse_requeue = true;
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Preempt,
+        Recorder::default(),
+    );
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "a"), C2);
+    assert_eq!(layout_of(&mut c, "c"), C8, "the idle node changes");
+    let why = action(&c, "a/0");
+    assert!(
+        why.starts_with(
+            "skip: cannot requeue job 1: slurm_requeue(1): Requested operation is presently disabled"
+        ),
+        "{why}"
+    );
+    // Resumed in the batch's own cycles, not after report_timeout_s.
+    assert!(!node(&mut c, "a").drain && !node(&mut c, "b").drain);
+    let jobs = c.api().jobs().unwrap();
+    assert!(jobs.iter().all(|j| j.state == JobState::Running), "{jobs:?}");
+}
+
+#[test]
+fn a_job_started_before_the_drain_of_a_node_whose_gpu_count_changes_stops_the_change() {
+    let dir = temp("count-at-drain");
+    let mut s = cluster();
+    // b is idle when planned; just before its drain job 2 starts on GPU 0's 3g.20gb@4
+    // (IDX 1), which stays, and whose index b/1's change to c1 keeps, but b goes from 4
+    // GPUs to 3: Slurm would requeue the job at the restart.
+    let job = s.jobs.remove(1);
+    s.start_on_drain = vec![job];
+    let policy = "kind = \"static\"\nstatic_layout = [\"c1\", \"c5\", \"c1\"]";
+    let mut c = central(resolved(&dir, policy), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "b"), C2, "b keeps its layout");
+    assert_eq!(layout_of(&mut c, "c"), "7g.40gb@0");
+    assert_eq!(
+        action(&c, "b/1"),
+        "skip: became busy before the drain (the node's GPU count would change under running jobs)"
+    );
+    assert!(!node(&mut c, "b").drain, "b resumed");
+}

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use smartmig_core::config::Mode;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Layout, LayoutError, Plan};
 
@@ -279,15 +278,21 @@ impl Central {
                 }
             }
             NodeState::Drained => {
-                if self.mode == Mode::Preempt {
-                    self.preempt(view, node, &t);
+                let preempting = self.preempts(view, node);
+                if preempting {
+                    if let Err(e) = self.preempt(view, node, &t) {
+                        // Its instances stay busy: the change waits for a later plan.
+                        let outcome = format!("skip: {e}");
+                        report.skipped_busy += t.targets.len();
+                        return self.enter(b, node, NodeState::Resuming { outcome });
+                    }
                 }
                 if view.read_at <= t.since {
                     // The view predates the drain: a job may have started in between.
                     return;
                 }
-                match self.busy_now(view, node, &t) {
-                    Some(busy) if self.mode != Mode::Preempt || waited > self.report_timeout_s() => {
+                match self.busy_now(view, node, &t, preempting) {
+                    Some(busy) if !preempting || waited > self.report_timeout_s() => {
                         let outcome = format!("skip: became busy before the drain ({busy})");
                         report.skipped_busy += t.targets.len();
                         self.enter(b, node, NodeState::Resuming { outcome })
@@ -460,17 +465,20 @@ impl Central {
     }
 
     /// Why `t`'s plans cannot run now: busy instances they destroy, busy devices whose
-    /// Slurm index they would move, GPUs changed (None: none).
-    fn busy_now(&self, view: &View, node: &str, t: &NodeTxn) -> Option<String> {
+    /// Slurm index they would move, GPUs changed, and unless `preempting` a GPU count
+    /// change under running jobs (None: none).
+    fn busy_now(&self, view: &View, node: &str, t: &NodeTxn, preempting: bool) -> Option<String> {
         let mut out = Vec::new();
         match self.moved_now(view, node, t) {
             Ok(moved) => out.extend(moved.iter().map(Moved::to_string)),
             Err(e) => out.push(e),
         }
+        let mut delta = 0i64;
         for p in self.plans_now(view, node, t) {
             match p {
                 Err(e) => out.push(e.to_string()),
                 Ok((g, plan)) => {
+                    delta += plan.create.len() as i64 - plan.destroy.len() as i64;
                     let m = &self.resolved.models[g.model].model;
                     let busy: Vec<String> = plan.touched(&g.busy).map(|i| display_instance(m, i)).collect();
                     if !busy.is_empty() {
@@ -479,13 +487,20 @@ impl Central {
                 }
             }
         }
+        let has_jobs = view
+            .node(node)
+            .is_some_and(|n| n.gpus.iter().any(|&g| !view.gpus[g].busy.is_empty()));
+        if !preempting && delta != 0 && has_jobs {
+            out.push("the node's GPU count would change under running jobs".into());
+        }
         (!out.is_empty()).then(|| out.join(", "))
     }
 
     /// In preempt mode, requeues the jobs on the instances a node's plans destroy and on
     /// the devices whose Slurm index they would move (the node then waits until Slurm has
-    /// them off it: `busy_now`).
-    fn preempt(&mut self, view: &View, node: &str, t: &NodeTxn) {
+    /// them off it: `busy_now`). Stops at the first job Slurm refuses to requeue: the
+    /// change cannot go ahead while it runs.
+    fn preempt(&mut self, view: &View, node: &str, t: &NodeTxn) -> Result<(), String> {
         let mut jobs = std::collections::BTreeSet::new();
         for (g, plan) in self.plans_now(view, node, t).into_iter().flatten() {
             for (b, js) in g.busy.iter().zip(&g.jobs) {
@@ -500,9 +515,10 @@ impl Central {
         for j in jobs {
             match self.api.requeue(j) {
                 Ok(()) => log::info!("{node}: requeued job {j}"),
-                Err(e) => log::warn!("{node}: cannot requeue job {j}: {e}"),
+                Err(e) => return Err(format!("cannot requeue job {j}: {e}")),
             }
         }
+        Ok(())
     }
 
     /// Every node of the batch has applied (or is out of it): ask them to install gres.conf.

@@ -111,6 +111,9 @@ pub struct NodeView {
     pub generation: u64,
     /// Positions of its GPUs in [`View::gpus`].
     pub gpus: Vec<usize>,
+    /// Its running jobs that Slurm cannot requeue (interactive, or submitted with
+    /// `--no-requeue`).
+    pub unrequeueable: Vec<u32>,
 }
 
 /// One node as parsed in a cycle, and what it was parsed from.
@@ -260,10 +263,14 @@ impl View {
         pending.retain(|j| j.state == JobState::Pending);
         // Running jobs by node: (job id, the node's gres detail).
         let mut on_node: HashMap<&str, Vec<(u32, &str)>> = HashMap::new();
+        let mut unrequeueable: HashMap<&str, Vec<u32>> = HashMap::new();
         for j in &running {
             for (n, node) in j.nodes.iter().enumerate() {
                 if let Some(d) = j.gres_detail.get(n) {
                     on_node.entry(node.as_str()).or_default().push((j.id, d.as_str()));
+                }
+                if !j.requeueable {
+                    unrequeueable.entry(node.as_str()).or_default().push(j.id);
                 }
             }
         }
@@ -299,6 +306,11 @@ impl View {
                 report: parsed.report.clone(),
                 generation,
                 gpus: (start..view.gpus.len()).collect(),
+                unrequeueable: {
+                    let mut ids = unrequeueable.remove(name.as_str()).unwrap_or_default();
+                    ids.sort_unstable();
+                    ids
+                },
                 slurm: node,
             });
             cache.nodes.insert(name, parsed);

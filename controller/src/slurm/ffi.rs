@@ -278,6 +278,7 @@ impl SlurmApi for Libslurm {
                         account: text(j.account),
                         partition: text(j.partition),
                         admin_comment: text(j.admin_comment).filter(|c| !c.is_empty()),
+                        requeueable: j.batch_flag != 0 && j.requeue != 0,
                     })
                 },
             )

@@ -58,6 +58,9 @@ pub struct SlurmJob {
     pub account: Option<String>,
     /// Partition.
     pub partition: Option<String>,
+    /// Slurm can requeue it: a batch job not submitted with `--no-requeue` (nor under
+    /// `JobRequeue=0`). Interactive `srun`/`salloc` jobs cannot be requeued.
+    pub requeueable: bool,
 }
 
 /// One node.
