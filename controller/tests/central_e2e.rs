@@ -268,21 +268,11 @@ fn a_site_gres_conf_keeps_autodetect_a_non_mig_gpu_and_other_nodes_lines_across_
     common::assert_consistent(&c, &[&s0, &s1], &[j]);
 }
 
-#[test]
-fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_reads_them() {
-    skip_unless_netns!();
-    // gres.conf lists 1g.5gb, 1g.5gb, 2g.10gb, 1g.5gb+me (placement order); the node's Gres
-    // names them in another order, neither gres.conf's, alphabetical nor by name length.
-    let mut opts = two_nodes();
-    opts.gpus = vec![slurm::FakeGpu(vec![
-        ("1g.5gb", 2),
-        ("2g.10gb", 1),
-        ("1g.5gb+me", 1),
-    ])];
-    let c = Cluster::start(&opts);
-    let n0 = c.nodes[0].clone();
+/// Writes node 0's `Gres` in the node file as an admin would (types in another order than
+/// smartmigd's) and restarts slurmctld and its slurmd so that Slurm takes it.
+fn set_gres(c: &Cluster, gres: &str) {
+    let n0 = &c.nodes[0];
     let include = std::fs::read_to_string(c.nodes_include()).unwrap();
-    let gres = "gpu:2g.10gb:1,gpu:1g.5gb+me:1,gpu:1g.5gb:2";
     let line = include
         .lines()
         .find(|l| l.starts_with(&format!("NodeName={n0} ")))
@@ -301,9 +291,25 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
         .success());
     assert!(Command::new(&start).status().unwrap().success());
     c.wait_for("node 0 to register", Duration::from_secs(30), |c| {
-        let s = c.node_state(&n0);
+        let s = c.node_state(n0);
         !s.contains('*') && !s.contains("DOWN") && !s.contains("INVAL")
     });
+}
+
+#[test]
+fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_reads_them() {
+    skip_unless_netns!();
+    // gres.conf lists 1g.5gb, 1g.5gb, 2g.10gb, 1g.5gb+me (placement order); the node's Gres
+    // names them in another order, neither gres.conf's, alphabetical nor by name length.
+    let mut opts = two_nodes();
+    opts.gpus = vec![slurm::FakeGpu(vec![
+        ("1g.5gb", 2),
+        ("2g.10gb", 1),
+        ("1g.5gb+me", 1),
+    ])];
+    let c = Cluster::start(&opts);
+    let n0 = c.nodes[0].clone();
+    set_gres(&c, "gpu:2g.10gb:1,gpu:1g.5gb+me:1,gpu:1g.5gb:2");
     let mut by_index = BTreeMap::new();
     for ty in ["1g.5gb", "1g.5gb", "2g.10gb", "1g.5gb+me"] {
         let (j, _) = c
@@ -486,4 +492,41 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
     assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
     assert!(!node_field(&c, &n0, "State").contains("DRAIN"));
     common::assert_consistent(&c, &[&s0, &s1], &[interactive, batch]);
+}
+
+#[test]
+fn a_nodes_gres_type_order_is_kept_across_a_relayout_so_a_busy_device_keeps_its_index() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let n0 = c.nodes[0].clone();
+    // The admin's Gres lists 4g.20gb first: the job on GPU 0's 4g.20gb@0 holds IDX 0.
+    set_gres(&c, "gpu:4g.20gb:2,gpu:3g.20gb:2");
+    let (job, _) = c
+        .sbatch(&["-w", &n0, "--gres=gpu:4g.20gb:1", "--wrap", "sleep 600"])
+        .unwrap();
+    c.wait_job(job, &["RUNNING"], Duration::from_secs(20));
+    assert_eq!(idx(&c, job), 0);
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &["4g.20gb@0"]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    common::wait_announced(&c);
+    // GPU 1 to c5: written by type name, 3g.20gb would come first and take IDX 0.
+    let config = common::central_config(&c, &Policy::Static("\"c2\", \"c5\", \"c5\""), "run/snapshot.json");
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C5}"));
+    assert_eq!(node_field(&c, &n0, "Gres"), "gpu:4g.20gb:1,gpu:3g.20gb:3");
+    let record = c.job(job);
+    assert_eq!(
+        (
+            record.get("JobState").map(String::as_str),
+            record.get("Restarts").map(String::as_str)
+        ),
+        (Some("RUNNING"), Some("0")),
+        "{record:?}"
+    );
+    assert_eq!(
+        device_of(&c, job, &n0, &common::sim_layout(&s0), "4g.20gb"),
+        (0, "4g.20gb@0".to_string())
+    );
+    common::assert_consistent(&c, &[&s0, &s1], &[job]);
 }

@@ -12,7 +12,7 @@ use smartmig_core::mig::{Instance, Layout};
 
 use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeView, View};
 use super::Central;
-use crate::slurm::parse_gres;
+use crate::slurm::merge_mig_gres;
 
 /// A busy device whose index a change would give to another device.
 #[derive(Debug, Clone)]
@@ -108,22 +108,15 @@ impl Central {
     }
 
     /// The node `Gres` the re-layout writes for layouts with instance types `types`: the
-    /// managed types' counts by name, then the node's other GPU entries as they are.
+    /// managed types' counts in place of the node's entries, new types appended
+    /// ([`merge_mig_gres`], as the re-layout writes the node's line).
     fn gres_after(&self, gres: &str, types: &[Vec<String>]) -> String {
         let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
         for t in types.iter().flatten() {
             *counts.entry(t).or_default() += 1;
         }
-        let mut entries: Vec<String> = counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
-        for e in parse_gres(gres, "node Gres").unwrap_or_default() {
-            if !self.mig_types.contains(&e.gpu_type) {
-                entries.push(match e.gpu_type.as_str() {
-                    "" => format!("gpu:{}", e.count),
-                    t => format!("gpu:{t}:{}", e.count),
-                });
-            }
-        }
-        entries.join(",")
+        let mig: Vec<String> = counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+        merge_mig_gres(gres, &mig.join(","), &self.mig_types)
     }
 }
 

@@ -20,7 +20,7 @@ use smartmig_core::durable::{self, DurableError};
 
 use super::reconfigure::{Reconfigure, RECONFIGURE_SINCE};
 use crate::command::{self, CommandError};
-use crate::slurm::{SlurmApi, SlurmError};
+use crate::slurm::{merge_mig_gres, SlurmApi, SlurmError};
 
 /// Why Slurm could not be refreshed (or put back).
 #[derive(Debug, thiserror::Error)]
@@ -355,15 +355,9 @@ pub fn node_gres(text: &str, node: &str) -> Option<String> {
     })
 }
 
-/// Whether a GRES entry (`gpu:3g.20gb:2`) is one of the managed MIG types.
-fn is_mig_entry(entry: &str, mig_types: &HashSet<String>) -> bool {
-    smartmig_core::tres::parse(entry)
-        .is_ok_and(|e| e.is_gpu() && e.gpu_type.is_some_and(|t| mig_types.contains(t)))
-}
-
-/// `text` with the MIG entries of the `Gres=` of node `node`'s line replaced by `gpu`
-/// (every entry whose type is not in `mig_types` kept); None when no line defines exactly
-/// this node.
+/// `text` with the MIG entries of the `Gres=` of node `node`'s line set to `gpu`, in
+/// place ([`merge_mig_gres`]: every entry whose type is not in `mig_types` kept, the order
+/// of the types kept); None when no line defines exactly this node.
 pub fn set_node_gres(text: &str, node: &str, gpu: &str, mig_types: &HashSet<String>) -> Option<String> {
     let mut found = false;
     let mut out = String::with_capacity(text.len() + gpu.len());
@@ -383,18 +377,10 @@ pub fn set_node_gres(text: &str, node: &str, gpu: &str, mig_types: &HashSet<Stri
             w.split_once('=')
                 .is_some_and(|(k, _)| k.eq_ignore_ascii_case("Gres"))
         });
-        let others: Vec<&str> = gres_at
+        let before = gres_at
             .map(|i| words[i].split_once('=').map_or("", |(_, v)| v))
-            .unwrap_or("")
-            .split(',')
-            .filter(|e| !e.is_empty() && !is_mig_entry(e, mig_types))
-            .collect();
-        let value = std::iter::once(gpu)
-            .chain(others)
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join(",");
-        let token = format!("Gres={value}");
+            .unwrap_or("");
+        let token = format!("Gres={}", merge_mig_gres(before, gpu, mig_types));
         match gres_at {
             Some(i) => words[i] = token,
             None => words.push(token),
@@ -416,12 +402,12 @@ mod tests {
     }
 
     #[test]
-    fn only_the_named_nodes_mig_gres_changes_and_other_gres_stay() {
-        let text = "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:7g.40gb:1,license:2,gpu:a100:1\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n";
+    fn only_the_named_nodes_mig_gres_changes_other_gres_stay_and_types_keep_their_place() {
+        let text = "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:a100:1,gpu:3g.40gb:2,license:2,gpu:7g.40gb:1\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n";
         let out = set_node_gres(text, "gpu1", "gpu:1g.10gb:3,gpu:3g.40gb:1", &mig()).unwrap();
         assert_eq!(
             out,
-            "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:1g.10gb:3,gpu:3g.40gb:1,license:2,gpu:a100:1\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n"
+            "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:a100:1,gpu:3g.40gb:1,gpu:1g.10gb:3,license:2\nNodeName=gpu10 Gres=gpu:7g.40gb:1\n"
         );
         assert_eq!(node_gres(&out, "gpu10").as_deref(), Some("gpu:7g.40gb:1"));
         let added = set_node_gres("NodeName=n2 CPUs=2", "n2", "gpu:7g.40gb:1", &mig()).unwrap();

@@ -80,9 +80,16 @@ impl Relayout for Recorder {
             return Err(RelayoutError::NoAnswer(Duration::from_secs(1), why));
         }
         for (node, gres) in nodes {
+            // As the node file's line is rewritten: the types keep their places.
+            let before = api.node(node).unwrap().map(|n| n.gres).unwrap_or_default();
+            let managed = crate::slurm::parse_gres(&format!("{before},{gres}"), "test")
+                .unwrap()
+                .into_iter()
+                .map(|e| e.gpu_type)
+                .collect();
             let u = crate::slurm::NodeUpdate {
                 node: node.clone(),
-                gres: Some(gres.clone()),
+                gres: Some(crate::slurm::merge_mig_gres(&before, gres, &managed)),
                 ..Default::default()
             };
             api.update_node(&u).unwrap();
@@ -1183,4 +1190,22 @@ fn a_job_started_before_the_drain_of_a_node_whose_gpu_count_changes_stops_the_ch
         "skip: became busy before the drain (the node's GPU count would change under running jobs)"
     );
     assert!(!node(&mut c, "b").drain, "b resumed");
+}
+
+#[test]
+fn a_nodes_gres_type_order_is_kept_so_a_busy_device_after_a_change_keeps_its_index() {
+    let dir = temp("gres-order");
+    let mut s = cluster();
+    // b: two GPUs in c2, its Gres listing 4g.20gb before 3g.20gb (not by name); job 2 on
+    // GPU 0's 4g.20gb@0 holds IDX 0.
+    s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", C2), ("A100-SXM4-40GB", C2)]);
+    s.nodes[1].gres = "gpu:4g.20gb:2,gpu:3g.20gb:2".into();
+    s.jobs[1] = FakeSlurm::running(2, "b", "4g.20gb", 0);
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // b/1 to c5: written by name, 3g.20gb would come first and take IDX 0.
+    assert_eq!(action(&c, "b/1"), "applied");
+    assert_eq!(layout_of(&mut c, "b"), C5);
+    assert_eq!(node(&mut c, "b").gres, "gpu:4g.20gb:1,gpu:3g.20gb:3");
 }

@@ -1,6 +1,8 @@
 //! Slurm's GRES strings (`gpu:1g.10gb:3,gpu:3g.40gb:1(S:0)`,
 //! `gpu:1g.10gb:1(IDX:0,2-3)`) as counts per type and device indices.
 
+use std::collections::HashSet;
+
 use smartmig_core::tres::{self, TresError};
 
 /// One `gpu:<type>:<count>` entry, with the device indices when Slurm gave them.
@@ -53,9 +55,78 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, GresError> {
     Ok(out)
 }
 
+/// A node's `Gres` value with its entries of the types in `managed` set to `mig`
+/// (`gpu:TYPE:N`, one per type): each type keeps its place, a type gone is dropped, new
+/// ones follow the last GPU entry (in `mig`'s order), and every other entry stays as it
+/// is. Slurm numbers a node's devices type by type in `Gres` order, so keeping the order
+/// keeps running jobs' device indices wherever the counts before them stay.
+pub fn merge_mig_gres(value: &str, mig: &str, managed: &HashSet<String>) -> String {
+    let gpu_type = |e: &str| -> Option<Option<String>> {
+        let e = tres::parse(e).ok().filter(|e| e.is_gpu())?;
+        Some(e.gpu_type.map(str::to_string))
+    };
+    let managed_type = |e: &str| gpu_type(e).flatten().filter(|t| managed.contains(t));
+    let new: Vec<(String, &str)> = tres::entries(mig)
+        .filter_map(|e| Some((managed_type(e)?, e.trim())))
+        .collect();
+    let mut placed: HashSet<&str> = HashSet::new();
+    let mut out: Vec<&str> = Vec::new();
+    // Where new types go: after the last GPU entry, else where the managed ones were.
+    let mut insert_at = None;
+    for e in tres::entries(value).map(str::trim).filter(|e| !e.is_empty()) {
+        match managed_type(e) {
+            None => {
+                out.push(e);
+                if gpu_type(e).is_some() {
+                    insert_at = Some(out.len());
+                }
+            }
+            Some(t) => match new.iter().find(|(u, _)| *u == t) {
+                Some((t, n)) if placed.insert(t) => {
+                    out.push(n);
+                    insert_at = Some(out.len());
+                }
+                _ => {
+                    insert_at.get_or_insert(out.len());
+                }
+            },
+        }
+    }
+    let at = insert_at.unwrap_or(out.len());
+    let added: Vec<&str> = new
+        .iter()
+        .filter(|(t, _)| !placed.contains(t.as_str()))
+        .map(|(_, e)| *e)
+        .collect();
+    out.splice(at..at, added);
+    out.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_gres_keeps_each_types_place_drops_gone_types_and_appends_new_ones() {
+        let managed: HashSet<String> = ["1g.5gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+            .map(String::from)
+            .into();
+        // A whole GPU first, then MIG types in an order that is not by name, then a license.
+        let value = "gpu:a100:1,gpu:4g.20gb:2,gpu:3g.20gb:2,license:2";
+        assert_eq!(
+            merge_mig_gres(value, "gpu:1g.5gb:2,gpu:3g.20gb:3,gpu:4g.20gb:1", &managed),
+            "gpu:a100:1,gpu:4g.20gb:1,gpu:3g.20gb:3,gpu:1g.5gb:2,license:2"
+        );
+        assert_eq!(
+            merge_mig_gres(value, "gpu:7g.40gb:1", &managed),
+            "gpu:a100:1,gpu:7g.40gb:1,license:2"
+        );
+        assert_eq!(merge_mig_gres("", "gpu:7g.40gb:1", &managed), "gpu:7g.40gb:1");
+        assert_eq!(
+            merge_mig_gres("license:2,gpu:3g.20gb:2,nvme:1", "gpu:7g.40gb:1", &managed),
+            "license:2,gpu:7g.40gb:1,nvme:1"
+        );
+    }
 
     #[test]
     fn configured_used_and_job_gres_strings_give_types_counts_and_indices() {

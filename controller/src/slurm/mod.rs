@@ -8,7 +8,7 @@ mod gres;
 
 pub use carrier::{read_desired, read_report, write_desired, write_report};
 pub use ffi::Libslurm;
-pub use gres::{parse_gres, GresCount, GresError};
+pub use gres::{merge_mig_gres, parse_gres, GresCount, GresError};
 
 /// `major.minor.micro` of a `SLURM_VERSION_NUMBER` (e.g. [`Libslurm::version`]).
 pub fn version_text(v: u32) -> String {
