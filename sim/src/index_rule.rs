@@ -4,9 +4,11 @@
 //! "Re-layout on Slurm 22.05"). Slurm numbers a node's devices type by type in the order
 //! of the node's `Gres`, and within a type in gres.conf's order.
 //!
-//! Two numberings are modelled ([`IndexRule`]): `fixed`, what smartmigd writes today
-//! (types by name, then GPU, then placement start; under drain a change waits for the
-//! rule, under preempt the jobs whose index it moves are preempted, as smartmigd does),
+//! Two numberings are modelled ([`IndexRule`]): `fixed`, what smartmigd writes on a node
+//! whose `Gres` lists the types by name (types by name, then GPU, then placement start;
+//! smartmigd keeps a node's type order and adds new types after it, so that a new type
+//! moves no index of the types before it: not modelled yet; under drain a change waits
+//! for the rule, under preempt the jobs whose index it moves are preempted, as smartmigd does),
 //! and `assigned`, where the `Gres` type order and gres.conf's order within a type are
 //! chosen at each re-layout so that busy devices keep their indices whenever some choice
 //! does (not done by smartmigd yet: it measures what that would be worth).
