@@ -34,6 +34,7 @@ use std::time::Duration;
 use backends::Kind;
 use common::{node_field, run_central, start_agent, start_agent_on, two_nodes, Policy, C1, C2, C5, NODE0_C5};
 use slurm::Cluster;
+use smartmig_gpu::simulated::Simulated;
 use smartmigd::central::status::Status;
 
 fn decisions(s: &Status) -> Vec<(String, String, String)> {
@@ -350,6 +351,23 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
     assert_eq!(by_index[&0], "2g.10gb", "the Gres order, not gres.conf's");
 }
 
+/// Starts the agents (node 0: two GPUs in c2 with `busy` (GPU, instance) marked; node 1
+/// in c1) and runs one preempt-mode cycle towards c5 for node 0's GPU 0 and node 1, c2 for
+/// node 0's GPU 1; returns the agents' GPUs and the cycle's output.
+fn preempt_cycle(c: &mut Cluster, busy: &[(u32, &str)]) -> (Simulated, Simulated, String) {
+    let s0 = start_agent(c, 0, &[C2, C2], &[]);
+    for (gpu, inst) in busy {
+        s0.mark_busy(*gpu, inst).unwrap();
+    }
+    let s1 = start_agent(c, 1, &[C1], &[]);
+    common::wait_announced(c);
+    let config = common::central_config(c, &Policy::Static("\"c5\", \"c2\", \"c5\""), "run/snapshot.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
+    let out = run_central(c, &config, &[]);
+    (s0, s1, out)
+}
+
 #[test]
 fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keeps_the_others() {
     skip_unless_netns!();
@@ -379,17 +397,9 @@ fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keep
     let moved = submit(&c, "3g.20gb");
     assert_eq!(idx(&c, kept), 3);
     assert_eq!(idx(&c, moved), 0);
-    let s0 = start_agent(&mut c, 0, &[C2, C2], &[]);
-    s0.mark_busy(0, "3g.20gb@4").unwrap();
-    s0.mark_busy(1, "4g.20gb@0").unwrap();
-    let s1 = start_agent(&mut c, 1, &[C1], &[]);
-    common::wait_announced(&c);
     // GPU 0 to c5 keeps its 3g.20gb@4 but puts a new 3g.20gb@0 at its index (0); GPU 1
     // stays in c2, and its 4g.20gb keeps index 3.
-    let config = common::central_config(&c, &Policy::Static("\"c5\", \"c2\", \"c5\""), "run/snapshot.json");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
-    let out = run_central(&c, &config, &[]);
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (1, "4g.20gb@0")]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(common::sim_layout(&s0), format!("{C5} | {C2}"));
     let job = c.job(moved);
@@ -453,16 +463,8 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
         .unwrap();
     c.wait_job(batch, &["RUNNING"], Duration::from_secs(20));
     assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
-    let s0 = start_agent(&mut c, 0, &[C2, C2], &[]);
-    s0.mark_busy(0, "3g.20gb@4").unwrap();
-    s0.mark_busy(0, "4g.20gb@0").unwrap();
-    let s1 = start_agent(&mut c, 1, &[C1], &[]);
-    common::wait_announced(&c);
     // GPU 0 to c5 would destroy the 4g.20gb and put a new 3g.20gb@0 at IDX 0.
-    let config = common::central_config(&c, &Policy::Static("\"c5\", \"c2\", \"c5\""), "run/snapshot.json");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
-    let out = run_central(&c, &config, &[]);
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (0, "4g.20gb@0")]);
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     let status = Status::read(&c.dir.join("central")).unwrap();
     let gpu0 = format!("{n0}/0");
