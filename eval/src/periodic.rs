@@ -256,14 +256,16 @@ pub fn tune_periodic_on(
         .filter(|&c| sc.models[0].configurations[c].is_available())
         .collect();
     let rep = &sc.scenario.repartition;
-    let instances: Option<Vec<usize>> =
-        (rep.semantics == Semantics::Drain && rep.node_rule == NodeRule::Slurm2205).then(|| {
-            sc.models[0]
-                .configurations
-                .iter()
-                .map(|c| c.sizes.len())
-                .collect()
-        });
+    let instances: Option<Vec<usize>> = (rep.semantics == Semantics::Drain
+        && rep.node_rule == NodeRule::Slurm2205
+        && !rep.index_rule.padded())
+    .then(|| {
+        sc.models[0]
+            .configurations
+            .iter()
+            .map(|c| c.sizes.len())
+            .collect()
+    });
     let mut best: Blocks = vec![start_counts.clone(); blocks as usize];
     let mut best_et = s.evaluate_many(vec![best.clone()])[0].1;
     let start_et = best_et;

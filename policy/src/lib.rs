@@ -54,7 +54,7 @@ pub enum Semantics {
     /// The paper's: jobs on changed instances are preempted, keep their progress, and pay a penalty.
     #[default]
     Preempt,
-    /// Slurm's: changing instances take no new jobs and switch once idle.
+    /// Slurm's: a GPU changes only when the instances it must destroy are idle.
     Drain,
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use smartmig_core::mig::Instance;
+use smartmig_core::mig::{Instance, Layout};
 
 use crate::scenario::ResolvedScenario;
 use crate::workload::size_index;
@@ -154,6 +154,14 @@ impl Cluster {
     /// Slot ids of a GPU.
     pub fn slots(g: u32) -> std::ops::Range<u32> {
         g * SLOTS as u32..(g + 1) * SLOTS as u32
+    }
+
+    /// Busy instances of GPU `g` that a move to `target` would destroy (what it stops).
+    pub fn busy_destroyed(&self, g: u32, target: &Layout) -> u32 {
+        Cluster::slots(g)
+            .map(|id| &self.slices[id as usize])
+            .filter(|s| s.compute > 0 && s.job.is_some() && !target.contains(&s.instance))
+            .count() as u32
     }
 
     /// Number of free slices.

@@ -26,9 +26,20 @@ pub struct DecisionView<'a> {
     /// Lateness accrued so far, job-minutes (with features: as it accrues; otherwise
     /// only that of completed jobs).
     pub lateness_min: f64,
+    /// GPUs to a node.
+    pub gpus_per_node: u32,
+    /// The scenario (its models' configurations).
+    pub scenario: &'a ResolvedScenario,
 }
 
 impl DecisionView<'_> {
+    /// Busy instances that moving GPU `g` to configuration `c` would destroy.
+    pub fn busy_destroyed(&self, g: u32, c: u16) -> u32 {
+        let model = self.cluster.gpus[g as usize].model as usize;
+        let target = &self.scenario.models[model].configurations[usize::from(c)].layout;
+        self.cluster.busy_destroyed(g, target)
+    }
+
     /// Appends the mean-field features of GPU model `model` (see [`crate::features`]);
     /// false when the policy did not ask for features.
     pub fn write_features(&self, model: usize, out: &mut Vec<f32>) -> bool {

@@ -14,7 +14,7 @@ use super::metrics::{RunResult, Sample, SeriesRecorder};
 use crate::decision::{DecisionView, Repartitioner};
 use crate::energy::EnergyMeter;
 use crate::index_rule::Numbering;
-use crate::scenario::{NodeRule, ResolvedScenario, Semantics};
+use crate::scenario::{DrainHold, NodeRule, ResolvedScenario, Semantics};
 use crate::sched::{PickContext, Scheduler};
 use crate::workload::Job;
 
@@ -147,11 +147,24 @@ pub struct Simulation<'a> {
     gate: Gate,
     /// GPUs with a target they have not switched to yet.
     switching: usize,
-    /// Per node: it drains whole (Slurm 22.05, its instance count changes) and switches
-    /// once no job runs on it.
-    node_hold: Vec<bool>,
+    /// Per node drained whole (no new job anywhere on it): until it is idle (Slurm 22.05,
+    /// its instance count changes), or until its changing instances are (`drain_hold =
+    /// "node"`).
+    node_hold: Vec<Option<NodeHold>>,
     /// Slurm's device numbering on each node and the index rule.
     numbering: Numbering,
+    /// smartmigd's drain (nothing held): Slurm starts jobs on what an event frees before
+    /// the policy sees it, so a change finds idle only what no waiting job could take.
+    slurm_first: bool,
+}
+
+/// How long a drained node stays drained.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum NodeHold {
+    /// Until no job runs on it (its GPU count changes under Slurm 22.05's rule).
+    UntilIdle,
+    /// Until each of its GPUs with a target has switched.
+    UntilChanged,
 }
 
 /// Tardiness as it accrues: ∫ (jobs past their deadline and not done) dt, which at the
@@ -249,8 +262,10 @@ impl<'a> Simulation<'a> {
             lateness: None,
             gate,
             switching: 0,
-            node_hold: vec![false; nodes],
+            node_hold: vec![None; nodes],
             numbering,
+            slurm_first: opts.semantics == Semantics::Drain
+                && sc.scenario.repartition.drain_hold == DrainHold::None,
             opts,
         }
     }
@@ -322,6 +337,9 @@ impl<'a> Simulation<'a> {
                             && self.cluster.slices[slot as usize].job.is_some()
                         {
                             self.complete(slot);
+                            if self.slurm_first {
+                                self.schedule();
+                            }
                             self.count_event(every, policy);
                         }
                     }
@@ -357,6 +375,9 @@ impl<'a> Simulation<'a> {
                 self.enqueue(JobId::of(j));
                 if let Some(r) = self.series.as_mut() {
                     r.arrival();
+                }
+                if self.slurm_first {
+                    self.schedule();
                 }
                 self.count_event(every, policy);
             }
@@ -400,6 +421,8 @@ impl<'a> Simulation<'a> {
                 busy_by_model: &self.busy_by_model,
                 energy_wmin: self.meter.energy_wmin(),
                 lateness_min: self.lateness.as_ref().map_or(self.tardiness_sum, |l| l.accrued),
+                gpus_per_node: self.gate.gpus_per_node(),
+                scenario: self.sc,
             };
             policy.decide(&view, &mut self.rng)
         };
@@ -432,9 +455,17 @@ impl<'a> Simulation<'a> {
             proposed.sort_unstable();
             numbering.keep(sc, cluster, &proposed)
         };
-        let changes = keep(changes);
+        // smartmigd's drain: only changes whose instances are idle now, then the node rules
+        // (the index rule, then the count rule), before the limits and again after them.
+        let when_idle = self.slurm_first;
+        let changes = if when_idle {
+            self.count_kept(keep(self.idle_only(changes)))
+        } else {
+            keep(changes)
+        };
         let batch = self.gate.offer(self.now, &changes, free, self.switching == 0);
         let batch = keep(batch);
+        let batch = if when_idle { self.count_kept(batch) } else { batch };
         if batch.is_empty() {
             return;
         }
@@ -448,8 +479,54 @@ impl<'a> Simulation<'a> {
                     self.install(g, c, false);
                 }
             }
+            Semantics::Drain if when_idle => {
+                for (g, c) in batch {
+                    self.install(g, c, false);
+                }
+            }
             Semantics::Drain => self.start_drain(&batch),
         }
+    }
+
+    /// The changes of `changes` that destroy no busy instance (smartmigd's drain mode
+    /// leaves the others for a later decision).
+    fn idle_only(&self, changes: Vec<(u32, u16)>) -> Vec<(u32, u16)> {
+        let sc = self.sc;
+        changes
+            .into_iter()
+            .filter(|&(g, c)| {
+                let model = self.cluster.gpus[g as usize].model as usize;
+                self.cluster
+                    .busy_destroyed(g, &sc.models[model].configurations[c as usize].layout)
+                    == 0
+            })
+            .collect()
+    }
+
+    /// Slurm 22.05's node rule as smartmigd keeps it in drain mode: the changes of a node
+    /// with running jobs go ahead only if together they keep its GPU-instance count
+    /// (padding records keep it whatever the changes).
+    fn count_kept(&self, changes: Vec<(u32, u16)>) -> Vec<(u32, u16)> {
+        let rep = &self.sc.scenario.repartition;
+        if rep.node_rule != NodeRule::Slurm2205 || rep.index_rule.padded() {
+            return changes;
+        }
+        let count = |g: u32, c: u16| {
+            let model = self.cluster.gpus[g as usize].model as usize;
+            self.sc.models[model].configurations[c as usize].sizes.len() as i64
+        };
+        let mut delta: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
+        for &(g, c) in &changes {
+            let now = self.cluster.gpus[g as usize].config;
+            *delta.entry(self.gate.node_of(g)).or_default() += count(g, c) - count(g, now);
+        }
+        changes
+            .into_iter()
+            .filter(|&(g, _)| {
+                let node = self.gate.node_of(g);
+                delta[&node] == 0 || self.node_idle(node)
+            })
+            .collect()
     }
 
     /// Preempt, `fixed` numbering: preempts the jobs whose device index the batch would
@@ -570,12 +647,36 @@ impl<'a> Simulation<'a> {
         self.makespan = self.makespan.max(self.now);
         self.set_busy(g, -i32::from(compute));
         let node = self.gate.node_of(g);
-        if self.node_hold[node as usize] {
-            self.try_switch_node(node);
-        } else if self.cluster.gpus[g as usize].target.is_some() {
-            self.try_switch(g);
+        match self.node_hold[node as usize] {
+            Some(NodeHold::UntilIdle) => self.try_switch_node(node),
+            Some(NodeHold::UntilChanged) => {
+                if self.cluster.gpus[g as usize].target.is_some() {
+                    self.try_switch(g);
+                }
+                self.release_if_changed(node);
+            }
+            None if self.cluster.gpus[g as usize].target.is_some() => self.try_switch(g),
+            None => {}
         }
         self.cluster.refresh(g);
+    }
+
+    /// `drain_hold = "node"`: resumes node `node` once none of its GPUs waits to switch.
+    fn release_if_changed(&mut self, node: u32) {
+        let gpus = self.node_gpus(node);
+        if gpus
+            .clone()
+            .any(|g| self.cluster.gpus[g as usize].target.is_some())
+        {
+            return;
+        }
+        self.node_hold[node as usize] = None;
+        for g in gpus {
+            for id in Cluster::slots(g) {
+                self.cluster.slices[id as usize].draining = false;
+            }
+            self.cluster.refresh(g);
+        }
     }
 
     /// Stops the job on `slot`, keeping its progress, and queues it again.
@@ -593,9 +694,11 @@ impl<'a> Simulation<'a> {
         self.enqueue(id);
     }
 
-    /// Drain: points the batch's GPUs at their new configurations. Changing instances
-    /// take no new jobs; under Slurm 22.05's rule a node whose instance count changes
-    /// takes none anywhere. Each GPU (or held node) switches once what must stop is idle.
+    /// Drain with a hold (`drain_hold` other than `none`): points the batch's GPUs at their
+    /// new configurations. What the hold covers takes no new jobs (the changing instances,
+    /// their types or the node); under Slurm 22.05's rule a node whose instance count
+    /// changes takes none anywhere. Each GPU (or held node) switches once what must stop
+    /// is idle.
     fn start_drain(&mut self, batch: &[(u32, u16)]) {
         let sc = self.sc;
         for &(g, c) in batch {
@@ -611,16 +714,42 @@ impl<'a> Simulation<'a> {
         }
         let mut nodes: Vec<u32> = batch.iter().map(|&(g, _)| self.gate.node_of(g)).collect();
         nodes.dedup();
+        let rep = &sc.scenario.repartition;
         for node in nodes {
-            if sc.scenario.repartition.node_rule == NodeRule::Slurm2205 && self.instance_count_changes(node) {
-                self.node_hold[node as usize] = true;
+            // Padding records keep the node's GPU count: no node drains whole.
+            let padded = rep.index_rule.padded();
+            let hold = if !padded && rep.node_rule == NodeRule::Slurm2205 && self.instance_count_changes(node)
+            {
+                Some(NodeHold::UntilIdle)
+            } else if matches!(rep.drain_hold, DrainHold::Node | DrainHold::Type) {
+                Some(NodeHold::UntilChanged)
+            } else {
+                None
+            };
+            if let Some(hold) = hold {
+                self.node_hold[node as usize] = Some(hold);
+                // What takes no new job: the node, or (type hold) every instance of a type
+                // a change on it destroys.
+                let held = (hold == NodeHold::UntilChanged && rep.drain_hold == DrainHold::Type)
+                    .then(|| self.destroyed_profiles(node));
                 for g in self.node_gpus(node) {
                     for id in Cluster::slots(g) {
                         let s = &mut self.cluster.slices[id as usize];
-                        s.draining = s.compute > 0;
+                        let here = held.as_ref().is_none_or(|p| p.contains(&s.instance.profile));
+                        s.draining = s.compute > 0 && (s.draining || here);
                     }
                 }
-                self.try_switch_node(node);
+                match hold {
+                    NodeHold::UntilIdle => self.try_switch_node(node),
+                    NodeHold::UntilChanged => {
+                        for g in self.node_gpus(node) {
+                            if self.cluster.gpus[g as usize].target.is_some() {
+                                self.try_switch(g);
+                            }
+                        }
+                        self.release_if_changed(node);
+                    }
+                }
             } else {
                 for g in self.node_gpus(node) {
                     if self.cluster.gpus[g as usize].target.is_some() {
@@ -632,6 +761,29 @@ impl<'a> Simulation<'a> {
                 self.cluster.refresh(g);
             }
         }
+    }
+
+    /// The profiles of the instances that node `node`'s pending changes destroy.
+    fn destroyed_profiles(&self, node: u32) -> Vec<usize> {
+        let mut out = Vec::new();
+        for g in self.node_gpus(node) {
+            let gpu = &self.cluster.gpus[g as usize];
+            let Some(c) = gpu.target else { continue };
+            let target = &self.sc.models[gpu.model as usize].configurations[c as usize].layout;
+            for id in Cluster::slots(g) {
+                let s = &self.cluster.slices[id as usize];
+                if s.compute > 0 && !target.contains(&s.instance) && !out.contains(&s.instance.profile) {
+                    out.push(s.instance.profile);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether no job runs on node `node`.
+    fn node_idle(&self, node: u32) -> bool {
+        self.node_gpus(node)
+            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job.is_none()))
     }
 
     /// GPUs of a node.
@@ -660,30 +812,26 @@ impl<'a> Simulation<'a> {
         before != after
     }
 
-    /// Drain: switches GPU `g` to its target once every draining slot is idle.
+    /// Drain: switches GPU `g` to its target once nothing the target destroys is busy.
     fn try_switch(&mut self, g: u32) {
-        let idle = Cluster::slots(g).all(|id| {
-            let s = &self.cluster.slices[id as usize];
-            !s.draining || s.job.is_none()
-        });
-        if idle {
-            if let Some(c) = self.cluster.gpus[g as usize].target {
-                self.install(g, c, false);
-            }
+        let Some(c) = self.cluster.gpus[g as usize].target else {
+            return;
+        };
+        let model = self.cluster.gpus[g as usize].model as usize;
+        let target = &self.sc.models[model].configurations[c as usize].layout;
+        if self.cluster.busy_destroyed(g, target) == 0 {
+            self.install(g, c, false);
         }
     }
 
     /// Drain, held node: switches every GPU of the node with a target once no job runs
     /// anywhere on it, and lets the node take jobs again.
     fn try_switch_node(&mut self, node: u32) {
-        let gpus = self.node_gpus(node);
-        let idle = gpus
-            .clone()
-            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job.is_none()));
-        if !idle {
+        if !self.node_idle(node) {
             return;
         }
-        self.node_hold[node as usize] = false;
+        let gpus = self.node_gpus(node);
+        self.node_hold[node as usize] = None;
         for g in gpus {
             if let Some(c) = self.cluster.gpus[g as usize].target {
                 self.install(g, c, false);

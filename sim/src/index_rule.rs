@@ -72,7 +72,7 @@ impl Numbering {
 
     /// Numbers every node's devices in their initial layouts (`fixed` order).
     pub fn start(&mut self, sc: &ResolvedScenario, cluster: &Cluster) {
-        if self.rule != IndexRule::Assigned {
+        if !self.tracks_order() {
             return;
         }
         for node in 0..self.nodes.len() as u32 {
@@ -85,7 +85,7 @@ impl Numbering {
     /// preempt preempts the jobs instead: [`Numbering::moved`]).
     pub fn active(&self, preempt: bool) -> bool {
         match self.rule {
-            IndexRule::Fixed => !preempt,
+            IndexRule::Fixed | IndexRule::Padded | IndexRule::PaddedAssigned => !preempt,
             IndexRule::Assigned => true,
             IndexRule::Off => false,
         }
@@ -93,7 +93,15 @@ impl Numbering {
 
     /// Whether, under preempt, the jobs whose device index a change moves are preempted.
     pub fn preempts_moved(&self) -> bool {
-        self.rule == IndexRule::Fixed
+        matches!(
+            self.rule,
+            IndexRule::Fixed | IndexRule::Padded | IndexRule::PaddedAssigned
+        )
+    }
+
+    /// Whether the node's order is remembered between re-layouts (it is chosen at each).
+    fn tracks_order(&self) -> bool {
+        matches!(self.rule, IndexRule::Assigned | IndexRule::PaddedAssigned)
     }
 
     /// The busy devices of node `node` whose index `changes` (the node's GPUs,
@@ -107,6 +115,9 @@ impl Numbering {
     ) -> Vec<Device> {
         let now = self.node_now(sc, cluster, node);
         let layouts = after(sc, &now.layouts, changes);
+        if self.rule.padded() {
+            return self.padded(sc, &now, &layouts).1;
+        }
         let order = self.fixed_order(sc, &layouts);
         now.busy
             .iter()
@@ -160,7 +171,7 @@ impl Numbering {
     /// Records that GPU `g`'s layout has just changed (after [`Cluster`] holds the new
     /// one): `assigned` renumbers its node, keeping every busy index.
     pub fn relaid(&mut self, sc: &ResolvedScenario, cluster: &Cluster, g: u32) {
-        if self.rule != IndexRule::Assigned {
+        if !self.tracks_order() {
             return;
         }
         let node = g / self.gpus_per_node;
@@ -198,7 +209,7 @@ impl Numbering {
             }
         }
         let order = match self.nodes.get(node as usize) {
-            Some(o) if !o.is_empty() && self.rule == IndexRule::Assigned => o.clone(),
+            Some(o) if !o.is_empty() && self.tracks_order() => o.clone(),
             _ => self.fixed_order(sc, &layouts),
         };
         let busy = busy_devices
@@ -209,6 +220,7 @@ impl Numbering {
             layouts,
             pending,
             busy,
+            order,
         }
     }
 
@@ -245,7 +257,76 @@ impl Numbering {
                     .then_some(order)
             }
             IndexRule::Assigned => self.assign(sc, layouts, &busy),
+            IndexRule::Padded | IndexRule::PaddedAssigned => {
+                let (order, moved) = self.padded(sc, now, layouts);
+                moved.is_empty().then_some(order)
+            }
         }
+    }
+
+    /// Padding records: every type is a block of fixed size (padding fills what its
+    /// instances leave), so only a device's position within its type counts. `padded`:
+    /// positions in GPU and placement order, as smartmigd's agent writes gres.conf; a busy
+    /// device keeps its index when as many devices of its type come before it.
+    /// `padded-assigned`: each busy device still there keeps its position, the others take
+    /// the free positions in GPU and placement order. Returns the order (types in name
+    /// order) and the busy devices whose position would name another device.
+    fn padded(
+        &self,
+        sc: &ResolvedScenario,
+        now: &NodeNow,
+        layouts: &[(u32, Vec<Instance>)],
+    ) -> (Vec<Device>, Vec<Device>) {
+        let fixed = self.fixed_order(sc, layouts);
+        let rank_of = |d: &Device| self.rank(sc, d.0, &d.1);
+        // Each busy device's position within its type now.
+        let position = |k: usize| {
+            let r = rank_of(&now.order[k]);
+            now.order[..k].iter().filter(|d| rank_of(d) == r).count()
+        };
+        if self.rule == IndexRule::Padded {
+            let moved = now
+                .busy
+                .iter()
+                .filter(|&&(d, k)| {
+                    let r = rank_of(&d);
+                    let mut same = fixed.iter().filter(|x| rank_of(x) == r);
+                    same.position(|x| *x == d).is_some_and(|p| p != position(k))
+                })
+                .map(|&(d, _)| d)
+                .collect();
+            return (fixed, moved);
+        }
+        let (mut order, mut moved) = (Vec::with_capacity(fixed.len()), Vec::new());
+        let mut rest = fixed.as_slice();
+        while let Some(first) = rest.first() {
+            let r = rank_of(first);
+            let n = rest.iter().take_while(|d| rank_of(d) == r).count();
+            let (devices, tail) = rest.split_at(n);
+            rest = tail;
+            let mut slots: Vec<Option<Device>> = vec![None; n];
+            let mut placed = Vec::new();
+            for &(d, k) in &now.busy {
+                if rank_of(&d) != r || !devices.contains(&d) {
+                    continue;
+                }
+                match slots.get_mut(position(k)) {
+                    Some(slot @ None) => {
+                        *slot = Some(d);
+                        placed.push(d);
+                    }
+                    _ => moved.push(d),
+                }
+            }
+            let mut idle = devices.iter().filter(|d| !placed.contains(d));
+            for slot in &mut slots {
+                if slot.is_none() {
+                    *slot = idle.next().copied();
+                }
+            }
+            order.extend(slots.into_iter().flatten());
+        }
+        (order, moved)
     }
 
     /// `assigned`: an order of the types (each a block of consecutive indices) that puts
@@ -344,6 +425,8 @@ struct NodeNow {
     pending: Vec<(u32, u16)>,
     /// Busy devices with their indices now.
     busy: Vec<(Device, usize)>,
+    /// The node's devices in index order now.
+    order: Vec<Device>,
 }
 
 /// `layouts` with `changes` (GPU, configuration) made.
@@ -455,8 +538,36 @@ mod tests {
     }
 
     #[test]
+    fn padded_numbering_lets_other_types_change_and_keeps_a_busy_position_within_its_type() {
+        // The job on GPU 0's 3g.20gb@4 (first 3g.20gb). GPU 0 to c5 adds a 3g.20gb@0 before
+        // it in placement order: `fixed` and `padded` (the agent's order within a type)
+        // refuse; `padded-assigned` keeps the job's device first and puts the new one next.
+        for (rule, kept) in [("fixed", false), ("padded", false), ("padded-assigned", true)] {
+            let (sc, cluster, n) = busy_node(rule);
+            let c5 = config(&sc, "c5");
+            let got = n.keep(&sc, &cluster, &[(0, c5), (1, c5)]);
+            let want = if kept {
+                vec![(0, c5), (1, c5)]
+            } else {
+                vec![(1, c5)]
+            };
+            assert_eq!(got, want, "{rule}");
+        }
+        let (sc, _, _) = busy_node("padded");
+        let c5 = config(&sc, "c5");
+        // A job on GPU 0's 4g.20gb@0 (4g.20gb sorts after 3g.20gb): GPU 1 to c5 gives the
+        // node a third 3g.20gb, which moves the 4g.20gb's index in `fixed` numbering only.
+        for (rule, kept) in [("fixed", false), ("padded", true), ("padded-assigned", true)] {
+            let (sc, mut cluster, n) = busy_node(rule);
+            lay(&sc, &mut cluster, 0, "4g.20gb@0 3g.20gb@4", &["4g.20gb@0"]);
+            let got = n.keep(&sc, &cluster, &[(1, c5)]);
+            assert_eq!(!got.is_empty(), kept, "{rule}: {got:?}");
+        }
+    }
+
+    #[test]
     fn no_numbering_keeps_a_busy_index_beyond_the_new_device_count() {
-        for rule in ["fixed", "assigned"] {
+        for rule in ["fixed", "assigned", "padded", "padded-assigned"] {
             let (sc, mut cluster, n) = busy_node(rule);
             // The job on GPU 1's 4g.20gb@0 (index 3); GPU 0 to c1 leaves 3 devices.
             lay(&sc, &mut cluster, 0, "4g.20gb@0 3g.20gb@4", &[]);

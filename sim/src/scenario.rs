@@ -284,6 +284,33 @@ pub struct RepartitionSpec {
     /// How Slurm numbers a node's devices and which changes keep a running job's index.
     #[serde(default)]
     pub index_rule: IndexRule,
+    /// Drain: what is held free of new jobs while a change waits for its jobs to end.
+    #[serde(default)]
+    pub drain_hold: DrainHold,
+}
+
+/// Drain: what a change that waits for running jobs holds free of new ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainHold {
+    /// Nothing (smartmigd's drain mode): a change is made at a decision that finds idle
+    /// everything it destroys (on Slurm 22.05's rule, a count change: the whole node), and
+    /// waits otherwise, while Slurm keeps starting jobs on those instances. Slurm has no
+    /// drain of single GPU devices.
+    #[default]
+    None,
+    /// The instances a change destroys (or, on Slurm 22.05's rule, a node whose count
+    /// changes) take no new job until they are idle, then switch: the simulator's drain
+    /// before 2026-12-01. Slurm cannot hold single devices, so smartmigd cannot do this.
+    Instances,
+    /// The whole node (Slurm's node drain: running jobs go on, no new job starts on it)
+    /// until its changing instances are idle, then it switches and resumes: what Slurm
+    /// allows, at the cost of the node's other slices.
+    Node,
+    /// Every instance of a type a change destroys, on that node, until the changing
+    /// instances are idle: what the job_submit plugin can do by routing jobs around the
+    /// type on that node.
+    Type,
 }
 
 /// The device-index rule a re-layout keeps on a node with running jobs (sim::index_rule).
@@ -298,9 +325,25 @@ pub enum IndexRule {
     /// The numbering chosen at each re-layout (type order in `Gres`, gres.conf order
     /// within a type) to keep busy indices whenever one can: not done by smartmigd yet.
     Assigned,
+    /// smartmigd with padding records: every type a block of fixed size in the node's
+    /// `Gres` (padding fills what its instances leave), so the node's GPU count never
+    /// changes (no node drains whole) and a change moves no other type's indices; within
+    /// a type the devices are in GPU and placement order (as the agent writes gres.conf),
+    /// so a busy device keeps its index while as many of its type come before it.
+    Padded,
+    /// Padding records, and gres.conf's order within a type chosen at each re-layout so
+    /// that each busy device keeps its position where the type still has it.
+    PaddedAssigned,
     /// No rule: what the simulator did before smartmigd kept indices (Slurm may then
     /// hand a running job's device to another job).
     Off,
+}
+
+impl IndexRule {
+    /// Whether padding records keep every type's block (and the node's GPU count) fixed.
+    pub fn padded(self) -> bool {
+        matches!(self, IndexRule::Padded | IndexRule::PaddedAssigned)
+    }
 }
 
 /// `[objective]`.
@@ -339,6 +382,7 @@ impl Default for RepartitionSpec {
             decision_interval_s: default_decision_interval(),
             node_rule: NodeRule::default(),
             index_rule: IndexRule::default(),
+            drain_hold: DrainHold::default(),
         }
     }
 }

@@ -37,6 +37,21 @@ fn cluster_without_index_rule(n: u32, layout: &[&str], penalty_s: f64) -> Resolv
     )
 }
 
+/// [`cluster`] with drain holding the changing instances free of new jobs
+/// (`drain_hold = "instances"`, a model smartmigd cannot deliver).
+fn cluster_holding_instances(n: u32, layout: &[&str], penalty_s: f64) -> ResolvedScenario {
+    limited(
+        n,
+        layout,
+        penalty_s,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+            "repartition.drain_hold=instances",
+        ],
+    )
+}
+
 /// The same with the given `--set` overrides instead.
 fn limited(n: u32, layout: &[&str], penalty_s: f64, sets: &[&str]) -> ResolvedScenario {
     let layout: Vec<String> = layout.iter().map(|c| format!("\"{c}\"")).collect();
@@ -182,10 +197,11 @@ impl Repartitioner for SwitchAtOne {
     }
 }
 
-/// One GPU in c1 switched to c12 at minute 1 (4 s a switch), under `semantics`: J0
-/// (p1 = 14, p7 = 2) released at 0, J1 (flat, deadline 50) at 1.
+/// One GPU in c1 switched to c12 at minute 1 (4 s a switch), under `semantics` (drain
+/// holding the changing instances): J0 (p1 = 14, p7 = 2) released at 0, J1 (flat,
+/// deadline 50) at 1.
 fn whole_gpu_switched_at_one(semantics: Semantics) -> RunResult {
-    let sc = cluster(1, &["c1"], 4.0);
+    let sc = cluster_holding_instances(1, &["c1"], 4.0);
     let jobs = [
         job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
         job(1, 1.0, 50.0, FLAT),
@@ -208,7 +224,7 @@ fn preempt_stops_a_running_job_keeps_its_progress_and_charges_the_penalty() {
 }
 
 #[test]
-fn drain_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
+fn a_drain_holding_instances_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
     // Same jobs under drain: the 7g finishes J0 at 2, then the GPU switches; the 1g
     // slices are ready at 2 + 4 s and J1 runs until then + 1.1.
     let r = whole_gpu_switched_at_one(Semantics::Drain);
@@ -217,6 +233,101 @@ fn drain_waits_for_the_running_job_and_starts_nothing_on_a_draining_slice() {
     assert!(close(r.makespan_min, ready + 1.1), "{}", r.makespan_min);
     let e = P[7] * 2.0 + P[0] * (ready - 2.0) + P[1] * 1.1;
     assert!(close(r.energy_wmin, e), "{} vs {e}", r.energy_wmin);
+}
+
+#[test]
+fn smartmigd_drain_changes_a_gpu_only_at_a_decision_that_finds_it_idle_and_holds_nothing() {
+    // One whole GPU, asked for c12 at every decision from 1. J0 (p7 = 2) runs 0..2; J1
+    // (d = 50) and J2 (d = 60) arrive at 1 and 1.5 and wait for the 7g. Nothing is held:
+    // Slurm starts J1 on the 7g as J0 ends (2..3), then J2 (3..4), and every decision until
+    // then finds the 7g busy. At 4 it is idle and the GPU switches: makespan 4, where a
+    // drain holding the 7g would switch at 2 and run J1, J2 on two 1g (2.067..3.167).
+    let jobs = [
+        job(0, 0.0, 100.0, [14.0, 7.0, 14.0 / 3.0, 3.5, 2.0]),
+        job(1, 1.0, 50.0, FLAT),
+        job(2, 1.5, 60.0, FLAT),
+    ];
+    let policy = || MoveFromOne {
+        from: 0,
+        gpu: 0,
+        to: 11,
+    };
+    let sc = cluster(1, &["c1"], 4.0);
+    let r = run_with(&sc, &jobs, Scheduler::Edf, Semantics::Drain, &mut policy());
+    assert_eq!((r.repartitions, r.preemptions), (1, 0));
+    assert!(close(r.makespan_min, 4.0), "{}", r.makespan_min);
+    let held = run_with(
+        &cluster_holding_instances(1, &["c1"], 4.0),
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Drain,
+        &mut policy(),
+    );
+    assert!(
+        close(held.makespan_min, 2.0 + 4.0 / 60.0 + 1.1),
+        "{}",
+        held.makespan_min
+    );
+}
+
+#[test]
+fn a_node_hold_keeps_every_slice_of_the_node_free_and_a_type_hold_only_the_destroyed_type() {
+    // GPU0 in c1 runs J0 (p7 = 10) 0..10 and is asked for c12 from 1; GPU1 is in c2 (4g +
+    // 3g). J1 (p7 = 1, d = 100) arrives at 1. Type hold: only 7g.40gb takes no new job, so
+    // J1 runs on GPU1's 3g (1..3.33); node hold: nothing starts on the node until J0 ends
+    // and GPU0 switches at 10, then J1 takes GPU0's slowest slice, a 1g (10..17). Smartmigd's
+    // drain (no hold) makes the change at 10 too, with J1 on the 3g meanwhile.
+    let jobs = [
+        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+    ];
+    let run = |hold: &str| {
+        let sc = limited(
+            2,
+            &["c1", "c2"],
+            0.0,
+            &[
+                "repartition.persist_cycles=1",
+                "repartition.min_relayout_interval_s=0",
+                "repartition.node_rule=instances",
+                &format!("repartition.drain_hold={hold}"),
+            ],
+        );
+        let mut policy = MoveFromOne {
+            from: 0,
+            gpu: 0,
+            to: 11,
+        };
+        // The policy starts every GPU in `from`: give GPU1 its c2 through the layout.
+        let mut policy = StartIn(vec![0, 1], &mut policy);
+        run_with(&sc, &jobs, Scheduler::Edf, Semantics::Drain, &mut policy)
+    };
+    for hold in ["type", "instances", "none"] {
+        let r = run(hold);
+        assert_eq!(r.repartitions, 1, "{hold}");
+        assert!(close(r.makespan_min, 10.0), "{hold}: {}", r.makespan_min);
+    }
+    let node = run("node");
+    assert_eq!(node.repartitions, 1);
+    assert!(close(node.makespan_min, 17.0), "{}", node.makespan_min);
+}
+
+/// A policy whose GPUs start in `.0` and which otherwise decides as `.1`.
+struct StartIn<'a>(Vec<u16>, &'a mut dyn Repartitioner);
+
+impl Repartitioner for StartIn<'_> {
+    fn name(&self) -> String {
+        self.1.name()
+    }
+    fn initial_layout(&mut self, _: &ResolvedScenario) -> Vec<u16> {
+        self.0.clone()
+    }
+    fn every_events(&self) -> Option<u32> {
+        self.1.every_events()
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        self.1.decide(view, rng)
+    }
 }
 
 /// Starts every GPU in configuration `from` and moves GPU `gpu` to `to` at every
@@ -249,8 +360,8 @@ impl Repartitioner for MoveFromOne {
 
 /// Two whole GPUs on one node; J0 (p7 = 10) runs on GPU0 from 0; J1 and J2 arrive at 1
 /// and 2 (each p7 = 1, deadline 100); GPU1 is asked for `to` from t = 1. The device-index
-/// rule is `index_rule`.
-fn node_run(to: u16, rule: &str, index_rule: &str) -> RunResult {
+/// rule is `index_rule`, drain holds `hold`.
+fn node_run(to: u16, rule: &str, index_rule: &str, hold: &str) -> RunResult {
     let sc = limited(
         2,
         &["c1"],
@@ -260,6 +371,7 @@ fn node_run(to: u16, rule: &str, index_rule: &str) -> RunResult {
             "repartition.min_relayout_interval_s=0",
             &format!("repartition.node_rule=\"{rule}\""),
             &format!("repartition.index_rule=\"{index_rule}\""),
+            &format!("repartition.drain_hold=\"{hold}\""),
         ],
     );
     let jobs = [
@@ -282,13 +394,35 @@ fn under_slurm_22_05_a_node_whose_instance_count_changes_drains_whole_until_idle
     // on the node until J0 ends at 10; then GPU1 switches (no cost), J1 takes GPU0's 7g
     // (10..11) and J2 GPU1's 3g (10..12.33). (Without the index rule, which would hold
     // the move back altogether while J0 runs: see the next test.)
-    let r = node_run(1, "slurm-22.05", "off");
+    let r = node_run(1, "slurm-22.05", "off", "instances");
     assert_eq!((r.repartitions, r.relayout_batches, r.preemptions), (1, 1, 0));
     assert!(close(r.makespan_min, 10.0 + 7.0 / 3.0), "{}", r.makespan_min);
     // Per-instance drain: GPU1 is idle, so it switches at 1 and J1, J2 run there at once.
-    let r = node_run(1, "instances", "off");
+    let r = node_run(1, "instances", "off", "instances");
     assert_eq!(r.repartitions, 1);
     assert!(close(r.makespan_min, 10.0), "J0 is last: {}", r.makespan_min);
+}
+
+#[test]
+fn smartmigd_drain_leaves_a_count_change_for_an_idle_node_unless_padding_keeps_the_count() {
+    // GPU1 c1 -> c2 from 1 raises the node's instances while J0 runs on GPU0 (0..10).
+    // smartmigd holds nothing: J1 and J2 run on GPU1's 7g (1..2, 2..3), and the change
+    // waits for the decision at J0's end (10), when the node is idle: no c2 time. With
+    // padding the count never changes: GPU1 switches once it is idle, at J1's end (2),
+    // and is in c2 for 2..10 (J2 takes its 3g).
+    let share = |r: &RunResult| {
+        r.config_share
+            .iter()
+            .find(|(n, _)| n == "c2")
+            .map_or(0.0, |c| c.1)
+    };
+    let r = node_run(1, "slurm-22.05", "off", "none");
+    assert_eq!((r.repartitions, r.preemptions), (1, 0));
+    assert!(close(r.makespan_min, 10.0), "{}", r.makespan_min);
+    assert!(close(share(&r), 0.0), "{}", share(&r));
+    let padded = node_run(1, "slurm-22.05", "padded", "none");
+    assert_eq!(padded.repartitions, 1);
+    assert!(close(share(&padded), 8.0 / 20.0), "{}", share(&padded));
 }
 
 #[test]
@@ -304,10 +438,10 @@ fn a_move_that_would_change_a_running_jobs_device_index_waits_until_the_job_ends
             .find(|(n, _)| n == "c2")
             .map_or(0.0, |c| c.1)
     };
-    let held = node_run(1, "instances", "fixed");
+    let held = node_run(1, "instances", "fixed", "instances");
     assert_eq!(held.repartitions, 1);
     assert!(close(share(&held), 0.0), "{}", share(&held));
-    let free = node_run(1, "instances", "off");
+    let free = node_run(1, "instances", "off", "instances");
     assert!(close(share(&free), 9.0 / 20.0), "{}", share(&free));
 }
 
@@ -344,7 +478,7 @@ fn a_move_that_keeps_the_nodes_instance_count_drains_only_its_own_instances() {
     // Both GPUs in c2 (4g + 3g). J0 takes GPU0's 3g (0..23.33). At 1 GPU1 goes c2 -> c5
     // (two instances either way): only its 4g drains, and it is idle, so GPU1 switches at
     // once although the node is busy. c5's share of GPU time is then GPU1's 1..23.33.
-    let sc = cluster(2, &["c2"], 0.0);
+    let sc = cluster_holding_instances(2, &["c2"], 0.0);
     let jobs = [
         job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
         job(1, 1.0, 100.0, LINEAR7),

@@ -285,6 +285,13 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     )
     .map_err(CliError::input)?;
     if !verdict.passed {
+        let found_static = t.schedule.iter().all(|e| e.layout == t.start);
+        if !found_static {
+            eprintln!("the schedule the search found, refused by the guard:");
+            for e in &t.schedule {
+                eprintln!("  from {}  {}", e.at, super::layout_summary(&e.layout));
+            }
+        }
         t.schedule = vec![PeriodicSpec {
             at: "00:00".into(),
             layout: t.start.clone(),

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use rand_chacha::ChaCha8Rng;
-use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved};
+use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved, ResolvedModel};
+use smartmig_core::mig::assign_mix;
 use smartmig_core::routing::{parse_hints, JobClass, SIZES};
 use smartmig_policy::contract::CONTRACT_VERSION;
 use smartmig_policy::features::{layout as feature_layout, FeatureTracker};
@@ -234,7 +235,9 @@ impl Decider {
                 (PolicyKind::None, _, _) => Source::None,
                 (PolicyKind::Periodic, _, _) => {
                     let layout = periodic_layout(resolved, m, minute_of_day);
-                    fixed("periodic".into(), &layout, &mut targets)
+                    let source = fixed("periodic".into(), &layout, &mut targets);
+                    node_mixes(rm, view, &gpus, &mut targets);
+                    source
                 }
                 (PolicyKind::Static, _, _) => fixed("static".into(), &rm.static_layout, &mut targets),
                 (PolicyKind::MeanField, Ok(policy), Some(tracker)) => {
@@ -400,6 +403,40 @@ fn config_counts(view: &View, m: usize, k: usize) -> Vec<u32> {
     counts
 }
 
+/// Turns the cycled targets of `gpus` (one model's GPUs) into each node's mix: on every
+/// node the GPUs whose move stops the fewest running jobs take the configurations the node
+/// lacks ([`assign_mix`]), so that in drain mode a node changes through its idle GPUs
+/// instead of waiting on the busy ones the cycle happened to name. GPUs whose layout is
+/// none of the configurations keep their cycled target.
+fn node_mixes(rm: &ResolvedModel, view: &View, gpus: &[usize], targets: &mut [Option<usize>]) {
+    let mut nodes: Vec<&str> = gpus.iter().map(|&g| view.gpus[g].node.as_str()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        let here: Vec<usize> = gpus
+            .iter()
+            .copied()
+            .filter(|&g| view.gpus[g].node == node && view.gpus[g].config.is_some())
+            .collect();
+        let current: Vec<u16> = here
+            .iter()
+            .map(|&g| view.gpus[g].config.unwrap_or(0) as u16)
+            .collect();
+        let want: Vec<u16> = here.iter().map(|&g| targets[g].unwrap_or(0) as u16).collect();
+        let stops = |i: usize, c: u16| {
+            let layout = &rm.configurations[usize::from(c)].layout;
+            view.gpus[here[i]]
+                .busy
+                .iter()
+                .filter(|b| !layout.contains(b))
+                .count() as u32
+        };
+        for (&g, c) in here.iter().zip(assign_mix(&current, &want, stops)) {
+            targets[g] = Some(usize::from(c));
+        }
+    }
+}
+
 /// The periodic schedule's configurations for model `m` at a minute of the day.
 fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usize> {
     let entries = &resolved.config.policy.periodic;
@@ -509,6 +546,29 @@ mod tests {
         assert_eq!(morning, vec![c("c2"); 3]);
         let evening = decider.decide(&r, &view(&r), at(18.0)).targets;
         assert_eq!(evening, vec![c("c5"); 3]);
+    }
+
+    /// A periodic entry is each node's mix: the GPU the cycle names for a move but whose
+    /// move would stop a running job keeps its layout, and an idle GPU of the node moves.
+    #[test]
+    fn a_periodic_entry_moves_the_nodes_idle_gpu_not_the_busy_one_the_cycle_names() {
+        let text = "version = 1\n[policy]\nkind = \"periodic\"\nstatic_layout = [\"c2\"]\n\
+                    [[policy.periodic]]\nat = \"00:00\"\nlayout = [\"c1\", \"c2\"]\n";
+        let r = Config::parse(text, "t.toml").unwrap().resolve(None).unwrap();
+        let c = |name: &str| r.models[0].configurations.iter().position(|c| c.name == name);
+        let c2 = ("A100-SXM4-40GB", "4g.20gb@0 3g.20gb@4");
+        let nodes = vec![FakeSlurm::node("n", &[c2, c2])];
+        // Node n's Gres lists 3g.20gb first: GPU 0's 4g.20gb is device 2.
+        let jobs = vec![FakeSlurm::running(7, "n", "4g.20gb", 2)];
+        let v = View::build(&r, nodes, jobs, &mut Default::default());
+        assert_eq!(v.gpus[0].busy.len(), 1, "the job holds GPU 0's 4g.20gb");
+        let mut decider = Decider::new(&r, Mode::Drain, 1);
+        let targets = decider.decide(&r, &v, 3_600.0).targets;
+        assert_eq!(targets, vec![c("c2"), c("c1")]);
+        // Three idle GPUs in c2 get the cycle's mix, two c1 and a c2, with one move fewer
+        // than the cycle's own order (c1 c2 c1): the first GPU keeps its c2.
+        let targets = decider.decide(&r, &view(&r), 3_600.0).targets;
+        assert_eq!(targets, vec![c("c2"), c("c1"), c("c1")]);
     }
 
     #[test]

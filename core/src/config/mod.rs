@@ -227,7 +227,7 @@ fn default_static() -> Vec<Spanned<String>> {
 pub enum Mode {
     /// Decide and report; change nothing.
     DryRun,
-    /// Instances that must change take no new jobs and switch once idle.
+    /// A GPU changes only when the instances it must destroy are idle (no job stops).
     Drain,
     /// Requeue jobs on instances that must change (admin opt-in).
     Preempt,

@@ -110,14 +110,89 @@ impl Repartitioner for Periodic {
     }
     fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         let want = self.entry_at(view.now);
-        view.cluster
+        let current: Vec<u16> = view
+            .cluster
             .gpus
             .iter()
+            .map(|g| g.target.unwrap_or(g.config))
+            .collect();
+        let per_node = view.gpus_per_node as usize;
+        let model_of = |g: usize| usize::from(view.cluster.gpus[g].model);
+        let next = assign_idle_first(&current, want, per_node, model_of, |g, t| {
+            view.busy_destroyed(g as u32, t)
+        });
+        next.into_iter()
             .enumerate()
-            .filter(|(i, g)| g.target.unwrap_or(g.config) != want[*i])
-            .map(|(i, _)| (i as u32, want[i]))
+            .filter(|&(g, c)| c != current[g])
+            .map(|(g, c)| (g as u32, c))
             .collect()
     }
 }
+
+/// Targets that give each node of `per_node` GPUs the configurations `want` holds for its
+/// GPUs, as a mix per GPU model ([`smartmig_core::mig::assign_mix`]: the GPUs whose move
+/// stops the fewest jobs move). `model_of(g)` is GPU g's model (configurations are the
+/// model's own); `cost(g, t)` is what moving GPU g to configuration t stops.
+pub fn assign_idle_first(
+    current: &[u16],
+    want: &[u16],
+    per_node: usize,
+    model_of: impl Fn(usize) -> usize,
+    cost: impl Fn(usize, u16) -> u32,
+) -> Vec<u16> {
+    let per_node = per_node.max(1);
+    let mut next = current.to_vec();
+    for first in (0..current.len()).step_by(per_node) {
+        let node: Vec<usize> = (first..(first + per_node).min(current.len())).collect();
+        let mut models: Vec<usize> = node.iter().map(|&g| model_of(g)).collect();
+        models.sort_unstable();
+        models.dedup();
+        for m in models {
+            let gpus: Vec<usize> = node.iter().copied().filter(|&g| model_of(g) == m).collect();
+            let now: Vec<u16> = gpus.iter().map(|&g| current[g]).collect();
+            let mix: Vec<u16> = gpus.iter().map(|&g| want[g % want.len()]).collect();
+            let moved = smartmig_core::mig::assign_mix(&now, &mix, |i, c| cost(gpus[i], c));
+            for (&g, c) in gpus.iter().zip(moved) {
+                next[g] = c;
+            }
+        }
+    }
+    next
+}
 pub mod ladder;
 pub mod mean_field;
+
+#[cfg(test)]
+mod tests {
+    use super::assign_idle_first;
+
+    #[test]
+    fn each_node_reaches_the_mix_on_its_own() {
+        // Two nodes of two: each should hold c1 + c2 (0, 1); node 0 already does.
+        let one = |_: usize| 0;
+        assert_eq!(
+            assign_idle_first(&[0, 1, 1, 1], &[1, 0], 2, one, |_, _| 0),
+            vec![0, 1, 1, 0]
+        );
+        // On node 1 GPU 2 would stop a job: GPU 3 moves.
+        let busy2 = |g: usize, _: u16| u32::from(g == 2);
+        assert_eq!(
+            assign_idle_first(&[0, 1, 1, 1], &[1, 0], 2, one, busy2),
+            vec![0, 1, 1, 0]
+        );
+        let busy3 = |g: usize, _: u16| u32::from(g == 3);
+        assert_eq!(
+            assign_idle_first(&[0, 1, 1, 1], &[1, 0], 2, one, busy3),
+            vec![0, 1, 0, 1]
+        );
+    }
+
+    #[test]
+    fn a_node_of_two_models_reaches_each_models_mix_apart() {
+        // GPUs 0, 1 of model 0 and 2, 3 of model 1 on one node; each model's configuration
+        // numbers are its own: model 1's GPUs never take model 0's entries.
+        let model_of = |g: usize| usize::from(g >= 2);
+        let next = assign_idle_first(&[4, 3, 0, 0], &[3, 4, 1, 0], 4, model_of, |_, _| 0);
+        assert_eq!(next, vec![4, 3, 0, 1]);
+    }
+}
