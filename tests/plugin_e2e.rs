@@ -364,6 +364,48 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     assert_eq!(c.job(id)["TresPerNode"], tres("gpu:1g.5gb:1"));
 }
 
+/// With `[controller.central] padding`, Slurm could give an untyped GPU request a padding
+/// record: the plugin refuses such requests (unless it routes them), and nobody can ask for
+/// a padding type by name; typed and `gpu:mig` requests go on as before.
+#[test]
+fn with_padding_untyped_gpu_requests_and_padding_types_are_refused_and_the_rest_goes_on() {
+    skip_unless_slurm!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut opts = Options::two_nodes();
+    opts.smartmig_toml = format!("{SMARTMIG_TOML}[controller.central]\npadding = true\n");
+    let c = Cluster::start(&opts);
+    for args in [&["--gres=gpu:1"][..], &["--gpus=1"][..]] {
+        let mut all = args.to_vec();
+        all.extend(["--wrap", "true"]);
+        let e = c.sbatch(&all).unwrap_err();
+        assert!(
+            e.contains("sbatch: error: smartmig: ") && e.contains("padding records"),
+            "{args:?}: {e}"
+        );
+    }
+    let e = c
+        .sbatch(&["--gres=gpu:pad-3g.20gb:1", "--wrap", "true"])
+        .unwrap_err();
+    assert!(e.contains("unknown GPU type `pad-3g.20gb`"), "{e}");
+    let (id, _) = c
+        .sbatch(&["--gres=gpu:3g.20gb:1", "--hold", "--wrap", "true"])
+        .unwrap();
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:3g.20gb:1"));
+    let (id, _) = c
+        .sbatch(&["--gres=gpu:mig:1", "--time=10", "--wrap", "true"])
+        .unwrap();
+    c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
+    // Routing untyped requests makes them typed: nothing left to refuse.
+    c.write_smartmig_toml(&format!(
+        "{SMARTMIG_TOML}route_untyped = true\n[controller.central]\npadding = true\n"
+    ));
+    std::thread::sleep(Duration::from_millis(1100));
+    let (id, _) = c
+        .sbatch(&["--gres=gpu:1", "--time=10", "--hold", "--wrap", "true"])
+        .unwrap();
+    assert_ne!(c.job(id)["TresPerNode"], tres("gpu:1"));
+}
+
 #[test]
 fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() {
     skip_unless_slurm!();

@@ -13,10 +13,12 @@
 //! the re-layout path needs it; `Start` starts slurmd once Slurm knows the new layout;
 //! `Revert` takes the node back to where the generation began (GPUs, gres.conf, slurmd).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-/// Version of the messages below; a reader refuses any other.
-pub const CHANNEL_VERSION: u32 = 2;
+/// Version of the messages below; a reader refuses any other (3: `Desired::padding`).
+pub const CHANNEL_VERSION: u32 = 3;
 
 /// The key of `Extra` and `Comment` (JSON objects) under which smartmig keeps its message.
 pub const KEY: &str = "smartmig";
@@ -69,6 +71,10 @@ pub struct Desired {
     /// again on its own (with the gres.conf that matches slurmctld).
     #[serde(default)]
     pub slurmd_budget_s: f64,
+    /// `Apply`: each MIG type's padding block on the node (`smartmig_core::mig::padding`);
+    /// the staged gres.conf fills every block with padding records. Empty: no padding.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub padding: BTreeMap<String, u32>,
 }
 
 impl Desired {
@@ -81,6 +87,7 @@ impl Desired {
             gpus,
             stop_slurmd: false,
             slurmd_budget_s: 0.0,
+            padding: BTreeMap::new(),
         }
     }
 }
@@ -328,7 +335,7 @@ mod tests {
         assert!(e.contains("node n1 Extra") && e.contains("version 0"), "{e}");
         let old = merge(None, "x", Some(&desired()))
             .unwrap()
-            .replace("\"version\":2", "\"version\":1");
+            .replace(&format!("\"version\":{CHANNEL_VERSION}"), "\"version\":1");
         let e = parse::<Desired>(Some(&old), "node n1 Extra")
             .unwrap_err()
             .to_string();

@@ -532,3 +532,113 @@ fn a_nodes_gres_type_order_is_kept_across_a_relayout_so_a_busy_device_keeps_its_
     );
     common::assert_consistent(&c, &[&s0, &s1], &[job]);
 }
+
+/// Padding (`[controller.central] padding = true`): both nodes get padded blocks at a first
+/// re-layout while idle; then, with a job running on one of node 0's 3g.20gb, node 0's
+/// GPU 1 goes c2 → c6, from 2 to 3 instances. Without
+/// padding that change waits for an idle node (Slurm requeues running jobs when a node's
+/// GPU count changes); with it the total and the job's index stay, the change is made
+/// under the running job, and the job runs on, never requeued.
+#[test]
+fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_running() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let nodes = c.nodes.clone();
+    let g0 = start_agent_on(&mut c, 0, Kind::Simulated, &[C2, C2], &[]);
+    let _g1 = start_agent_on(&mut c, 1, Kind::Simulated, &[C1], &[]);
+    common::wait_announced(&c);
+    let total = |n: &str| -> u32 {
+        smartmigd::slurm::parse_gres(&node_field(&c, n, "Gres"), "Gres")
+            .unwrap()
+            .iter()
+            .map(|e| e.count)
+            .sum()
+    };
+    let padded = |policy| {
+        common::central_config_with(
+            &c,
+            &Policy::Static(policy),
+            "run/snapshot.json",
+            "padding = true\n",
+        )
+    };
+
+    // Idle: node 0's GPU 0 and node 1 go to c5, and both nodes are padded.
+    let out = run_central(&c, &padded("\"c5\", \"c2\""), &[]);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    for n in &nodes {
+        c.wait_for("the node back in service", Duration::from_secs(30), |c| {
+            !c.node_state(n).contains("DRAIN") && !c.node_state(n).contains("DOWN")
+        });
+    }
+    // An A100 holds 14 devices of blocks (c1..c12): 28 on node 0, 14 on node 1.
+    assert_eq!(
+        (total(&nodes[0]), total(&nodes[1])),
+        (28, 14),
+        "{}",
+        node_field(&c, &nodes[0], "Gres")
+    );
+    let gres = node_field(&c, &nodes[0], "Gres");
+    assert!(gres.contains("gpu:3g.20gb:3,gpu:pad-3g.20gb:1"), "{gres}");
+    let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", nodes[0]))).unwrap();
+    assert!(conf.contains("# padding blocks:"), "{conf}");
+    assert_eq!(conf.matches("Type=pad-").count(), 28 - 4, "{conf}");
+
+    // A job on one of node 0's 3g.20gb (GPU 1's is kept by c6, and no new 3g.20gb comes
+    // before any of them).
+    let (keep, _) = c
+        .sbatch(&["-w", &nodes[0], "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+        .unwrap();
+    c.wait_job(keep, &["RUNNING"], Duration::from_secs(20));
+    let started = c.job(keep).get("StartTime").cloned().unwrap_or_default();
+    let before = idx(&c, keep);
+    let device = device_of(&c, keep, &nodes[0], &g0.layouts(), "3g.20gb");
+
+    // Node 0's GPU 1 c2 → c6 under the running job.
+    let out = run_central(&c, &padded("\"c5\", \"c6\""), &[]);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    let status = Status::read(&c.dir.join("central")).unwrap();
+    assert!(status.errors.is_empty(), "{:?}", status.errors);
+    c.wait_for("node 0 back in service", Duration::from_secs(30), |c| {
+        !c.node_state(&nodes[0]).contains("DRAIN")
+    });
+    assert_eq!(g0.layouts(), format!("{C5} | 2g.10gb@0 2g.10gb@2 3g.20gb@4"));
+    assert_eq!(total(&nodes[0]), 28, "the padded total stays");
+    let gres = node_field(&c, &nodes[0], "Gres");
+    assert!(gres.contains("gpu:2g.10gb:2,gpu:pad-2g.10gb:4"), "{gres}");
+    let job = c.job(keep);
+    assert_eq!(
+        job.get("JobState").map(String::as_str),
+        Some("RUNNING"),
+        "{job:?}"
+    );
+    assert_eq!(job.get("StartTime"), Some(&started), "never restarted");
+    assert_eq!(job.get("Restarts").map(String::as_str), Some("0"));
+    assert_eq!(idx(&c, keep), before);
+    assert_eq!(
+        device_of(&c, keep, &nodes[0], &g0.layouts(), "3g.20gb"),
+        device,
+        "Slurm's index of the job still names its instance"
+    );
+    // The new type takes jobs.
+    let (j, _) = c
+        .sbatch(&["-w", &nodes[0], "--gres=gpu:2g.10gb:1", "--wrap", "sleep 1"])
+        .unwrap();
+    c.wait_job(j, &["COMPLETED"], Duration::from_secs(30));
+    // Padding turned off: taking the padding away would change the busy node's total and
+    // move the job's index (the padding before its block goes), so the change waits.
+    let unpadded = common::central_config(&c, &Policy::Static("\"c5\", \"c2\""), "run/snapshot.json");
+    let out = run_central(&c, &unpadded, &[]);
+    assert!(out.contains("0 changed"), "{out}");
+    let status = Status::read(&c.dir.join("central")).unwrap();
+    let gpu1 = format!("{}/1", nodes[0]);
+    assert!(
+        status
+            .decisions
+            .iter()
+            .any(|d| d.gpu == gpu1 && d.action.contains(&format!("holds Slurm device index {before}"))),
+        "{status:?}"
+    );
+    assert_eq!(total(&nodes[0]), 28);
+    assert_eq!(c.job(keep).get("JobState").map(String::as_str), Some("RUNNING"));
+}

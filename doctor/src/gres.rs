@@ -6,6 +6,7 @@ use std::path::Path;
 
 use smartmig_core::config::Resolved;
 use smartmig_core::mig::layout::display_instance;
+use smartmig_core::mig::padding::is_pad_type;
 use smartmig_gpu::GpuBackend;
 
 use super::files::{self, expand_brackets};
@@ -129,6 +130,7 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
     let mut problems = Vec::new();
     let mut gpus = Vec::new();
     let mut autodetect: Option<String> = None;
+    let mut pads = 0;
     for conf_line in &lines {
         let line = conf_line.text.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -163,6 +165,15 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
             continue;
         }
         let ty = get("Type").map(str::to_string);
+        if let Some(t) = ty.as_deref().filter(|t| is_pad_type(t)) {
+            // Padding records (`[controller.central] padding`): no GPU, a device file each.
+            match get("File") {
+                Some(f) if Path::new(f).exists() => pads += 1,
+                Some(f) => problems.push(format!("{at}: padding device {f} does not exist")),
+                None => problems.push(format!("{at}: Type={t} without File= (slurmd refuses the file)")),
+            }
+            continue;
+        }
         match &ty {
             Some(t) if profiles.contains(&t.as_str()) => {}
             Some(t) => problems.push(format!(
@@ -187,6 +198,11 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
             }
         };
         gpus.push(GresLine { at, ty, files });
+    }
+    if pads > 0 && autodetect.is_some() {
+        problems.push(format!(
+            "{pads} padding records with AutoDetect on: NVML knows no padding device (set AutoDetect=off for node {node})"
+        ));
     }
     if let Some(mode) = &autodetect {
         let summary = format!(
@@ -252,6 +268,10 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
                 format!("source: {label}"),
             )
         }
+    };
+    let summary = match pads {
+        0 => summary,
+        n => format!("{summary}, and {n} padding records"),
     };
     if problems.is_empty() {
         Finding::ok("gres", format!("{}: {summary} ({source_line})", path.display()))
@@ -368,6 +388,32 @@ mod tests {
 
     fn simulated(dir: &Path) -> MigSource {
         MigSource::open(Some(&dir.join("sim")), &Default::default())
+    }
+
+    #[test]
+    fn padding_records_are_counted_apart_need_their_files_and_autodetect_off() {
+        let d = tempfile::tempdir().unwrap();
+        let (_sim, mut lines) = node(d.path());
+        let pad = d.path().join("pad-3g.20gb-0");
+        std::fs::write(&pad, "").unwrap();
+        lines.push(format!(
+            "NodeName=n1 Name=gpu Type=pad-3g.20gb File={}",
+            pad.display()
+        ));
+        let f = gres(d.path(), &lines, &simulated(d.path()));
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.message.contains("and 1 padding records"), "{}", f.message);
+        lines.push("NodeName=n1 Name=gpu Type=pad-3g.20gb File=/nonexistent/pad".into());
+        let f = gres(d.path(), &lines, &simulated(d.path()));
+        assert!(
+            f.message
+                .contains("padding device /nonexistent/pad does not exist"),
+            "{f:?}"
+        );
+        lines.pop();
+        lines.insert(0, "AutoDetect=nvml".into());
+        let f = gres(d.path(), &lines, &simulated(d.path()));
+        assert!(f.message.contains("AutoDetect on"), "{f:?}");
     }
 
     #[test]

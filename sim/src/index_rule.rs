@@ -9,9 +9,12 @@
 //! smartmigd keeps a node's type order and adds new types after it, so that a new type
 //! moves no index of the types before it: not modelled yet; under drain a change waits
 //! for the rule, under preempt the jobs whose index it moves are preempted, as smartmigd does),
-//! and `assigned`, where the `Gres` type order and gres.conf's order within a type are
+//! `assigned`, where the `Gres` type order and gres.conf's order within a type are
 //! chosen at each re-layout so that busy devices keep their indices whenever some choice
-//! does (not done by smartmigd yet: it measures what that would be worth).
+//! does (not done by smartmigd: it measures what that would be worth), and with padding
+//! records, where every type holds a block of fixed size: `padded` (smartmigd's
+//! `[controller.central] padding = true`: within a type GPU and placement order) and
+//! `padded-assigned` (the order within a type chosen at each re-layout; not built).
 
 use smartmig_core::mig::Instance;
 

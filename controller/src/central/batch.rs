@@ -150,6 +150,10 @@ pub struct NodeTxn {
     /// configuration chosen).
     #[serde(default)]
     pub lines: Vec<(String, String, String)>,
+    /// Each MIG type's padding block on the node (`[controller.central] padding`); empty:
+    /// not padded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub padding: BTreeMap<String, u32>,
 }
 
 /// What happened to Slurm's view of the batch.
@@ -309,6 +313,7 @@ mod tests {
                 gpu_set: vec![(0, "A100-SXM4-40GB".into())],
                 old_gres: "gpu:7g.40gb:1".into(),
                 lines: vec![],
+                padding: [("3g.20gb".to_string(), 2)].into(),
             },
         );
         let ledger = Ledger {

@@ -10,6 +10,7 @@ use std::fmt;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Instance, Layout};
 
+use super::padding::mig_gres;
 use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeView, View};
 use super::Central;
 use crate::slurm::merge_mig_gres;
@@ -41,7 +42,8 @@ pub struct Unplaced(#[from] CountMismatch);
 
 impl Central {
     /// The busy devices of node `nv` whose Slurm index would name another device once each
-    /// GPU in `after` (position in `View::gpus`, layout) has its layout. Busy instances
+    /// GPU in `after` (position in `View::gpus`, layout) has its layout, the node padded to
+    /// `blocks` (empty: not padded). Busy instances
     /// absent from their GPU's new layout are destroyed and do not count (drain mode never
     /// plans that; preempt mode requeues their jobs).
     pub(super) fn moved(
@@ -49,32 +51,23 @@ impl Central {
         view: &View,
         nv: &NodeView,
         after: &[(usize, &Layout)],
+        blocks: &BTreeMap<String, u32>,
     ) -> Result<Vec<Moved>, Unplaced> {
         let gpus: Vec<&GpuView> = nv.gpus.iter().map(|&g| &view.gpus[g]).collect();
         if gpus.iter().all(|g| g.busy.is_empty()) {
             return Ok(Vec::new());
         }
         let model = |g: &GpuView| &self.resolved.models[g.model];
-        let layout_after: Vec<&Layout> = nv
-            .gpus
-            .iter()
-            .zip(&gpus)
-            .map(|(v, g)| after.iter().find(|a| a.0 == *v).map_or(&g.layout, |a| a.1))
-            .collect();
+        let (layout_after, types_after) = self.layouts_after(view, nv, after);
         let types_now: Vec<Vec<String>> = gpus
             .iter()
             .map(|g| instance_types(&model(g).model, &g.layout))
-            .collect();
-        let types_after: Vec<Vec<String>> = gpus
-            .iter()
-            .zip(&layout_after)
-            .map(|(g, l)| instance_types(&model(g).model, l))
             .collect();
         let now = slurm_index_order(
             &nv.slurm.gres,
             &pairs(gpus.iter().map(|g| &g.layout).collect(), &types_now),
         )?;
-        let gres = self.gres_after(&nv.slurm.gres, &types_after);
+        let gres = self.gres_for(nv, &types_after, blocks);
         let then = slurm_index_order(&gres, &pairs(layout_after.clone(), &types_after))?;
         let mut moved = Vec::new();
         for (p, g) in gpus.iter().enumerate() {
@@ -107,16 +100,52 @@ impl Central {
         Ok(moved)
     }
 
-    /// The node `Gres` the re-layout writes for layouts with instance types `types`: the
-    /// managed types' counts in place of the node's entries, new types appended
-    /// ([`merge_mig_gres`], as the re-layout writes the node's line).
-    fn gres_after(&self, gres: &str, types: &[Vec<String>]) -> String {
-        let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+    /// The node `Gres` a re-layout of node `nv` to instances of `types` (one list per GPU
+    /// of the node) writes: the managed types' counts (padded to `blocks`, when there are
+    /// blocks and the counts fit them) in place of the node's entries ([`merge_mig_gres`],
+    /// as the re-layout writes the node's line).
+    pub(super) fn gres_for(
+        &self,
+        nv: &NodeView,
+        types: &[Vec<String>],
+        blocks: &BTreeMap<String, u32>,
+    ) -> String {
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         for t in types.iter().flatten() {
-            *counts.entry(t).or_default() += 1;
+            *counts.entry(t.clone()).or_default() += 1;
         }
-        let mig: Vec<String> = counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
-        merge_mig_gres(gres, &mig.join(","), &self.mig_types)
+        let mig = mig_gres(&counts, blocks).unwrap_or_else(|e| {
+            log::warn!("{}: not padded: {e}", nv.name);
+            mig_gres(&counts, &BTreeMap::new()).unwrap_or_default()
+        });
+        merge_mig_gres(&nv.slurm.gres, &mig, &self.mig_types)
+    }
+
+    /// The layouts of node `nv`'s GPUs once each GPU in `after` (position in `View::gpus`,
+    /// layout) has its layout, with their instances' types.
+    pub(super) fn layouts_after<'a>(
+        &'a self,
+        view: &'a View,
+        nv: &NodeView,
+        after: &[(usize, &'a Layout)],
+    ) -> (Vec<&'a Layout>, Vec<Vec<String>>) {
+        let layouts: Vec<&Layout> = nv
+            .gpus
+            .iter()
+            .map(|&g| {
+                after
+                    .iter()
+                    .find(|a| a.0 == g)
+                    .map_or(&view.gpus[g].layout, |a| a.1)
+            })
+            .collect();
+        let types = nv
+            .gpus
+            .iter()
+            .zip(&layouts)
+            .map(|(&g, l)| instance_types(&self.resolved.models[view.gpus[g].model].model, l))
+            .collect();
+        (layouts, types)
     }
 }
 

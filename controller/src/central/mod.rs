@@ -20,6 +20,7 @@ pub mod fake;
 pub mod guard;
 pub mod indices;
 pub mod metrics;
+mod padding;
 pub mod plan;
 pub mod reconfigure;
 pub mod relayout;
@@ -451,8 +452,8 @@ pub fn same_gpu_gres(a: &str, b: &str, mig: &HashSet<String>) -> bool {
     matches!((counts(a), counts(b)), (Some(x), Some(y)) if x == y)
 }
 
-/// `gpu:1g.10gb:3,gpu:3g.40gb:1` for a node's reported GPUs.
-pub fn gres_of_report(gpus: &[crate::channel::GpuActual]) -> String {
+/// Instances per MIG type of a node's reported GPUs.
+pub fn report_counts(gpus: &[crate::channel::GpuActual]) -> BTreeMap<String, u32> {
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     for g in gpus {
         for part in g
@@ -465,10 +466,11 @@ pub fn gres_of_report(gpus: &[crate::channel::GpuActual]) -> String {
         }
     }
     counts
-        .iter()
-        .map(|(t, n)| format!("gpu:{t}:{n}"))
-        .collect::<Vec<_>>()
-        .join(",")
+}
+
+/// `gpu:1g.10gb:3,gpu:3g.40gb:1` for a node's reported GPUs.
+pub fn gres_of_report(gpus: &[crate::channel::GpuActual]) -> String {
+    padding::mig_gres(&report_counts(gpus), &BTreeMap::new()).unwrap_or_default()
 }
 
 fn gpu_lines(resolved: &Resolved, view: &View) -> Vec<GpuLine> {

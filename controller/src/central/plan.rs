@@ -177,20 +177,21 @@ impl Central {
     /// kills) a running job when its node's GPU count changes at the restart
     /// (`_validate_node_gres_cnt`; 24.11 too): such changes wait for the node to be idle.
     fn keep_count(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
-        let mut delta: HashMap<&str, i64> = HashMap::new();
+        let mut after: BTreeMap<&str, Vec<(usize, &Layout)>> = BTreeMap::new();
         for c in &changes {
-            *delta.entry(view.gpus[c.gpu].node.as_str()).or_default() +=
-                c.plan.create.len() as i64 - c.plan.destroy.len() as i64;
+            let rm = &self.resolved.models[view.gpus[c.gpu].model];
+            after
+                .entry(view.gpus[c.gpu].node.as_str())
+                .or_default()
+                .push((c.gpu, &rm.configurations[c.target].layout));
         }
-        let has_jobs: HashSet<&str> = view
-            .gpus
+        // Slurm compares the node's total GPU count (padding records keep it).
+        let blocked: HashSet<&str> = after
             .iter()
-            .filter(|g| !g.busy.is_empty())
-            .map(|g| g.node.as_str())
-            .collect();
-        let blocked: HashSet<&str> = delta
-            .iter()
-            .filter(|(n, d)| **d != 0 && has_jobs.contains(*n))
+            .filter(|(n, a)| {
+                view.node(n)
+                    .is_some_and(|nv| self.count_changes(view, nv, a, &self.blocks(view, nv)))
+            })
             .map(|(n, _)| *n)
             .collect();
         let mut changes = changes;
@@ -236,7 +237,7 @@ impl Central {
                         (c.gpu, &rm.configurations[c.target].layout)
                     })
                     .collect();
-                let why = match self.moved(view, nv, &after) {
+                let why = match self.moved(view, nv, &after, &self.blocks(view, nv)) {
                     Ok(moved) => moved.first().map(|m| m.to_string()),
                     Err(e) => Some(e.to_string()),
                 };
@@ -369,6 +370,7 @@ impl Central {
                     gpu_set,
                     old_gres: nv.slurm.gres.clone(),
                     lines,
+                    padding: self.blocks(view, nv),
                 },
             );
         }

@@ -1,6 +1,7 @@
 //! The cycle on an in-memory Slurm with instant agents (the least powerful test that
 //! shows the decisions and every way back; controller/tests runs it on a real Slurm).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -951,6 +952,63 @@ fn a_busy_nodes_gpu_count_change_waits_even_when_every_index_holds() {
         .decisions
         .iter()
         .any(|d| d.gpu == "b/1" && d.action.contains("GPU count would change")));
+}
+
+#[test]
+fn with_padding_a_busy_nodes_count_change_goes_ahead_and_an_unpadded_node_is_padded_only_when_idle() {
+    let dir = temp("padded-count");
+    // As above: a/0 → c1 (its 4g is busy: waits), b/1 c2 → c1, c/0 → c1.
+    let policy = "kind = \"static\"\nstatic_layout = [\"c1\", \"c5\", \"c1\"]";
+    let limits = "min_relayout_interval_s = 0\npersist_cycles = 1\npadding = true\n";
+    let r = resolved_with(&dir, policy, limits);
+    let a100 = &r.models[0];
+    let blocks = |gpus: usize| {
+        smartmig_core::mig::padding::blocks((0..gpus).map(|_| (&a100.model, a100.configurations.as_slice())))
+    };
+    let counts =
+        |v: &[(&str, u32)]| -> BTreeMap<String, u32> { v.iter().map(|(t, n)| (t.to_string(), *n)).collect() };
+    let padded = |gpus: usize, v: &[(&str, u32)]| {
+        smartmig_core::mig::padding::padded_gres(&counts(v), &blocks(gpus)).unwrap()
+    };
+    // Node b is padded already (two GPUs: c5 + c2); its job's 3g.20gb@4 on GPU 0 comes
+    // after 20 devices of 1g.10gb, 1g.5gb and 2g.10gb blocks and GPU 0's 3g.20gb@0.
+    let mut s = cluster();
+    s.nodes[1].gres = padded(2, &[("3g.20gb", 3), ("4g.20gb", 1)]);
+    s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 21);
+    let rec = Recorder::default();
+    let mut c = central(r.clone(), s, Mode::Drain, rec.clone());
+    let rep = once(&mut c);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    // b/1 to c1 keeps b's padded total and the job's index: it goes ahead although b is busy.
+    assert_eq!(layout_of(&mut c, "b"), "7g.40gb@0", "{:?}", c.status.decisions);
+    let b_after = padded(2, &[("3g.20gb", 2), ("7g.40gb", 1)]);
+    assert_eq!(node(&mut c, "b").gres, b_after);
+    // c was not padded, but idle: its first padded layout (a count change) goes ahead too.
+    assert_eq!(layout_of(&mut c, "c"), "7g.40gb@0");
+    assert_eq!(node(&mut c, "c").gres, padded(1, &[("7g.40gb", 1)]));
+    let written: Vec<(String, String)> = rec.batches().concat();
+    assert!(written.contains(&("b".to_string(), b_after)), "{written:?}");
+    // a's 4g runs a job that c1 would destroy: a waits, as without padding.
+    assert_eq!(layout_of(&mut c, "a"), C2);
+    // b not padded yet and busy: its first padded layout changes its total and moves the
+    // job's index (the blocks come in name order, padding before it), so it waits.
+    let dir = temp("padded-first");
+    let mut c = central(
+        resolved_with(&dir, policy, limits),
+        cluster(),
+        Mode::Drain,
+        Recorder::default(),
+    );
+    once(&mut c);
+    assert_eq!(layout_of(&mut c, "b"), C2);
+    assert!(
+        c.status
+            .decisions
+            .iter()
+            .any(|d| d.gpu == "b/1" && d.action.contains("holds Slurm device index 1")),
+        "{:?}",
+        c.status.decisions
+    );
 }
 
 #[test]

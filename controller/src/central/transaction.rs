@@ -126,6 +126,9 @@ pub enum Untrusted {
     },
 }
 
+/// A node in the view and a transaction's targets on it: (position in `View::gpus`, layout).
+type TargetsNow<'v> = (&'v super::view::NodeView, Vec<(usize, Layout)>);
+
 impl Central {
     /// Moves every node of `b` as far as it can go this cycle.
     pub(super) fn advance(&mut self, b: &mut Batch, view: &View, report: &mut CycleReport) {
@@ -215,6 +218,9 @@ impl Central {
     fn desired(&self, b: &Batch, node: &str, phase: Phase) -> Desired {
         let t = &b.nodes[node];
         let mut d = Desired::new(b.generation, phase, t.targets.clone());
+        if phase == Phase::Apply {
+            d.padding = t.padding.clone();
+        }
         if phase == Phase::Install {
             d.stop_slurmd = self.relayout.stops_slurmd();
             d.slurmd_budget_s = b.slurmd_budget_s;
@@ -309,8 +315,14 @@ impl Central {
                     Err(e) => self.hold(b, node, &rec, format!("after Apply: {e}"), report),
                     Ok(()) => match &r.outcome {
                         Outcome::Done => {
-                            let gres = super::gres_of_report(&r.gpus);
-                            self.enter(b, node, NodeState::Applied { gres })
+                            match super::padding::mig_gres(&super::report_counts(&r.gpus), &t.padding) {
+                                Ok(gres) => self.enter(b, node, NodeState::Applied { gres }),
+                                // The agent staged padding for these blocks: it cannot be.
+                                Err(e) => {
+                                    let e = format!("after Apply: padding: {e}");
+                                    self.revert(b, node, &rec, e, false, report)
+                                }
+                            }
                         }
                         Outcome::Failed { error } => {
                             self.fail(
@@ -439,6 +451,14 @@ impl Central {
     /// The busy devices whose Slurm index `t`'s targets would move, as the node is in
     /// `view` (a job may have started on a kept instance since the plan).
     fn moved_now(&self, view: &View, node: &str, t: &NodeTxn) -> Result<Vec<Moved>, String> {
+        let (nv, after) = self.targets_now(view, node, t)?;
+        let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+        self.moved(view, nv, &after, &t.padding)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Node `node` in `view` and `t`'s targets on it: (position in `View::gpus`, layout).
+    fn targets_now<'v>(&self, view: &'v View, node: &str, t: &NodeTxn) -> Result<TargetsNow<'v>, String> {
         let nv = view
             .node(node)
             .ok_or_else(|| format!("{node} is not managed now"))?;
@@ -460,8 +480,7 @@ impl Central {
             })?;
             after.push((pos, to));
         }
-        let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
-        self.moved(view, nv, &after).map_err(|e| e.to_string())
+        Ok((nv, after))
     }
 
     /// Why `t`'s plans cannot run now: busy instances they destroy, busy devices whose
@@ -473,12 +492,10 @@ impl Central {
             Ok(moved) => out.extend(moved.iter().map(Moved::to_string)),
             Err(e) => out.push(e),
         }
-        let mut delta = 0i64;
         for p in self.plans_now(view, node, t) {
             match p {
                 Err(e) => out.push(e.to_string()),
                 Ok((g, plan)) => {
-                    delta += plan.create.len() as i64 - plan.destroy.len() as i64;
                     let m = &self.resolved.models[g.model].model;
                     let busy: Vec<String> = plan.touched(&g.busy).map(|i| display_instance(m, i)).collect();
                     if !busy.is_empty() {
@@ -487,10 +504,11 @@ impl Central {
                 }
             }
         }
-        let has_jobs = view
-            .node(node)
-            .is_some_and(|n| n.gpus.iter().any(|&g| !view.gpus[g].busy.is_empty()));
-        if !preempting && delta != 0 && has_jobs {
+        let count_changes = self.targets_now(view, node, t).is_ok_and(|(nv, after)| {
+            let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+            self.count_changes(view, nv, &after, &t.padding)
+        });
+        if !preempting && count_changes {
             out.push("the node's GPU count would change under running jobs".into());
         }
         (!out.is_empty()).then(|| out.join(", "))

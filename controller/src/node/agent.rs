@@ -96,7 +96,7 @@ impl Agent {
 
     /// Finishes or rolls back a re-layout a previous run left open, and reports it.
     pub fn recover(&mut self) -> Result<Option<Report>, NodeError> {
-        let Some((generation, gpus)) = self.journal.open_plan() else {
+        let Some((generation, gpus, padding)) = self.journal.open_plan() else {
             return Ok(None);
         };
         log::warn!("re-layout {generation} was interrupted; reconciling the journal with the devices");
@@ -109,7 +109,7 @@ impl Agent {
                 Ok(()) => {
                     log::info!("re-layout {generation}: finished the interrupted plan");
                     self.end(generation, Ending::Done)?;
-                    self.stage(generation)?
+                    self.stage(generation, &padding)?
                 }
                 Err(e) => {
                     let why = format!("the interrupted re-layout could not be finished: {e}");
@@ -156,7 +156,13 @@ impl Agent {
             log::info!("GPU {}: restored {}", g.index, g.layout);
             restored.push(g.index);
         }
-        let lines = self.render_lines()?;
+        // The padding the file has is the one slurmctld has: write it again.
+        let blocks = match std::fs::read_to_string(&self.cfg.gres_conf) {
+            Ok(t) => gres::recorded_blocks(&t, &self.cfg.node),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(NodeError::io(&self.cfg.gres_conf, e)),
+        };
+        let lines = self.render_lines(&blocks)?;
         self.install_lines(&lines, false)?;
         if let Ok(gpus) = self.actual() {
             self.journal.append(Record::Layouts { gpus })?;
@@ -381,31 +387,38 @@ impl Agent {
         };
         match self.check(&targets) {
             Err(e) => return Ok(Outcome::Failed { error: e.to_string() }),
-            Ok(false) => return self.stage(d.generation),
+            Ok(false) => return self.stage(d.generation, &d.padding),
             Ok(true) => {}
+        }
+        if let Err(e) = self.prepare_padding(&targets, &d.padding) {
+            return Ok(Outcome::Failed {
+                error: format!("{e}; nothing changed"),
+            });
         }
         self.journal.append(Record::Begin {
             generation: d.generation,
             gpus: d.gpus.clone(),
+            padding: d.padding.clone(),
         })?;
         match self.move_all(&targets, |t| &t.to) {
             Ok(()) => {
                 self.end(d.generation, Ending::Done)?;
-                self.stage(d.generation)
+                self.stage(d.generation, &d.padding)
             }
             Err(e) => self.roll_back(d.generation, &targets, e.to_string()),
         }
     }
 
-    /// Journals the node's gres.conf lines as the devices are now, for `Install`.
-    fn stage(&mut self, generation: u64) -> Result<Outcome, NodeError> {
-        match self.render_lines() {
+    /// Journals the node's gres.conf lines as the devices are now, padded to `padding`'s
+    /// blocks (their device files made), for `Install`.
+    fn stage(&mut self, generation: u64, padding: &BTreeMap<String, u32>) -> Result<Outcome, NodeError> {
+        match self.render_lines(padding) {
             Ok(lines) => {
                 self.journal.append(Record::Staged { generation, lines })?;
                 Ok(Outcome::Done)
             }
             Err(e) => Ok(Outcome::Failed {
-                error: format!("cannot read the GPUs to stage gres.conf: {e}"),
+                error: format!("cannot stage gres.conf: {e}"),
             }),
         }
     }
@@ -677,11 +690,45 @@ impl Agent {
         Ok(out)
     }
 
-    /// The node's gres.conf lines for the devices as they are now.
-    fn render_lines(&self) -> Result<String, NodeError> {
+    /// Before any device changes: the node's instances once `targets` are reached must fit
+    /// `blocks`, and the padding device files they need are made (so that staging cannot
+    /// fail on them after the GPUs changed).
+    fn prepare_padding(&self, targets: &[Target], blocks: &BTreeMap<String, u32>) -> Result<(), NodeError> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        for (index, model, st) in self.mig_gpus()? {
+            let layout = targets
+                .iter()
+                .find(|t| t.index == index)
+                .map_or(&st.layout, |t| &t.to);
+            for i in layout.instances() {
+                if let Some(p) = model.profiles.get(i.profile) {
+                    *counts.entry(p.name.clone()).or_default() += 1;
+                }
+            }
+        }
+        let dir = self.cfg.state_dir.join("pad");
+        let padding = gres::Padding { blocks, dir: &dir };
+        let files: Vec<PathBuf> = smartmig_core::mig::padding::padding(&counts, blocks)?
+            .iter()
+            .flat_map(|(pad, &n)| (0..n).map(|k| padding.file(pad, k)).collect::<Vec<_>>())
+            .collect();
+        gres::make_padding_files(&files).map_err(|e| NodeError::io(&dir, e))
+    }
+
+    /// The node's gres.conf lines for the devices as they are now, with padding records
+    /// filling `blocks` (none when empty); makes the padding device files they name.
+    fn render_lines(&self, blocks: &BTreeMap<String, u32>) -> Result<String, NodeError> {
         let gpus = self.mig_gpus()?;
         let view: Vec<(u32, &GpuModel, &GpuState)> = gpus.iter().map(|(i, m, s)| (*i, m, s)).collect();
-        Ok(gres::render(&self.cfg.node, &view))
+        let dir = self.cfg.state_dir.join("pad");
+        let padding = gres::Padding { blocks, dir: &dir };
+        let lines = gres::render(&self.cfg.node, &view, Some(&padding))?;
+        gres::make_padding_files(&gres::padding_files(&lines, &self.cfg.node))
+            .map_err(|e| NodeError::io(&dir, e))?;
+        Ok(lines)
     }
 
     /// Every MIG GPU's actual layout, as reports carry it.

@@ -139,6 +139,76 @@ fn apply_stages_gres_conf_with_slurmd_running_install_stops_it_and_start_starts_
 }
 
 #[test]
+fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again_at_restore() {
+    use std::os::unix::fs::FileTypeExt;
+    let n = Node::new(&["7g@0"]);
+    std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
+    let mut a = n.agent();
+    let blocks: BTreeMap<String, u32> = [("3g.20gb", 2), ("4g.20gb", 1), ("7g.40gb", 1)]
+        .into_iter()
+        .map(|(t, k)| (t.to_string(), k))
+        .collect();
+    let mut d = Desired::new(
+        1,
+        Phase::Apply,
+        vec![GpuTarget {
+            index: 0,
+            model: "A100-SXM4-40GB".into(),
+            from: "7g.40gb@0".into(),
+            to: "4g.20gb@0,3g.20gb@4".into(),
+        }],
+    );
+    d.padding = blocks.clone();
+    n.spool().write_desired(&d).unwrap();
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    n.desire(1, Phase::Install, &[]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    // c2: one 3g.20gb of two (one padding record), the 4g.20gb block full, the 7g.40gb one
+    // padded whole.
+    assert_eq!(
+        n.gres_types(),
+        ["4g.20gb", "3g.20gb", "pad-3g.20gb", "pad-7g.40gb"]
+    );
+    let text = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    let files = gres::padding_files(&text, "n1");
+    assert_eq!(files.len(), 2);
+    for f in &files {
+        assert!(f.starts_with(n.path("state/pad")), "{}", f.display());
+        assert!(
+            std::fs::metadata(f).unwrap().file_type().is_char_device(),
+            "{}",
+            f.display()
+        );
+    }
+    // After a reboot the padding comes from the file itself, with the devices' lines.
+    let mut a = n.agent();
+    a.restore().unwrap();
+    assert_eq!(
+        n.gres_types(),
+        ["4g.20gb", "3g.20gb", "pad-3g.20gb", "pad-7g.40gb"]
+    );
+    // A layout the blocks cannot hold is refused at Apply, before gres.conf is staged.
+    let mut d = Desired::new(
+        2,
+        Phase::Apply,
+        vec![GpuTarget {
+            index: 0,
+            model: "A100-SXM4-40GB".into(),
+            from: "4g.20gb@0 3g.20gb@4".into(),
+            to: "2g.10gb@0,2g.10gb@2,3g.20gb@4".into(),
+        }],
+    );
+    d.padding = blocks;
+    n.spool().write_desired(&d).unwrap();
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("2g.10gb exceed its padding block") && error.ends_with("nothing changed")),
+        "{r:?}"
+    );
+    assert_eq!(n.layout(0), "4g.20gb@0 3g.20gb@4");
+}
+
+#[test]
 fn a_device_that_differs_from_what_central_saw_is_not_touched() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
@@ -332,6 +402,7 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
                 from: "7g@0".into(),
                 to: "3g@0 3g@4".into(),
             }],
+            padding: Default::default(),
         })
         .unwrap();
     }

@@ -5,9 +5,11 @@
 //! Slurm keeps a running job's GPUs by *index* into the node's gres.conf records, so the
 //! lines follow a fixed physical order: GPU index, then placement start.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
+use smartmig_core::mig::padding::{self, OverBlock, PAD_PREFIX};
 use smartmig_core::mig::GpuModel;
 use smartmig_gpu::GpuState;
 
@@ -44,9 +46,37 @@ pub enum GresConfError {
     },
 }
 
-/// The lines of a node's MIG GPUs, given in GPU index order (no markers).
-pub fn render(node: &str, gpus: &[(u32, &GpuModel, &GpuState)]) -> String {
+/// The comment line of a padded block that records its blocks, so that the agent can
+/// write the same padding again (after a reboot) from the file alone.
+const PADDING_LINE: &str = "# padding blocks:";
+
+/// Padding records to write after a node's MIG lines: each MIG type's block
+/// (`smartmig_core::mig::padding`) and the directory of the padding device files.
+#[derive(Debug, Clone)]
+pub struct Padding<'a> {
+    /// Each MIG type's block on the node.
+    pub blocks: &'a BTreeMap<String, u32>,
+    /// Where the padding device files are (`<state_dir>/pad`).
+    pub dir: &'a Path,
+}
+
+impl Padding<'_> {
+    /// The device file of padding record `k` of padding type `pad`.
+    pub fn file(&self, pad: &str, k: u32) -> PathBuf {
+        self.dir.join(format!("{pad}-{k}"))
+    }
+}
+
+/// The lines of a node's MIG GPUs, given in GPU index order (no markers), then, with
+/// `padding`, the padding records that fill each type's block (one device file each: a
+/// record without `File=` beside records with one is fatal to slurmd).
+pub fn render(
+    node: &str,
+    gpus: &[(u32, &GpuModel, &GpuState)],
+    padding: Option<&Padding<'_>>,
+) -> Result<String, OverBlock> {
     let mut out = String::new();
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     let mut sorted: Vec<&(u32, &GpuModel, &GpuState)> = gpus.iter().collect();
     sorted.sort_by_key(|g| g.0);
     for (index, model, state) in sorted {
@@ -58,6 +88,7 @@ pub fn render(node: &str, gpus: &[(u32, &GpuModel, &GpuState)]) -> String {
                 .profiles
                 .get(d.instance.profile)
                 .map_or("unknown", |p| p.name.as_str());
+            *counts.entry(ty.to_string()).or_default() += 1;
             let files: Vec<String> = d.files.iter().map(|f| f.display().to_string()).collect();
             let key = if files.len() == 1 { "File" } else { "MultipleFiles" };
             // Writing to a String cannot fail.
@@ -68,7 +99,81 @@ pub fn render(node: &str, gpus: &[(u32, &GpuModel, &GpuState)]) -> String {
             );
         }
     }
-    out
+    if let Some(p) = padding.filter(|p| !p.blocks.is_empty()) {
+        let pads = padding::padding(&counts, p.blocks)?;
+        let spec: Vec<String> = p.blocks.iter().map(|(t, n)| format!("{t}={n}")).collect();
+        let _ = writeln!(out, "{PADDING_LINE} {}", spec.join(" "));
+        for (pad, &n) in &pads {
+            for k in 0..n {
+                let _ = writeln!(
+                    out,
+                    "NodeName={node} Name=gpu Type={pad} File={}",
+                    p.file(pad, k).display()
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The padding blocks a node's block of gres.conf records (its `# padding blocks:` line),
+/// empty when it has none or the node has no block.
+pub fn recorded_blocks(text: &str, node: &str) -> BTreeMap<String, u32> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Ok(Some((b, e))) = find_block(&lines, node) else {
+        return BTreeMap::new();
+    };
+    lines[b..e]
+        .iter()
+        .find_map(|l| l.strip_prefix(PADDING_LINE))
+        .map(|spec| {
+            spec.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .filter_map(|(t, n)| Some((t.to_string(), n.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Creates each of `files` that is missing as a character device like `/dev/null` (1, 3):
+/// what a padding record's job would get, were one ever given it. A path that exists as
+/// anything else is refused, never replaced.
+pub fn make_padding_files(files: &[PathBuf]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    for f in files {
+        match std::fs::symlink_metadata(f) {
+            Ok(m) if m.file_type().is_char_device() => continue,
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a character device", f.display()),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(dir) = f.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let path = std::ffi::CString::new(f.as_os_str().as_encoded_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: `path` is a valid NUL-terminated string; mknod only reads it.
+        let rc = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The padding device files `text`'s padding records of node `node` name (each must exist
+/// before slurmd reads the file).
+pub fn padding_files(text: &str, node: &str) -> Vec<PathBuf> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("NodeName={node} Name=gpu Type={PAD_PREFIX}")))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("File=")))
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// Where the node's block is in `lines`: (begin, end) line positions, None when absent.
@@ -215,7 +320,7 @@ mod tests {
                 files: vec!["/dev/nvidia1".into(), "/dev/nvidia-caps/nvidia-cap3".into()],
             }],
         };
-        let text = render("n1", &[(1, &m, &one), (0, &m, &st)]);
+        let text = render("n1", &[(1, &m, &one), (0, &m, &st)], None).unwrap();
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             lines,

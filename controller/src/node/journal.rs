@@ -4,6 +4,7 @@
 //! so), and the layouts to restore after a reboot. Compacted when it grows and nothing is
 //! under way.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,9 @@ pub enum Record {
         generation: u64,
         /// The GPUs that change.
         gpus: Vec<GpuTarget>,
+        /// The node's padding blocks for the gres.conf staged after it (empty: none).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        padding: BTreeMap<String, u32>,
     },
     /// A driver call is about to run.
     Step {
@@ -215,7 +219,7 @@ impl Journal {
     }
 
     /// The re-layout that began and never ended: its generation and GPUs.
-    pub fn open_plan(&self) -> Option<(u64, Vec<GpuTarget>)> {
+    pub fn open_plan(&self) -> Option<(u64, Vec<GpuTarget>, BTreeMap<String, u32>)> {
         let begin = self
             .records
             .iter()
@@ -227,7 +231,11 @@ impl Journal {
             return None;
         }
         match &self.records[begin] {
-            Record::Begin { generation, gpus } => Some((*generation, gpus.clone())),
+            Record::Begin {
+                generation,
+                gpus,
+                padding,
+            } => Some((*generation, gpus.clone(), padding.clone())),
             _ => None,
         }
     }
@@ -235,7 +243,9 @@ impl Journal {
     /// The GPUs generation `generation` set out to change, if it began here.
     pub fn plan_of(&self, generation: u64) -> Option<Vec<GpuTarget>> {
         self.records.iter().rev().find_map(|r| match r {
-            Record::Begin { generation: g, gpus } if *g == generation => Some(gpus.clone()),
+            Record::Begin {
+                generation: g, gpus, ..
+            } if *g == generation => Some(gpus.clone()),
             _ => None,
         })
     }
@@ -326,6 +336,7 @@ mod tests {
         j.append(Record::Begin {
             generation: 4,
             gpus: vec![],
+            padding: Default::default(),
         })
         .unwrap();
         j.append(Record::Step {
@@ -364,6 +375,7 @@ mod tests {
             j.append(Record::Begin {
                 generation: g,
                 gpus: vec![],
+                padding: Default::default(),
             })
             .unwrap();
             j.append(Record::Slurmd {

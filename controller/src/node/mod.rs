@@ -91,6 +91,9 @@ pub enum NodeError {
     /// A file could not be replaced durably.
     #[error(transparent)]
     Write(#[from] smartmig_core::durable::DurableError),
+    /// The node's instances do not fit the padding blocks the central role sent.
+    #[error("padding: {0}")]
+    Padding(#[from] smartmig_core::mig::padding::OverBlock),
 }
 
 /// Why the agent refuses a re-layout before touching any device.

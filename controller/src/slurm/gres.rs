@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use smartmig_core::mig::padding::{is_pad_type, PAD_PREFIX};
 use smartmig_core::tres::{self, TresError};
 
 /// One `gpu:<type>:<count>` entry, with the device indices when Slurm gave them.
@@ -55,20 +56,27 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, GresError> {
     Ok(out)
 }
 
-/// A node's `Gres` value with its entries of the types in `managed` set to `mig`
-/// (`gpu:TYPE:N`, one per type): each type keeps its place, a type gone is dropped, new
-/// ones follow the last GPU entry (in `mig`'s order), and every other entry stays as it
-/// is. Slurm numbers a node's devices type by type in `Gres` order, so keeping the order
-/// keeps running jobs' device indices wherever the counts before them stay.
+/// A node's `Gres` value with its entries of the types in `managed` (and their padding
+/// types, `pad-TYPE`) set to `mig` (`gpu:TYPE:N`, one per type): each type keeps its place,
+/// a type gone is dropped, new ones follow the last GPU entry (in `mig`'s order), and
+/// every other entry stays as it is. Slurm numbers a node's devices type by type in `Gres`
+/// order, so keeping the order keeps running jobs' device indices wherever the counts
+/// before them stay. A padded `mig` (it has padding entries) is a block whose order is its
+/// own: it goes whole where the first managed entry was.
 pub fn merge_mig_gres(value: &str, mig: &str, managed: &HashSet<String>) -> String {
     let gpu_type = |e: &str| -> Option<Option<String>> {
         let e = tres::parse(e).ok().filter(|e| e.is_gpu())?;
         Some(e.gpu_type.map(str::to_string))
     };
-    let managed_type = |e: &str| gpu_type(e).flatten().filter(|t| managed.contains(t));
+    let is_managed =
+        |t: &String| managed.contains(t) || t.strip_prefix(PAD_PREFIX).is_some_and(|m| managed.contains(m));
+    let managed_type = |e: &str| gpu_type(e).flatten().filter(is_managed);
     let new: Vec<(String, &str)> = tres::entries(mig)
         .filter_map(|e| Some((managed_type(e)?, e.trim())))
         .collect();
+    if new.iter().any(|(t, _)| is_pad_type(t)) {
+        return merge_block(value, &new, managed_type, gpu_type);
+    }
     let mut placed: HashSet<&str> = HashSet::new();
     let mut out: Vec<&str> = Vec::new();
     // Where new types go: after the last GPU entry, else where the managed ones were.
@@ -102,6 +110,31 @@ pub fn merge_mig_gres(value: &str, mig: &str, managed: &HashSet<String>) -> Stri
     out.join(",")
 }
 
+/// [`merge_mig_gres`] for a padded block: every managed entry of `value` out, `new` whole
+/// where the first of them was (else after the last GPU entry).
+fn merge_block(
+    value: &str,
+    new: &[(String, &str)],
+    managed_type: impl Fn(&str) -> Option<String>,
+    gpu_type: impl Fn(&str) -> Option<Option<String>>,
+) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let (mut first_managed, mut after_gpu) = (None, None);
+    for e in tres::entries(value).map(str::trim).filter(|e| !e.is_empty()) {
+        if managed_type(e).is_some() {
+            first_managed.get_or_insert(out.len());
+            continue;
+        }
+        out.push(e);
+        if gpu_type(e).is_some() {
+            after_gpu = Some(out.len());
+        }
+    }
+    let at = first_managed.or(after_gpu).unwrap_or(out.len());
+    out.splice(at..at, new.iter().map(|(_, e)| *e));
+    out.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +158,36 @@ mod tests {
         assert_eq!(
             merge_mig_gres("license:2,gpu:3g.20gb:2,nvme:1", "gpu:7g.40gb:1", &managed),
             "license:2,gpu:7g.40gb:1,nvme:1"
+        );
+    }
+
+    #[test]
+    fn a_padded_block_replaces_every_managed_entry_where_the_first_was_and_unpadding_drops_the_pads() {
+        let managed: HashSet<String> = ["3g.20gb", "4g.20gb", "7g.40gb"].map(String::from).into();
+        let block = "gpu:3g.20gb:1,gpu:pad-3g.20gb:3,gpu:pad-4g.20gb:2,gpu:7g.40gb:1,gpu:pad-7g.40gb:1";
+        // First padding of a node whose admin listed 4g.20gb first, after a whole GPU.
+        assert_eq!(
+            merge_mig_gres(
+                "gpu:a100:1,gpu:4g.20gb:2,gpu:3g.20gb:2,license:2",
+                block,
+                &managed
+            ),
+            format!("gpu:a100:1,{block},license:2")
+        );
+        // A padded node padded again: the block is rewritten whole, in its own order.
+        let again = "gpu:3g.20gb:2,gpu:pad-3g.20gb:2,gpu:4g.20gb:2,gpu:pad-7g.40gb:2";
+        assert_eq!(
+            merge_mig_gres(&format!("gpu:a100:1,{block},license:2"), again, &managed),
+            format!("gpu:a100:1,{again},license:2")
+        );
+        // Padding turned off: the pads are managed entries no longer wanted.
+        assert_eq!(
+            merge_mig_gres(
+                &format!("{block},license:2"),
+                "gpu:3g.20gb:2,gpu:4g.20gb:2",
+                &managed
+            ),
+            "gpu:3g.20gb:2,gpu:4g.20gb:2,license:2"
         );
     }
 

@@ -73,6 +73,12 @@ pub struct CentralConfig {
     /// Only nodes in one of these partitions are re-laid out; empty: any partition.
     #[serde(default)]
     pub partitions: Vec<String>,
+    /// Pad each node's MIG types to blocks of fixed size with padding records
+    /// (`smartmig_core::mig::padding`), so that a re-layout keeps the node's GPU count and
+    /// the other types' device indices and can change a busy node; the plugin then refuses
+    /// untyped GPU requests (they could be given padding) unless it routes them.
+    #[serde(default)]
+    pub padding: bool,
 }
 
 impl Default for CentralConfig {
@@ -91,6 +97,7 @@ impl Default for CentralConfig {
             maintenance_windows: Vec::new(),
             nodes: Vec::new(),
             partitions: Vec::new(),
+            padding: false,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod configuration;
 pub mod enumerate;
 pub mod layout;
 pub mod mig_parted;
+pub mod padding;
 pub mod plan;
 
 pub use assign::assign_mix;

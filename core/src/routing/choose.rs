@@ -284,12 +284,18 @@ pub enum RouteError {
     /// The configuration leaves nothing to route to.
     #[error("the configured GPU models have no MIG profile to route to")]
     NoCandidates,
+    /// An untyped GPU request on a cluster whose MIG nodes carry padding records, which
+    /// Slurm could hand it.
+    #[error("untyped GPU request `{0}`: this cluster's MIG nodes carry padding records (not GPUs) that Slurm could give it; ask for --gres=gpu:mig:N or a MIG type")]
+    UntypedPadded(String),
 }
 
 /// Routing state built once from the config: classes and candidates.
 #[derive(Debug, Clone)]
 pub struct Router {
     config: RoutingConfig,
+    /// The MIG nodes carry padding records (`[controller.central] padding`).
+    padded: bool,
     models: Vec<GpuModel>,
     classes: Vec<JobClass>,
     candidates: Vec<Candidate>,
@@ -308,6 +314,7 @@ impl Router {
             .ok_or(RouteError::NoCandidates)?;
         Ok(Router {
             config: config.clone(),
+            padded: false,
             models: models.to_vec(),
             classes: config.all_classes(),
             candidates,
@@ -332,7 +339,16 @@ impl Router {
                 }
             }
         }
-        Ok(Router::new(&r.config.routing, &models)?.with_static_types(static_types))
+        let mut router = Router::new(&r.config.routing, &models)?.with_static_types(static_types);
+        router.padded = r.config.controller.central.padding;
+        Ok(router)
+    }
+
+    /// A router for nodes that carry padding records or not (`[controller.central]
+    /// padding`): untyped requests it does not route are then refused.
+    pub fn with_padding(mut self, padded: bool) -> Router {
+        self.padded = padded;
+        self
     }
 
     /// Restricts routing without a snapshot to these types (empty: no restriction).
@@ -411,8 +427,12 @@ impl Router {
         let entries: Vec<GpuEntry> = match parse_request(&job.tres, &self.models, self.max_auto)? {
             GpuRequest::None => return Ok(Outcome::Unchanged("no GPU request")),
             GpuRequest::Concrete(_) => return Ok(Outcome::Unchanged("concrete MIG type")),
-            GpuRequest::Untyped(_) if !self.config.route_untyped && !untyped_marked_mig(job) => {
-                return Ok(Outcome::Unchanged("untyped GPU request (route_untyped = false)"))
+            GpuRequest::Untyped(e) if !self.config.route_untyped && !untyped_marked_mig(job) => {
+                if self.padded {
+                    let asked: Vec<String> = e.iter().map(ToString::to_string).collect();
+                    return Err(RouteError::UntypedPadded(asked.join(",")));
+                }
+                return Ok(Outcome::Unchanged("untyped GPU request (route_untyped = false)"));
             }
             GpuRequest::Untyped(e) => {
                 if let Some(big) = e

@@ -283,6 +283,25 @@ fn untyped_requests_are_routed_only_when_configured() {
 }
 
 #[test]
+fn untyped_requests_are_refused_on_padded_nodes_unless_routed_and_padding_types_are_unknown() {
+    let padded = router().with_padding(true);
+    let e = padded.route(&job("gres:gpu:2", None), None).unwrap_err();
+    assert!(matches!(e, RouteError::UntypedPadded(_)), "{e}");
+    assert!(
+        e.to_string().contains("gpu:2") && e.to_string().contains("padding records"),
+        "{e}"
+    );
+    // Routed untyped requests are typed by then: nothing to refuse.
+    let routing = router_with("route_untyped = true", &["a100-40gb"]).with_padding(true);
+    assert!(routing.route(&job("gres:gpu:1", None), None).is_ok());
+    // Nobody can ask for a padding record by name: it is no catalogue type.
+    let e = padded
+        .route(&job("gres:gpu:pad-3g.20gb:1", None), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("pad-3g.20gb"), "{e}");
+}
+
+#[test]
 fn more_memory_than_any_slice_is_refused() {
     let e = router()
         .route(&job("gres:gpu:mig:1", Some("smartmig:gpumem=80G")), None)
