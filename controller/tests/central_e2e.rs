@@ -129,14 +129,7 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         assert!(gres.starts_with(want), "{n}: {gres}");
     }
     // The job on the kept instance ran throughout.
-    let job = c.job(keep);
-    assert_eq!(
-        job.get("JobState").map(String::as_str),
-        Some("RUNNING"),
-        "{job:?}"
-    );
-    assert_eq!(job.get("StartTime"), Some(&started), "never restarted");
-    assert_eq!(job.get("Restarts").map(String::as_str), Some("0"));
+    assert_ran_throughout(&c, keep, &started);
     assert_eq!(g0.layouts(), NODE0_C5);
     assert_eq!(
         device_of(&c, keep, &nodes[0], &g0.layouts(), "3g.20gb"),
@@ -172,6 +165,22 @@ fn the_central_role_relayouts_idle_slices_on_two_nodes_and_running_jobs_survive(
         "{metrics}"
     );
     assert!(!metrics.contains("7g.40gb"), "{metrics}");
+}
+
+/// Asserts job `job` is running, started at `started` and never restarted.
+fn assert_ran_throughout(c: &Cluster, job: u32, started: &str) {
+    let record = c.job(job);
+    assert_eq!(
+        record.get("JobState").map(String::as_str),
+        Some("RUNNING"),
+        "{record:?}"
+    );
+    assert_eq!(
+        record.get("StartTime").map(String::as_str),
+        Some(started),
+        "never restarted"
+    );
+    assert_eq!(record.get("Restarts").map(String::as_str), Some("0"));
 }
 
 /// Slurm's device index (`IDX`) of running job `job`'s one GPU.
@@ -606,14 +615,7 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     assert_eq!(total(&nodes[0]), 28, "the padded total stays");
     let gres = node_field(&c, &nodes[0], "Gres");
     assert!(gres.contains("gpu:2g.10gb:2,gpu:pad-2g.10gb:4"), "{gres}");
-    let job = c.job(keep);
-    assert_eq!(
-        job.get("JobState").map(String::as_str),
-        Some("RUNNING"),
-        "{job:?}"
-    );
-    assert_eq!(job.get("StartTime"), Some(&started), "never restarted");
-    assert_eq!(job.get("Restarts").map(String::as_str), Some("0"));
+    assert_ran_throughout(&c, keep, &started);
     assert_eq!(idx(&c, keep), before);
     assert_eq!(
         device_of(&c, keep, &nodes[0], &g0.layouts(), "3g.20gb"),
