@@ -868,7 +868,7 @@ fn simulate_over_several_days_reports_et_per_day_and_warns_of_ignored_flags() {
 }
 
 #[test]
-fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts() {
+fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned_under_its_limits() {
     let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let scenario = dir.join("s.toml");
@@ -927,6 +927,58 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts() {
         "json",
     ]));
     assert!(v["et"].as_f64().is_some());
+    // A site whose smartmigd drains with padding: the search runs under its limits, and
+    // the scenario file, which says preempt, is not written with such a schedule.
+    let drain = dir.join("drain.toml");
+    std::fs::write(
+        &drain,
+        "version = 1\n[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n",
+    )
+    .unwrap();
+    let tune = |extra: &[&str]| {
+        let mut args = vec![
+            "tune-periodic",
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--seeds",
+            "2",
+            "--blocks",
+            "2",
+            "--passes",
+            "1",
+            "--validation-seeds",
+            "2",
+            "--eval-seeds",
+            "2",
+            "--smartmig-toml",
+            drain.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        smartmig(&args)
+    };
+    let refused = tune(&["--write"]);
+    assert!(!refused.status.success());
+    let e = stderr(&refused);
+    assert!(
+        e.contains("drain.toml runs smartmigd under other limits")
+            && e.contains("repartition.semantics=\"drain\"")
+            && e.contains("repartition.index_rule=\"padded\""),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&scenario).unwrap(),
+        written,
+        "scenario untouched"
+    );
+    let o = tune(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("searching under"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("drain semantics"), "{}", stdout(&o));
+    let cfg = std::fs::read_to_string(&drain).unwrap();
+    assert!(
+        cfg.contains("[[policy.periodic]]") && cfg.contains("padding = true"),
+        "{cfg}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -22,7 +22,7 @@ use smartmig_sim::workload::{self, write_jobs_csv, JobSet};
 use smartmig_sim::RunResult;
 
 /// Scenario selection shared by every command that runs the simulator.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ScenarioArgs {
     /// Scenario file (default: the embedded paper reference, 8 × A100-40GB at 20×).
     #[arg(long)]
