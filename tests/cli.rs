@@ -883,24 +883,29 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     std::fs::write(&scenario, text).unwrap();
     let conf = dir.join("smartmig.toml");
     std::fs::write(&conf, "version = 1\n# site\n[policy]\nkind = \"periodic\"\n").unwrap();
-    let o = smartmig(&[
-        "tune-periodic",
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--seeds",
-        "2",
-        "--blocks",
-        "2",
-        "--passes",
-        "1",
-        "--validation-seeds",
-        "2",
-        "--eval-seeds",
-        "2",
-        "--write",
-        "--smartmig-toml",
-        conf.to_str().unwrap(),
-    ]);
+    // A small search, writing its schedule into smartmig.toml `conf`.
+    let tune = |conf: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "tune-periodic",
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--seeds",
+            "2",
+            "--blocks",
+            "2",
+            "--passes",
+            "1",
+            "--validation-seeds",
+            "2",
+            "--eval-seeds",
+            "2",
+            "--smartmig-toml",
+            conf.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        smartmig(&args)
+    };
+    let o = tune(&conf, &["--write"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
@@ -935,28 +940,7 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
         "version = 1\n[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n",
     )
     .unwrap();
-    let tune = |extra: &[&str]| {
-        let mut args = vec![
-            "tune-periodic",
-            "--scenario",
-            scenario.to_str().unwrap(),
-            "--seeds",
-            "2",
-            "--blocks",
-            "2",
-            "--passes",
-            "1",
-            "--validation-seeds",
-            "2",
-            "--eval-seeds",
-            "2",
-            "--smartmig-toml",
-            drain.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        smartmig(&args)
-    };
-    let refused = tune(&["--write"]);
+    let refused = tune(&drain, &["--write"]);
     assert!(!refused.status.success());
     let e = stderr(&refused);
     assert!(
@@ -970,7 +954,7 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
         written,
         "scenario untouched"
     );
-    let o = tune(&[]);
+    let o = tune(&drain, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("searching under"), "{}", stderr(&o));
     assert!(stdout(&o).contains("drain semantics"), "{}", stdout(&o));
