@@ -956,7 +956,7 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     );
     let o = tune(&drain, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("searching under"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("running under"), "{}", stderr(&o));
     assert!(stdout(&o).contains("drain semantics"), "{}", stdout(&o));
     let cfg = std::fs::read_to_string(&drain).unwrap();
     assert!(

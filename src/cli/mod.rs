@@ -6,6 +6,7 @@
 mod bench_cmd;
 mod bounds_cmd;
 mod config_cmd;
+mod daemon_limits;
 mod doctor_cmd;
 mod mig_cmd;
 mod policy_cmd;

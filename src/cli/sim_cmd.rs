@@ -7,7 +7,9 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::daemon_limits::daemon_limits;
 use super::{print_json, table, CliError, CliResult, Format};
+use smartmig_core::config::Config;
 use smartmig_eval::compare::{
     baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec,
     Paired, PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
@@ -36,6 +38,15 @@ pub struct ScenarioArgs {
     /// Repartition semantics (shorthand for `--set repartition.semantics=...`).
     #[arg(long, value_parser = semantics_parser())]
     pub semantics: Option<Semantics>,
+    /// Run under the limits smartmigd enforces with this smartmig.toml where they differ
+    /// from the scenario's: its mode, padding (the index rule), batch interval, hysteresis
+    /// and batch size. `tune-periodic` also writes its schedule there as
+    /// `[[policy.periodic]]` (other keys kept; set `policy.kind = "periodic"` to use it).
+    #[arg(long, value_name = "FILE")]
+    pub smartmig_toml: Option<PathBuf>,
+    /// The overrides `smartmig_toml` gave, set by [`ScenarioArgs::load`].
+    #[arg(skip)]
+    daemon_sets: std::sync::OnceLock<Vec<String>>,
 }
 
 /// `--semantics`: the policy crate's names, shown as the possible values.
@@ -46,17 +57,53 @@ fn semantics_parser() -> impl clap::builder::TypedValueParser<Value = Semantics>
 }
 
 impl ScenarioArgs {
-    /// Loads and resolves the scenario with its overrides.
-    pub fn load(&self) -> Result<ResolvedScenario, CliError> {
-        let sets = self.all_sets();
-        match &self.scenario {
-            Some(p) => Scenario::load(p, &sets),
-            None => Scenario::reference(&sets),
+    /// A scenario file (or the reference) with `--set` overrides and nothing else.
+    pub fn with_sets(scenario: Option<PathBuf>, sets: Vec<String>) -> ScenarioArgs {
+        ScenarioArgs {
+            scenario,
+            sets,
+            days: None,
+            semantics: None,
+            smartmig_toml: None,
+            daemon_sets: std::sync::OnceLock::new(),
         }
-        .map_err(CliError::input)
     }
 
-    /// The `--set` overrides with the shorthands (`--days`, `--semantics`) folded in.
+    /// Loads and resolves the scenario with its overrides, then, with `--smartmig-toml`,
+    /// again under that file's limits where they differ (said on stderr).
+    pub fn load(&self) -> Result<ResolvedScenario, CliError> {
+        let load = |sets: &[String]| {
+            match &self.scenario {
+                Some(p) => Scenario::load(p, sets),
+                None => Scenario::reference(sets),
+            }
+            .map_err(CliError::input)
+        };
+        let sc = load(&self.all_sets())?;
+        let Some(path) = &self.smartmig_toml else {
+            return Ok(sc);
+        };
+        let cfg = Config::from_file(path).map_err(CliError::input)?;
+        let daemon = daemon_limits(&cfg, &sc.scenario.repartition);
+        let daemon = self.daemon_sets.get_or_init(|| daemon);
+        if daemon.is_empty() {
+            return Ok(sc);
+        }
+        eprintln!(
+            "running under {}'s limits: --set {}",
+            path.display(),
+            daemon.join(" --set ")
+        );
+        load(&self.all_sets())
+    }
+
+    /// The overrides `--smartmig-toml` gave (empty before [`ScenarioArgs::load`]).
+    pub fn daemon_overrides(&self) -> &[String] {
+        self.daemon_sets.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// The `--set` overrides with the shorthands (`--days`, `--semantics`) and, once
+    /// loaded, `--smartmig-toml`'s limits folded in.
     pub fn all_sets(&self) -> Vec<String> {
         let mut sets = self.sets.clone();
         if let Some(d) = self.days {
@@ -65,6 +112,7 @@ impl ScenarioArgs {
         if let Some(s) = self.semantics {
             sets.push(format!("repartition.semantics=\"{}\"", s.as_str()));
         }
+        sets.extend(self.daemon_overrides().iter().cloned());
         sets
     }
 

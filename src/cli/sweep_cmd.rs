@@ -100,12 +100,7 @@ impl Manifest {
 
     /// The scenario and the policies, as `compare` would build them.
     fn load(&self) -> Result<(ResolvedScenario, Vec<PolicySpec>), CliError> {
-        let args = ScenarioArgs {
-            scenario: self.scenario.clone(),
-            sets: self.sets.clone(),
-            days: None,
-            semantics: None,
-        };
+        let args = ScenarioArgs::with_sets(self.scenario.clone(), self.sets.clone());
         let sc = args.load()?;
         let policies = compare_policies(&sc, &file_tuned(&sc, &args, false), self.model.clone());
         Ok((sc, policies))

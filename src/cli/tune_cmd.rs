@@ -1,14 +1,13 @@
 //! `smartmig tune-static | tune-periodic`: search the best static layout and the best
 //! time-of-day schedule of a scenario, and write them where they are used.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use clap::Args;
 
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
-use smartmig_core::config::{Config, Mode};
 use smartmig_eval::compare::{
     compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned,
     GUARD_STANDARD_ERRORS, PERIODIC_BEST, STATIC_BEST,
@@ -16,9 +15,7 @@ use smartmig_eval::compare::{
 use smartmig_eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use smartmig_eval::tune::{tune_static_on, TuneResult};
 use smartmig_eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
-use smartmig_sim::scenario::{
-    DrainHold, IndexRule, NodeRule, PeriodicSpec, RepartitionSpec, ResolvedScenario, Semantics,
-};
+use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
 use smartmig_sim::sched::Scheduler;
 use smartmig_sim::workload::JobSet;
 
@@ -68,12 +65,6 @@ pub struct TunePeriodicArgs {
     /// Record the schedule as `baselines.periodic_best` in the scenario file.
     #[arg(long, requires = "scenario")]
     write: bool,
-    /// Write the schedule as `[[policy.periodic]]` into this smartmig.toml (other keys
-    /// are kept; set `policy.kind = "periodic"` there to use it). The search then runs
-    /// under the limits smartmigd enforces with that file (its mode, padding, batch
-    /// interval, hysteresis and batch size) where they differ from the scenario's.
-    #[arg(long, value_name = "FILE")]
-    smartmig_toml: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -83,6 +74,21 @@ pub struct TunePeriodicArgs {
 /// scenario file: the file would then hold a result it does not reproduce.
 fn check_write(args: &ScenarioArgs, trace: &TraceArgs, repartitions: bool) -> Result<(), CliError> {
     let sets = args.world_overrides(repartitions);
+    let daemon: Vec<&String> = args
+        .daemon_overrides()
+        .iter()
+        .filter(|s| sets.contains(s))
+        .collect();
+    if let (Some(path), false) = (&args.smartmig_toml, daemon.is_empty()) {
+        let listed: Vec<&str> = daemon.iter().map(|s| s.as_str()).collect();
+        return Err(CliError::input(anyhow!(
+            "--write: {} runs smartmigd under other limits than the scenario file (--set {}), so the \
+             file would hold a result it does not reproduce; put them in (a copy of) the file, or \
+             leave out --write",
+            path.display(),
+            listed.join(" --set ")
+        )));
+    }
     if !sets.is_empty() {
         return Err(CliError::input(anyhow!(
             "--write: --set {} changes the scenario the file describes, so the file would hold a \
@@ -118,10 +124,10 @@ fn training_days(
 
 /// Runs `tune-static`.
 pub fn tune_static(a: TuneArgs) -> CliResult {
+    let sc = a.scenario.load()?;
     if a.write {
         check_write(&a.scenario, &a.trace, false)?;
     }
-    let sc = a.scenario.load()?;
     let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
     let pb = progress(30, "tune static-best");
     let t = tune_static_on(&sc, train, &pb);
@@ -253,90 +259,15 @@ struct PeriodicReport {
     repartitions: f64,
 }
 
-/// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
-/// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
-/// setting gives, its batch interval, hysteresis and batch size, and Slurm's node rule
-/// with nothing held free (smartmigd holds no instance). Empty when they already agree.
-fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
-    let central = &cfg.controller.central;
-    let mut sets = Vec::new();
-    let semantics = match cfg.controller.mode {
-        Mode::Drain => Some(Semantics::Drain),
-        Mode::Preempt => Some(Semantics::Preempt),
-        Mode::DryRun => None,
-    };
-    if let Some(s) = semantics.filter(|s| *s != r.semantics) {
-        sets.push(format!("repartition.semantics=\"{}\"", s.as_str()));
-    }
-    let (rule, rule_name) = if central.padding {
-        (IndexRule::Padded, "padded")
-    } else {
-        (IndexRule::Fixed, "fixed")
-    };
-    if r.index_rule != rule {
-        sets.push(format!("repartition.index_rule=\"{rule_name}\""));
-    }
-    if r.node_rule != NodeRule::Slurm2205 {
-        sets.push("repartition.node_rule=\"slurm-22.05\"".to_string());
-    }
-    if r.drain_hold != DrainHold::None {
-        sets.push("repartition.drain_hold=\"none\"".to_string());
-    }
-    if r.min_relayout_interval_s != central.min_relayout_interval_s {
-        sets.push(format!(
-            "repartition.min_relayout_interval_s={}",
-            central.min_relayout_interval_s
-        ));
-    }
-    if r.persist_cycles != central.persist_cycles {
-        sets.push(format!("repartition.persist_cycles={}", central.persist_cycles));
-    }
-    if r.max_nodes_per_batch != central.max_nodes_per_batch {
-        sets.push(format!(
-            "repartition.max_nodes_per_batch={}",
-            central.max_nodes_per_batch
-        ));
-    }
-    sets
-}
-
-/// The scenario `tune-periodic` searches in: the scenario as given or, with
-/// `--smartmig-toml`, under that file's limits (said on stderr when they differ).
-fn periodic_scenario(a: &TunePeriodicArgs) -> Result<(ScenarioArgs, ResolvedScenario), CliError> {
-    let sc = a.scenario.load()?;
-    let Some(path) = &a.smartmig_toml else {
-        return Ok((a.scenario.clone(), sc));
-    };
-    let cfg = Config::from_file(path).map_err(CliError::input)?;
-    let sets = daemon_limits(&cfg, &sc.scenario.repartition);
-    if sets.is_empty() {
-        return Ok((a.scenario.clone(), sc));
-    }
-    let listed = format!("--set {}", sets.join(" --set "));
-    if a.write {
-        return Err(CliError::input(anyhow!(
-            "--write: {} runs smartmigd under other limits than the scenario file ({listed}), so the \
-             file would hold a schedule it does not reproduce; put them in (a copy of) the file, or \
-             leave out --write",
-            path.display()
-        )));
-    }
-    eprintln!("searching under {}'s limits: {listed}", path.display());
-    let mut args = a.scenario.clone();
-    args.sets.extend(sets);
-    let sc = args.load()?;
-    Ok((args, sc))
-}
-
 /// Runs `tune-periodic`.
 pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
+    let sc = a.scenario.load()?;
     if a.write {
         check_write(&a.scenario, &a.trace, true)?;
     }
-    let (scenario_args, sc) = periodic_scenario(&a)?;
     let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
     let trace = matches!(days, Days::Trace { .. });
-    let start = match file_tuned(&sc, &scenario_args, trace).static_best {
+    let start = match file_tuned(&sc, &a.scenario, trace).static_best {
         Some((layout, None)) => layout,
         _ => {
             eprintln!(
@@ -407,7 +338,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
             write_periodic_best(path, &report.search.schedule)?;
         }
     }
-    if let Some(path) = &a.smartmig_toml {
+    if let Some(path) = &a.scenario.smartmig_toml {
         write_policy_periodic(path, &report.search.schedule)?;
     }
     match a.format {
@@ -466,7 +397,7 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
     if a.write {
         println!("written to baselines.periodic_best");
     }
-    match &a.smartmig_toml {
+    match &a.scenario.smartmig_toml {
         Some(p) => println!(
             "written to {} as [[policy.periodic]]; set policy.kind = \"periodic\" there to use it",
             p.display()
@@ -504,45 +435,6 @@ mod tests {
         assert_eq!(p[1].at.get_ref(), "08:00");
         let layout: Vec<&str> = p[1].layout.iter().map(|c| c.get_ref().as_str()).collect();
         assert_eq!(layout, ["c2", "c6"]);
-    }
-
-    #[test]
-    fn the_search_takes_smartmigds_mode_padding_and_limits_and_nothing_when_they_agree() {
-        let sc = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
-        let r = &sc.scenario.repartition;
-        let cfg = |body: &str| Config::parse(&format!("version = 1\n{body}"), "smartmig.toml").unwrap();
-        // The reference scenario's limits are smartmigd's defaults; a dry run keeps preempt.
-        assert!(daemon_limits(&cfg(""), r).is_empty());
-        let site = cfg(
-            "[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n\
-             min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n",
-        );
-        let sets = daemon_limits(&site, r);
-        assert_eq!(
-            sets,
-            [
-                "repartition.semantics=\"drain\"",
-                "repartition.index_rule=\"padded\"",
-                "repartition.min_relayout_interval_s=1800",
-                "repartition.persist_cycles=3",
-                "repartition.max_nodes_per_batch=2",
-            ]
-        );
-        // Applied, the scenario agrees with the site's file.
-        let tuned = smartmig_sim::scenario::Scenario::reference(&sets).unwrap();
-        assert!(daemon_limits(&site, &tuned.scenario.repartition).is_empty());
-        let held = smartmig_sim::scenario::Scenario::reference(&[
-            "repartition.drain_hold=\"instances\"".into(),
-            "repartition.node_rule=\"instances\"".into(),
-        ])
-        .unwrap();
-        assert_eq!(
-            daemon_limits(&cfg(""), &held.scenario.repartition),
-            [
-                "repartition.node_rule=\"slurm-22.05\"",
-                "repartition.drain_hold=\"none\""
-            ]
-        );
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! `--smartmig-toml FILE`: run the simulator under the limits smartmigd enforces with a
+//! site's smartmig.toml, so that a schedule or policy is searched and judged for what the
+//! daemon will do (docs/evaluation.md, "Searching layouts and schedules").
+
+use smartmig_core::config::{Config, Mode};
+use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, Semantics};
+
+/// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
+/// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
+/// setting gives, its batch interval, hysteresis and batch size, and Slurm's node rule
+/// with nothing held free (smartmigd holds no instance). Empty when they already agree.
+pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
+    let central = &cfg.controller.central;
+    let mut sets = Vec::new();
+    let semantics = match cfg.controller.mode {
+        Mode::Drain => Some(Semantics::Drain),
+        Mode::Preempt => Some(Semantics::Preempt),
+        Mode::DryRun => None,
+    };
+    if let Some(s) = semantics.filter(|s| *s != r.semantics) {
+        sets.push(format!("repartition.semantics=\"{}\"", s.as_str()));
+    }
+    let (rule, rule_name) = if central.padding {
+        (IndexRule::Padded, "padded")
+    } else {
+        (IndexRule::Fixed, "fixed")
+    };
+    if r.index_rule != rule {
+        sets.push(format!("repartition.index_rule=\"{rule_name}\""));
+    }
+    if r.node_rule != NodeRule::Slurm2205 {
+        sets.push("repartition.node_rule=\"slurm-22.05\"".to_string());
+    }
+    if r.drain_hold != DrainHold::None {
+        sets.push("repartition.drain_hold=\"none\"".to_string());
+    }
+    if r.min_relayout_interval_s != central.min_relayout_interval_s {
+        sets.push(format!(
+            "repartition.min_relayout_interval_s={}",
+            central.min_relayout_interval_s
+        ));
+    }
+    if r.persist_cycles != central.persist_cycles {
+        sets.push(format!("repartition.persist_cycles={}", central.persist_cycles));
+    }
+    if r.max_nodes_per_batch != central.max_nodes_per_batch {
+        sets.push(format!(
+            "repartition.max_nodes_per_batch={}",
+            central.max_nodes_per_batch
+        ));
+    }
+    sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_takes_smartmigds_mode_padding_and_limits_and_nothing_when_they_agree() {
+        let sc = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
+        let r = &sc.scenario.repartition;
+        let cfg = |body: &str| Config::parse(&format!("version = 1\n{body}"), "smartmig.toml").unwrap();
+        // The reference scenario's limits are smartmigd's defaults; a dry run keeps preempt.
+        assert!(daemon_limits(&cfg(""), r).is_empty());
+        let site = cfg(
+            "[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n\
+             min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n",
+        );
+        let sets = daemon_limits(&site, r);
+        assert_eq!(
+            sets,
+            [
+                "repartition.semantics=\"drain\"",
+                "repartition.index_rule=\"padded\"",
+                "repartition.min_relayout_interval_s=1800",
+                "repartition.persist_cycles=3",
+                "repartition.max_nodes_per_batch=2",
+            ]
+        );
+        // Applied, the scenario agrees with the site's file.
+        let tuned = smartmig_sim::scenario::Scenario::reference(&sets).unwrap();
+        assert!(daemon_limits(&site, &tuned.scenario.repartition).is_empty());
+        let held = smartmig_sim::scenario::Scenario::reference(&[
+            "repartition.drain_hold=\"instances\"".into(),
+            "repartition.node_rule=\"instances\"".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            daemon_limits(&cfg(""), &held.scenario.repartition),
+            [
+                "repartition.node_rule=\"slurm-22.05\"",
+                "repartition.drain_hold=\"none\""
+            ]
+        );
+    }
+}
