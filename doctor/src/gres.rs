@@ -6,7 +6,7 @@ use std::path::Path;
 
 use smartmig_core::config::Resolved;
 use smartmig_core::mig::layout::display_instance;
-use smartmig_core::mig::padding::is_pad_type;
+use smartmig_core::mig::padding::{device_major, is_pad_type, PAD_DEVICE_MAJOR};
 use smartmig_gpu::GpuBackend;
 
 use super::files::{self, expand_brackets};
@@ -167,9 +167,12 @@ pub fn check(slurm_conf: &Path, r: &Resolved, source: &MigSource, nodes: &[Strin
         let ty = get("Type").map(str::to_string);
         if let Some(t) = ty.as_deref().filter(|t| is_pad_type(t)) {
             // Padding records (`[controller.central] padding`): no GPU, a device file each.
-            match get("File") {
-                Some(f) if Path::new(f).exists() => pads += 1,
-                Some(f) => problems.push(format!("{at}: padding device {f} does not exist")),
+            match get("File").map(|f| (f, std::fs::metadata(f))) {
+                Some((f, Ok(m))) => match pad_device_problem(&m) {
+                    None => pads += 1,
+                    Some(why) => problems.push(format!("{at}: padding device {f} {why}")),
+                },
+                Some((f, Err(_))) => problems.push(format!("{at}: padding device {f} does not exist")),
                 None => problems.push(format!("{at}: Type={t} without File= (slurmd refuses the file)")),
             }
             continue;
@@ -351,6 +354,24 @@ fn compare(lines: &[&GresLine], actual: &[Actual], label: &str) -> Vec<String> {
     out
 }
 
+/// What is wrong with a padding device file, if anything: it must be a character device
+/// of major [`PAD_DEVICE_MAJOR`], a number no driver serves, since Slurm's device cgroup
+/// denies each GRES device a job was not given by its number.
+fn pad_device_problem(m: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if !m.file_type().is_char_device() {
+        return Some("is not a character device (smartmigd makes them)".to_string());
+    }
+    let major = device_major(m.rdev());
+    (major != PAD_DEVICE_MAJOR).then(|| {
+        format!(
+            "has major number {major}, a real driver's: with ConstrainDevices=yes Slurm would deny \
+             that device to every job not given the record (smartmigd makes them with major \
+             {PAD_DEVICE_MAJOR}; delete the file and let the agent make it again)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,15 +412,28 @@ mod tests {
     }
 
     #[test]
-    fn padding_records_are_counted_apart_need_their_files_and_autodetect_off() {
+    fn padding_records_are_counted_apart_need_their_own_devices_and_autodetect_off() {
         let d = tempfile::tempdir().unwrap();
         let (_sim, mut lines) = node(d.path());
         let pad = d.path().join("pad-3g.20gb-0");
+        let record = |file: &Path| format!("NodeName=n1 Name=gpu Type=pad-3g.20gb File={}", file.display());
+        // A plain file, or a real driver's device (/dev/null, 1:3), is refused.
         std::fs::write(&pad, "").unwrap();
-        lines.push(format!(
-            "NodeName=n1 Name=gpu Type=pad-3g.20gb File={}",
-            pad.display()
-        ));
+        lines.push(record(&pad));
+        let f = gres(d.path(), &lines, &simulated(d.path()));
+        assert!(f.message.contains("is not a character device"), "{f:?}");
+        *lines.last_mut().unwrap() = record(Path::new("/dev/null"));
+        let f = gres(d.path(), &lines, &simulated(d.path()));
+        assert!(f.message.contains("has major number 1, a real driver's"), "{f:?}");
+        // As the agent makes them (needs root, as the agent does).
+        std::fs::remove_file(&pad).unwrap();
+        let made = std::process::Command::new("mknod")
+            .arg(&pad)
+            .args(["c", &PAD_DEVICE_MAJOR.to_string(), "0"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "mknod (the test runs as root)");
+        *lines.last_mut().unwrap() = record(&pad);
         let f = gres(d.path(), &lines, &simulated(d.path()));
         assert_eq!(f.status, Status::Ok, "{f:?}");
         assert!(f.message.contains("and 1 padding records"), "{}", f.message);

@@ -711,11 +711,7 @@ impl Agent {
         }
         let dir = self.cfg.state_dir.join("pad");
         let padding = gres::Padding { blocks, dir: &dir };
-        let files: Vec<PathBuf> = smartmig_core::mig::padding::padding(&counts, blocks)?
-            .iter()
-            .flat_map(|(pad, &n)| (0..n).map(|k| padding.file(pad, k)).collect::<Vec<_>>())
-            .collect();
-        gres::make_padding_files(&files).map_err(|e| NodeError::io(&dir, e))
+        gres::make_padding_files(&padding.devices(&counts)?).map_err(|e| NodeError::io(&dir, e))
     }
 
     /// The node's gres.conf lines for the devices as they are now, with padding records
@@ -726,8 +722,10 @@ impl Agent {
         let dir = self.cfg.state_dir.join("pad");
         let padding = gres::Padding { blocks, dir: &dir };
         let lines = gres::render(&self.cfg.node, &view, Some(&padding))?;
-        gres::make_padding_files(&gres::padding_files(&lines, &self.cfg.node))
-            .map_err(|e| NodeError::io(&dir, e))?;
+        if !blocks.is_empty() {
+            gres::make_padding_files(&padding.devices(&gres::instance_counts(&view))?)
+                .map_err(|e| NodeError::io(&dir, e))?;
+        }
         Ok(lines)
     }
 

@@ -140,7 +140,7 @@ fn apply_stages_gres_conf_with_slurmd_running_install_stops_it_and_start_starts_
 
 #[test]
 fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again_at_restore() {
-    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let n = Node::new(&["7g@0"]);
     std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
     let mut a = n.agent();
@@ -170,15 +170,25 @@ fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again
         ["4g.20gb", "3g.20gb", "pad-3g.20gb", "pad-7g.40gb"]
     );
     let text = std::fs::read_to_string(n.path("gres.conf")).unwrap();
-    let files = gres::padding_files(&text, "n1");
+    let files: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Type=pad-"))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("File=")))
+        .collect();
     assert_eq!(files.len(), 2);
+    let mut numbers = std::collections::BTreeSet::new();
     for f in &files {
-        assert!(f.starts_with(n.path("state/pad")), "{}", f.display());
-        assert!(
-            std::fs::metadata(f).unwrap().file_type().is_char_device(),
-            "{}",
-            f.display()
+        assert!(std::path::Path::new(f).starts_with(n.path("state/pad")), "{f}");
+        let m = std::fs::metadata(f).unwrap();
+        assert!(m.file_type().is_char_device(), "{f}");
+        // A device number no driver has (not /dev/null's 1:3: Slurm's device cgroup would
+        // deny that to every job not given the padding record), one per record.
+        assert_eq!(
+            libc::major(m.rdev()),
+            smartmig_core::mig::padding::PAD_DEVICE_MAJOR,
+            "{f}"
         );
+        assert!(numbers.insert(m.rdev()), "{f}: a device number twice");
     }
     // After a reboot the padding comes from the file itself, with the devices' lines.
     let mut a = n.agent();

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use smartmig_core::mig::padding::{self, OverBlock, PAD_PREFIX};
+use smartmig_core::mig::padding::{self, OverBlock, PAD_DEVICE_MAJOR};
 use smartmig_core::mig::GpuModel;
 use smartmig_gpu::GpuState;
 
@@ -60,11 +60,60 @@ pub struct Padding<'a> {
     pub dir: &'a Path,
 }
 
+/// Padding records of one type a node can hold at most (minor numbers per type).
+const PADS_PER_TYPE: u32 = 4096;
+
+/// One padding record's device file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PadDevice {
+    /// Its padding type (`pad-3g.20gb`).
+    pub pad: String,
+    /// The file (`<dir>/pad-<type>-<k>`).
+    pub path: PathBuf,
+    /// Its minor number (major [`PAD_DEVICE_MAJOR`]): unique on the node.
+    pub minor: u32,
+}
+
 impl Padding<'_> {
-    /// The device file of padding record `k` of padding type `pad`.
-    pub fn file(&self, pad: &str, k: u32) -> PathBuf {
-        self.dir.join(format!("{pad}-{k}"))
+    /// Every padding record's device file around `counts` (instances per MIG type), in
+    /// gres.conf order; a record's minor number is its type's position among the blocks,
+    /// then its place in the type, so it stays the same while the blocks do.
+    pub fn devices(&self, counts: &BTreeMap<String, u32>) -> Result<Vec<PadDevice>, OverBlock> {
+        let pads = padding::padding(counts, self.blocks)?;
+        let mut out = Vec::new();
+        for (slot, ty) in (0u32..).zip(self.blocks.keys()) {
+            let pad = padding::pad_type(ty);
+            let n = pads.get(&pad).copied().unwrap_or(0);
+            if n > PADS_PER_TYPE {
+                return Err(OverBlock {
+                    gpu_type: pad,
+                    count: n,
+                    block: PADS_PER_TYPE,
+                });
+            }
+            out.extend((0..n).map(|k| PadDevice {
+                pad: pad.clone(),
+                path: self.dir.join(format!("{pad}-{k}")),
+                minor: slot * PADS_PER_TYPE + k,
+            }));
+        }
+        Ok(out)
     }
+}
+
+/// Instances per MIG type of `gpus`.
+pub fn instance_counts(gpus: &[(u32, &GpuModel, &GpuState)]) -> BTreeMap<String, u32> {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for (_, model, state) in gpus {
+        for d in &state.devices {
+            let ty = model
+                .profiles
+                .get(d.instance.profile)
+                .map_or("unknown", |p| p.name.as_str());
+            *counts.entry(ty.to_string()).or_default() += 1;
+        }
+    }
+    counts
 }
 
 /// The lines of a node's MIG GPUs, given in GPU index order (no markers), then, with
@@ -76,7 +125,6 @@ pub fn render(
     padding: Option<&Padding<'_>>,
 ) -> Result<String, OverBlock> {
     let mut out = String::new();
-    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     let mut sorted: Vec<&(u32, &GpuModel, &GpuState)> = gpus.iter().collect();
     sorted.sort_by_key(|g| g.0);
     for (index, model, state) in sorted {
@@ -88,7 +136,6 @@ pub fn render(
                 .profiles
                 .get(d.instance.profile)
                 .map_or("unknown", |p| p.name.as_str());
-            *counts.entry(ty.to_string()).or_default() += 1;
             let files: Vec<String> = d.files.iter().map(|f| f.display().to_string()).collect();
             let key = if files.len() == 1 { "File" } else { "MultipleFiles" };
             // Writing to a String cannot fail.
@@ -100,17 +147,16 @@ pub fn render(
         }
     }
     if let Some(p) = padding.filter(|p| !p.blocks.is_empty()) {
-        let pads = padding::padding(&counts, p.blocks)?;
+        let devices = p.devices(&instance_counts(gpus))?;
         let spec: Vec<String> = p.blocks.iter().map(|(t, n)| format!("{t}={n}")).collect();
         let _ = writeln!(out, "{PADDING_LINE} {}", spec.join(" "));
-        for (pad, &n) in &pads {
-            for k in 0..n {
-                let _ = writeln!(
-                    out,
-                    "NodeName={node} Name=gpu Type={pad} File={}",
-                    p.file(pad, k).display()
-                );
-            }
+        for d in devices {
+            let _ = writeln!(
+                out,
+                "NodeName={node} Name=gpu Type={} File={}",
+                d.pad,
+                d.path.display()
+            );
         }
     }
     Ok(out)
@@ -135,45 +181,38 @@ pub fn recorded_blocks(text: &str, node: &str) -> BTreeMap<String, u32> {
         .unwrap_or_default()
 }
 
-/// Creates each of `files` that is missing as a character device like `/dev/null` (1, 3):
-/// what a padding record's job would get, were one ever given it. A path that exists as
-/// anything else is refused, never replaced.
-pub fn make_padding_files(files: &[PathBuf]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    for f in files {
-        match std::fs::symlink_metadata(f) {
-            Ok(m) if m.file_type().is_char_device() => continue,
+/// Makes each padding device file: a character device of major [`PAD_DEVICE_MAJOR`] and
+/// its own minor, which no driver serves (a job given one could open nothing). A file of
+/// another device number is made again; a path that exists as anything but a character
+/// device is refused, never replaced.
+pub fn make_padding_files(devices: &[PadDevice]) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    for d in devices {
+        let want = libc::makedev(PAD_DEVICE_MAJOR, d.minor);
+        match std::fs::symlink_metadata(&d.path) {
+            Ok(m) if m.file_type().is_char_device() && m.rdev() == want => continue,
+            Ok(m) if m.file_type().is_char_device() => std::fs::remove_file(&d.path)?,
             Ok(_) => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::AlreadyExists,
-                    format!("{} exists and is not a character device", f.display()),
+                    format!("{} exists and is not a character device", d.path.display()),
                 ))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        if let Some(dir) = f.parent() {
+        if let Some(dir) = d.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let path = std::ffi::CString::new(f.as_os_str().as_encoded_bytes())
+        let path = std::ffi::CString::new(d.path.as_os_str().as_encoded_bytes())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         // SAFETY: `path` is a valid NUL-terminated string; mknod only reads it.
-        let rc = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        let rc = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, want) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
-}
-
-/// The padding device files `text`'s padding records of node `node` name (each must exist
-/// before slurmd reads the file).
-pub fn padding_files(text: &str, node: &str) -> Vec<PathBuf> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("NodeName={node} Name=gpu Type={PAD_PREFIX}")))
-        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("File=")))
-        .map(PathBuf::from)
-        .collect()
 }
 
 /// Where the node's block is in `lines`: (begin, end) line positions, None when absent.

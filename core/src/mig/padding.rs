@@ -13,6 +13,18 @@ use super::{Configuration, GpuModel};
 /// The prefix of a padding type's name: `pad-3g.20gb` pads `3g.20gb`.
 pub const PAD_PREFIX: &str = "pad-";
 
+/// The character-device major of padding device files: 120, in a range Linux keeps for
+/// local and experimental use (the kernel's devices.txt), so no driver's device has it.
+/// Slurm's device cgroup (`ConstrainDevices=yes`) denies a job every GRES device it was
+/// not given, by device number: a padding file that shared a real device's number (such
+/// as /dev/null's 1:3) would take that device from every job on the node.
+pub const PAD_DEVICE_MAJOR: u32 = 120;
+
+/// The major number of device number `rdev` (Linux's encoding, as glibc's `major`).
+pub fn device_major(rdev: u64) -> u32 {
+    (((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff)) as u32
+}
+
 /// The padding type of MIG type `ty`.
 pub fn pad_type(ty: &str) -> String {
     format!("{PAD_PREFIX}{ty}")
@@ -119,6 +131,17 @@ mod tests {
         let m = cat.model("a100-40gb").unwrap().clone();
         let c = resolve_configurations(&cat, &m, Driver::R510).unwrap();
         (m, c)
+    }
+
+    #[test]
+    fn the_major_number_reads_linux_device_numbers() {
+        assert_eq!(device_major(0x103), 1, "/dev/null, 1:3");
+        assert_eq!(device_major((120 << 8) | 7), 120);
+        // Majors past 4095 sit in the high bits; minors past 255 above the major.
+        assert_eq!(
+            device_major((5000u64 & !0xfff) << 32 | (5000 & 0xfff) << 8 | 0x300000),
+            5000
+        );
     }
 
     #[test]
