@@ -394,7 +394,7 @@ impl Central {
                 r.read_error.is_none()
                     && r.slurmd_running
                     && r.outcome != crate::channel::Outcome::InProgress
-                    && same_gpu_gres(&n.gres, &gres_of_report(&r.gpus), &self.mig_types)
+                    && same_mig_gres(&n.gres, &gres_of_report(&r.gpus), &self.mig_types)
             });
             let update = if agrees {
                 log::info!(
@@ -436,14 +436,27 @@ impl Central {
     }
 }
 
-/// Whether two GRES strings have the same counts of the MIG types in `mig` (order,
-/// socket and index annotations, and other GRES aside); an unreadable one counts as
-/// different.
+/// Whether two GRES strings have the same counts of the MIG types in `mig` and of the
+/// padding types (order, socket and index annotations, and other GRES aside); an
+/// unreadable one counts as different.
 pub fn same_gpu_gres(a: &str, b: &str, mig: &HashSet<String>) -> bool {
+    same_counts(a, b, |t| {
+        mig.contains(t) || smartmig_core::mig::padding::is_pad_type(t)
+    })
+}
+
+/// Whether two GRES strings have the same counts of the MIG types in `mig`, padding aside:
+/// for comparing Slurm's record with an agent's report, which carries no padding.
+pub fn same_mig_gres(a: &str, b: &str, mig: &HashSet<String>) -> bool {
+    same_counts(a, b, |t| mig.contains(t))
+}
+
+/// Whether two GRES strings have the same counts of the types `counted` takes.
+fn same_counts(a: &str, b: &str, counted: impl Fn(&str) -> bool) -> bool {
     let counts = |t: &str| -> Option<BTreeMap<String, u32>> {
         let mut m = BTreeMap::new();
         for g in parse_gres(t, "GRES").ok()? {
-            if mig.contains(&g.gpu_type) {
+            if counted(&g.gpu_type) {
                 *m.entry(g.gpu_type).or_default() += g.count;
             }
         }

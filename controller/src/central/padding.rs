@@ -16,7 +16,8 @@ impl Central {
     /// Whether node `nv`, with running jobs, would change its total GPU count once each GPU
     /// in `after` (position in `View::gpus`, layout) has its layout, padded to `blocks`:
     /// what Slurm requeues (or kills) running jobs over at the node's registration. False
-    /// on an idle node; true when either count does not read.
+    /// on a node without running GPU jobs (on any of its GPUs, whole ones and padding
+    /// included); true when either count does not read.
     pub(super) fn count_changes(
         &self,
         view: &View,
@@ -24,7 +25,7 @@ impl Central {
         after: &[(usize, &Layout)],
         blocks: &BTreeMap<String, u32>,
     ) -> bool {
-        if nv.gpus.iter().all(|&g| view.gpus[g].busy.is_empty()) {
+        if nv.running.is_empty() && nv.gpus.iter().all(|&g| view.gpus[g].busy.is_empty()) {
             return false;
         }
         let (_, types) = self.layouts_after(view, nv, after);

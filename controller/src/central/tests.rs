@@ -955,7 +955,8 @@ fn a_busy_nodes_gpu_count_change_waits_even_when_every_index_holds() {
 }
 
 #[test]
-fn with_padding_a_busy_nodes_count_change_goes_ahead_and_an_unpadded_node_is_padded_only_when_idle() {
+fn with_padding_a_busy_nodes_count_change_goes_ahead_and_an_unpadded_node_is_padded_only_without_running_gpu_jobs(
+) {
     let dir = temp("padded-count");
     // As above: a/0 → c1 (its 4g is busy: waits), b/1 c2 → c1, c/0 → c1.
     let policy = "kind = \"static\"\nstatic_layout = [\"c1\", \"c5\", \"c1\"]";
@@ -992,14 +993,22 @@ fn with_padding_a_busy_nodes_count_change_goes_ahead_and_an_unpadded_node_is_pad
     assert_eq!(layout_of(&mut c, "a"), C2);
     // b not padded yet and busy: its first padded layout changes its total and moves the
     // job's index (the blocks come in name order, padding before it), so it waits.
+    // c also has a whole GPU (listed after its MIG types, index 2) that runs a job: its
+    // MIG instances are idle, but its first padded layout changes its total, which
+    // would requeue that job, so it waits too.
     let dir = temp("padded-first");
+    let mut s = cluster();
+    s.nodes[2].gres = format!("{},gpu:a100:1", s.nodes[2].gres);
+    s.jobs.push(FakeSlurm::running(3, "c", "a100", 2));
     let mut c = central(
         resolved_with(&dir, policy, limits),
-        cluster(),
+        s,
         Mode::Drain,
         Recorder::default(),
     );
     once(&mut c);
+    assert_eq!(layout_of(&mut c, "c"), C2, "{:?}", c.status.decisions);
+    assert!(node(&mut c, "c").gres.ends_with(",gpu:a100:1"));
     assert_eq!(layout_of(&mut c, "b"), C2);
     assert!(
         c.status
@@ -1266,4 +1275,20 @@ fn a_nodes_gres_type_order_is_kept_so_a_busy_device_after_a_change_keeps_its_ind
     assert_eq!(action(&c, "b/1"), "applied");
     assert_eq!(layout_of(&mut c, "b"), C5);
     assert_eq!(node(&mut c, "b").gres, "gpu:4g.20gb:1,gpu:3g.20gb:3");
+}
+
+#[test]
+fn slurm_showing_what_was_written_counts_padding_and_a_report_compares_without_it() {
+    let mig: std::collections::HashSet<String> = ["3g.20gb".to_string(), "7g.40gb".to_string()].into();
+    let written = "gpu:3g.20gb:2,gpu:pad-3g.20gb:2,gpu:pad-7g.40gb:2";
+    // Same instances, padding not (yet) in Slurm's record: not what was written.
+    assert!(!same_gpu_gres("gpu:3g.20gb:2", written, &mig));
+    assert!(same_gpu_gres(
+        "gpu:pad-7g.40gb:2(S:0),gpu:3g.20gb:2,gpu:pad-3g.20gb:2,license:4",
+        written,
+        &mig
+    ));
+    // An agent's report has no padding: its instances are what it is compared on.
+    assert!(same_mig_gres(written, "gpu:3g.20gb:2", &mig));
+    assert!(!same_mig_gres(written, "gpu:3g.20gb:1", &mig));
 }

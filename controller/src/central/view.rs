@@ -114,6 +114,9 @@ pub struct NodeView {
     /// Its running jobs that Slurm cannot requeue (interactive, or submitted with
     /// `--no-requeue`).
     pub unrequeueable: Vec<u32>,
+    /// Its running GPU jobs, whatever they hold: MIG instances, a whole GPU, a padding
+    /// record (what a change of the node's GPU count would requeue).
+    pub running: Vec<u32>,
 }
 
 /// One node as parsed in a cycle, and what it was parsed from.
@@ -264,8 +267,10 @@ impl View {
         // Running jobs by node: (job id, the node's gres detail).
         let mut on_node: HashMap<&str, Vec<(u32, &str)>> = HashMap::new();
         let mut unrequeueable: HashMap<&str, Vec<u32>> = HashMap::new();
+        let mut running_on: HashMap<&str, Vec<u32>> = HashMap::new();
         for j in &running {
             for (n, node) in j.nodes.iter().enumerate() {
+                running_on.entry(node.as_str()).or_default().push(j.id);
                 if let Some(d) = j.gres_detail.get(n) {
                     on_node.entry(node.as_str()).or_default().push((j.id, d.as_str()));
                 }
@@ -308,6 +313,11 @@ impl View {
                 gpus: (start..view.gpus.len()).collect(),
                 unrequeueable: {
                     let mut ids = unrequeueable.remove(name.as_str()).unwrap_or_default();
+                    ids.sort_unstable();
+                    ids
+                },
+                running: {
+                    let mut ids = running_on.remove(name.as_str()).unwrap_or_default();
                     ids.sort_unstable();
                     ids
                 },

@@ -108,8 +108,7 @@ impl Agent {
             Ok(targets) => match self.move_all(&targets, |t| &t.to) {
                 Ok(()) => {
                     log::info!("re-layout {generation}: finished the interrupted plan");
-                    self.end(generation, Ending::Done)?;
-                    self.stage(generation, &padding)?
+                    self.finish(generation, &targets, &padding)?
                 }
                 Err(e) => {
                     let why = format!("the interrupted re-layout could not be finished: {e}");
@@ -401,16 +400,32 @@ impl Agent {
             padding: d.padding.clone(),
         })?;
         match self.move_all(&targets, |t| &t.to) {
-            Ok(()) => {
-                self.end(d.generation, Ending::Done)?;
-                self.stage(d.generation, &d.padding)
-            }
+            Ok(()) => self.finish(d.generation, &targets, &d.padding),
             Err(e) => self.roll_back(d.generation, &targets, e.to_string()),
         }
     }
 
+    /// After the GPUs reached `targets`: journals the end and the gres.conf lines of the
+    /// devices as they are now, or, when those lines cannot be made, rolls the GPUs back,
+    /// so that a failed Apply always leaves the devices gres.conf describes.
+    fn finish(
+        &mut self,
+        generation: u64,
+        targets: &[Target],
+        padding: &BTreeMap<String, u32>,
+    ) -> Result<Outcome, NodeError> {
+        match self.render_lines(padding) {
+            Ok(lines) => {
+                self.end(generation, Ending::Done)?;
+                self.journal.append(Record::Staged { generation, lines })?;
+                Ok(Outcome::Done)
+            }
+            Err(e) => self.roll_back(generation, targets, format!("cannot stage gres.conf: {e}")),
+        }
+    }
+
     /// Journals the node's gres.conf lines as the devices are now, padded to `padding`'s
-    /// blocks (their device files made), for `Install`.
+    /// blocks (their device files made), for `Install`, when no GPU had to change.
     fn stage(&mut self, generation: u64, padding: &BTreeMap<String, u32>) -> Result<Outcome, NodeError> {
         match self.render_lines(padding) {
             Ok(lines) => {

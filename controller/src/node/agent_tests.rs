@@ -535,3 +535,44 @@ fn an_idle_agent_polls_rarely_with_jitter_and_fast_while_a_relayout_is_under_way
         "between Apply and Install"
     );
 }
+
+#[test]
+fn a_gres_conf_that_cannot_be_staged_after_the_move_rolls_the_gpus_back() {
+    // One failed GPU read, at each read of the re-layout in turn: where it hits the
+    // staging after the GPUs moved, the GPUs go back, so that gres.conf still describes them.
+    let mut staged_failures = 0;
+    for skip in 0..40 {
+        let n = Node::new(&["7g@0"]);
+        let mut a = n.agent();
+        a.announce().unwrap().unwrap();
+        n.sim
+            .set_faults(&Faults {
+                fail: vec![FailFault {
+                    skip,
+                    ..FailFault::once("read", Some(0), "NVML_ERROR_UNKNOWN")
+                }],
+                ..Faults::default()
+            })
+            .unwrap();
+        n.desire(1, Phase::Apply, &[SEVEN_TO_C5]);
+        let Some(r) = a.poll().unwrap() else { continue };
+        if let Outcome::Failed { error } = &r.outcome {
+            if error.contains("cannot stage gres.conf") {
+                staged_failures += 1;
+                assert_eq!(n.layout(0), "7g.40gb@0", "skip {skip}: {error}");
+                assert!(
+                    matches!(
+                        a.journal().records().last(),
+                        Some(Record::End {
+                            ending: Ending::RolledBack { .. },
+                            ..
+                        })
+                    ),
+                    "skip {skip}: {:?}",
+                    a.journal().records()
+                );
+            }
+        }
+    }
+    assert!(staged_failures > 0, "no read failed at the staging");
+}
