@@ -253,6 +253,17 @@ fn a_plan_that_destroys_a_busy_instance_is_refused_before_any_step() {
     assert!(a.journal().records().is_empty());
 }
 
+/// Whether the agent's journal ends with a rolled-back re-layout.
+fn rolled_back(a: &Agent) -> bool {
+    matches!(
+        a.journal().records().last(),
+        Some(Record::End {
+            ending: Ending::RolledBack { .. },
+            ..
+        })
+    )
+}
+
 #[test]
 fn a_create_error_rolls_back_to_from_and_the_report_names_it() {
     let n = Node::new(&["7g@0"]);
@@ -278,17 +289,7 @@ fn a_create_error_rolls_back_to_from_and_the_report_names_it() {
     assert_eq!(n.layout(0), "7g.40gb@0");
     assert_eq!(r.gpus[0].layout, "7g.40gb@0");
     assert!(a.journal().is_closed());
-    assert!(
-        matches!(
-            a.journal().records().last(),
-            Some(Record::End {
-                ending: Ending::RolledBack { .. },
-                ..
-            })
-        ),
-        "{:?}",
-        a.journal().records()
-    );
+    assert!(rolled_back(&a), "{:?}", a.journal().records());
     assert!(r.slurmd_running);
     assert_eq!(n.slurmd_log(), "");
 }
@@ -560,17 +561,7 @@ fn a_gres_conf_that_cannot_be_staged_after_the_move_rolls_the_gpus_back() {
             if error.contains("cannot stage gres.conf") {
                 staged_failures += 1;
                 assert_eq!(n.layout(0), "7g.40gb@0", "skip {skip}: {error}");
-                assert!(
-                    matches!(
-                        a.journal().records().last(),
-                        Some(Record::End {
-                            ending: Ending::RolledBack { .. },
-                            ..
-                        })
-                    ),
-                    "skip {skip}: {:?}",
-                    a.journal().records()
-                );
+                assert!(rolled_back(&a), "skip {skip}: {:?}", a.journal().records());
             }
         }
     }
