@@ -10,7 +10,7 @@ use std::fmt;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Instance, Layout};
 
-use super::padding::mig_gres;
+use super::padding::{mig_gres, type_counts};
 use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeView, View};
 use super::Central;
 use crate::slurm::merge_mig_gres;
@@ -110,10 +110,7 @@ impl Central {
         types: &[Vec<String>],
         blocks: &BTreeMap<String, u32>,
     ) -> String {
-        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-        for t in types.iter().flatten() {
-            *counts.entry(t.clone()).or_default() += 1;
-        }
+        let counts = type_counts(types);
         let mig = mig_gres(&counts, blocks).unwrap_or_else(|e| {
             log::warn!("{}: not padded: {e}", nv.name);
             mig_gres(&counts, &BTreeMap::new()).unwrap_or_default()

@@ -36,6 +36,22 @@ impl Central {
         !matches!((then, now), (Some(a), Some(b)) if a == b)
     }
 
+    /// Why node `nv`'s instances, once each GPU in `after` has its layout, do not fit
+    /// `blocks` (None when they do, or without blocks).
+    pub(super) fn over_block(
+        &self,
+        view: &View,
+        nv: &NodeView,
+        after: &[(usize, &Layout)],
+        blocks: &BTreeMap<String, u32>,
+    ) -> Option<OverBlock> {
+        if blocks.is_empty() {
+            return None;
+        }
+        let (_, types) = self.layouts_after(view, nv, after);
+        padding::padding(&type_counts(&types), blocks).err()
+    }
+
     /// Each MIG type's padding block on node `nv`, from its GPUs' models and the layouts
     /// the controller chooses among; empty without `padding`.
     pub(super) fn blocks(&self, view: &View, nv: &NodeView) -> BTreeMap<String, u32> {
@@ -47,6 +63,15 @@ impl Central {
             (&rm.model, rm.configurations.as_slice())
         }))
     }
+}
+
+/// Instances per MIG type of `types` (one list per GPU).
+pub fn type_counts(types: &[Vec<String>]) -> BTreeMap<String, u32> {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for t in types.iter().flatten() {
+        *counts.entry(t.clone()).or_default() += 1;
+    }
+    counts
 }
 
 /// The MIG `Gres` entries for `counts` (instances per MIG type): padded to `blocks` when

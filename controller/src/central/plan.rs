@@ -51,6 +51,8 @@ pub enum Wait {
     DrainedByOthers,
     /// The node is not in the re-layout path's node file, or similar.
     Unrefreshable(String),
+    /// With padding, the node's instances afterwards would not fit its blocks.
+    Unpaddable(String),
     /// Preempt mode, but the node runs jobs Slurm cannot requeue: it waits as in drain mode.
     NoRequeue {
         /// The jobs, `12, 15`.
@@ -71,6 +73,7 @@ impl fmt::Display for Wait {
             Wait::BatchFull => write!(f, "wait: batch full ([controller.central] max_nodes_per_batch)"),
             Wait::DrainedByOthers => write!(f, "skip: node drained by an admin"),
             Wait::Unrefreshable(why) => write!(f, "skip: {why}"),
+            Wait::Unpaddable(e) => write!(f, "skip: cannot be padded ({e})"),
             Wait::NoRequeue { jobs, why } => {
                 write!(
                     f,
@@ -140,6 +143,7 @@ impl Central {
     /// Applied to the planned changes and again to those the limits leave (persistence may
     /// hold back one GPU of a node, and the rest alone may break a rule the whole set kept).
     fn node_rules(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
+        let changes = self.keep_paddable(view, changes, skipped);
         let (preempting, ruled): (Vec<Change>, Vec<Change>) = changes
             .into_iter()
             .partition(|c| self.preempts(view, &view.gpus[c.gpu].node));
@@ -170,6 +174,41 @@ impl Central {
             },
             _ => why,
         }
+    }
+
+    /// With padding: keeps the changes of nodes whose instances afterwards fit their blocks
+    /// (a GPU kept in a layout outside the configurations can hold more of a type than its
+    /// block); the others join `skipped`, since the agent would refuse the re-layout.
+    fn keep_paddable(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
+        let mut after: BTreeMap<&str, Vec<(usize, &Layout)>> = BTreeMap::new();
+        for c in &changes {
+            let rm = &self.resolved.models[view.gpus[c.gpu].model];
+            after
+                .entry(view.gpus[c.gpu].node.as_str())
+                .or_default()
+                .push((c.gpu, &rm.configurations[c.target].layout));
+        }
+        let over: BTreeMap<&str, String> = after
+            .iter()
+            .filter_map(|(n, a)| {
+                let nv = view.node(n)?;
+                let e = self.over_block(view, nv, a, &self.blocks(view, nv))?;
+                Some((*n, e.to_string()))
+            })
+            .collect();
+        let mut changes = changes;
+        changes.retain(|c| match over.get(view.gpus[c.gpu].node.as_str()) {
+            Some(e) => {
+                skipped.push(Skipped {
+                    gpu: c.gpu,
+                    target: c.target,
+                    why: Wait::Unpaddable(e.clone()),
+                });
+                false
+            }
+            None => true,
+        });
+        changes
     }
 
     /// Keeps the changes of nodes without running jobs, and those that keep their node's

@@ -1292,3 +1292,41 @@ fn slurm_showing_what_was_written_counts_padding_and_a_report_compares_without_i
     assert!(same_mig_gres(written, "gpu:3g.20gb:2", &mig));
     assert!(!same_mig_gres(written, "gpu:3g.20gb:1", &mig));
 }
+
+#[test]
+fn with_padding_a_node_whose_kept_gpu_holds_more_of_a_type_than_its_block_is_not_relaid_out() {
+    let dir = temp("over-block");
+    let policy = "kind = \"static\"\nstatic_layout = [\"c1\", \"c5\", \"c1\"]";
+    let limits = "min_relayout_interval_s = 0\npersist_cycles = 1\npadding = true\n";
+    // b/0 was laid out by hand: three 1g.10gb, one more than an A100's block of them
+    // (c1..c12 hold at most one), and its first runs a job, so b/0 keeps its layout; b/1's
+    // change would leave b with three 1g.10gb against a block of two.
+    let mut s = cluster();
+    s.nodes[1] = FakeSlurm::node(
+        "b",
+        &[
+            ("A100-SXM4-40GB", "1g.10gb@0 1g.10gb@2 1g.10gb@4"),
+            ("A100-SXM4-40GB", C2),
+        ],
+    );
+    s.jobs[1] = FakeSlurm::running(2, "b", "1g.10gb", 0);
+    let mut c = central(
+        resolved_with(&dir, policy, limits),
+        s,
+        Mode::Drain,
+        Recorder::default(),
+    );
+    let rep = once(&mut c);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert_eq!(layout_of(&mut c, "b"), C2, "b/1 kept");
+    assert!(
+        c.status
+            .decisions
+            .iter()
+            .any(|d| d.gpu == "b/1" && d.action.contains("cannot be padded")),
+        "{:?}",
+        c.status.decisions
+    );
+    // The other nodes go on.
+    assert_eq!(layout_of(&mut c, "c"), "7g.40gb@0");
+}
