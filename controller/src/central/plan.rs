@@ -176,18 +176,28 @@ impl Central {
         }
     }
 
-    /// With padding: keeps the changes of nodes whose instances afterwards fit their blocks
-    /// (a GPU kept in a layout outside the configurations can hold more of a type than its
-    /// block); the others join `skipped`, since the agent would refuse the re-layout.
-    fn keep_paddable(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
+    /// The planned changes node by node: (GPU position in `View::gpus`, target layout).
+    fn after_by_node<'a>(
+        &'a self,
+        view: &'a View,
+        changes: &[Change],
+    ) -> BTreeMap<&'a str, Vec<(usize, &'a Layout)>> {
         let mut after: BTreeMap<&str, Vec<(usize, &Layout)>> = BTreeMap::new();
-        for c in &changes {
+        for c in changes {
             let rm = &self.resolved.models[view.gpus[c.gpu].model];
             after
                 .entry(view.gpus[c.gpu].node.as_str())
                 .or_default()
                 .push((c.gpu, &rm.configurations[c.target].layout));
         }
+        after
+    }
+
+    /// With padding: keeps the changes of nodes whose instances afterwards fit their blocks
+    /// (a GPU kept in a layout outside the configurations can hold more of a type than its
+    /// block); the others join `skipped`, since the agent would refuse the re-layout.
+    fn keep_paddable(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
+        let after = self.after_by_node(view, &changes);
         let over: BTreeMap<&str, String> = after
             .iter()
             .filter_map(|(n, a)| {
@@ -216,14 +226,7 @@ impl Central {
     /// kills) a running job when its node's GPU count changes at the restart
     /// (`_validate_node_gres_cnt`; 24.11 too): such changes wait for the node to be idle.
     fn keep_count(&self, view: &View, changes: Vec<Change>, skipped: &mut Vec<Skipped>) -> Vec<Change> {
-        let mut after: BTreeMap<&str, Vec<(usize, &Layout)>> = BTreeMap::new();
-        for c in &changes {
-            let rm = &self.resolved.models[view.gpus[c.gpu].model];
-            after
-                .entry(view.gpus[c.gpu].node.as_str())
-                .or_default()
-                .push((c.gpu, &rm.configurations[c.target].layout));
-        }
+        let after = self.after_by_node(view, &changes);
         // Slurm compares the node's total GPU count (padding records keep it).
         let blocked: HashSet<&str> = after
             .iter()
