@@ -475,16 +475,22 @@ impl<'a> Simulation<'a> {
                 if self.numbering.preempts_moved() {
                     self.preempt_moved(&batch);
                 }
-                for (g, c) in batch {
-                    self.install(g, c, false);
-                }
+                self.install_all(&batch);
             }
-            Semantics::Drain if when_idle => {
-                for (g, c) in batch {
-                    self.install(g, c, false);
-                }
-            }
+            Semantics::Drain if when_idle => self.install_all(&batch),
             Semantics::Drain => self.start_drain(&batch),
+        }
+    }
+
+    /// Switches every GPU of `batch` at once, then records each node's new `Gres` order.
+    fn install_all(&mut self, batch: &[(u32, u16)]) {
+        for &(g, c) in batch {
+            self.install(g, c, false);
+        }
+        let mut nodes: Vec<u32> = batch.iter().map(|&(g, _)| self.gate.node_of(g)).collect();
+        nodes.dedup();
+        for node in nodes {
+            self.numbering.retype(self.sc, &self.cluster, node);
         }
     }
 
@@ -821,6 +827,8 @@ impl<'a> Simulation<'a> {
         let target = &self.sc.models[model].configurations[c as usize].layout;
         if self.cluster.busy_destroyed(g, target) == 0 {
             self.install(g, c, false);
+            let node = self.gate.node_of(g);
+            self.numbering.retype(self.sc, &self.cluster, node);
         }
     }
 
@@ -841,6 +849,7 @@ impl<'a> Simulation<'a> {
             }
             self.cluster.refresh(g);
         }
+        self.numbering.retype(self.sc, &self.cluster, node);
     }
 
     /// Puts GPU `g` in configuration `c`: kept instances keep their slots and jobs;

@@ -4,10 +4,10 @@
 //! "Re-layout on Slurm 22.05"). Slurm numbers a node's devices type by type in the order
 //! of the node's `Gres`, and within a type in gres.conf's order.
 //!
-//! Two numberings are modelled ([`IndexRule`]): `fixed`, what smartmigd writes on a node
-//! whose `Gres` lists the types by name (types by name, then GPU, then placement start;
-//! smartmigd keeps a node's type order and adds new types after it, so that a new type
-//! moves no index of the types before it: not modelled yet; under drain a change waits
+//! Two numberings are modelled ([`IndexRule`]): `fixed`, what smartmigd writes: types in
+//! the order of the node's `Gres` (by name at the start; smartmigd keeps a type's place,
+//! drops a type gone and adds a new one after the others, so that a new type moves no index
+//! of the types before it), then GPU, then placement start; under drain a change waits
 //! for the rule, under preempt the jobs whose index it moves are preempted, as smartmigd does),
 //! `assigned`, where the `Gres` type order and gres.conf's order within a type are
 //! chosen at each re-layout so that busy devices keep their indices whenever some choice
@@ -33,6 +33,9 @@ pub struct Numbering {
     gpus_per_node: u32,
     /// `assigned`: each node's devices in index order (from [`Numbering::start`] on).
     nodes: Vec<Vec<Device>>,
+    /// `fixed`: each node's types (ranks) in the order of its `Gres`; a type not listed
+    /// follows them, by name (where smartmigd adds a new type).
+    types: Vec<Vec<u16>>,
     /// Re-layouts made with no numbering that kept every busy index (a drain's switch,
     /// when jobs started on kept instances after the decision).
     pub broken: u64,
@@ -69,18 +72,47 @@ impl Numbering {
             ranks,
             gpus_per_node,
             nodes: vec![Vec::new(); nodes],
+            types: vec![Vec::new(); nodes],
             broken: 0,
         }
     }
 
-    /// Numbers every node's devices in their initial layouts (`fixed` order).
+    /// Numbers every node's devices in their initial layouts (`fixed` order: the types
+    /// of a node's first `Gres` by name).
     pub fn start(&mut self, sc: &ResolvedScenario, cluster: &Cluster) {
-        if !self.tracks_order() {
+        for node in 0..self.nodes.len() as u32 {
+            if self.rule == IndexRule::Fixed {
+                self.types[node as usize].clear();
+                self.retype(sc, cluster, node);
+            } else if self.tracks_order() {
+                let now = self.node_now(sc, cluster, node);
+                self.nodes[node as usize] = self.fixed_order(sc, &now.layouts);
+            }
+        }
+    }
+
+    /// `fixed`: node `node`'s `Gres` after its GPUs changed (call once the changes made
+    /// together have all switched): as smartmigd merges it, a type keeps its place while
+    /// the node has an instance of it (or a GPU draining to one), a type gone is dropped
+    /// and a new one goes after the others, by name.
+    pub fn retype(&mut self, sc: &ResolvedScenario, cluster: &Cluster, node: u32) {
+        if self.rule != IndexRule::Fixed {
             return;
         }
-        for node in 0..self.nodes.len() as u32 {
-            let now = self.node_now(sc, cluster, node);
-            self.nodes[node as usize] = self.fixed_order(sc, &now.layouts);
+        let now = self.node_now(sc, cluster, node);
+        let mut present: Vec<u16> = after(sc, &now.layouts, &now.pending)
+            .iter()
+            .chain(&now.layouts)
+            .flat_map(|(g, insts)| insts.iter().map(|i| self.rank(sc, *g, i)))
+            .collect();
+        present.sort_unstable();
+        present.dedup();
+        let types = &mut self.types[node as usize];
+        types.retain(|r| present.binary_search(r).is_ok());
+        for r in present {
+            if !types.contains(&r) {
+                types.push(r);
+            }
         }
     }
 
@@ -227,13 +259,27 @@ impl Numbering {
         }
     }
 
-    /// The devices of `layouts` in `fixed` order: type name, GPU, placement start.
+    /// The devices of `layouts` (one node's) in `fixed` order: type (in the node's `Gres`
+    /// order under `fixed`, else by name), GPU, placement start.
     fn fixed_order(&self, sc: &ResolvedScenario, layouts: &[(u32, Vec<Instance>)]) -> Vec<Device> {
         let mut devices: Vec<Device> = layouts
             .iter()
             .flat_map(|(g, insts)| insts.iter().map(move |i| (*g, *i)))
             .collect();
-        devices.sort_by_key(|&(g, i)| (self.rank(sc, g, &i), g, i.start));
+        let node = layouts
+            .first()
+            .map_or(0, |(g, _)| (g / self.gpus_per_node) as usize);
+        let listed: &[u16] = match self.rule {
+            IndexRule::Fixed => self.types.get(node).map_or(&[], Vec::as_slice),
+            _ => &[],
+        };
+        let place = |r: u16| {
+            listed
+                .iter()
+                .position(|&t| t == r)
+                .unwrap_or(listed.len() + usize::from(r))
+        };
+        devices.sort_by_key(|&(g, i)| (place(self.rank(sc, g, &i)), g, i.start));
         devices
     }
 
@@ -566,6 +612,46 @@ mod tests {
             let got = n.keep(&sc, &cluster, &[(1, c5)]);
             assert_eq!(!got.is_empty(), kept, "{rule}: {got:?}");
         }
+    }
+
+    #[test]
+    fn fixed_numbering_keeps_the_nodes_type_order_drops_a_type_gone_and_adds_a_new_one_last() {
+        let sc = scenario("fixed");
+        let (c2, c5) = (config(&sc, "c2"), config(&sc, "c5"));
+        let m = &sc.models[0].model;
+        let types = |n: &Numbering| -> Vec<&str> {
+            let name = |r: u16| {
+                (0..m.profiles.len())
+                    .find(|&p| n.ranks[0][p] == r)
+                    .map(|p| m.profiles[p].name.as_str())
+            };
+            n.types[0].iter().filter_map(|&r| name(r)).collect()
+        };
+        // Both GPUs whole, a job on GPU 0's 7g.40gb (index 0). GPU 1 to c2 adds 3g.20gb and
+        // 4g.20gb after 7g.40gb (by name they would sort before it and take index 0).
+        let mut cluster = Cluster::new(&sc, Scheduler::Edf.gpu_order());
+        lay(&sc, &mut cluster, 0, "7g.40gb@0", &["7g.40gb@0"]);
+        lay(&sc, &mut cluster, 1, "7g.40gb@0", &[]);
+        let mut n = Numbering::new(&sc, sc.scenario.repartition.index_rule, 8);
+        n.start(&sc, &cluster);
+        assert_eq!(types(&n), ["7g.40gb"]);
+        assert_eq!(n.keep(&sc, &cluster, &[(1, c2)]), vec![(1, c2)]);
+        lay(&sc, &mut cluster, 1, "4g.20gb@0 3g.20gb@4", &[]);
+        n.retype(&sc, &cluster, 0);
+        assert_eq!(types(&n), ["7g.40gb", "3g.20gb", "4g.20gb"]);
+        // A job on GPU 1's 4g.20gb (index 2). GPU 0 to c5 drops 7g.40gb and adds two
+        // 3g.20gb: the job's index would be 3, so the change waits; to c2 it would be 3 too.
+        lay(&sc, &mut cluster, 0, "7g.40gb@0", &[]);
+        lay(&sc, &mut cluster, 1, "4g.20gb@0 3g.20gb@4", &["4g.20gb@0"]);
+        assert!(n.keep(&sc, &cluster, &[(0, c5)]).is_empty());
+        assert!(n.keep(&sc, &cluster, &[(0, c2)]).is_empty());
+        // Made on an idle node, and back: 7g.40gb is gone from the `Gres`, then new again.
+        lay(&sc, &mut cluster, 0, "3g.20gb@0 3g.20gb@4", &[]);
+        n.retype(&sc, &cluster, 0);
+        assert_eq!(types(&n), ["3g.20gb", "4g.20gb"]);
+        lay(&sc, &mut cluster, 0, "7g.40gb@0", &[]);
+        n.retype(&sc, &cluster, 0);
+        assert_eq!(types(&n), ["3g.20gb", "4g.20gb", "7g.40gb"]);
     }
 
     #[test]

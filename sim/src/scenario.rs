@@ -317,7 +317,8 @@ pub enum DrainHold {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IndexRule {
-    /// smartmigd's: devices numbered by type name, then GPU, then placement start. Under
+    /// smartmigd's: devices numbered by type in the node's `Gres` order (a type keeps its
+    /// place, a new one goes last), then GPU, then placement start. Under
     /// drain a change goes ahead only if every busy device keeps its index; under preempt
     /// it goes ahead and the jobs whose device index it moves are preempted too.
     #[default]

@@ -410,66 +410,90 @@ fn smartmigd_drain_leaves_a_count_change_for_an_idle_node_unless_padding_keeps_t
     // waits for the decision at J0's end (10), when the node is idle: no c2 time. With
     // padding the count never changes: GPU1 switches once it is idle, at J1's end (2),
     // and is in c2 for 2..10 (J2 takes its 3g).
-    let share = |r: &RunResult| {
-        r.config_share
-            .iter()
-            .find(|(n, _)| n == "c2")
-            .map_or(0.0, |c| c.1)
-    };
     let r = node_run(1, "slurm-22.05", "off", "none");
     assert_eq!((r.repartitions, r.preemptions), (1, 0));
     assert!(close(r.makespan_min, 10.0), "{}", r.makespan_min);
-    assert!(close(share(&r), 0.0), "{}", share(&r));
+    assert!(close(share(&r, "c2"), 0.0), "{}", share(&r, "c2"));
     let padded = node_run(1, "slurm-22.05", "padded", "none");
     assert_eq!(padded.repartitions, 1);
-    assert!(close(share(&padded), 8.0 / 20.0), "{}", share(&padded));
+    assert!(
+        close(share(&padded, "c2"), 8.0 / 20.0),
+        "{}",
+        share(&padded, "c2")
+    );
+}
+
+/// Two GPUs on one node in c2 (4g.20gb + 3g.20gb); J0 (p4 = 17.5) runs on GPU0's 4g.20gb
+/// from 0 (index 2: the node's `Gres` lists 3g.20gb first), J1 arrives at 1; GPU1 is
+/// asked for c5 (two 3g.20gb) from t = 1, which would give the node a third 3g.20gb before
+/// J0's device. `index_rule` as named.
+fn index_run(index_rule: &str, semantics: Semantics) -> RunResult {
+    let sc = limited(
+        2,
+        &["c2"],
+        0.0,
+        &[
+            "repartition.persist_cycles=1",
+            "repartition.min_relayout_interval_s=0",
+            "repartition.node_rule=\"instances\"",
+            "repartition.drain_hold=\"instances\"",
+            &format!("repartition.index_rule=\"{index_rule}\""),
+        ],
+    );
+    let jobs = [
+        job(0, 0.0, 20.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+    ];
+    run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        semantics,
+        &mut MoveFromOne {
+            from: 1,
+            gpu: 1,
+            to: 4,
+        },
+    )
+}
+
+/// The share of GPU time in configuration `name`.
+fn share(r: &RunResult, name: &str) -> f64 {
+    r.config_share
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or(0.0, |c| c.1)
 }
 
 #[test]
 fn a_move_that_would_change_a_running_jobs_device_index_waits_until_the_job_ends() {
-    // c1 -> c2 on GPU1 puts a 3g.20gb and a 4g.20gb before GPU0's 7g.40gb, J0's device
-    // (Slurm numbers devices by type name): while J0 runs (0..10) GPU1 stays whole, J1
-    // and J2 run on its 7g (1..2, 2..3), and it switches at J0's completion, when the
-    // node is idle. Without the rule it switches at 1 and is in c2 for 9 of the 20
-    // GPU-minutes.
-    let share = |r: &RunResult| {
-        r.config_share
-            .iter()
-            .find(|(n, _)| n == "c2")
-            .map_or(0.0, |c| c.1)
-    };
-    let held = node_run(1, "instances", "fixed", "instances");
+    // While J0 runs (0..17.5) GPU1 stays in c2 and switches at J0's completion; without
+    // the rule it switches at 1.
+    let held = index_run("fixed", Semantics::Drain);
     assert_eq!(held.repartitions, 1);
-    assert!(close(share(&held), 0.0), "{}", share(&held));
+    assert!(close(share(&held, "c5"), 0.0), "{}", share(&held, "c5"));
+    let free = index_run("off", Semantics::Drain);
+    assert!(share(&free, "c5") > 0.3, "{}", share(&free, "c5"));
+}
+
+#[test]
+fn a_new_type_goes_after_the_nodes_types_so_a_running_jobs_index_holds_and_the_move_goes_ahead() {
+    // GPU1 c1 -> c2 while J0 runs on GPU0's 7g.40gb (index 0): smartmigd lists 3g.20gb
+    // and 4g.20gb after 7g.40gb (by name they would take indices 0 and 1), so the move
+    // keeps J0's index and GPU1 is in c2 for 9 of the 20 GPU-minutes, as without the rule.
+    let kept = node_run(1, "instances", "fixed", "instances");
     let free = node_run(1, "instances", "off", "instances");
-    assert!(close(share(&free), 9.0 / 20.0), "{}", share(&free));
+    assert!(close(share(&kept, "c2"), 9.0 / 20.0), "{}", share(&kept, "c2"));
+    assert!(close(share(&free, "c2"), 9.0 / 20.0), "{}", share(&free, "c2"));
 }
 
 #[test]
 fn under_preempt_a_move_that_would_change_a_running_jobs_device_index_preempts_that_job() {
-    // GPU1 c1 -> c2 from 1 under preempt: it switches at once, and J0, whose 7g.40gb's
-    // index the new 3g.20gb and 4g.20gb would take, is preempted (progress kept).
-    let sc = cluster(2, &["c1"], 0.0);
-    let jobs = [
-        job(0, 0.0, 100.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
-        job(1, 1.0, 100.0, LINEAR7),
-    ];
-    let run = |sc: &ResolvedScenario| {
-        run_with(
-            sc,
-            &jobs,
-            Scheduler::Edf,
-            Semantics::Preempt,
-            &mut MoveFromOne {
-                from: 0,
-                gpu: 1,
-                to: 1,
-            },
-        )
-    };
-    let r = run(&sc);
+    // GPU1 c2 -> c5 from 1 under preempt: it switches at once, and J0, whose index the new
+    // 3g.20gb would take, is preempted (progress kept).
+    let r = index_run("fixed", Semantics::Preempt);
     assert_eq!((r.repartitions, r.preemptions), (1, 1));
-    let off = run(&cluster_without_index_rule(2, &["c1"], 0.0));
+    let off = index_run("off", Semantics::Preempt);
     assert_eq!((off.repartitions, off.preemptions), (1, 0), "no rule: J0 runs on");
 }
 
