@@ -95,6 +95,7 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
         "{v:#}"
     );
     assert_eq!(status(&v, "onnx"), "skip");
+    assert_eq!(status(&v, "requeue"), "skip", "dry-run requeues nothing: {v:#}");
     assert_eq!(status(&v, "nvml"), "absent");
     // Without --skip, a host without NVIDIA driver gets a warning, and exit code 4.
     let (code, v) = doctor(&c, &[]);
@@ -173,6 +174,19 @@ fn doctor_passes_a_good_installation_and_names_each_injected_fault_with_its_fix(
     assert_eq!((code, status(&v, "snapshot")), (WARN, "warn".into()), "{v:#}");
     assert!(v["snapshot"]["message"].as_str().unwrap().contains("s old"));
     std::fs::write(&snap, snapshot(now())).unwrap();
+
+    // Preempt mode under JobRequeue=0: a warning (most jobs could not be requeued).
+    c.write_smartmig_toml(
+        &slurm::SMARTMIG_TOML.replace("[controller]\n", "[controller]\nmode = \"preempt\"\n"),
+    );
+    std::fs::write(&c.conf, format!("{conf_text}JobRequeue=0\n")).unwrap();
+    let (code, v) = doctor(&c, &["--skip", "nvml"]);
+    assert_eq!((code, status(&v, "requeue")), (WARN, "warn".into()), "{v:#}");
+    assert!(v["requeue"]["message"].as_str().unwrap().contains("JobRequeue=0"));
+    std::fs::write(&c.conf, &conf_text).unwrap();
+    let (code, v) = doctor(&c, &["--skip", "nvml"]);
+    assert_eq!((code, status(&v, "requeue")), (0, "ok".into()), "{v:#}");
+    c.write_smartmig_toml(slurm::SMARTMIG_TOML);
 
     // The learned policy configured but its model missing.
     let models = c.dir.join("models");

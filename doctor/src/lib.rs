@@ -39,7 +39,7 @@ pub enum Status {
 /// One check's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    /// The check's name (`slurm`, `plugin`, `config`, `snapshot`, `nvml`, `onnx`, `gres`).
+    /// The check's name (one of [`CHECKS`]).
     pub check: &'static str,
     /// Outcome.
     pub status: Status,
@@ -71,7 +71,9 @@ impl Finding {
 }
 
 /// Every check's name, in the order they run.
-pub const CHECKS: [&str; 7] = ["slurm", "plugin", "config", "snapshot", "nvml", "onnx", "gres"];
+pub const CHECKS: [&str; 8] = [
+    "slurm", "plugin", "config", "requeue", "snapshot", "nvml", "onnx", "gres",
+];
 
 /// Where to look.
 #[derive(Debug, Clone)]
@@ -198,6 +200,18 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
             "fix the config check first",
         )
     };
+    if !skip("requeue") {
+        emit(match (config, conf.as_ref()) {
+            (Some(r), Ok(c)) => check_requeue(&o.slurm_conf, c, r.config.controller.mode),
+            (None, _) => dependent("requeue"),
+            (_, Err(e)) => Finding::bad(
+                "requeue",
+                Status::Skip,
+                format!("not checked: {e}"),
+                "fix the slurm check first",
+            ),
+        });
+    }
     if !skip("snapshot") {
         emit(match config {
             Some(r) => {
@@ -381,6 +395,40 @@ fn check_slurm(
             ),
             "add smartmig to JobSubmitPlugins in slurm.conf (JobSubmitPlugins=smartmig, or append to the list) and restart slurmctld",
         )
+    }
+}
+
+/// In preempt mode smartmigd frees GPUs by requeueing jobs; under `JobRequeue=0` Slurm
+/// requeues only batch jobs submitted with `--requeue`, so most nodes change by the drain
+/// rules instead, which an admin who chose preempt should hear from doctor, not find out.
+fn check_requeue(path: &Path, conf: &SlurmConf, mode: smartmig_core::config::Mode) -> Finding {
+    use smartmig_core::config::Mode;
+    if mode != Mode::Preempt {
+        return Finding::bad(
+            "requeue",
+            Status::Skip,
+            format!("controller.mode = \"{mode}\": smartmigd requeues no job"),
+            "nothing to do",
+        );
+    }
+    match conf.get("JobRequeue").map(str::trim) {
+        Some("0") => Finding::bad(
+            "requeue",
+            Status::Warn,
+            format!(
+                "controller.mode = \"preempt\", but {} has JobRequeue=0: Slurm requeues only batch jobs submitted with --requeue, and smartmigd changes a node running any other job by the drain rules",
+                path.display()
+            ),
+            "remove JobRequeue=0 from slurm.conf (the default, 1, lets Slurm requeue batch jobs not submitted with --no-requeue) and run `scontrol reconfigure`, or set controller.mode = \"drain\" in smartmig.toml",
+        ),
+        value => Finding::ok(
+            "requeue",
+            format!(
+                "controller.mode = \"preempt\"; JobRequeue={} in {}: Slurm requeues batch jobs not submitted with --no-requeue",
+                value.unwrap_or("1 (default)"),
+                path.display()
+            ),
+        ),
     }
 }
 
@@ -739,6 +787,35 @@ mod tests {
             "{}",
             f.message
         );
+    }
+
+    #[test]
+    fn preempt_mode_under_job_requeue_0_is_a_warning_and_drain_mode_skips_the_check() {
+        let d = tempfile::tempdir().unwrap();
+        let scontrol = fake_scontrol(d.path(), "echo 'slurm 22.05.8'");
+        let requeue = |slurm_conf: &str, mode: &str| {
+            std::fs::write(d.path().join("slurm.conf"), slurm_conf).unwrap();
+            std::fs::write(
+                d.path().join("smartmig.toml"),
+                format!("version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[controller]\nmode = \"{mode}\"\n"),
+            )
+            .unwrap();
+            let all = run(&options(d.path(), scontrol.clone()), &mut |_| {});
+            all.into_iter().find(|f| f.check == "requeue").unwrap()
+        };
+        let f = requeue("JobSubmitPlugins=smartmig\nJobRequeue=0\n", "preempt");
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.message.contains("JobRequeue=0") && f.message.contains("drain rules"),
+            "{}",
+            f.message
+        );
+        assert!(f.fix.unwrap().contains("controller.mode = \"drain\""));
+        let f = requeue("JobSubmitPlugins=smartmig\n", "preempt");
+        assert_eq!(f.status, Status::Ok, "{}", f.message);
+        assert!(f.message.contains("JobRequeue=1 (default)"), "{}", f.message);
+        let f = requeue("JobSubmitPlugins=smartmig\nJobRequeue=0\n", "drain");
+        assert_eq!(f.status, Status::Skip, "{}", f.message);
     }
 
     /// Issue 17: the onnx check found ONNX Runtime in root's ~/.cache, which the central
