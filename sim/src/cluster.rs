@@ -158,9 +158,16 @@ impl Cluster {
 
     /// Busy instances of GPU `g` that a move to `target` would destroy (what it stops).
     pub fn busy_destroyed(&self, g: u32, target: &Layout) -> u32 {
+        self.busy_destroyed_before(g, target, f64::INFINITY)
+    }
+
+    /// [`Cluster::busy_destroyed`], counting only the jobs that started before `since`.
+    pub fn busy_destroyed_before(&self, g: u32, target: &Layout, since: f64) -> u32 {
         Cluster::slots(g)
             .map(|id| &self.slices[id as usize])
-            .filter(|s| s.compute > 0 && s.job.is_some() && !target.contains(&s.instance))
+            .filter(|s| {
+                s.compute > 0 && s.job.is_some() && s.started < since && !target.contains(&s.instance)
+            })
             .count() as u32
     }
 

@@ -14,7 +14,7 @@ use super::metrics::{RunResult, Sample, SeriesRecorder};
 use crate::decision::{DecisionView, Repartitioner};
 use crate::energy::EnergyMeter;
 use crate::index_rule::Numbering;
-use crate::scenario::{DrainHold, NodeRule, ResolvedScenario, Semantics};
+use crate::scenario::{DrainHold, NodeRule, Requeued, ResolvedScenario, Semantics};
 use crate::sched::{PickContext, Scheduler};
 use crate::workload::Job;
 
@@ -444,22 +444,33 @@ impl<'a> Simulation<'a> {
         // gate may hold back part of a node's changes).
         let (numbering, cluster) = (&self.numbering, &self.cluster);
         let preempt = self.opts.semantics == Semantics::Preempt;
+        let cap = sc.scenario.repartition.preempt_max_run_s.filter(|_| preempt);
+        // The jobs whose indices must hold: every one where the rule makes changes wait;
+        // under preempt with a run-time limit, those older than it (the younger ones are
+        // requeued with the jobs on destroyed instances).
+        let since = match cap {
+            Some(cap) if numbering.preempts_moved() => Some(self.now - cap / 60.0),
+            _ if numbering.active(preempt) => Some(f64::INFINITY),
+            _ => None,
+        };
         let keep = |changes: Vec<(u32, u16)>| {
-            if !numbering.active(preempt) {
+            let Some(since) = since else {
                 return changes;
-            }
+            };
             let mut proposed: Vec<(u32, u16)> = changes
                 .into_iter()
                 .filter(|&(g, c)| free(g).is_some_and(|cur| cur != c))
                 .collect();
             proposed.sort_unstable();
-            numbering.keep(sc, cluster, &proposed)
+            numbering.keep_started_before(sc, cluster, &proposed, since)
         };
         // smartmigd's drain: only changes whose instances are idle now, then the node rules
         // (the index rule, then the count rule), before the limits and again after them.
         let when_idle = self.slurm_first;
         let changes = if when_idle {
             self.count_kept(keep(self.idle_only(changes)))
+        } else if let Some(cap) = cap {
+            keep(self.young_only(changes, cap / 60.0))
         } else {
             keep(changes)
         };
@@ -497,14 +508,18 @@ impl<'a> Simulation<'a> {
     /// The changes of `changes` that destroy no busy instance (smartmigd's drain mode
     /// leaves the others for a later decision).
     fn idle_only(&self, changes: Vec<(u32, u16)>) -> Vec<(u32, u16)> {
+        self.young_only(changes, f64::NEG_INFINITY)
+    }
+
+    /// The changes of `changes` that stop no job running longer than `max_run` minutes.
+    fn young_only(&self, changes: Vec<(u32, u16)>, max_run: f64) -> Vec<(u32, u16)> {
         let sc = self.sc;
         changes
             .into_iter()
             .filter(|&(g, c)| {
                 let model = self.cluster.gpus[g as usize].model as usize;
-                self.cluster
-                    .busy_destroyed(g, &sc.models[model].configurations[c as usize].layout)
-                    == 0
+                let target = &sc.models[model].configurations[c as usize].layout;
+                self.cluster.busy_destroyed_before(g, target, self.now - max_run) == 0
             })
             .collect()
     }
@@ -693,7 +708,9 @@ impl<'a> Simulation<'a> {
         let done = (self.now - s.started) / self.jobs[j].time_on(s.compute);
         s.epoch = s.epoch.wrapping_add(1);
         let (g, compute) = (s.gpu, s.compute);
-        self.rem[j] = (self.rem[j] - done).max(1e-12);
+        if self.sc.scenario.repartition.requeued == Requeued::Resume {
+            self.rem[j] = (self.rem[j] - done).max(1e-12);
+        }
         self.running -= 1;
         self.preemptions += 1;
         self.set_busy(g, -i32::from(compute));

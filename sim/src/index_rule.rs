@@ -172,6 +172,19 @@ impl Numbering {
     /// made; busy instances a change destroys do not count (their jobs are preempted, or
     /// drain before the switch).
     pub fn keep(&self, sc: &ResolvedScenario, cluster: &Cluster, changes: &[(u32, u16)]) -> Vec<(u32, u16)> {
+        self.keep_started_before(sc, cluster, changes, f64::INFINITY)
+    }
+
+    /// [`Numbering::keep`] for the jobs that started before `since` (minutes) only: the
+    /// others may have their indices moved (preempt mode with a run-time limit requeues
+    /// them).
+    pub fn keep_started_before(
+        &self,
+        sc: &ResolvedScenario,
+        cluster: &Cluster,
+        changes: &[(u32, u16)],
+        since: f64,
+    ) -> Vec<(u32, u16)> {
         let mut kept = Vec::with_capacity(changes.len());
         let mut rest = changes;
         while let Some(&(first, _)) = rest.first() {
@@ -182,7 +195,7 @@ impl Numbering {
                 .count();
             let (here, tail) = rest.split_at(n);
             rest = tail;
-            let now = self.node_now(sc, cluster, node);
+            let now = self.node_now_since(sc, cluster, node, since);
             if now.busy.is_empty() {
                 kept.extend_from_slice(here);
                 continue;
@@ -224,6 +237,11 @@ impl Numbering {
     /// Node `node` as it is: its GPUs' instances, the drains under way, its busy devices
     /// and their indices now.
     fn node_now(&self, sc: &ResolvedScenario, cluster: &Cluster, node: u32) -> NodeNow {
+        self.node_now_since(sc, cluster, node, f64::INFINITY)
+    }
+
+    /// [`Numbering::node_now`], counting as busy only the jobs started before `since`.
+    fn node_now_since(&self, sc: &ResolvedScenario, cluster: &Cluster, node: u32, since: f64) -> NodeNow {
         let k = self.gpus_per_node;
         let gpus = node * k..((node + 1) * k).min(cluster.gpus.len() as u32);
         let (mut layouts, mut pending, mut busy_devices) = (Vec::new(), Vec::new(), Vec::new());
@@ -233,7 +251,7 @@ impl Numbering {
                 let s = &cluster.slices[id as usize];
                 if s.compute > 0 {
                     insts.push(s.instance);
-                    if s.job.is_some() {
+                    if s.job.is_some() && s.started < since {
                         busy_devices.push((g, s.instance));
                     }
                 }

@@ -287,6 +287,26 @@ pub struct RepartitionSpec {
     /// Drain: what is held free of new jobs while a change waits for its jobs to end.
     #[serde(default)]
     pub drain_hold: DrainHold,
+    /// Preempt: what a job stopped by a re-layout keeps when it runs again.
+    #[serde(default)]
+    pub requeued: Requeued,
+    /// Preempt: a change that would stop a job running longer than this waits for it, as
+    /// under drain (None: any job is stopped).
+    #[serde(default)]
+    pub preempt_max_run_s: Option<f64>,
+}
+
+/// Preempt: what a job stopped by a re-layout keeps when it runs again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Requeued {
+    /// Its progress: the paper's model, and a Slurm job that checkpoints when it is
+    /// requeued and resumes from the checkpoint.
+    #[default]
+    Resume,
+    /// Nothing: it starts over, as a Slurm job without checkpoints does after a requeue
+    /// (the work done is lost; its energy stays spent).
+    Restart,
 }
 
 /// Drain: what a change that waits for running jobs holds free of new ones.
@@ -384,6 +404,8 @@ impl Default for RepartitionSpec {
             node_rule: NodeRule::default(),
             index_rule: IndexRule::default(),
             drain_hold: DrainHold::default(),
+            requeued: Requeued::default(),
+            preempt_max_run_s: None,
         }
     }
 }
@@ -675,6 +697,12 @@ impl Scenario {
             return Err(bad(
                 "repartition.min_relayout_interval_s",
                 format!("{} must be a number of seconds >= 0", r.min_relayout_interval_s),
+            ));
+        }
+        if let Some(cap) = r.preempt_max_run_s.filter(|c| !(*c >= 0.0 && c.is_finite())) {
+            return Err(bad(
+                "repartition.preempt_max_run_s",
+                format!("{cap} must be a number of seconds >= 0"),
             ));
         }
         if r.persist_cycles == 0 {

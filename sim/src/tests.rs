@@ -427,19 +427,17 @@ fn smartmigd_drain_leaves_a_count_change_for_an_idle_node_unless_padding_keeps_t
 /// from 0 (index 2: the node's `Gres` lists 3g.20gb first), J1 arrives at 1; GPU1 is
 /// asked for c5 (two 3g.20gb) from t = 1, which would give the node a third 3g.20gb before
 /// J0's device. `index_rule` as named.
-fn index_run(index_rule: &str, semantics: Semantics) -> RunResult {
-    let sc = limited(
-        2,
-        &["c2"],
-        0.0,
-        &[
-            "repartition.persist_cycles=1",
-            "repartition.min_relayout_interval_s=0",
-            "repartition.node_rule=\"instances\"",
-            "repartition.drain_hold=\"instances\"",
-            &format!("repartition.index_rule=\"{index_rule}\""),
-        ],
-    );
+fn index_run(index_rule: &str, semantics: Semantics, extra: &[&str]) -> RunResult {
+    let rule = format!("repartition.index_rule=\"{index_rule}\"");
+    let mut sets = vec![
+        "repartition.persist_cycles=1",
+        "repartition.min_relayout_interval_s=0",
+        "repartition.node_rule=\"instances\"",
+        "repartition.drain_hold=\"instances\"",
+        &rule,
+    ];
+    sets.extend_from_slice(extra);
+    let sc = limited(2, &["c2"], 0.0, &sets);
     let jobs = [
         job(0, 0.0, 20.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
         job(1, 1.0, 100.0, LINEAR7),
@@ -469,10 +467,10 @@ fn share(r: &RunResult, name: &str) -> f64 {
 fn a_move_that_would_change_a_running_jobs_device_index_waits_until_the_job_ends() {
     // While J0 runs (0..17.5) GPU1 stays in c2 and switches at J0's completion; without
     // the rule it switches at 1.
-    let held = index_run("fixed", Semantics::Drain);
+    let held = index_run("fixed", Semantics::Drain, &[]);
     assert_eq!(held.repartitions, 1);
     assert!(close(share(&held, "c5"), 0.0), "{}", share(&held, "c5"));
-    let free = index_run("off", Semantics::Drain);
+    let free = index_run("off", Semantics::Drain, &[]);
     assert!(share(&free, "c5") > 0.3, "{}", share(&free, "c5"));
 }
 
@@ -491,9 +489,9 @@ fn a_new_type_goes_after_the_nodes_types_so_a_running_jobs_index_holds_and_the_m
 fn under_preempt_a_move_that_would_change_a_running_jobs_device_index_preempts_that_job() {
     // GPU1 c2 -> c5 from 1 under preempt: it switches at once, and J0, whose index the new
     // 3g.20gb would take, is preempted (progress kept).
-    let r = index_run("fixed", Semantics::Preempt);
+    let r = index_run("fixed", Semantics::Preempt, &[]);
     assert_eq!((r.repartitions, r.preemptions), (1, 1));
-    let off = index_run("off", Semantics::Preempt);
+    let off = index_run("off", Semantics::Preempt, &[]);
     assert_eq!((off.repartitions, off.preemptions), (1, 0), "no rule: J0 runs on");
 }
 
@@ -627,4 +625,71 @@ fn lateness_accrues_over_time_and_ends_at_the_total_tardiness() {
     let last = *obs.lateness.last().unwrap();
     assert!((last - total).abs() < 1e-6 * total, "{last} vs {total}");
     assert!(obs.dims.iter().all(|&d| d == crate::features::feature_dim(12)));
+}
+
+/// One whole GPU; J0 (p4 = 17.5, due at 20) runs on it from 0, J1 arrives at 1; from
+/// t = 1 the GPU is asked for c2 (4g.20gb + 3g.20gb), which destroys J0's 7g.40gb.
+/// Preempt, no switch cost, with `sets`.
+fn requeue_run(sets: &[&str]) -> RunResult {
+    let mut all = vec![
+        "repartition.persist_cycles=1",
+        "repartition.min_relayout_interval_s=0",
+    ];
+    all.extend_from_slice(sets);
+    let sc = limited(1, &["c1"], 0.0, &all);
+    let jobs = [
+        job(0, 0.0, 20.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(1, 1.0, 100.0, LINEAR7),
+    ];
+    run_with(
+        &sc,
+        &jobs,
+        Scheduler::Edf,
+        Semantics::Preempt,
+        &mut MoveFromOne {
+            from: 0,
+            gpu: 0,
+            to: 1,
+        },
+    )
+}
+
+#[test]
+fn a_requeued_job_resumes_its_progress_or_with_restart_starts_over() {
+    // J0 is stopped at 1 having done 1/10 of its work and runs again on the 4g.20gb:
+    // resumed, its last 0.9 take 0.9 × 17.5; restarted, all 17.5.
+    let resume = requeue_run(&[]);
+    assert_eq!(resume.preemptions, 1);
+    assert!(
+        close(resume.makespan_min, 1.0 + 0.9 * 17.5),
+        "{}",
+        resume.makespan_min
+    );
+    let restart = requeue_run(&["repartition.requeued=\"restart\""]);
+    assert_eq!(restart.preemptions, 1);
+    assert!(
+        close(restart.makespan_min, 1.0 + 17.5),
+        "{}",
+        restart.makespan_min
+    );
+}
+
+#[test]
+fn with_a_run_time_limit_a_change_waits_for_a_job_that_ran_longer_and_stops_a_younger_one() {
+    // At 1 J0 has run 60 s: a 30 s limit keeps it (the GPU switches at its end, 10, and
+    // J1 waits for it); a 120 s limit stops it as without a limit.
+    let held = requeue_run(&["repartition.preempt_max_run_s=30"]);
+    assert_eq!((held.preemptions, held.repartitions), (0, 1));
+    assert!(
+        close(held.makespan_min, 10.0 + 7.0 / 3.0),
+        "{}",
+        held.makespan_min
+    );
+    let stopped = requeue_run(&["repartition.preempt_max_run_s=120"]);
+    assert_eq!(stopped.preemptions, 1);
+    assert!(
+        close(stopped.makespan_min, 1.0 + 0.9 * 17.5),
+        "{}",
+        stopped.makespan_min
+    );
 }
