@@ -183,6 +183,19 @@ fn assert_ran_throughout(c: &Cluster, job: u32, started: &str) {
     assert_eq!(record.get("Restarts").map(String::as_str), Some("0"));
 }
 
+/// Asserts job `job` is running and was never requeued.
+fn assert_never_requeued(c: &Cluster, job: u32) {
+    let record = c.job(job);
+    assert_eq!(
+        (
+            record.get("JobState").map(String::as_str),
+            record.get("Restarts").map(String::as_str)
+        ),
+        (Some("RUNNING"), Some("0")),
+        "{record:?}"
+    );
+}
+
 /// Slurm's device index (`IDX`) of running job `job`'s one GPU.
 fn idx(c: &Cluster, job: u32) -> usize {
     let out = c.scontrol(&["-d", "show", "job", &job.to_string()]);
@@ -363,14 +376,15 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
 /// Starts the agents (node 0: two GPUs in c2 with `busy` (GPU, instance) marked; node 1
 /// in c1) and runs one preempt-mode cycle towards c5 for node 0's GPU 0 and node 1, c2 for
 /// node 0's GPU 1; returns the agents' GPUs and the cycle's output.
-fn preempt_cycle(c: &mut Cluster, busy: &[(u32, &str)]) -> (Simulated, Simulated, String) {
+fn preempt_cycle(c: &mut Cluster, busy: &[(u32, &str)], central: &str) -> (Simulated, Simulated, String) {
     let s0 = start_agent(c, 0, &[C2, C2], &[]);
     for (gpu, inst) in busy {
         s0.mark_busy(*gpu, inst).unwrap();
     }
     let s1 = start_agent(c, 1, &[C1], &[]);
     common::wait_announced(c);
-    let config = common::central_config(c, &Policy::Static("\"c5\", \"c2\", \"c5\""), "run/snapshot.json");
+    let policy = Policy::Static("\"c5\", \"c2\", \"c5\"");
+    let config = common::central_config_with(c, &policy, "run/snapshot.json", central);
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
     let out = run_central(c, &config, &[]);
@@ -408,7 +422,7 @@ fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keep
     assert_eq!(idx(&c, moved), 0);
     // GPU 0 to c5 keeps its 3g.20gb@4 but puts a new 3g.20gb@0 at its index (0); GPU 1
     // stays in c2, and its 4g.20gb keeps index 3.
-    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (1, "4g.20gb@0")]);
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (1, "4g.20gb@0")], "");
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(common::sim_layout(&s0), format!("{C5} | {C2}"));
     let job = c.job(moved);
@@ -417,15 +431,7 @@ fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keep
         Some("1"),
         "requeued: {job:?}"
     );
-    let job = c.job(kept);
-    assert_eq!(
-        (
-            job.get("JobState").map(String::as_str),
-            job.get("Restarts").map(String::as_str)
-        ),
-        (Some("RUNNING"), Some("0")),
-        "{job:?}"
-    );
+    assert_never_requeued(&c, kept);
     assert_eq!(idx(&c, kept), 3, "its index still names GPU 1's 4g.20gb@0");
     assert_eq!(
         device_of(&c, kept, &n0, &common::sim_layout(&s0), "4g.20gb"),
@@ -473,7 +479,7 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
     c.wait_job(batch, &["RUNNING"], Duration::from_secs(20));
     assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
     // GPU 0 to c5 would destroy the 4g.20gb and put a new 3g.20gb@0 at IDX 0.
-    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (0, "4g.20gb@0")]);
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (0, "4g.20gb@0")], "");
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     let status = Status::read(&c.dir.join("central")).unwrap();
     let gpu0 = format!("{n0}/0");
@@ -490,19 +496,53 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
     assert_eq!(common::sim_layout(&s1), C5);
     for j in [interactive, batch] {
-        let job = c.job(j);
-        assert_eq!(
-            (
-                job.get("JobState").map(String::as_str),
-                job.get("Restarts").map(String::as_str)
-            ),
-            (Some("RUNNING"), Some("0")),
-            "{job:?}"
-        );
+        assert_never_requeued(&c, j);
     }
     assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
     assert!(!node_field(&c, &n0, "State").contains("DRAIN"));
     common::assert_consistent(&c, &[&s0, &s1], &[interactive, batch]);
+}
+
+#[test]
+fn preempt_mode_with_a_run_time_limit_leaves_a_job_that_ran_longer_on_its_device() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let n0 = c.nodes[0].clone();
+    // A requeueable job on GPU 0's 3g.20gb@4 (IDX 0), older than the limit (20 s) when
+    // the cycle runs. GPU 0 to c5 would put a new 3g.20gb@0 at its index: without the
+    // limit the job is requeued (the test above); with it the GPU waits.
+    let (job, _) = c
+        .sbatch(&[
+            "-w",
+            &n0,
+            "--gres=gpu:3g.20gb:1",
+            "--requeue",
+            "--wrap",
+            "sleep 600",
+        ])
+        .unwrap();
+    c.wait_job(job, &["RUNNING"], Duration::from_secs(20));
+    assert_eq!(idx(&c, job), 0);
+    std::thread::sleep(Duration::from_secs(22));
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4")], "requeue_max_run_s = 20\n");
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    let status = Status::read(&c.dir.join("central")).unwrap();
+    let why = status
+        .decisions
+        .iter()
+        .find(|d| d.gpu == format!("{n0}/0"))
+        .map(|d| d.action.clone())
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("skip: the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0")
+            && why.ends_with(&format!("(job {job} ran longer than requeue_max_run_s = 20 s)")),
+        "{why}"
+    );
+    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
+    assert_eq!(common::sim_layout(&s1), C5);
+    assert_never_requeued(&c, job);
+    assert_eq!(idx(&c, job), 0);
+    common::assert_consistent(&c, &[&s0, &s1], &[job]);
 }
 
 #[test]
@@ -526,15 +566,7 @@ fn a_nodes_gres_type_order_is_kept_across_a_relayout_so_a_busy_device_keeps_its_
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C5}"));
     assert_eq!(node_field(&c, &n0, "Gres"), "gpu:4g.20gb:1,gpu:3g.20gb:3");
-    let record = c.job(job);
-    assert_eq!(
-        (
-            record.get("JobState").map(String::as_str),
-            record.get("Restarts").map(String::as_str)
-        ),
-        (Some("RUNNING"), Some("0")),
-        "{record:?}"
-    );
+    assert_never_requeued(&c, job);
     assert_eq!(
         device_of(&c, job, &n0, &common::sim_layout(&s0), "4g.20gb"),
         (0, "4g.20gb@0".to_string())

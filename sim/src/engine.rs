@@ -444,7 +444,7 @@ impl<'a> Simulation<'a> {
         // gate may hold back part of a node's changes).
         let (numbering, cluster) = (&self.numbering, &self.cluster);
         let preempt = self.opts.semantics == Semantics::Preempt;
-        let cap = sc.scenario.repartition.preempt_max_run_s.filter(|_| preempt);
+        let cap = sc.scenario.repartition.requeue_max_run_s.filter(|_| preempt);
         // The jobs whose indices must hold: every one where the rule makes changes wait;
         // under preempt with a run-time limit, those older than it (the younger ones are
         // requeued with the jobs on destroyed instances).
@@ -470,13 +470,17 @@ impl<'a> Simulation<'a> {
         let changes = if when_idle {
             self.count_kept(keep(self.idle_only(changes)))
         } else if let Some(cap) = cap {
-            keep(self.young_only(changes, cap / 60.0))
+            self.count_kept_before(keep(self.young_only(changes, cap / 60.0)), self.now - cap / 60.0)
         } else {
             keep(changes)
         };
         let batch = self.gate.offer(self.now, &changes, free, self.switching == 0);
         let batch = keep(batch);
-        let batch = if when_idle { self.count_kept(batch) } else { batch };
+        let batch = match cap {
+            _ if when_idle => self.count_kept(batch),
+            Some(cap) => self.count_kept_before(batch, self.now - cap / 60.0),
+            None => batch,
+        };
         if batch.is_empty() {
             return;
         }
@@ -486,6 +490,7 @@ impl<'a> Simulation<'a> {
                 if self.numbering.preempts_moved() {
                     self.preempt_moved(&batch);
                 }
+                self.preempt_count_changed(&batch);
                 self.install_all(&batch);
             }
             Semantics::Drain if when_idle => self.install_all(&batch),
@@ -528,26 +533,59 @@ impl<'a> Simulation<'a> {
     /// with running jobs go ahead only if together they keep its GPU-instance count
     /// (padding records keep it whatever the changes).
     fn count_kept(&self, changes: Vec<(u32, u16)>) -> Vec<(u32, u16)> {
+        self.count_kept_before(changes, f64::INFINITY)
+    }
+
+    /// [`Simulation::count_kept`], counting only the jobs started before `since` as running
+    /// (preempt mode with a run-time limit requeues the others).
+    fn count_kept_before(&self, changes: Vec<(u32, u16)>, since: f64) -> Vec<(u32, u16)> {
+        let counted = self.count_changed(&changes);
+        changes
+            .into_iter()
+            .filter(|&(g, _)| {
+                let node = self.gate.node_of(g);
+                !counted.contains(&node) || self.node_idle_before(node, since)
+            })
+            .collect()
+    }
+
+    /// The nodes whose GPU-instance count `changes` alter, where Slurm's node rule applies
+    /// (Slurm 22.05's and later, without padding records).
+    fn count_changed(&self, changes: &[(u32, u16)]) -> Vec<u32> {
         let rep = &self.sc.scenario.repartition;
         if rep.node_rule != NodeRule::Slurm2205 || rep.index_rule.padded() {
-            return changes;
+            return Vec::new();
         }
         let count = |g: u32, c: u16| {
             let model = self.cluster.gpus[g as usize].model as usize;
             self.sc.models[model].configurations[c as usize].sizes.len() as i64
         };
-        let mut delta: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
-        for &(g, c) in &changes {
+        let mut delta: std::collections::BTreeMap<u32, i64> = std::collections::BTreeMap::new();
+        for &(g, c) in changes {
             let now = self.cluster.gpus[g as usize].config;
             *delta.entry(self.gate.node_of(g)).or_default() += count(g, c) - count(g, now);
         }
-        changes
+        delta
             .into_iter()
-            .filter(|&(g, _)| {
-                let node = self.gate.node_of(g);
-                delta[&node] == 0 || self.node_idle(node)
-            })
+            .filter(|&(_, d)| d != 0)
+            .map(|(n, _)| n)
             .collect()
+    }
+
+    /// Preempt: Slurm requeues every running job of a node whose GPU count the batch
+    /// changes (at the node's registration), whichever instance it runs on.
+    fn preempt_count_changed(&mut self, batch: &[(u32, u16)]) {
+        for node in self.count_changed(batch) {
+            for g in self.node_gpus(node) {
+                let busy: Vec<u32> = Cluster::slots(g)
+                    .filter(|&id| self.cluster.slices[id as usize].job.is_some())
+                    .collect();
+                for id in busy {
+                    self.preempt(id);
+                }
+                self.cluster.refresh(g);
+            }
+        }
     }
 
     /// Preempt, `fixed` numbering: preempts the jobs whose device index the batch would
@@ -805,8 +843,17 @@ impl<'a> Simulation<'a> {
 
     /// Whether no job runs on node `node`.
     fn node_idle(&self, node: u32) -> bool {
-        self.node_gpus(node)
-            .all(|g| Cluster::slots(g).all(|id| self.cluster.slices[id as usize].job.is_none()))
+        self.node_idle_before(node, f64::INFINITY)
+    }
+
+    /// Whether no job that started before `since` runs on the node.
+    fn node_idle_before(&self, node: u32, since: f64) -> bool {
+        self.node_gpus(node).all(|g| {
+            Cluster::slots(g).all(|id| {
+                let s = &self.cluster.slices[id as usize];
+                s.job.is_none() || s.started >= since
+            })
+        })
     }
 
     /// GPUs of a node.

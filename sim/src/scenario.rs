@@ -235,13 +235,14 @@ pub struct PeriodicSpec {
 /// Repartition semantics (in smartmig-policy: policy files are named after them).
 pub use smartmig_policy::Semantics;
 
-/// Which Slurm rule a drain re-layout obeys on a node.
+/// Which Slurm rule a re-layout obeys on a node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeRule {
-    /// Slurm 22.05: a node whose total GPU-instance count changes must have no running
-    /// job when it is re-laid out, so the whole node drains; a node whose count stays
-    /// drains only the instances that change.
+    /// Slurm 22.05 (and 24.11): Slurm requeues every running job of a node whose total
+    /// GPU-instance count changes. Under drain such a node must have no running job when
+    /// it is re-laid out, so the whole node drains (a node whose count stays drains only
+    /// the instances that change); under preempt all its jobs are preempted.
     #[default]
     #[serde(rename = "slurm-22.05")]
     Slurm2205,
@@ -278,7 +279,7 @@ pub struct RepartitionSpec {
     /// `policy.decision_interval_s`).
     #[serde(default = "default_decision_interval")]
     pub decision_interval_s: f64,
-    /// The Slurm rule for draining a node.
+    /// The Slurm rule for a node whose GPU count changes.
     #[serde(default)]
     pub node_rule: NodeRule,
     /// How Slurm numbers a node's devices and which changes keep a running job's index.
@@ -293,7 +294,7 @@ pub struct RepartitionSpec {
     /// Preempt: a change that would stop a job running longer than this waits for it, as
     /// under drain (None: any job is stopped).
     #[serde(default)]
-    pub preempt_max_run_s: Option<f64>,
+    pub requeue_max_run_s: Option<f64>,
 }
 
 /// Preempt: what a job stopped by a re-layout keeps when it runs again.
@@ -405,7 +406,7 @@ impl Default for RepartitionSpec {
             index_rule: IndexRule::default(),
             drain_hold: DrainHold::default(),
             requeued: Requeued::default(),
-            preempt_max_run_s: None,
+            requeue_max_run_s: None,
         }
     }
 }
@@ -699,9 +700,9 @@ impl Scenario {
                 format!("{} must be a number of seconds >= 0", r.min_relayout_interval_s),
             ));
         }
-        if let Some(cap) = r.preempt_max_run_s.filter(|c| !(*c >= 0.0 && c.is_finite())) {
+        if let Some(cap) = r.requeue_max_run_s.filter(|c| !(*c >= 0.0 && c.is_finite())) {
             return Err(bad(
-                "repartition.preempt_max_run_s",
+                "repartition.requeue_max_run_s",
                 format!("{cap} must be a number of seconds >= 0"),
             ));
         }

@@ -531,8 +531,10 @@ fn a_move_acts_only_once_it_persisted_for_the_set_number_of_decisions() {
     let sets = [
         "repartition.persist_cycles=3",
         "repartition.min_relayout_interval_s=0",
-        // c2's new types sort before J0's 7g: the index rule would hold the move back.
+        // Neither the index rule nor Slurm's count rule (which would requeue J0): this
+        // test is about persistence alone.
         "repartition.index_rule=\"off\"",
+        "repartition.node_rule=\"instances\"",
     ];
     let sc = limited(2, &["c1"], 0.0, &sets);
     let jobs = [
@@ -627,18 +629,18 @@ fn lateness_accrues_over_time_and_ends_at_the_total_tardiness() {
     assert!(obs.dims.iter().all(|&d| d == crate::features::feature_dim(12)));
 }
 
-/// One whole GPU; J0 (p4 = 17.5, due at 20) runs on it from 0, J1 arrives at 1; from
-/// t = 1 the GPU is asked for c2 (4g.20gb + 3g.20gb), which destroys J0's 7g.40gb.
-/// Preempt, no switch cost, with `sets`.
-fn requeue_run(sets: &[&str]) -> RunResult {
+/// `n` whole GPUs on one node; J0 (p4 = 17.5, due at `due`) runs on GPU 0 from 0, J1
+/// arrives at 1; from t = 1 GPU `gpu` is asked for c2 (4g.20gb + 3g.20gb). Preempt, no
+/// switch cost, no persistence, with `sets`.
+fn move_run(n: u32, gpu: u32, due: f64, sets: &[&str]) -> RunResult {
     let mut all = vec![
         "repartition.persist_cycles=1",
         "repartition.min_relayout_interval_s=0",
     ];
     all.extend_from_slice(sets);
-    let sc = limited(1, &["c1"], 0.0, &all);
+    let sc = limited(n, &["c1"], 0.0, &all);
     let jobs = [
-        job(0, 0.0, 20.0, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
+        job(0, 0.0, due, [70.0, 35.0, 70.0 / 3.0, 17.5, 10.0]),
         job(1, 1.0, 100.0, LINEAR7),
     ];
     run_with(
@@ -646,12 +648,13 @@ fn requeue_run(sets: &[&str]) -> RunResult {
         &jobs,
         Scheduler::Edf,
         Semantics::Preempt,
-        &mut MoveFromOne {
-            from: 0,
-            gpu: 0,
-            to: 1,
-        },
+        &mut MoveFromOne { from: 0, gpu, to: 1 },
     )
+}
+
+/// [`move_run`] on one GPU, J0 due at 20: the change destroys J0's 7g.40gb.
+fn requeue_run(sets: &[&str]) -> RunResult {
+    move_run(1, 0, 20.0, sets)
 }
 
 #[test]
@@ -678,18 +681,37 @@ fn a_requeued_job_resumes_its_progress_or_with_restart_starts_over() {
 fn with_a_run_time_limit_a_change_waits_for_a_job_that_ran_longer_and_stops_a_younger_one() {
     // At 1 J0 has run 60 s: a 30 s limit keeps it (the GPU switches at its end, 10, and
     // J1 waits for it); a 120 s limit stops it as without a limit.
-    let held = requeue_run(&["repartition.preempt_max_run_s=30"]);
+    let held = requeue_run(&["repartition.requeue_max_run_s=30"]);
     assert_eq!((held.preemptions, held.repartitions), (0, 1));
     assert!(
         close(held.makespan_min, 10.0 + 7.0 / 3.0),
         "{}",
         held.makespan_min
     );
-    let stopped = requeue_run(&["repartition.preempt_max_run_s=120"]);
+    let stopped = requeue_run(&["repartition.requeue_max_run_s=120"]);
     assert_eq!(stopped.preemptions, 1);
     assert!(
         close(stopped.makespan_min, 1.0 + 0.9 * 17.5),
         "{}",
         stopped.makespan_min
     );
+}
+
+#[test]
+fn under_preempt_slurm_requeues_every_job_of_a_node_whose_gpu_count_changes_unless_padded() {
+    // J0 on GPU0's 7g.40gb; GPU1 c1 -> c2 at 1 takes the node from 2 to 3 instances.
+    // J0's device keeps its index (the new types come after 7g.40gb), yet Slurm requeues
+    // it at the node's registration; padding records keep the count, and J0 runs on.
+    let run = |index_rule: &str| {
+        move_run(
+            2,
+            1,
+            100.0,
+            &[&format!("repartition.index_rule=\"{index_rule}\"")],
+        )
+    };
+    let fixed = run("fixed");
+    assert_eq!((fixed.repartitions, fixed.preemptions), (1, 1));
+    let padded = run("padded");
+    assert_eq!((padded.repartitions, padded.preemptions), (1, 0));
 }

@@ -7,8 +7,9 @@ use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, Se
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
 /// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
-/// setting gives, its batch interval, hysteresis and batch size, and Slurm's node rule
-/// with nothing held free (smartmigd holds no instance). Empty when they already agree.
+/// setting gives, its batch interval, hysteresis, batch size and run-time limit on
+/// requeues, and Slurm's node rule with nothing held free (smartmigd holds no instance).
+/// Empty when they already agree.
 pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
     let central = &cfg.controller.central;
     let mut sets = Vec::new();
@@ -49,6 +50,12 @@ pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
             central.max_nodes_per_batch
         ));
     }
+    if let Some(max) = central
+        .requeue_max_run_s
+        .filter(|m| r.requeue_max_run_s != Some(*m))
+    {
+        sets.push(format!("repartition.requeue_max_run_s={max}"));
+    }
     sets
 }
 
@@ -65,7 +72,8 @@ mod tests {
         assert!(daemon_limits(&cfg(""), r).is_empty());
         let site = cfg(
             "[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n\
-             min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n",
+             min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n\
+             requeue_max_run_s = 60\n",
         );
         let sets = daemon_limits(&site, r);
         assert_eq!(
@@ -76,6 +84,7 @@ mod tests {
                 "repartition.min_relayout_interval_s=1800",
                 "repartition.persist_cycles=3",
                 "repartition.max_nodes_per_batch=2",
+                "repartition.requeue_max_run_s=60",
             ]
         );
         // Applied, the scenario agrees with the site's file.

@@ -11,8 +11,9 @@ use smartmig_core::mig::{Instance, Layout, Plan};
 
 use super::batch::{Batch, NodeState, NodeTxn, SlurmStep};
 use super::decide::Decision;
+use super::indices::Moved;
 use super::status::DecisionLine;
-use super::view::View;
+use super::view::{NodeView, View};
 use super::Central;
 use crate::channel::GpuTarget;
 
@@ -53,9 +54,10 @@ pub enum Wait {
     Unrefreshable(String),
     /// With padding, the node's instances afterwards would not fit its blocks.
     Unpaddable(String),
-    /// Preempt mode, but the node runs jobs Slurm cannot requeue: it waits as in drain mode.
-    NoRequeue {
-        /// The jobs, `12, 15`.
+    /// Preempt mode, but the change would stop jobs it may not requeue (Slurm cannot, or
+    /// they have run longer than `requeue_max_run_s`): it waits as in drain mode.
+    Held {
+        /// Which jobs and why: `Slurm cannot requeue job 12, 15: interactive or --no-requeue`.
         jobs: String,
         /// The drain-mode rule that holds the change.
         why: Box<Wait>,
@@ -74,12 +76,7 @@ impl fmt::Display for Wait {
             Wait::DrainedByOthers => write!(f, "skip: node drained by an admin"),
             Wait::Unrefreshable(why) => write!(f, "skip: {why}"),
             Wait::Unpaddable(e) => write!(f, "skip: cannot be padded ({e})"),
-            Wait::NoRequeue { jobs, why } => {
-                write!(
-                    f,
-                    "{why} (Slurm cannot requeue job {jobs}: interactive or --no-requeue)"
-                )
-            }
+            Wait::Held { jobs, why } => write!(f, "{why} ({jobs})"),
         }
     }
 }
@@ -118,14 +115,19 @@ impl Central {
                 continue;
             };
             let touched: Vec<Instance> = plan.touched(&gpu.busy).copied().collect();
-            if touched.is_empty() || self.preempts(view, &gpu.node) {
+            // Preempt mode requeues the jobs on them, unless it may not.
+            let held: Vec<Instance> = match self.mode {
+                Mode::Preempt => touched.into_iter().filter(|i| self.held(view, g, i)).collect(),
+                _ => touched,
+            };
+            if held.is_empty() {
                 changes.push(Change {
                     gpu: g,
                     target: t,
                     plan,
                 });
             } else {
-                let why = self.node_wait(view, &gpu.node, Wait::Busy(self.instances(view, g, &touched)));
+                let why = self.node_wait(view, &gpu.node, Wait::Busy(self.instances(view, g, &held)));
                 skipped.push(Skipped {
                     gpu: g,
                     target: t,
@@ -153,27 +155,62 @@ impl Central {
         kept
     }
 
-    /// Whether `node`'s running jobs are requeued for a change: preempt mode, and Slurm can
-    /// requeue each of them (a node running one it cannot requeue waits as in drain mode).
+    /// Whether `node`'s running jobs are requeued for a change without the drain-mode
+    /// rules: preempt mode, and it may requeue each of them (a node running one it may not
+    /// keeps that job's instance, device index and the node's GPU count as in drain mode).
     pub(super) fn preempts(&self, view: &View, node: &str) -> bool {
-        self.mode == Mode::Preempt && view.node(node).is_none_or(|n| n.unrequeueable.is_empty())
+        self.mode == Mode::Preempt && view.node(node).is_none_or(|n| !n.holds_any())
+    }
+
+    /// Whether busy instance `inst` of GPU `g` runs a job preempt mode may not requeue (an
+    /// instance whose jobs Slurm does not name counts as such).
+    pub(super) fn held(&self, view: &View, g: usize, inst: &Instance) -> bool {
+        let gpu = &view.gpus[g];
+        let Some(nv) = view.node(&gpu.node) else {
+            return false;
+        };
+        match gpu.busy.iter().position(|b| b == inst).map(|k| &gpu.jobs[k]) {
+            Some(jobs) => jobs.is_empty() || jobs.iter().any(|&j| nv.holds(j)),
+            None => false,
+        }
     }
 
     /// `why` as said for `node`: in preempt mode a drain-mode rule holds a change only
-    /// because the node runs jobs Slurm cannot requeue, and the message names them.
+    /// because the node runs jobs it may not requeue, and the message names them.
     fn node_wait(&self, view: &View, node: &str, why: Wait) -> Wait {
         match view.node(node) {
-            Some(n) if self.mode == Mode::Preempt && !n.unrequeueable.is_empty() => Wait::NoRequeue {
-                jobs: n
-                    .unrequeueable
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+            Some(n) if self.mode == Mode::Preempt && n.holds_any() => Wait::Held {
+                jobs: self.held_jobs(n),
                 why: Box::new(why),
             },
             _ => why,
         }
+    }
+
+    /// The jobs of `nv` preempt mode may not requeue, and why.
+    pub(super) fn held_jobs(&self, nv: &NodeView) -> String {
+        let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        let mut parts = Vec::new();
+        if !nv.unrequeueable.is_empty() {
+            parts.push(format!(
+                "Slurm cannot requeue job {}: interactive or --no-requeue",
+                ids(&nv.unrequeueable)
+            ));
+        }
+        if !nv.long_running.is_empty() {
+            let max = self
+                .resolved
+                .config
+                .controller
+                .central
+                .requeue_max_run_s
+                .unwrap_or(0.0);
+            parts.push(format!(
+                "job {} ran longer than requeue_max_run_s = {max} s",
+                ids(&nv.long_running)
+            ));
+        }
+        parts.join("; ")
     }
 
     /// The planned changes node by node: (GPU position in `View::gpus`, target layout).
@@ -279,8 +316,12 @@ impl Central {
                         (c.gpu, &rm.configurations[c.target].layout)
                     })
                     .collect();
+                // Preempt mode requeues the jobs whose index moves, unless it may not.
+                let held = |m: &&Moved| {
+                    self.mode != Mode::Preempt || m.jobs.is_empty() || m.jobs.iter().any(|&j| nv.holds(j))
+                };
                 let why = match self.moved(view, nv, &after, &self.blocks(view, nv)) {
-                    Ok(moved) => moved.first().map(|m| m.to_string()),
+                    Ok(moved) => moved.iter().find(held).map(|m| m.to_string()),
                     Err(e) => Some(e.to_string()),
                 };
                 if let Some(why) = why {

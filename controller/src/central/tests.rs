@@ -1207,6 +1207,104 @@ fn a_job_slurm_cannot_requeue_holds_its_node_to_the_drain_rules_in_preempt_mode(
     assert!(!node(&mut c, "a").drain);
 }
 
+/// [`cluster`] without the jobs in `drop`, in preempt mode towards `static_layout`, with
+/// `requeue_max_run_s = 600` and job `old` (if any) started an hour ago, the others just
+/// now (and so those of `s.start_on_drain`).
+fn run_time_limited(dir: &std::path::Path, static_layout: &str, old: Option<u32>, drop: &[u32]) -> Central {
+    run_time_limited_with(dir, static_layout, old, drop, Vec::new())
+}
+
+/// [`run_time_limited`], with jobs that start as their node is drained.
+fn run_time_limited_with(
+    dir: &std::path::Path,
+    static_layout: &str,
+    old: Option<u32>,
+    drop: &[u32],
+    on_drain: Vec<crate::slurm::SlurmJob>,
+) -> Central {
+    let mut s = cluster();
+    s.jobs.retain(|j| !drop.contains(&j.id));
+    s.start_on_drain = on_drain;
+    let now = unix_now() as i64;
+    for j in s.jobs.iter_mut().chain(&mut s.start_on_drain) {
+        j.start = if Some(j.id) == old { now - 3600 } else { now };
+    }
+    let limits = "min_relayout_interval_s = 0\npersist_cycles = 1\nrequeue_max_run_s = 600\n";
+    let policy = format!("kind = \"static\"\nstatic_layout = {static_layout}");
+    central(
+        resolved_with(dir, &policy, limits),
+        s,
+        Mode::Preempt,
+        Recorder::default(),
+    )
+}
+
+#[test]
+fn with_a_run_time_limit_preempt_mode_requeues_a_young_job_and_leaves_an_old_one_to_the_drain_rules() {
+    let dir = temp("max-run");
+    // Job 1 (on a's 4g.20gb, which c8 destroys) ran an hour; job 2 (on b, requeued by c8
+    // as without a limit) started just now.
+    let mut c = run_time_limited(&dir, "[\"c8\"]", Some(1), &[]);
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "a"), C2, "a waits for its old job");
+    assert_eq!(layout_of(&mut c, "b"), C8, "b's young job is requeued: b changes");
+    assert_eq!(
+        action(&c, "a/0"),
+        "skip: busy 4g.20gb@0 (job 1 ran longer than requeue_max_run_s = 600 s)"
+    );
+    assert_eq!(c.api_fake().requeued, vec![2]);
+    let jobs = c.api().jobs().unwrap();
+    assert_eq!(jobs.iter().find(|j| j.id == 1).unwrap().state, JobState::Running);
+    assert!(!node(&mut c, "a").drain);
+}
+
+#[test]
+fn with_a_run_time_limit_a_gpu_count_change_waits_for_an_old_job_and_not_for_a_young_one() {
+    // Everything to c3. b: GPU 0 (c5) runs job 2, whose instance c3 destroys; GPU 1 c2 ->
+    // c3 destroys only an idle 3g.20gb but takes b from 4 to 5 GPUs, which Slurm requeues
+    // running jobs over. (Job 1 is gone: a changes freely.)
+    let dir = temp("max-run-count");
+    let mut c = run_time_limited(&dir, "[\"c3\"]", Some(2), &[1]);
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "b"), C2, "b keeps GPU 1's layout");
+    let held = "(job 2 ran longer than requeue_max_run_s = 600 s)";
+    assert_eq!(
+        action(&c, "b/1"),
+        format!("skip: the node's GPU count would change under running jobs {held}")
+    );
+    assert_eq!(action(&c, "b/0"), format!("skip: busy 3g.20gb@4 {held}"));
+    assert!(c.api_fake().requeued.is_empty());
+    // The same job started just now: it is requeued and both GPUs change.
+    let dir = temp("max-run-count-young");
+    let mut c = run_time_limited(&dir, "[\"c3\"]", None, &[1]);
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "b"), "4g.20gb@0 2g.10gb@4 1g.10gb@6");
+    assert_eq!(c.api_fake().requeued, vec![2]);
+}
+
+#[test]
+fn with_a_run_time_limit_a_job_found_older_at_the_drain_stops_the_change() {
+    // c is idle when planned (c2 -> c8, 2 to 5 GPUs). As it is drained, job 3 shows on its
+    // 3g.20gb@4 (IDX 0, kept), having run an hour: the count change would make Slurm
+    // requeue it, so c is resumed unchanged; b's young job 2 is requeued as before.
+    let dir = temp("max-run-at-drain");
+    let late = FakeSlurm::running(3, "c", "3g.20gb", 0);
+    let mut c = run_time_limited_with(&dir, "[\"c8\"]", Some(3), &[1], vec![late]);
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "c"), C2, "c keeps its layout");
+    assert_eq!(layout_of(&mut c, "b"), C8);
+    assert_eq!(
+        action(&c, "c/0"),
+        "skip: became busy before the drain (the node's GPU count would change under running jobs; job 3 ran longer than requeue_max_run_s = 600 s)"
+    );
+    assert_eq!(c.api_fake().requeued, vec![2]);
+    assert!(!node(&mut c, "c").drain, "c resumed");
+}
+
 #[test]
 fn a_requeue_slurm_refuses_resumes_the_node_unchanged_at_once() {
     let dir = temp("requeue-refused");

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use smartmig_core::config::Mode;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Layout, LayoutError, Plan};
 
@@ -284,11 +285,19 @@ impl Central {
                 }
             }
             NodeState::Drained => {
+                // Preempt mode: every job may be requeued (`preempting`), or some may not
+                // and keep their instances, indices and the node's GPU count.
+                let preempt_mode = self.mode == Mode::Preempt;
                 let preempting = self.preempts(view, node);
-                if preempting {
-                    if let Err(e) = self.preempt(view, node, &t) {
+                if preempt_mode {
+                    let held = (!preempting && self.count_changes_now(view, node, &t)).then(|| {
+                        let jobs = view.node(node).map(|nv| self.held_jobs(nv)).unwrap_or_default();
+                        format!("skip: became busy before the drain (the node's GPU count would change under running jobs; {jobs})")
+                    });
+                    if let Some(outcome) =
+                        held.or_else(|| self.preempt(view, node, &t).err().map(|e| format!("skip: {e}")))
+                    {
                         // Its instances stay busy: the change waits for a later plan.
-                        let outcome = format!("skip: {e}");
                         report.skipped_busy += t.targets.len();
                         return self.enter(b, node, NodeState::Resuming { outcome });
                     }
@@ -298,7 +307,7 @@ impl Central {
                     return;
                 }
                 match self.busy_now(view, node, &t, preempting) {
-                    Some(busy) if !preempting || waited > self.report_timeout_s() => {
+                    Some(busy) if !preempt_mode || waited > self.report_timeout_s() => {
                         let outcome = format!("skip: became busy before the drain ({busy})");
                         report.skipped_busy += t.targets.len();
                         self.enter(b, node, NodeState::Resuming { outcome })
@@ -504,20 +513,26 @@ impl Central {
                 }
             }
         }
-        let count_changes = self.targets_now(view, node, t).is_ok_and(|(nv, after)| {
-            let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
-            self.count_changes(view, nv, &after, &t.padding)
-        });
-        if !preempting && count_changes {
+        if !preempting && self.count_changes_now(view, node, t) {
             out.push("the node's GPU count would change under running jobs".into());
         }
         (!out.is_empty()).then(|| out.join(", "))
     }
 
+    /// Whether `t`'s plans change the node's GPU count under running jobs.
+    fn count_changes_now(&self, view: &View, node: &str, t: &NodeTxn) -> bool {
+        self.targets_now(view, node, t).is_ok_and(|(nv, after)| {
+            let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+            self.count_changes(view, nv, &after, &t.padding)
+        })
+    }
+
     /// In preempt mode, requeues the jobs on the instances a node's plans destroy and on
     /// the devices whose Slurm index they would move (the node then waits until Slurm has
-    /// them off it: `busy_now`). Stops at the first job Slurm refuses to requeue: the
-    /// change cannot go ahead while it runs.
+    /// them off it: `busy_now`). Requeues none when one of them may not be (Slurm cannot
+    /// requeue it, or it ran longer than `requeue_max_run_s`: it started or aged since the
+    /// plan), and stops at the first job Slurm refuses: the change cannot go ahead while
+    /// it runs.
     fn preempt(&mut self, view: &View, node: &str, t: &NodeTxn) -> Result<(), String> {
         let mut jobs = std::collections::BTreeSet::new();
         for (g, plan) in self.plans_now(view, node, t).into_iter().flatten() {
@@ -529,6 +544,9 @@ impl Central {
         }
         for m in self.moved_now(view, node, t).unwrap_or_default() {
             jobs.extend(m.jobs.iter().copied());
+        }
+        if let Some(nv) = view.node(node).filter(|nv| jobs.iter().any(|&j| nv.holds(j))) {
+            return Err(format!("became busy before the drain ({})", self.held_jobs(nv)));
         }
         for j in jobs {
             match self.api.requeue(j) {

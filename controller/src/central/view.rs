@@ -114,9 +114,24 @@ pub struct NodeView {
     /// Its running jobs that Slurm cannot requeue (interactive, or submitted with
     /// `--no-requeue`).
     pub unrequeueable: Vec<u32>,
+    /// Its other running jobs that have run longer than `[controller.central]
+    /// requeue_max_run_s`: preempt mode does not requeue them either.
+    pub long_running: Vec<u32>,
     /// Its running GPU jobs, whatever they hold: MIG instances, a whole GPU, a padding
     /// record (what a change of the node's GPU count would requeue).
     pub running: Vec<u32>,
+}
+
+impl NodeView {
+    /// Whether preempt mode must leave job `id` running (it may not requeue it).
+    pub fn holds(&self, id: u32) -> bool {
+        self.unrequeueable.contains(&id) || self.long_running.contains(&id)
+    }
+
+    /// Whether the node runs a job preempt mode may not requeue.
+    pub fn holds_any(&self) -> bool {
+        !self.unrequeueable.is_empty() || !self.long_running.is_empty()
+    }
 }
 
 /// One node as parsed in a cycle, and what it was parsed from.
@@ -267,7 +282,10 @@ impl View {
         // Running jobs by node: (job id, the node's gres detail).
         let mut on_node: HashMap<&str, Vec<(u32, &str)>> = HashMap::new();
         let mut unrequeueable: HashMap<&str, Vec<u32>> = HashMap::new();
+        let mut long_running: HashMap<&str, Vec<u32>> = HashMap::new();
         let mut running_on: HashMap<&str, Vec<u32>> = HashMap::new();
+        let max_run = resolved.config.controller.central.requeue_max_run_s;
+        let too_long = |j: &SlurmJob| max_run.is_some_and(|m| view.read_at - j.start as f64 > m);
         for j in &running {
             for (n, node) in j.nodes.iter().enumerate() {
                 running_on.entry(node.as_str()).or_default().push(j.id);
@@ -276,6 +294,8 @@ impl View {
                 }
                 if !j.requeueable {
                     unrequeueable.entry(node.as_str()).or_default().push(j.id);
+                } else if too_long(j) {
+                    long_running.entry(node.as_str()).or_default().push(j.id);
                 }
             }
         }
@@ -313,6 +333,11 @@ impl View {
                 gpus: (start..view.gpus.len()).collect(),
                 unrequeueable: {
                     let mut ids = unrequeueable.remove(name.as_str()).unwrap_or_default();
+                    ids.sort_unstable();
+                    ids
+                },
+                long_running: {
+                    let mut ids = long_running.remove(name.as_str()).unwrap_or_default();
                     ids.sort_unstable();
                     ids
                 },

@@ -79,6 +79,17 @@ pub struct CentralConfig {
     /// untyped GPU requests (they could be given padding) unless it routes them.
     #[serde(default)]
     pub padding: bool,
+    /// Preempt mode: the longest a job may have run for smartmigd to requeue it, seconds
+    /// (Slurm restarts a requeued job from the beginning unless it checkpoints); a change
+    /// that would stop a job running longer waits for it as in drain mode. None: any
+    /// requeueable job may be requeued.
+    #[serde(default, deserialize_with = "optional_seconds")]
+    pub requeue_max_run_s: Option<f64>,
+}
+
+/// [`seconds_or_zero`] for a key that may be absent.
+fn optional_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    seconds_or_zero(d).map(Some)
 }
 
 impl Default for CentralConfig {
@@ -98,6 +109,7 @@ impl Default for CentralConfig {
             nodes: Vec::new(),
             partitions: Vec::new(),
             padding: false,
+            requeue_max_run_s: None,
         }
     }
 }

@@ -39,6 +39,27 @@ fn a_negative_interval_is_refused_with_key_and_line() {
 }
 
 #[test]
+fn a_requeue_run_time_limit_is_seconds_and_a_negative_one_is_refused_with_key_and_line() {
+    let c = parse("version = 1\n[controller.central]\nrequeue_max_run_s = 60\n").unwrap();
+    assert_eq!(c.controller.central.requeue_max_run_s, Some(60.0));
+    assert_eq!(
+        parse("version = 1\n")
+            .unwrap()
+            .controller
+            .central
+            .requeue_max_run_s,
+        None
+    );
+    let e = parse("version = 1\n[controller.central]\nrequeue_max_run_s = -1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("t.toml:3:") && e.contains("requeue_max_run_s"),
+        "{e}"
+    );
+}
+
+#[test]
 fn an_unknown_gpu_model_is_named_with_key_and_line() {
     let e = resolve("version = 1\n[gpu]\nmodels = [\"a100-40gb\",\n  \"v100\"]\n")
         .unwrap_err()
