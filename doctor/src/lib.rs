@@ -200,16 +200,19 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
             "fix the config check first",
         )
     };
+    let needs_slurm_conf = |check: &'static str, e: &ConfError| {
+        Finding::bad(
+            check,
+            Status::Skip,
+            format!("not checked: {e}"),
+            "fix the slurm check first",
+        )
+    };
     if !skip("requeue") {
         emit(match (config, conf.as_ref()) {
             (Some(r), Ok(c)) => check_requeue(&o.slurm_conf, c, r.config.controller.mode),
             (None, _) => dependent("requeue"),
-            (_, Err(e)) => Finding::bad(
-                "requeue",
-                Status::Skip,
-                format!("not checked: {e}"),
-                "fix the slurm check first",
-            ),
+            (_, Err(e)) => needs_slurm_conf("requeue", e),
         });
     }
     if !skip("snapshot") {
@@ -255,12 +258,7 @@ pub fn run(o: &Options, report: &mut dyn FnMut(&Finding)) -> Vec<Finding> {
                 })
             }
             (None, _) => dependent("gres"),
-            (_, Err(e)) => Finding::bad(
-                "gres",
-                Status::Skip,
-                format!("not checked: {e}"),
-                "fix the slurm check first",
-            ),
+            (_, Err(e)) => needs_slurm_conf("gres", e),
         });
     }
     out
