@@ -643,11 +643,21 @@ fn check_onnx(r: &Resolved) -> Finding {
                     ));
                 }
                 smartmig_policy::PolicyRuntime::from_bytes(&rt, &bytes, &meta, &path.display().to_string())
-                    .map(|_| ())
+                    .map(|_| meta)
                     .map_err(|e| e.to_string())
             });
-        if let Err(e) = checked {
-            return Finding::bad("onnx", Status::Fail, format!("{}: {e}", path.display()), fix);
+        let meta = match checked {
+            Ok(meta) => meta,
+            Err(e) => return Finding::bad("onnx", Status::Fail, format!("{}: {e}", path.display()), fix),
+        };
+        // What smartmigd refuses to run (its GPUs then keep their layouts).
+        if let Some(why) = meta.refusal(r.config.controller.central.requeued) {
+            return Finding::bad(
+                "onnx",
+                Status::Fail,
+                format!("{}: smartmigd will not run it: {why}", path.display()),
+                "install a policy that suits the site (`smartmig train --smartmig-toml /etc/smartmig/smartmig.toml`), or set policy.kind = \"periodic\" or \"static\"",
+            );
         }
         loaded.push(path.display().to_string());
     }
@@ -814,6 +824,74 @@ mod tests {
         assert!(f.message.contains("JobRequeue=1 (default)"), "{}", f.message);
         let f = requeue("JobSubmitPlugins=smartmig\nJobRequeue=0\n", "drain");
         assert_eq!(f.status, Status::Skip, "{}", f.message);
+    }
+
+    /// A policy smartmigd refuses is a failure here too: a preempt policy validated where
+    /// requeued jobs resume, at a site whose jobs start over (the default).
+    #[test]
+    fn a_preempt_policy_validated_where_jobs_resume_fails_where_they_restart() {
+        let Ok(rt) = smartmig_policy::OnnxRuntime::init(None) else {
+            eprintln!("skipped: no ONNX Runtime here");
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        // The unit cannot see a home directory: give the check a copy outside it.
+        let library = d.path().join("libonnxruntime.so");
+        std::fs::copy(rt.library(), &library).unwrap();
+        let check = |requeued: &str| {
+            let text = format!(
+                "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{dir}\"\n\
+                 [controller]\nmode = \"preempt\"\nonnxruntime = \"{lib}\"\n\
+                 [controller.central]\n{requeued}",
+                dir = d.path().display(),
+                lib = library.display()
+            );
+            let r = smartmig_core::config::Config::parse(&text, "smartmig.toml")
+                .unwrap()
+                .resolve(None)
+                .unwrap();
+            let m = &r.models[0];
+            let k = m.configurations.len();
+            let meta = smartmig_policy::PolicyMetadata {
+                contract_version: smartmig_policy::contract::CONTRACT_VERSION,
+                gpu_model: m.model.key.clone(),
+                configurations: m.configurations.iter().map(|c| c.name.clone()).collect(),
+                feature_layout: smartmig_policy::features::layout(k),
+                decision: smartmig_policy::contract::DecisionInterval {
+                    events: 5,
+                    seconds: 0.0,
+                },
+                top_k: 3,
+                training_scenario: "paper".into(),
+                training_seed: 1,
+                semantics: smartmig_policy::Semantics::Preempt,
+                draw: smartmig_policy::Draw::Sample,
+                guard: Some("passed: +7.4% ± 0.8%".into()),
+                requeued: smartmig_policy::Requeued::Resume,
+            };
+            let dim = meta.input_dim();
+            let net = smartmig_policy::PolicyNetwork {
+                layers: vec![smartmig_policy::Dense {
+                    in_dim: dim,
+                    out_dim: k * k,
+                    w: vec![0.0; dim * k * k],
+                    b: vec![0.0; k * k],
+                }],
+                hidden: smartmig_policy::Activation::Tanh,
+            };
+            let path = d.path().join("a100-40gb-preempt.onnx");
+            smartmig_policy::onnx_writer::write(&path, &net, &meta).unwrap();
+            check_onnx(&r)
+        };
+        let f = check("");
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert!(
+            f.message.contains("smartmigd will not run it") && f.message.contains("requeued jobs resume"),
+            "{}",
+            f.message
+        );
+        let f = check("requeued = \"resume\"\n");
+        assert_eq!(f.status, Status::Ok, "{}", f.message);
     }
 
     /// Issue 17: the onnx check found ONNX Runtime in root's ~/.cache, which the central

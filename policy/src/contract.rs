@@ -9,7 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Draw;
+use crate::{Draw, Requeued};
 use thiserror::Error;
 
 /// Version of this contract; bump it when the meaning of inputs, outputs or keys changes.
@@ -47,6 +47,10 @@ pub const KEY_DRAW: &str = "smartmig.draw";
 /// Metadata key (optional): the deployment guard's verdict on validation days, text
 /// starting with `passed` or `failed`; a loader refuses a policy that failed.
 pub const KEY_GUARD: &str = "smartmig.guard";
+/// Metadata key (optional, default `resume`): what a job requeued by a re-layout kept in
+/// the simulations the policy was trained and validated on, `resume` or `restart`
+/// ([`crate::Requeued`]); files written before the key were all validated under `resume`.
+pub const KEY_REQUEUED: &str = "smartmig.requeued";
 
 /// How the time of day enters the features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -293,6 +297,8 @@ pub struct PolicyMetadata {
     pub draw: Draw,
     /// The deployment guard's verdict (`passed: …` / `failed: …`), if validated.
     pub guard: Option<String>,
+    /// What a requeued job kept in training and validation.
+    pub requeued: Requeued,
 }
 
 /// Why a policy's metadata is unreadable or does not match what the loader expects.
@@ -446,6 +452,7 @@ impl PolicyMetadata {
             (KEY_TRAINING_SEED, self.training_seed.to_string()),
             (KEY_SEMANTICS, self.semantics.as_str().to_string()),
             (KEY_DRAW, self.draw.as_str().to_string()),
+            (KEY_REQUEUED, self.requeued.as_str().to_string()),
         ]
         .into_iter()
         .chain(self.guard.clone().map(|g| (KEY_GUARD, g)))
@@ -503,6 +510,11 @@ impl PolicyMetadata {
                     .ok_or_else(|| bad(KEY_DRAW, &text, "expected `sample` or `apportion`"))?,
             },
             guard: get(KEY_GUARD),
+            requeued: match get(KEY_REQUEUED) {
+                None => Requeued::Resume,
+                Some(text) => Requeued::parse(text.trim())
+                    .ok_or_else(|| bad(KEY_REQUEUED, &text, "expected `resume` or `restart`"))?,
+            },
         };
         meta.validate()?;
         let dim_text = req(KEY_INPUT_DIM)?;
@@ -525,6 +537,26 @@ impl PolicyMetadata {
     /// Why the policy must not be deployed: its guard verdict, when it failed.
     pub fn guard_failed(&self) -> Option<&str> {
         self.guard.as_deref().filter(|g| g.starts_with("failed"))
+    }
+
+    /// Why the policy must not run at a site whose requeued jobs keep `site` (smartmigd's
+    /// `controller.central.requeued`): its guard failed, or it repartitions by requeueing
+    /// and was validated where requeued jobs resume while the site's start over (such a
+    /// policy requeues far too often for jobs that lose their work).
+    pub fn refusal(&self, site: Requeued) -> Option<String> {
+        if let Some(why) = self.guard_failed() {
+            return Some(format!("its deployment guard {why}"));
+        }
+        (self.semantics == Semantics::Preempt
+            && self.requeued == Requeued::Resume
+            && site == Requeued::Restart)
+            .then(|| {
+                "it was validated where requeued jobs resume from a checkpoint, and \
+                 controller.central.requeued = \"restart\" says this site's jobs start over \
+                 (set requeued = \"resume\" if they checkpoint, use a policy trained with \
+                 --set repartition.requeued=restart, or run drain mode)"
+                    .to_string()
+            })
     }
 
     /// Whether a policy with this metadata can serve where `expected` is configured.
@@ -609,6 +641,7 @@ pub(crate) mod tests {
             semantics: Semantics::Preempt,
             draw: Draw::Sample,
             guard: None,
+            requeued: Requeued::Resume,
         }
     }
 
@@ -647,6 +680,7 @@ pub(crate) mod tests {
             semantics: Semantics::Drain,
             draw: Draw::Apportion,
             guard: Some("failed: -0.3% ± 0.2% over static-best".into()),
+            requeued: Requeued::Restart,
             ..m.clone()
         };
         assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain.clone()));
@@ -654,10 +688,54 @@ pub(crate) mod tests {
             drain.guard_failed(),
             Some("failed: -0.3% ± 0.2% over static-best")
         );
-        // Files written before the optional keys read as sampled and unvalidated.
-        let old: Vec<(String, String)> = m.to_props().into_iter().filter(|(k, _)| k != KEY_DRAW).collect();
+        // Files written before the optional keys read as sampled, unvalidated, and
+        // trained where requeued jobs resume (the only model then).
+        let old: Vec<(String, String)> = drain
+            .to_props()
+            .into_iter()
+            .filter(|(k, _)| ![KEY_DRAW, KEY_GUARD, KEY_REQUEUED].contains(&k.as_str()))
+            .collect();
         let read = PolicyMetadata::from_pairs(&old).unwrap();
-        assert_eq!((read.draw, read.guard_failed()), (Draw::Sample, None));
+        assert_eq!(
+            (read.draw, read.guard_failed(), read.requeued),
+            (Draw::Sample, None, Requeued::Resume)
+        );
+        let mut bad_value = m.to_props();
+        bad_value.retain(|(k, _)| k != KEY_REQUEUED);
+        bad_value.push((KEY_REQUEUED.into(), "checkpoint".into()));
+        let e = PolicyMetadata::from_pairs(&bad_value).unwrap_err().to_string();
+        assert!(
+            e.contains("smartmig.requeued") && e.contains("`resume` or `restart`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_preempt_policy_validated_where_jobs_resume_is_refused_where_they_restart() {
+        let resumed = sample_metadata();
+        assert_eq!(resumed.refusal(Requeued::Resume), None);
+        let why = resumed.refusal(Requeued::Restart).unwrap_or_default();
+        assert!(why.contains("requeued = \"restart\""), "{why}");
+        // Trained where jobs restart, it runs at either site; a drain policy requeues nothing.
+        let restarted = PolicyMetadata {
+            requeued: Requeued::Restart,
+            ..resumed.clone()
+        };
+        assert_eq!(restarted.refusal(Requeued::Restart), None);
+        let drain = PolicyMetadata {
+            semantics: Semantics::Drain,
+            ..resumed.clone()
+        };
+        assert_eq!(drain.refusal(Requeued::Restart), None);
+        // A failed guard refuses it everywhere, and says so first.
+        let failed = PolicyMetadata {
+            guard: Some("failed: -1.0% ± 0.5%".into()),
+            ..drain
+        };
+        assert_eq!(
+            failed.refusal(Requeued::Resume).as_deref(),
+            Some("its deployment guard failed: -1.0% ± 0.5%")
+        );
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub use onnx_writer::WriteError;
 pub use provision::{fetch_runtime, ProvisionError, ORT_VERSION};
 pub use runtime::{OnnxRuntime, PolicyRuntime, RuntimeError};
 pub use sampling::{Draw, SamplingConfig, SamplingError, TransitionRow, TransitionTable, DEFAULT_TOP_K};
+/// What a requeued job keeps: a policy file records the model it was validated under.
+pub use smartmig_core::config::Requeued;
 
 /// The file name of the policy for a GPU model and repartition semantics:
 /// `<gpu-key>-<semantics>.onnx`, as `smartmig train` ships them in `onnx/` and

@@ -297,18 +297,9 @@ pub struct RepartitionSpec {
     pub requeue_max_run_s: Option<f64>,
 }
 
-/// Preempt: what a job stopped by a re-layout keeps when it runs again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Requeued {
-    /// Its progress: the paper's model, and a Slurm job that checkpoints when it is
-    /// requeued and resumes from the checkpoint.
-    #[default]
-    Resume,
-    /// Nothing: it starts over, as a Slurm job without checkpoints does after a requeue
-    /// (the work done is lost; its energy stays spent).
-    Restart,
-}
+/// Preempt: what a job stopped by a re-layout keeps when it runs again (`resume`, the
+/// paper's model, by default).
+pub use smartmig_policy::Requeued;
 
 /// Drain: what a change that waits for running jobs holds free of new ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,8 +7,8 @@ use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, Se
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
 /// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
-/// setting gives, its batch interval, hysteresis, batch size and run-time limit on
-/// requeues, and Slurm's node rule with nothing held free (smartmigd holds no instance).
+/// setting gives, its batch interval, hysteresis, batch size, run-time limit on requeues
+/// and what its requeued jobs keep (preempt mode), and Slurm's node rule with nothing held free (smartmigd holds no instance).
 /// Empty when they already agree.
 pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
     let central = &cfg.controller.central;
@@ -56,6 +56,10 @@ pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
     {
         sets.push(format!("repartition.requeue_max_run_s={max}"));
     }
+    // What a requeued job keeps matters only where jobs are requeued.
+    if cfg.controller.mode == Mode::Preempt && r.requeued != central.requeued {
+        sets.push(format!("repartition.requeued=\"{}\"", central.requeued.as_str()));
+    }
     sets
 }
 
@@ -75,6 +79,17 @@ mod tests {
              min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n\
              requeue_max_run_s = 60\n",
         );
+        // In preempt mode the site's requeued jobs restart unless the file says they resume.
+        let preempt = |central: &str| {
+            daemon_limits(
+                &cfg(&format!(
+                    "[controller]\nmode = \"preempt\"\n[controller.central]\n{central}"
+                )),
+                r,
+            )
+        };
+        assert_eq!(preempt(""), ["repartition.requeued=\"restart\""]);
+        assert!(preempt("requeued = \"resume\"\n").is_empty());
         let sets = daemon_limits(&site, r);
         assert_eq!(
             sets,

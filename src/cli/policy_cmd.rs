@@ -152,6 +152,7 @@ fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata
         semantics: Semantics::Preempt,
         draw: smartmig_policy::Draw::Sample,
         guard: None,
+        requeued: smartmig_policy::Requeued::Resume,
     })
 }
 
@@ -218,6 +219,7 @@ struct InspectReport {
     draw: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     guard: Option<String>,
+    requeued: &'static str,
     onnxruntime: String,
     zero_features_decision: Vec<RowReport>,
 }
@@ -279,6 +281,7 @@ fn inspect(a: InspectArgs) -> CliResult {
         semantics: meta.semantics.as_str(),
         draw: meta.draw.as_str(),
         guard: meta.guard.clone(),
+        requeued: meta.requeued.as_str(),
         onnxruntime: rt.library().display().to_string(),
         zero_features_decision: rows,
     };
@@ -318,8 +321,8 @@ fn print_report(r: &InspectReport) {
         println!("  guard            {g}");
     }
     println!(
-        "  trained on       {} (seed {})",
-        r.training_scenario, r.training_seed
+        "  trained on       {} (seed {}), requeued jobs {}",
+        r.training_scenario, r.training_seed, r.requeued
     );
     println!("  ONNX Runtime     {}", r.onnxruntime);
     println!(

@@ -771,7 +771,8 @@ fn tuning_days(sc: &ResolvedScenario, a: &CompareArgs, days: &Days) -> Result<Tu
 
 /// The deployment guard on `compare`'s learned policy: validated against static-best on
 /// this scenario's validation days, it runs as itself when it passes; when it fails (or
-/// its file says its own guard failed, which smartmigd refuses) the deployed behaviour
+/// smartmigd would refuse its file here: its own guard failed, or it was validated where
+/// requeued jobs resume and this scenario's restart) the deployed behaviour
 /// is static-best's layout, and the policy itself is shown as `smart-mig-unguarded`.
 fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResult {
     let Some(i) = policies.iter().position(|p| p.name == SMART_MIG) else {
@@ -791,7 +792,7 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
         LayoutSpec::MeanField { model, .. } => std::fs::read(model)
             .ok()
             .and_then(|b| smartmig_policy::onnx_proto::read_metadata(model, &b).ok())
-            .and_then(|m| m.guard_failed().map(str::to_string)),
+            .and_then(|m| m.refusal(sc.scenario.repartition.requeued)),
         _ => None,
     };
     let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
@@ -800,7 +801,7 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
     pb.finish_and_clear();
     let mut note = format!("guard {}", verdict.describe());
     if let Some(why) = &file_verdict {
-        note.push_str(&format!("; its file's own guard {why}"));
+        note.push_str(&format!("; smartmigd would refuse its file: {why}"));
     }
     if verdict.passed && file_verdict.is_none() {
         policies[i].note = Some(note);

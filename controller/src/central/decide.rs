@@ -79,12 +79,13 @@ pub enum Unusable {
     /// The file is missing, corrupt or does not match the config (its error chain).
     #[error("{0}")]
     File(String),
-    /// The trainer's deployment guard failed for it.
-    #[error("{}: its deployment guard {why}", path.display())]
-    GuardFailed {
+    /// Its metadata says it must not run here (a failed deployment guard, or validated
+    /// where requeued jobs resume at a site whose jobs start over).
+    #[error("{}: {why}", path.display())]
+    Refused {
         /// The policy file.
         path: PathBuf,
-        /// The guard's verdict.
+        /// Why, from [`PolicyMetadata::refusal`].
         why: String,
     },
     /// It failed on this cycle's features (its error chain).
@@ -133,6 +134,7 @@ pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> Polic
         semantics: mode_semantics(mode),
         draw: smartmig_policy::Draw::Sample,
         guard: None,
+        requeued: resolved.config.controller.central.requeued,
     }
 }
 
@@ -178,12 +180,14 @@ impl Decider {
         let loaded = self.runtime.as_ref().map_err(Clone::clone).and_then(|rt| {
             let policy = PolicyRuntime::load_with(rt, &path, &expected_metadata(resolved, m, self.mode))
                 .map_err(|e| Unusable::File(format!("{:#}", anyhow::Error::new(e))))?;
-            // The trainer's deployment guard: a policy that did not beat the best static
-            // layout on its validation days is not run.
-            match policy.metadata().guard_failed() {
-                Some(why) => Err(Unusable::GuardFailed {
+            // The trainer's deployment guard (a policy that did not beat the best static
+            // layout on its validation days is not run), and what its validation assumed
+            // of requeued jobs against what this site's do.
+            let site = resolved.config.controller.central.requeued;
+            match policy.metadata().refusal(site) {
+                Some(why) => Err(Unusable::Refused {
                     path: path.clone(),
-                    why: why.to_string(),
+                    why,
                 }),
                 None => Ok(policy),
             }
@@ -496,6 +500,8 @@ fn preferring(meta: &PolicyMetadata, to: &[usize]) -> smartmig_policy::PolicyNet
 mod tests {
     use smartmig_core::config::Config;
 
+    use smartmig_policy::Requeued;
+
     use super::super::fake::FakeSlurm;
     use super::*;
 
@@ -591,6 +597,61 @@ mod tests {
         if decider.runtime.is_ok() {
             assert!(why.contains("its deployment guard failed: -4.3%"), "{why}");
         }
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_preempt_policy_validated_where_requeued_jobs_resume_runs_only_where_they_do() {
+        let d = dir("requeued");
+        let site = |requeued: &str| {
+            let text = format!(
+                "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\n\
+                 static_layout = [\"c2\"]\n[controller]\nmode = \"preempt\"\n\
+                 [controller.central]\n{requeued}",
+                d.display()
+            );
+            Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
+        };
+        // The shipped preempt policies' case: trained and validated under `resume`.
+        let restart = site("");
+        let c = |name: &str| {
+            restart.models[0]
+                .configurations
+                .iter()
+                .position(|c| c.name == name)
+        };
+        let mut meta = expected_metadata(&restart, 0, Mode::Preempt);
+        assert_eq!(meta.requeued, Requeued::Restart, "the default: jobs start over");
+        meta.requeued = Requeued::Resume;
+        let path = policy_path(&restart, 0, Mode::Preempt);
+        smartmig_policy::onnx_writer::write(&path, &preferring(&meta, &[4]), &meta).unwrap();
+        let decider = Decider::new(&restart, Mode::Preempt, 1);
+        if decider.runtime.is_err() {
+            eprintln!("skipped: no ONNX Runtime here");
+            return;
+        }
+        let why = decider.policies[0]
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(why.contains("validated where requeued jobs resume"), "{why}");
+        assert!(why.contains(&path.display().to_string()), "{why}");
+        // The GPUs keep their layouts, and the decision says why.
+        let mut decider = decider;
+        let decision = decider.decide(&restart, &view(&restart), 0.0);
+        assert_eq!(decision.targets, vec![None; 3]);
+        assert!(
+            matches!(&decision.sources[0], Source::Kept { why } if why.contains("requeued = \"restart\"")),
+            "{:?}",
+            decision.sources
+        );
+        // A site whose jobs checkpoint runs it.
+        let resume = site("requeued = \"resume\"\n");
+        let mut decider = Decider::new(&resume, Mode::Preempt, 1);
+        assert!(decider.policies[0].is_ok());
+        let decision = decider.decide(&resume, &view(&resume), 0.0);
+        assert_eq!(decision.targets, vec![c("c5"); 3]);
         std::fs::remove_dir_all(&d).ok();
     }
 

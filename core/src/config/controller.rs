@@ -24,6 +24,36 @@ pub enum RelayoutKind {
     Reconfigure,
 }
 
+/// What a job requeued by a re-layout keeps when it runs again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Requeued {
+    /// Its progress: the job checkpoints when Slurm requeues it and resumes from the
+    /// checkpoint (the paper's model, and the simulator's default).
+    #[default]
+    Resume,
+    /// Nothing: it starts over, as a Slurm job without checkpoints does (the work done is
+    /// lost; its energy stays spent).
+    Restart,
+}
+
+impl Requeued {
+    /// The name used in files and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Requeued::Resume => "resume",
+            Requeued::Restart => "restart",
+        }
+    }
+
+    /// The value named `s`, if any.
+    pub fn parse(s: &str) -> Option<Requeued> {
+        [Requeued::Resume, Requeued::Restart]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
 /// `[controller.central]`: the reconcile loop on the Slurm controller host.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +115,11 @@ pub struct CentralConfig {
     /// requeueable job may be requeued.
     #[serde(default, deserialize_with = "optional_seconds")]
     pub requeue_max_run_s: Option<f64>,
+    /// Preempt mode: what this site's jobs keep when Slurm requeues them. A learned policy
+    /// validated where requeued jobs resume is refused under `restart` (the default:
+    /// Slurm restarts a requeued job unless it checkpoints).
+    #[serde(default = "default_requeued")]
+    pub requeued: Requeued,
 }
 
 /// [`seconds_or_zero`] for a key that may be absent.
@@ -110,6 +145,7 @@ impl Default for CentralConfig {
             partitions: Vec::new(),
             padding: false,
             requeue_max_run_s: None,
+            requeued: default_requeued(),
         }
     }
 }
@@ -188,4 +224,7 @@ fn default_persist() -> u32 {
 }
 fn default_max_nodes() -> u32 {
     4
+}
+fn default_requeued() -> Requeued {
+    Requeued::Restart
 }

@@ -19,7 +19,7 @@ use crate::mig::{
 };
 use crate::routing::RoutingConfig;
 
-pub use controller::{CentralConfig, RelayoutKind};
+pub use controller::{CentralConfig, RelayoutKind, Requeued};
 pub use de::{non_negative, positive, seconds, seconds_or_zero, MAX_SECONDS};
 
 /// The configuration format version this build reads.

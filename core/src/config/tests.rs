@@ -60,6 +60,24 @@ fn a_requeue_run_time_limit_is_seconds_and_a_negative_one_is_refused_with_key_an
 }
 
 #[test]
+fn requeued_jobs_restart_unless_the_site_says_they_resume_and_a_typo_is_named() {
+    use super::Requeued;
+    let requeued = |body: &str| parse(&format!("version = 1\n{body}")).map(|c| c.controller.central.requeued);
+    assert_eq!(requeued("").unwrap(), Requeued::Restart);
+    assert_eq!(
+        requeued("[controller.central]\nrequeued = \"resume\"\n").unwrap(),
+        Requeued::Resume
+    );
+    let e = requeued("[controller.central]\nrequeued = \"checkpoint\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("t.toml:3:") && e.contains("checkpoint") && e.contains("restart"),
+        "{e}"
+    );
+}
+
+#[test]
 fn an_unknown_gpu_model_is_named_with_key_and_line() {
     let e = resolve("version = 1\n[gpu]\nmodels = [\"a100-40gb\",\n  \"v100\"]\n")
         .unwrap_err()

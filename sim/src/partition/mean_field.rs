@@ -39,6 +39,7 @@ pub fn scenario_metadata(
         semantics: sc.scenario.repartition.semantics,
         draw: smartmig_policy::Draw::Sample,
         guard: None,
+        requeued: sc.scenario.repartition.requeued,
     }
 }
 
