@@ -377,13 +377,23 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
 /// in c1) and runs one preempt-mode cycle towards c5 for node 0's GPU 0 and node 1, c2 for
 /// node 0's GPU 1; returns the agents' GPUs and the cycle's output.
 fn preempt_cycle(c: &mut Cluster, busy: &[(u32, &str)], central: &str) -> (Simulated, Simulated, String) {
+    preempt_cycle_to(c, busy, "\"c5\", \"c2\", \"c5\"", central)
+}
+
+/// [`preempt_cycle`] towards `layout` (node 0's GPUs, then node 1's).
+fn preempt_cycle_to(
+    c: &mut Cluster,
+    busy: &[(u32, &str)],
+    layout: &'static str,
+    central: &str,
+) -> (Simulated, Simulated, String) {
     let s0 = start_agent(c, 0, &[C2, C2], &[]);
     for (gpu, inst) in busy {
         s0.mark_busy(*gpu, inst).unwrap();
     }
     let s1 = start_agent(c, 1, &[C1], &[]);
     common::wait_announced(c);
-    let policy = Policy::Static("\"c5\", \"c2\", \"c5\"");
+    let policy = Policy::Static(layout);
     let config = common::central_config_with(c, &policy, "run/snapshot.json", central);
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
@@ -507,36 +517,96 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
 fn preempt_mode_with_a_run_time_limit_leaves_a_job_that_ran_longer_on_its_device() {
     skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());
-    let n0 = c.nodes[0].clone();
     // A requeueable job on GPU 0's 3g.20gb@4 (IDX 0), older than the limit (20 s) when
     // the cycle runs. GPU 0 to c5 would put a new 3g.20gb@0 at its index: without the
     // limit the job is requeued (the test above); with it the GPU waits.
+    let job = old_job(&c, "3g.20gb", 0, 20);
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4")], "requeue_max_run_s = 20\n");
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    let why = node0_decision(&c, 0);
+    assert!(
+        why.starts_with("skip: the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0")
+            && why.ends_with(&format!("(job {job} ran longer than requeue_max_run_s = 20 s)")),
+        "{why}"
+    );
+    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
+    assert_eq!(common::sim_layout(&s1), C5);
+    assert_never_requeued(&c, job);
+    assert_eq!(idx(&c, job), 0);
+    common::assert_consistent(&c, &[&s0, &s1], &[job]);
+}
+
+/// A requeueable job on a `ty` of node 0, checked at Slurm device index `idx_expected`,
+/// once it has run longer than `limit_s`.
+fn old_job(c: &Cluster, ty: &str, idx_expected: usize, limit_s: u64) -> u32 {
+    let n0 = c.nodes[0].clone();
     let (job, _) = c
         .sbatch(&[
             "-w",
             &n0,
-            "--gres=gpu:3g.20gb:1",
+            &format!("--gres=gpu:{ty}:1"),
             "--requeue",
             "--wrap",
             "sleep 600",
         ])
         .unwrap();
     c.wait_job(job, &["RUNNING"], Duration::from_secs(20));
-    assert_eq!(idx(&c, job), 0);
-    std::thread::sleep(Duration::from_secs(22));
-    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4")], "requeue_max_run_s = 20\n");
-    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(idx(c, job), idx_expected);
+    std::thread::sleep(Duration::from_secs(limit_s + 2));
+    job
+}
+
+/// The central role's decision for node 0's GPU `gpu` in its status file.
+fn node0_decision(c: &Cluster, gpu: u32) -> String {
     let status = Status::read(&c.dir.join("central")).unwrap();
-    let why = status
+    let name = format!("{}/{gpu}", c.nodes[0]);
+    status
         .decisions
         .iter()
-        .find(|d| d.gpu == format!("{n0}/0"))
+        .find(|d| d.gpu == name)
         .map(|d| d.action.clone())
-        .unwrap_or_default();
-    assert!(
-        why.starts_with("skip: the job on 3g.20gb@4 of GPU 0 holds Slurm device index 0")
-            && why.ends_with(&format!("(job {job} ran longer than requeue_max_run_s = 20 s)")),
-        "{why}"
+        .unwrap_or_else(|| panic!("no decision for {name}: {status:?}"))
+}
+
+#[test]
+fn preempt_mode_with_a_run_time_limit_does_not_destroy_the_instance_of_a_job_that_ran_longer() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    // GPU 0's 4g.20gb@0 (IDX 2), which GPU 0 to c5 destroys; the limit is 20 s.
+    let job = old_job(&c, "4g.20gb", 2, 20);
+    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "4g.20gb@0")], "requeue_max_run_s = 20\n");
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(
+        node0_decision(&c, 0),
+        format!("skip: busy 4g.20gb@0 (job {job} ran longer than requeue_max_run_s = 20 s)")
+    );
+    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
+    assert_eq!(common::sim_layout(&s1), C5);
+    assert_never_requeued(&c, job);
+    assert_eq!(idx(&c, job), 2);
+    common::assert_consistent(&c, &[&s0, &s1], &[job]);
+}
+
+#[test]
+fn preempt_mode_with_a_run_time_limit_keeps_the_gpu_count_of_a_node_whose_job_ran_longer() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    // GPU 0's 3g.20gb@4 (IDX 0), on no GPU that changes; GPU 1 c2 → c6 takes the node
+    // from 4 to 5 devices, and Slurm would requeue every job of a node whose count changes.
+    let job = old_job(&c, "3g.20gb", 0, 20);
+    let (s0, s1, out) = preempt_cycle_to(
+        &mut c,
+        &[(0, "3g.20gb@4")],
+        "\"c2\", \"c6\", \"c5\"",
+        "requeue_max_run_s = 20\n",
+    );
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(
+        node0_decision(&c, 1),
+        format!(
+            "skip: the node's GPU count would change under running jobs \
+             (job {job} ran longer than requeue_max_run_s = 20 s)"
+        )
     );
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
     assert_eq!(common::sim_layout(&s1), C5);
