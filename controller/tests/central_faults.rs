@@ -52,7 +52,7 @@ use slurm::{Cluster, Options};
 use smartmig_core::config::Config;
 use smartmig_core::config::Mode;
 use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
-use smartmigd::central::decide::policy_path;
+use smartmigd::central::decide::{policy_path, write_preferring};
 use smartmigd::central::status::Status;
 
 /// The restart path's own faults (a failing restart, slurmctld silent after it, slurmd
@@ -569,7 +569,7 @@ fn slurmctld_restarted_by_someone_else_mid_batch_delays_it_but_it_completes() {
 }
 
 #[test]
-fn a_policy_file_replaced_by_a_corrupt_one_keeps_every_layout_and_says_why() {
+fn a_corrupt_policy_file_keeps_every_layout_and_one_whose_guard_failed_falls_back_to_the_static_layout() {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
     let s1 = start_agent(&mut c, 1, &[C1], &[]);
@@ -611,6 +611,27 @@ fn a_policy_file_replaced_by_a_corrupt_one_keeps_every_layout_and_says_why() {
         "{out}"
     );
     assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+
+    // A readable file whose deployment guard failed: the GPUs take the static layout
+    // (c2), as `smartmig compare` deploys static-best then; idle node 1 changes.
+    write_preferring(
+        &resolved,
+        0,
+        Mode::Drain,
+        4,
+        Some("failed: -2.0% ± 0.5% over static-best"),
+    )
+    .unwrap();
+    let out = run_central(&c, &config, &[]);
+    let source = status(&c).sources["a100-40gb"].clone();
+    assert!(
+        source.starts_with("static (fallback: ")
+            && source.contains("a100-40gb-drain.onnx: its deployment guard failed: -2.0%"),
+        "{source}"
+    );
+    assert!(!out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(sim_layout(&s1), C2);
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
 

@@ -35,7 +35,7 @@ pub enum Source {
     },
     /// The static or periodic layout of the config.
     Fixed {
-        /// `static` or `periodic`.
+        /// `static`, `periodic`, or `static (fallback: why)` for a refused policy file.
         why: String,
     },
     /// The learned policy cannot be used: every GPU keeps its layout.
@@ -305,6 +305,11 @@ impl Decider {
                         }
                     }
                 }
+                // Its own file says it must not run here: the deployed behaviour is the
+                // static layout, as `smartmig compare`'s guard deploys static-best.
+                (PolicyKind::MeanField, Err(e @ Unusable::Refused { .. }), _) => {
+                    fixed(format!("static (fallback: {e})"), &rm.static_layout, &mut targets)
+                }
                 (PolicyKind::MeanField, Err(e), _) => Source::Kept { why: e.to_string() },
                 (PolicyKind::MeanField, Ok(_), None) => Source::None,
             };
@@ -461,15 +466,17 @@ fn periodic_layout(resolved: &Resolved, m: usize, minute_of_day: f64) -> Vec<usi
 
 /// Writes a policy file for `model` that moves every GPU to configuration `to` with
 /// probability ≈ 1 (one linear layer: zero weights, a bias of 20 on column `to` of
-/// every row). For trials and tests that need a known decision through the real ONNX
-/// path.
+/// every row), with the deployment guard's verdict `guard`. For trials and tests that
+/// need a known decision through the real ONNX path.
 pub fn write_preferring(
     resolved: &Resolved,
     model: usize,
     mode: Mode,
     to: usize,
+    guard: Option<&str>,
 ) -> Result<PathBuf, smartmig_policy::WriteError> {
-    let meta = expected_metadata(resolved, model, mode);
+    let mut meta = expected_metadata(resolved, model, mode);
+    meta.guard = guard.map(str::to_string);
     let path = policy_path(resolved, model, mode);
     smartmig_policy::onnx_writer::write(&path, &preferring(&meta, &[to]), &meta)?;
     Ok(path)
@@ -606,7 +613,7 @@ mod tests {
         let site = |requeued: &str| {
             let text = format!(
                 "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\n\
-                 static_layout = [\"c2\"]\n[controller]\nmode = \"preempt\"\n\
+                 static_layout = [\"c1\"]\n[controller]\nmode = \"preempt\"\n\
                  [controller.central]\n{requeued}",
                 d.display()
             );
@@ -637,12 +644,13 @@ mod tests {
             .unwrap_or_default();
         assert!(why.contains("validated where requeued jobs resume"), "{why}");
         assert!(why.contains(&path.display().to_string()), "{why}");
-        // The GPUs keep their layouts, and the decision says why.
+        // The GPUs go to the static layout (c1; they are in c2), and the decision says why.
         let mut decider = decider;
         let decision = decider.decide(&restart, &view(&restart), 0.0);
-        assert_eq!(decision.targets, vec![None; 3]);
+        assert_eq!(decision.targets, vec![c("c1"); 3]);
         assert!(
-            matches!(&decision.sources[0], Source::Kept { why } if why.contains("requeued = \"restart\"")),
+            matches!(&decision.sources[0], Source::Fixed { why }
+                if why.starts_with("static (fallback: ") && why.contains("requeued = \"restart\"")),
             "{:?}",
             decision.sources
         );

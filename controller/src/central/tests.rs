@@ -733,7 +733,7 @@ fn an_onnx_policy_decides_through_onnx_runtime() {
     let dir = temp("onnx");
     let policy = format!("kind = \"mean-field\"\nmodels_dir = \"{}\"", dir.display());
     let r = resolved(&dir, &policy);
-    decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    decide::write_preferring(&r, 0, Mode::Drain, 4, None).unwrap();
     let mut c = central(r, cluster(), Mode::Drain, Recorder::default());
     let rep = once(&mut c);
     let src = &c.status.sources["a100-40gb"];
@@ -754,7 +754,7 @@ fn a_policy_file_replaced_or_broken_while_running_is_reloaded_and_a_broken_one_k
     let dir = temp("reload");
     let policy = format!("kind = \"mean-field\"\nmodels_dir = \"{}\"", dir.display());
     let r = resolved(&dir, &policy);
-    let path = decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    let path = decide::write_preferring(&r, 0, Mode::Drain, 4, None).unwrap();
     let mut s = cluster();
     s.jobs.clear();
     let mut c = central(r, s, Mode::DryRun, Recorder::default());
@@ -774,7 +774,7 @@ fn a_policy_file_replaced_or_broken_while_running_is_reloaded_and_a_broken_one_k
     );
     assert_eq!(rep.changed, 0);
     let r = resolved(&dir, &policy);
-    decide::write_preferring(&r, 0, Mode::Drain, 4).unwrap();
+    decide::write_preferring(&r, 0, Mode::Drain, 4, None).unwrap();
     c.cycle();
     assert!(
         c.status.sources["a100-40gb"].starts_with("onnx "),

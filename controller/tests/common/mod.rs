@@ -288,7 +288,7 @@ pub fn central_config_with(c: &Cluster, policy: &Policy, snapshot: &str, central
     if let Policy::Onnx { prefer, .. } = policy {
         std::fs::create_dir_all(c.dir.join("policy")).unwrap();
         let resolved = Config::from_file(&path).unwrap().resolve(None).unwrap();
-        write_preferring(&resolved, 0, Mode::Drain, *prefer).unwrap();
+        write_preferring(&resolved, 0, Mode::Drain, *prefer, None).unwrap();
     }
     path
 }

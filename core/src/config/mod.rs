@@ -164,8 +164,9 @@ pub struct PolicyConfig {
     /// Change a GPU's configuration only if the chosen one is this much more likely than staying.
     #[serde(default, deserialize_with = "non_negative")]
     pub stay_threshold: f64,
-    /// Static layout, and fallback for the learned policy: layouts (configuration names or
-    /// instance lists) cycled over each model's GPUs, each model taking the entries that fit it.
+    /// Static layout, and fallback for a learned policy its file refuses: layouts
+    /// (configuration names or instance lists) cycled over each model's GPUs, each model
+    /// taking the entries that fit it.
     #[serde(default = "default_static")]
     pub static_layout: Vec<Spanned<String>>,
     /// Periodic schedule: layouts by time of day.
