@@ -650,7 +650,7 @@ fn check_onnx(r: &Resolved) -> Finding {
             Ok(meta) => meta,
             Err(e) => return Finding::bad("onnx", Status::Fail, format!("{}: {e}", path.display()), fix),
         };
-        // What smartmigd refuses to run (its GPUs then keep their layouts).
+        // What smartmigd refuses to run (its GPUs then take the static layout).
         if let Some(why) = meta.refusal(r.config.controller.central.requeued) {
             return Finding::bad(
                 "onnx",
