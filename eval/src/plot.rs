@@ -115,8 +115,18 @@ fn line_chart<'a>(
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..x_max, y0..hi + pad)
         .map_err(|x| e(x.to_string()))?;
+    // The x axis counts iterations: whole numbers only.
+    let whole = |x: &f64| {
+        if (x - x.round()).abs() < 1e-9 {
+            format!("{x:.0}")
+        } else {
+            String::new()
+        }
+    };
     chart
         .configure_mesh()
+        .x_labels((x_max as usize + 1).min(12))
+        .x_label_formatter(&whole)
         .x_desc(axes.0)
         .y_desc(axes.1)
         .draw()
@@ -727,6 +737,10 @@ mod tests {
         });
         assert!(text.contains("training days") && text.contains("validation days"));
         assert!(text.contains("static-best"));
+        // Iterations are whole: ticks 0, 1, 2 and no 0.5 or 1.5 between them.
+        let label = |v: &str| text.contains(&format!("\n{v}\n</text>"));
+        assert!(label("1") && label("2"), "{text}");
+        assert!(!label("0.5") && !label("1.5"), "{text}");
     }
 
     #[test]
