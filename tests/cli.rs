@@ -967,6 +967,39 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
         cfg.contains("[[policy.periodic]]") && cfg.contains("padding = true"),
         "{cfg}"
     );
+    // A preempt site whose jobs start over when requeued (smartmigd's default): the
+    // search runs where they do.
+    let preempt = dir.join("preempt.toml");
+    std::fs::write(&preempt, "version = 1\n[controller]\nmode = \"preempt\"\n").unwrap();
+    let o = tune(&preempt, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("repartition.requeued=\"restart\""),
+        "{}",
+        stderr(&o)
+    );
+    // Without a smartmig.toml, the printed schedule says which rules it was searched under.
+    let o = smartmig(&[
+        "tune-periodic",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--blocks",
+        "2",
+        "--passes",
+        "1",
+        "--validation-seeds",
+        "2",
+        "--eval-seeds",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("searched under this scenario's rules (preempt, requeued jobs resume)"),
+        "{}",
+        stdout(&o)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
