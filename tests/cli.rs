@@ -887,8 +887,8 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     std::fs::write(&scenario, text).unwrap();
     let conf = dir.join("smartmig.toml");
     std::fs::write(&conf, "version = 1\n# site\n[policy]\nkind = \"periodic\"\n").unwrap();
-    // A small search, writing its schedule into smartmig.toml `conf`.
-    let tune = |conf: &std::path::Path, extra: &[&str]| {
+    // A small search, writing its schedule into smartmig.toml `conf` when there is one.
+    let search = |conf: Option<&std::path::Path>, extra: &[&str]| {
         let mut args = vec![
             "tune-periodic",
             "--scenario",
@@ -903,12 +903,14 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
             "2",
             "--eval-seeds",
             "2",
-            "--smartmig-toml",
-            conf.to_str().unwrap(),
         ];
+        if let Some(conf) = conf {
+            args.extend(["--smartmig-toml", conf.to_str().unwrap()]);
+        }
         args.extend_from_slice(extra);
         smartmig(&args)
     };
+    let tune = |conf: &std::path::Path, extra: &[&str]| search(Some(conf), extra);
     let o = tune(&conf, &["--write"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -979,21 +981,7 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
         stderr(&o)
     );
     // Without a smartmig.toml, the printed schedule says which rules it was searched under.
-    let o = smartmig(&[
-        "tune-periodic",
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--seeds",
-        "2",
-        "--blocks",
-        "2",
-        "--passes",
-        "1",
-        "--validation-seeds",
-        "2",
-        "--eval-seeds",
-        "2",
-    ]);
+    let o = search(None, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("searched under this scenario's rules (preempt, requeued jobs resume)"),
