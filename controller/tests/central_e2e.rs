@@ -529,11 +529,7 @@ fn preempt_mode_with_a_run_time_limit_leaves_a_job_that_ran_longer_on_its_device
             && why.ends_with(&format!("(job {job} ran longer than requeue_max_run_s = 20 s)")),
         "{why}"
     );
-    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
-    assert_eq!(common::sim_layout(&s1), C5);
-    assert_never_requeued(&c, job);
-    assert_eq!(idx(&c, job), 0);
-    common::assert_consistent(&c, &[&s0, &s1], &[job]);
+    assert_old_job_kept(&c, &s0, &s1, job, 0);
 }
 
 /// A requeueable job on a `ty` of node 0, checked at Slurm device index `idx_expected`,
@@ -554,6 +550,16 @@ fn old_job(c: &Cluster, ty: &str, idx_expected: usize, limit_s: u64) -> u32 {
     assert_eq!(idx(c, job), idx_expected);
     std::thread::sleep(Duration::from_secs(limit_s + 2));
     job
+}
+
+/// After a preempt cycle that held `job` (past `requeue_max_run_s`): node 0 unchanged,
+/// node 1 changed, the job never requeued and still at Slurm device index `idx_expected`.
+fn assert_old_job_kept(c: &Cluster, s0: &Simulated, s1: &Simulated, job: u32, idx_expected: usize) {
+    assert_eq!(common::sim_layout(s0), format!("{C2} | {C2}"));
+    assert_eq!(common::sim_layout(s1), C5);
+    assert_never_requeued(c, job);
+    assert_eq!(idx(c, job), idx_expected);
+    common::assert_consistent(c, &[s0, s1], &[job]);
 }
 
 /// The central role's decision for node 0's GPU `gpu` in its status file.
@@ -580,11 +586,7 @@ fn preempt_mode_with_a_run_time_limit_does_not_destroy_the_instance_of_a_job_tha
         node0_decision(&c, 0),
         format!("skip: busy 4g.20gb@0 (job {job} ran longer than requeue_max_run_s = 20 s)")
     );
-    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
-    assert_eq!(common::sim_layout(&s1), C5);
-    assert_never_requeued(&c, job);
-    assert_eq!(idx(&c, job), 2);
-    common::assert_consistent(&c, &[&s0, &s1], &[job]);
+    assert_old_job_kept(&c, &s0, &s1, job, 2);
 }
 
 #[test]
@@ -608,11 +610,7 @@ fn preempt_mode_with_a_run_time_limit_keeps_the_gpu_count_of_a_node_whose_job_ra
              (job {job} ran longer than requeue_max_run_s = 20 s)"
         )
     );
-    assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
-    assert_eq!(common::sim_layout(&s1), C5);
-    assert_never_requeued(&c, job);
-    assert_eq!(idx(&c, job), 0);
-    common::assert_consistent(&c, &[&s0, &s1], &[job]);
+    assert_old_job_kept(&c, &s0, &s1, job, 0);
 }
 
 #[test]
