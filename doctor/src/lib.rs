@@ -853,21 +853,15 @@ mod tests {
             let m = &r.models[0];
             let k = m.configurations.len();
             let meta = smartmig_policy::PolicyMetadata {
-                contract_version: smartmig_policy::contract::CONTRACT_VERSION,
-                gpu_model: m.model.key.clone(),
-                configurations: m.configurations.iter().map(|c| c.name.clone()).collect(),
-                feature_layout: smartmig_policy::features::layout(k),
-                decision: smartmig_policy::contract::DecisionInterval {
-                    events: 5,
-                    seconds: 0.0,
-                },
-                top_k: 3,
                 training_scenario: "paper".into(),
                 training_seed: 1,
-                semantics: smartmig_policy::Semantics::Preempt,
-                draw: smartmig_policy::Draw::Sample,
                 guard: Some("passed: +7.4% ± 0.8%".into()),
-                requeued: smartmig_policy::Requeued::Resume,
+                ..smartmig_policy::PolicyMetadata::new(
+                    m.model.key.clone(),
+                    m.configurations.iter().map(|c| c.name.clone()).collect(),
+                    smartmig_policy::Semantics::Preempt,
+                    smartmig_policy::Requeued::Resume,
+                )
             };
             let dim = meta.input_dim();
             let net = smartmig_policy::PolicyNetwork {

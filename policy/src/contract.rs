@@ -375,6 +375,34 @@ pub enum ContractError {
 }
 
 impl PolicyMetadata {
+    /// Metadata for a policy over `configurations` of `gpu_model` under this build's
+    /// contract: smartmig's feature layout, the paper's cadence (every 5 events, top-3),
+    /// sampled draws, no guard verdict; other fields by struct update.
+    pub fn new(
+        gpu_model: impl Into<String>,
+        configurations: Vec<String>,
+        semantics: Semantics,
+        requeued: Requeued,
+    ) -> PolicyMetadata {
+        PolicyMetadata {
+            contract_version: CONTRACT_VERSION,
+            gpu_model: gpu_model.into(),
+            feature_layout: crate::features::layout(configurations.len()),
+            configurations,
+            decision: DecisionInterval {
+                events: 5,
+                seconds: 0.0,
+            },
+            top_k: 3,
+            training_scenario: String::new(),
+            training_seed: 0,
+            semantics,
+            draw: Draw::Sample,
+            guard: None,
+            requeued,
+        }
+    }
+
     /// Number of configurations K.
     pub fn k(&self) -> usize {
         self.configurations.len()

@@ -12,8 +12,8 @@ use smartmig_core::mig::{resolve_configurations, Catalogue, Driver};
 
 use super::{print_json, table, CliError, CliResult, Format};
 use smartmig_policy::{
-    onnx_writer, provision, Activation, DecisionInterval, FeatureLayout, OnnxRuntime, PolicyMetadata,
-    PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, TransitionTable, CONTRACT_VERSION,
+    onnx_writer, provision, Activation, FeatureLayout, OnnxRuntime, PolicyMetadata, PolicyNetwork,
+    PolicyRuntime, SamplingConfig, Semantics, TransitionTable,
 };
 
 /// Policy commands.
@@ -138,21 +138,14 @@ fn paper_metadata(gpu: &str, scenario: &str, seed: u64) -> Result<PolicyMetadata
         .map(|c| c.name)
         .collect();
     Ok(PolicyMetadata {
-        contract_version: CONTRACT_VERSION,
-        gpu_model: model.key.clone(),
-        feature_layout: smartmig_sim::features::layout(configurations.len()),
-        configurations,
-        decision: DecisionInterval {
-            events: 5,
-            seconds: 0.0,
-        },
-        top_k: 3,
         training_scenario: scenario.into(),
         training_seed: seed,
-        semantics: Semantics::Preempt,
-        draw: smartmig_policy::Draw::Sample,
-        guard: None,
-        requeued: smartmig_policy::Requeued::Resume,
+        ..PolicyMetadata::new(
+            model.key.clone(),
+            configurations,
+            Semantics::Preempt,
+            smartmig_policy::Requeued::Resume,
+        )
     })
 }
 

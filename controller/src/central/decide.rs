@@ -10,7 +10,6 @@ use rand_chacha::ChaCha8Rng;
 use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved, ResolvedModel};
 use smartmig_core::mig::assign_mix;
 use smartmig_core::routing::{parse_hints, JobClass, SIZES};
-use smartmig_policy::contract::CONTRACT_VERSION;
 use smartmig_policy::features::{layout as feature_layout, FeatureTracker};
 use smartmig_policy::job::Job;
 use smartmig_policy::{
@@ -120,21 +119,17 @@ pub fn expected_metadata(resolved: &Resolved, model: usize, mode: Mode) -> Polic
     let m = &resolved.models[model];
     let p = &resolved.config.policy;
     PolicyMetadata {
-        contract_version: CONTRACT_VERSION,
-        gpu_model: m.model.key.clone(),
-        configurations: m.configurations.iter().map(|c| c.name.clone()).collect(),
-        feature_layout: feature_layout(m.configurations.len()),
         decision: DecisionInterval {
             events: p.decision_events,
             seconds: p.decision_interval_s,
         },
         top_k: p.top_k,
-        training_scenario: String::new(),
-        training_seed: 0,
-        semantics: mode_semantics(mode),
-        draw: smartmig_policy::Draw::Sample,
-        guard: None,
-        requeued: resolved.config.controller.central.requeued,
+        ..PolicyMetadata::new(
+            m.model.key.clone(),
+            m.configurations.iter().map(|c| c.name.clone()).collect(),
+            mode_semantics(mode),
+            resolved.config.controller.central.requeued,
+        )
     }
 }
 

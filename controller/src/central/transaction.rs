@@ -306,7 +306,7 @@ impl Central {
                     // The view predates the drain: a job may have started in between.
                     return;
                 }
-                match self.busy_now(view, node, &t, preempting) {
+                match self.busy_now(view, node, &t, !preempt_mode) {
                     Some(busy) if !preempt_mode || waited > self.report_timeout_s() => {
                         let outcome = format!("skip: became busy before the drain ({busy})");
                         report.skipped_busy += t.targets.len();
@@ -493,9 +493,10 @@ impl Central {
     }
 
     /// Why `t`'s plans cannot run now: busy instances they destroy, busy devices whose
-    /// Slurm index they would move, GPUs changed, and unless `preempting` a GPU count
-    /// change under running jobs (None: none).
-    fn busy_now(&self, view: &View, node: &str, t: &NodeTxn, preempting: bool) -> Option<String> {
+    /// Slurm index they would move, GPUs changed, and with `check_count` a GPU count
+    /// change under running jobs (None: none). Preempt mode checks the count before it
+    /// requeues, so only drain mode asks for it here.
+    fn busy_now(&self, view: &View, node: &str, t: &NodeTxn, check_count: bool) -> Option<String> {
         let mut out = Vec::new();
         match self.moved_now(view, node, t) {
             Ok(moved) => out.extend(moved.iter().map(Moved::to_string)),
@@ -513,7 +514,7 @@ impl Central {
                 }
             }
         }
-        if !preempting && self.count_changes_now(view, node, t) {
+        if check_count && self.count_changes_now(view, node, t) {
             out.push("the node's GPU count would change under running jobs".into());
         }
         (!out.is_empty()).then(|| out.join(", "))

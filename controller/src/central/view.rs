@@ -256,6 +256,13 @@ pub fn instance_types(model: &GpuModel, layout: &Layout) -> Vec<String> {
         .collect()
 }
 
+/// The job ids `by_node` holds for `node`, removed from it and sorted.
+fn take_sorted(by_node: &mut HashMap<&str, Vec<u32>>, node: &str) -> Vec<u32> {
+    let mut ids = by_node.remove(node).unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
 impl View {
     /// Builds the view from Slurm's nodes and jobs; nodes without a readable report from
     /// a smartmig agent are not managed (listed in `problems` when they carry a broken one).
@@ -331,21 +338,9 @@ impl View {
                 report: parsed.report.clone(),
                 generation,
                 gpus: (start..view.gpus.len()).collect(),
-                unrequeueable: {
-                    let mut ids = unrequeueable.remove(name.as_str()).unwrap_or_default();
-                    ids.sort_unstable();
-                    ids
-                },
-                long_running: {
-                    let mut ids = long_running.remove(name.as_str()).unwrap_or_default();
-                    ids.sort_unstable();
-                    ids
-                },
-                running: {
-                    let mut ids = running_on.remove(name.as_str()).unwrap_or_default();
-                    ids.sort_unstable();
-                    ids
-                },
+                unrequeueable: take_sorted(&mut unrequeueable, &name),
+                long_running: take_sorted(&mut long_running, &name),
+                running: take_sorted(&mut running_on, &name),
                 slurm: node,
             });
             cache.nodes.insert(name, parsed);

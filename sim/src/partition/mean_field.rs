@@ -6,7 +6,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{DecisionView, Repartitioner};
 use crate::scenario::ResolvedScenario;
-use smartmig_policy::contract::{DecisionInterval, CONTRACT_VERSION};
+use smartmig_policy::contract::DecisionInterval;
 use smartmig_policy::{
     Draw, FeatureLayout, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable,
 };
@@ -25,10 +25,6 @@ pub fn scenario_metadata(
 ) -> PolicyMetadata {
     let cm = &sc.models[model];
     PolicyMetadata {
-        contract_version: CONTRACT_VERSION,
-        gpu_model: cm.model.key.clone(),
-        configurations: cm.configurations.iter().map(|c| c.name.clone()).collect(),
-        feature_layout: crate::features::layout(cm.configurations.len()),
         decision: DecisionInterval {
             events: every_events,
             seconds: 0.0,
@@ -36,10 +32,12 @@ pub fn scenario_metadata(
         top_k,
         training_scenario: sc.scenario.name.clone(),
         training_seed: seed,
-        semantics: sc.scenario.repartition.semantics,
-        draw: smartmig_policy::Draw::Sample,
-        guard: None,
-        requeued: sc.scenario.repartition.requeued,
+        ..PolicyMetadata::new(
+            cm.model.key.clone(),
+            cm.configurations.iter().map(|c| c.name.clone()).collect(),
+            sc.scenario.repartition.semantics,
+            sc.scenario.repartition.requeued,
+        )
     }
 }
 
