@@ -927,6 +927,11 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
         toml.contains("[[policy.periodic]]") && toml.contains("# site"),
         "{toml}"
     );
+    // A dry-run file: the rules recorded are the scenario's mode and requeued jobs.
+    assert!(
+        toml.contains("periodic_tuned_under = \"mode = preempt, padding = false, requeued = resume,"),
+        "{toml}"
+    );
     // The written schedule runs: simulate --policy periodic-best reads it back.
     let v = json(&smartmig(&[
         "simulate",
@@ -966,7 +971,10 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     assert!(stdout(&o).contains("drain semantics"), "{}", stdout(&o));
     let cfg = std::fs::read_to_string(&drain).unwrap();
     assert!(
-        cfg.contains("[[policy.periodic]]") && cfg.contains("padding = true"),
+        cfg.contains("[[policy.periodic]]")
+            && cfg.contains(
+                "periodic_tuned_under = \"mode = drain, padding = true, min_relayout_interval_s = "
+            ),
         "{cfg}"
     );
     // A preempt site whose jobs start over when requeued (smartmigd's default): the

@@ -577,6 +577,16 @@ fn service_runtime(configured: Option<&Path>) -> Result<PathBuf, String> {
 }
 
 fn check_onnx(r: &Resolved) -> Finding {
+    if r.config.policy.kind == PolicyKind::Periodic {
+        if let Some(why) = smartmig_core::config::periodic_mismatch(&r.config) {
+            return Finding::bad(
+                "onnx",
+                Status::Warn,
+                format!("policy.kind is periodic, but smartmigd runs policy.static_layout instead: {why}"),
+                "run `smartmig tune-periodic --smartmig-toml /etc/smartmig/smartmig.toml` (it searches under the file's rules and writes the schedule there), or delete policy.periodic_tuned_under to run the schedule as written",
+            );
+        }
+    }
     if r.config.policy.kind != PolicyKind::MeanField {
         return Finding::bad(
             "onnx",
@@ -886,6 +896,34 @@ mod tests {
         );
         let f = check("requeued = \"resume\"\n");
         assert_eq!(f.status, Status::Ok, "{}", f.message);
+    }
+
+    #[test]
+    fn a_periodic_schedule_searched_under_other_rules_is_a_warning_naming_both() {
+        let check = |central: &str| {
+            let text = format!(
+                "version = 1\n[policy]\nkind = \"periodic\"\n\
+                 periodic_tuned_under = \"mode = drain, padding = false, min_relayout_interval_s = 600, persist_cycles = 2, max_nodes_per_batch = 4\"\n\
+                 [[policy.periodic]]\nat = \"00:00\"\nlayout = [\"c1\"]\n\
+                 [controller]\nmode = \"drain\"\n[controller.central]\n{central}"
+            );
+            let r = smartmig_core::config::Config::parse(&text, "smartmig.toml")
+                .unwrap()
+                .resolve(None)
+                .unwrap();
+            check_onnx(&r)
+        };
+        let f = check("min_relayout_interval_s = 600\npersist_cycles = 2\nmax_nodes_per_batch = 4\n");
+        assert_eq!(f.status, Status::Skip, "{}", f.message);
+        let f = check(
+            "min_relayout_interval_s = 600\npersist_cycles = 2\nmax_nodes_per_batch = 4\npadding = true\n",
+        );
+        assert_eq!(f.status, Status::Warn, "{}", f.message);
+        assert!(
+            f.message.contains("padding = false") && f.message.contains("padding = true"),
+            "{}",
+            f.message
+        );
     }
 
     /// Issue 17: the onnx check found ONNX Runtime in root's ~/.cache, which the central

@@ -2,7 +2,7 @@
 //! site's smartmig.toml, so that a schedule or policy is searched and judged for what the
 //! daemon will do (docs/evaluation.md, "Searching layouts and schedules").
 
-use smartmig_core::config::{Config, Mode};
+use smartmig_core::config::{Config, Mode, RelayoutRules};
 use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, Semantics};
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
@@ -63,6 +63,24 @@ pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
     sets
 }
 
+/// The rules a search under scenario `r` assumed, in smartmigd's terms: what `tune-periodic
+/// --smartmig-toml` records beside the schedule for the daemon to check (after
+/// [`daemon_limits`] they are the file's, with a dry run's semantics the scenario's).
+pub fn searched_rules(r: &RepartitionSpec) -> RelayoutRules {
+    RelayoutRules {
+        mode: match r.semantics {
+            Semantics::Drain => Mode::Drain,
+            Semantics::Preempt => Mode::Preempt,
+        },
+        padding: r.index_rule == IndexRule::Padded,
+        requeued: r.requeued,
+        requeue_max_run_s: r.requeue_max_run_s,
+        min_relayout_interval_s: r.min_relayout_interval_s,
+        persist_cycles: r.persist_cycles,
+        max_nodes_per_batch: r.max_nodes_per_batch,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,9 +120,14 @@ mod tests {
                 "repartition.requeue_max_run_s=60",
             ]
         );
-        // Applied, the scenario agrees with the site's file.
+        // Applied, the scenario agrees with the site's file, and so do the rules recorded
+        // beside a schedule searched there.
         let tuned = smartmig_sim::scenario::Scenario::reference(&sets).unwrap();
         assert!(daemon_limits(&site, &tuned.scenario.repartition).is_empty());
+        assert_eq!(
+            searched_rules(&tuned.scenario.repartition).to_string(),
+            RelayoutRules::of(&site).unwrap().to_string()
+        );
         let held = smartmig_sim::scenario::Scenario::reference(&[
             "repartition.drain_hold=\"instances\"".into(),
             "repartition.node_rule=\"instances\"".into(),

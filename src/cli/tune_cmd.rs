@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
+use smartmig_core::config::RelayoutRules;
 use smartmig_eval::compare::{
     compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned,
     GUARD_STANDARD_ERRORS, PERIODIC_BEST, STATIC_BEST,
@@ -208,12 +209,14 @@ fn write_periodic_best(path: &Path, schedule: &[PeriodicSpec]) -> CliResult {
     })
 }
 
-/// Replaces `[[policy.periodic]]` in a smartmig.toml.
-fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec]) -> CliResult {
+/// Replaces `[[policy.periodic]]` in a smartmig.toml, with the rules it was searched under
+/// as `policy.periodic_tuned_under` (smartmigd runs the static layout while its own differ).
+fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec], rules: &RelayoutRules) -> CliResult {
     edit_toml(path, |doc| {
         if !doc.contains_table("policy") {
             doc["policy"] = toml_edit::table();
         }
+        doc["policy"]["periodic_tuned_under"] = toml_edit::value(rules.to_string());
         let mut tables = toml_edit::ArrayOfTables::new();
         for e in schedule {
             let mut t = toml_edit::Table::new();
@@ -339,7 +342,8 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         }
     }
     if let Some(path) = &a.scenario.smartmig_toml {
-        write_policy_periodic(path, &report.search.schedule)?;
+        let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
+        write_policy_periodic(path, &report.search.schedule, &rules)?;
     }
     match a.format {
         Format::Json => print_json(&report),
@@ -472,16 +476,19 @@ mod tests {
             .unwrap()
             .contains("# The paper's reference static layout"));
         let conf = dir.join("smartmig.toml");
-        std::fs::write(
-            &conf,
-            "version = 1\n# site comment\n[policy]\nkind = \"static\"\n",
-        )
-        .unwrap();
-        write_policy_periodic(&conf, &schedule).unwrap();
+        let site =
+            "version = 1\n# site comment\n[policy]\nkind = \"static\"\n[controller]\nmode = \"drain\"\n";
+        std::fs::write(&conf, site).unwrap();
+        let parse = |text: &str| smartmig_core::config::Config::parse(text, "smartmig.toml").unwrap();
+        let rules = RelayoutRules::of(&parse(site)).unwrap();
+        write_policy_periodic(&conf, &schedule, &rules).unwrap();
         let text = std::fs::read_to_string(&conf).unwrap();
-        let cfg = smartmig_core::config::Config::parse(&text, "smartmig.toml").unwrap();
+        let cfg = parse(&text);
         assert_eq!(cfg.policy.periodic.len(), 2);
         assert!(text.contains("# site comment"));
+        // The rules read back as written, and smartmigd under them runs the schedule.
+        assert_eq!(cfg.policy.periodic_tuned_under, Some(rules.to_string()));
+        assert_eq!(smartmig_core::config::periodic_mismatch(&cfg), None);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

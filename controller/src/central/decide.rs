@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use rand_chacha::ChaCha8Rng;
-use smartmig_core::config::{parse_time_of_day, Mode, PolicyKind, Resolved, ResolvedModel};
+use smartmig_core::config::{
+    parse_time_of_day, periodic_mismatch, Mode, PolicyKind, Resolved, ResolvedModel,
+};
 use smartmig_core::mig::assign_mix;
 use smartmig_core::routing::{parse_hints, JobClass, SIZES};
 use smartmig_policy::features::{layout as feature_layout, FeatureTracker};
@@ -164,6 +166,9 @@ impl Decider {
                 d.load(resolved, m);
             }
         }
+        if let Some(why) = periodic_mismatch(&resolved.config).filter(|_| p.kind == PolicyKind::Periodic) {
+            log::error!("periodic schedule refused; the GPUs get policy.static_layout: {why}");
+        }
         d
     }
 
@@ -220,6 +225,8 @@ impl Decider {
         } else {
             None
         };
+        let periodic_refused =
+            periodic_mismatch(&resolved.config).filter(|_| self.kind == PolicyKind::Periodic);
         for (m, rm) in resolved.models.iter().enumerate() {
             let gpus: Vec<usize> = (0..view.gpus.len())
                 .filter(|&g| view.gpus[g].model == m)
@@ -232,12 +239,21 @@ impl Decider {
             };
             let source = match (self.kind, &mut self.policies[m], &tracker) {
                 (PolicyKind::None, _, _) => Source::None,
-                (PolicyKind::Periodic, _, _) => {
-                    let layout = periodic_layout(resolved, m, minute_of_day);
-                    let source = fixed("periodic".into(), &layout, &mut targets);
-                    node_mixes(rm, view, &gpus, &mut targets);
-                    source
-                }
+                // Searched under other rules, the schedule may lose to the static layout
+                // it was measured against: that layout runs instead.
+                (PolicyKind::Periodic, _, _) => match &periodic_refused {
+                    Some(why) => fixed(
+                        format!("static (fallback: {why})"),
+                        &rm.static_layout,
+                        &mut targets,
+                    ),
+                    None => {
+                        let layout = periodic_layout(resolved, m, minute_of_day);
+                        let source = fixed("periodic".into(), &layout, &mut targets);
+                        node_mixes(rm, view, &gpus, &mut targets);
+                        source
+                    }
+                },
                 (PolicyKind::Static, _, _) => fixed("static".into(), &rm.static_layout, &mut targets),
                 (PolicyKind::MeanField, Ok(policy), Some(tracker)) => {
                     let counts = config_counts(view, m, rm.configurations.len());
@@ -554,6 +570,39 @@ mod tests {
         assert_eq!(morning, vec![c("c2"); 3]);
         let evening = decider.decide(&r, &view(&r), at(18.0)).targets;
         assert_eq!(evening, vec![c("c5"); 3]);
+    }
+
+    /// A schedule searched under other re-layout rules than the daemon's runs as the
+    /// static layout, and the decision names both rules; under the same rules it runs.
+    #[test]
+    fn a_periodic_schedule_searched_under_other_rules_runs_as_the_static_layout() {
+        let drain = "[controller]\nmode = \"drain\"\n";
+        let searched = smartmig_core::config::RelayoutRules::of(
+            &Config::parse(&format!("version = 1\n{drain}"), "t.toml").unwrap(),
+        )
+        .unwrap()
+        .to_string();
+        let resolved = |controller: &str| {
+            let text = format!(
+                "version = 1\n[policy]\nkind = \"periodic\"\nstatic_layout = [\"c1\"]\n\
+                 periodic_tuned_under = \"{searched}\"\n\
+                 [[policy.periodic]]\nat = \"00:00\"\nlayout = [\"c5\"]\n{controller}"
+            );
+            Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
+        };
+        let r = resolved(drain);
+        let c = |name: &str| r.models[0].configurations.iter().position(|c| c.name == name);
+        let same = Decider::new(&r, Mode::Drain, 1).decide(&r, &view(&r), 3_600.0);
+        assert_eq!(same.targets, vec![c("c5"); 3]);
+        let r = resolved("[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n");
+        let other = Decider::new(&r, Mode::Drain, 1).decide(&r, &view(&r), 3_600.0);
+        assert_eq!(other.targets, vec![c("c1"); 3]);
+        assert!(
+            matches!(&other.sources[0], Source::Fixed { why }
+                if why.starts_with("static (fallback: ") && why.contains("padding = false") && why.contains("padding = true")),
+            "{:?}",
+            other.sources
+        );
     }
 
     /// A periodic entry is each node's mix: the GPU the cycle names for a move but whose

@@ -5,6 +5,7 @@ mod controller;
 mod de;
 pub mod hostlist;
 pub mod node;
+mod rules;
 pub mod window;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ use crate::routing::RoutingConfig;
 
 pub use controller::{CentralConfig, RelayoutKind, Requeued};
 pub use de::{non_negative, positive, seconds, seconds_or_zero, MAX_SECONDS};
+pub use rules::{periodic_mismatch, RelayoutRules};
 
 /// The configuration format version this build reads.
 pub const CONFIG_VERSION: u32 = 1;
@@ -172,6 +174,10 @@ pub struct PolicyConfig {
     /// Periodic schedule: layouts by time of day.
     #[serde(default)]
     pub periodic: Vec<PeriodicEntry>,
+    /// The rules (`RelayoutRules`) `periodic` was searched under, written by `smartmig
+    /// tune-periodic`; while smartmigd's differ it runs `static_layout` instead.
+    #[serde(default)]
+    pub periodic_tuned_under: Option<String>,
 }
 
 /// One entry of a periodic schedule.
@@ -196,6 +202,7 @@ impl Default for PolicyConfig {
             stay_threshold: 0.0,
             static_layout: default_static(),
             periodic: Vec::new(),
+            periodic_tuned_under: None,
         }
     }
 }
