@@ -9,9 +9,18 @@ use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, Se
 /// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
 /// setting gives, its batch interval, hysteresis, batch size, run-time limit on requeues
 /// and what its requeued jobs keep (preempt mode), and Slurm's node rule with nothing held free (smartmigd holds no instance).
-/// Empty when they already agree.
-pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
+/// Empty when they already agree. An error when the scenario limits requeues by run time
+/// and `cfg` does not: no `--set` removes a limit, and the search would hold jobs that
+/// smartmigd requeues.
+pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Result<Vec<String>, String> {
     let central = &cfg.controller.central;
+    if let (None, Some(max)) = (central.requeue_max_run_s, r.requeue_max_run_s) {
+        return Err(format!(
+            "the scenario's [repartition] requeue_max_run_s = {max} has no counterpart in smartmigd's \
+             [controller.central] (it requeues jobs of any age there): set requeue_max_run_s there, \
+             or remove it from the scenario"
+        ));
+    }
     let mut sets = Vec::new();
     let semantics = match cfg.controller.mode {
         Mode::Drain => Some(Semantics::Drain),
@@ -60,7 +69,7 @@ pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Vec<String> {
     if cfg.controller.mode == Mode::Preempt && r.requeued != central.requeued {
         sets.push(format!("repartition.requeued=\"{}\"", central.requeued.as_str()));
     }
-    sets
+    Ok(sets)
 }
 
 /// The rules a search under scenario `r` assumed, in smartmigd's terms: what `tune-periodic
@@ -91,7 +100,7 @@ mod tests {
         let r = &sc.scenario.repartition;
         let cfg = |body: &str| Config::parse(&format!("version = 1\n{body}"), "smartmig.toml").unwrap();
         // The reference scenario's limits are smartmigd's defaults; a dry run keeps preempt.
-        assert!(daemon_limits(&cfg(""), r).is_empty());
+        assert_eq!(daemon_limits(&cfg(""), r), Ok(Vec::new()));
         let site = cfg(
             "[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n\
              min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n\
@@ -105,10 +114,11 @@ mod tests {
                 )),
                 r,
             )
+            .unwrap()
         };
         assert_eq!(preempt(""), ["repartition.requeued=\"restart\""]);
         assert!(preempt("requeued = \"resume\"\n").is_empty());
-        let sets = daemon_limits(&site, r);
+        let sets = daemon_limits(&site, r).unwrap();
         assert_eq!(
             sets,
             [
@@ -123,7 +133,7 @@ mod tests {
         // Applied, the scenario agrees with the site's file, and so do the rules recorded
         // beside a schedule searched there.
         let tuned = smartmig_sim::scenario::Scenario::reference(&sets).unwrap();
-        assert!(daemon_limits(&site, &tuned.scenario.repartition).is_empty());
+        assert_eq!(daemon_limits(&site, &tuned.scenario.repartition), Ok(Vec::new()));
         assert_eq!(
             searched_rules(&tuned.scenario.repartition).to_string(),
             RelayoutRules::of(&site).unwrap().to_string()
@@ -133,8 +143,17 @@ mod tests {
             "repartition.node_rule=\"instances\"".into(),
         ])
         .unwrap();
+        // A scenario that limits requeues by run time, for a daemon that does not.
+        let limited =
+            smartmig_sim::scenario::Scenario::reference(&["repartition.requeue_max_run_s=60".into()])
+                .unwrap();
+        let e = daemon_limits(&cfg(""), &limited.scenario.repartition).unwrap_err();
+        assert!(
+            e.contains("requeue_max_run_s = 60") && e.contains("[controller.central]"),
+            "{e}"
+        );
         assert_eq!(
-            daemon_limits(&cfg(""), &held.scenario.repartition),
+            daemon_limits(&cfg(""), &held.scenario.repartition).unwrap(),
             [
                 "repartition.node_rule=\"slurm-22.05\"",
                 "repartition.drain_hold=\"none\""

@@ -84,7 +84,8 @@ impl ScenarioArgs {
             return Ok(sc);
         };
         let cfg = Config::from_file(path).map_err(CliError::input)?;
-        let daemon = daemon_limits(&cfg, &sc.scenario.repartition);
+        let daemon = daemon_limits(&cfg, &sc.scenario.repartition)
+            .map_err(|e| CliError::input(anyhow::anyhow!("{}: {e}", path.display())))?;
         let daemon = self.daemon_sets.get_or_init(|| daemon);
         if daemon.is_empty() {
             return Ok(sc);
