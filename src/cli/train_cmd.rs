@@ -204,7 +204,11 @@ fn imitation(a: TrainArgs) -> CliResult {
     plot::learning_curve(
         &ckpt.join("teacher-curve.svg"),
         &[(
-            "teacher, training days (ET + energy-cap penalty)".to_string(),
+            match a.energy_cap {
+                Some(_) => "teacher, training days (ET + energy-cap penalty)",
+                None => "teacher, training days",
+            }
+            .to_string(),
             teacher,
         )],
         &[
