@@ -977,6 +977,28 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
             ),
         "{cfg}"
     );
+    // Run as the policy, the schedule runs under the rules it was searched under; once the
+    // site turns padding off, `config check` says smartmigd runs the static layout instead.
+    let periodic = cfg.replace("[policy]\n", "[policy]\nkind = \"periodic\"\n");
+    let unpadded = periodic.replace(
+        "[controller.central]\npadding = true\n",
+        "[controller.central]\npadding = false\n",
+    );
+    assert!(periodic != cfg && unpadded != periodic, "{cfg}");
+    let check_with = |text: &str| {
+        std::fs::write(&drain, text).unwrap();
+        let o = smartmig(&["config", "check", drain.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let e = check_with(&periodic);
+    assert!(!e.contains("warning"), "{e}");
+    let e = check_with(&unpadded);
+    assert!(
+        e.contains("warning: smartmigd runs policy.static_layout instead of the schedule")
+            && e.contains("padding = true"),
+        "{e}"
+    );
     // A preempt site whose jobs start over when requeued (smartmigd's default): the
     // search runs where they do.
     let preempt = dir.join("preempt.toml");
