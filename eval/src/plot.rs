@@ -90,6 +90,9 @@ const PALETTE: [RGBColor; 12] = [
 struct Line {
     label: String,
     points: Vec<(f64, f64)>,
+    /// Mark each point: measured values (a one-point series is otherwise invisible),
+    /// not reference levels.
+    markers: bool,
 }
 
 /// Lines over a shared x axis, with a legend; axis ranges fit the data.
@@ -138,6 +141,11 @@ fn line_chart<'a>(
             .map_err(|x| e(x.to_string()))?
             .label(l.label.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        if l.markers {
+            chart
+                .draw_series(l.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|x| e(x.to_string()))?;
+        }
     }
     chart
         .configure_series_labels()
@@ -552,11 +560,13 @@ pub fn learning_curve<'a>(
         .map(|(label, c)| Line {
             label: label.clone(),
             points: c.iter().map(|p| (f64::from(p.0), p.1)).collect(),
+            markers: true,
         })
         .collect();
     lines.extend(refs.iter().map(|(name, v)| Line {
         label: name.clone(),
         points: vec![(0.0, *v), (x_max, *v)],
+        markers: false,
     }));
     line_chart(
         canvas,
@@ -741,6 +751,9 @@ mod tests {
         let label = |v: &str| text.contains(&format!("\n{v}\n</text>"));
         assert!(label("1") && label("2"), "{text}");
         assert!(!label("0.5") && !label("1.5"), "{text}");
+        // Every measured point is marked, the one-point validation series too; the
+        // reference level is not.
+        assert_eq!(text.matches("<circle").count(), 3, "{text}");
     }
 
     #[test]

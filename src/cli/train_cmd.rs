@@ -66,6 +66,10 @@ pub struct TrainArgs {
     /// Continue from the checkpoint in `<out>.ckpt/`.
     #[arg(long)]
     resume: bool,
+    /// Imitation: draw the figures in `<out>.ckpt/` again from its `imitation.json` (a
+    /// finished training, e.g. one made by an older release), without training.
+    #[arg(long)]
+    replot: bool,
     /// Adam learning rate (default: 3e-3 for imitation, 1e-4 for PPO).
     #[arg(long)]
     lr: Option<f64>,
@@ -109,9 +113,89 @@ fn validation(p: &CurvePoint) -> String {
 /// Runs `train`.
 pub fn run(a: TrainArgs) -> CliResult {
     match a.method {
+        Method::Imitation if a.replot => imitation_figures(&checkpoint_dir(&a.out)),
         Method::Imitation => imitation(a),
+        Method::Ppo if a.replot => Err(CliError::usage(anyhow::anyhow!(
+            "--replot draws an imitation training's figures; PPO draws its curve as it trains"
+        ))),
         Method::Ppo => ppo(a),
     }
+}
+
+/// What the figures of an imitation training are drawn from, as `imitation.json` holds it.
+#[derive(serde::Deserialize)]
+struct ImitationReport {
+    config: ReportConfig,
+    outcome: ReportOutcome,
+}
+
+#[derive(serde::Deserialize)]
+struct ReportConfig {
+    energy_cap: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReportOutcome {
+    teacher_curve: Vec<f64>,
+    teacher_validation_et: f64,
+    static_validation_et: f64,
+    rounds: Vec<ReportRound>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReportRound {
+    round: u32,
+    train_et: f64,
+    validation_et: f64,
+}
+
+/// Draws `teacher-curve.svg` and `learning-curve.svg` in `ckpt` from its `imitation.json`.
+fn imitation_figures(ckpt: &std::path::Path) -> CliResult {
+    let path = ckpt.join("imitation.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| {
+            format!(
+                "cannot read {} (written at the end of an imitation training)",
+                path.display()
+            )
+        })
+        .map_err(CliError::input)?;
+    let r: ImitationReport = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not an imitation training's report", path.display()))
+        .map_err(CliError::input)?;
+    let o = &r.outcome;
+    let baselines = [
+        ("static-best, validation days".to_string(), o.static_validation_et),
+        ("teacher, validation days".to_string(), o.teacher_validation_et),
+    ];
+    let teacher: Vec<(u32, f64)> = (0..).zip(o.teacher_curve.iter().copied()).collect();
+    let teacher_label = match r.config.energy_cap {
+        Some(_) => "teacher, training days (ET + energy-cap penalty)",
+        None => "teacher, training days",
+    };
+    plot::learning_curve(
+        &ckpt.join("teacher-curve.svg"),
+        &[(teacher_label.to_string(), teacher)],
+        &baselines,
+        "teacher search: ET per round of coordinate descent",
+    )
+    .map_err(CliError::failure)?;
+    let rounds = |f: fn(&ReportRound) -> f64| -> Vec<(u32, f64)> {
+        o.rounds.iter().map(|r| (r.round, f(r))).collect()
+    };
+    plot::learning_curve(
+        &ckpt.join("learning-curve.svg"),
+        &[
+            ("network, training days".to_string(), rounds(|r| r.train_et)),
+            (
+                "network, validation days".to_string(),
+                rounds(|r| r.validation_et),
+            ),
+        ],
+        &baselines,
+        "mean-field network by imitation: ET per round",
+    )
+    .map_err(CliError::failure)
 }
 
 /// The baselines the teacher starts from: the scenario file's, or searched now on the
@@ -195,60 +279,7 @@ fn imitation(a: TrainArgs) -> CliResult {
     std::fs::write(&report_path, report)
         .with_context(|| format!("cannot write {}", report_path.display()))
         .map_err(CliError::failure)?;
-    let teacher: Vec<(u32, f64)> = outcome
-        .teacher_curve
-        .iter()
-        .enumerate()
-        .map(|(i, &e)| (i as u32, e))
-        .collect();
-    plot::learning_curve(
-        &ckpt.join("teacher-curve.svg"),
-        &[(
-            match a.energy_cap {
-                Some(_) => "teacher, training days (ET + energy-cap penalty)",
-                None => "teacher, training days",
-            }
-            .to_string(),
-            teacher,
-        )],
-        &[
-            (
-                "static-best, validation days".to_string(),
-                outcome.static_validation_et,
-            ),
-            (
-                "teacher, validation days".to_string(),
-                outcome.teacher_validation_et,
-            ),
-        ],
-        "teacher search: ET per round of coordinate descent",
-    )
-    .map_err(CliError::failure)?;
-    let rounds = |f: fn(&smartmig_train::imitation::StudentRound) -> f64| -> Vec<(u32, f64)> {
-        outcome.rounds.iter().map(|r| (r.round, f(r))).collect()
-    };
-    plot::learning_curve(
-        &ckpt.join("learning-curve.svg"),
-        &[
-            ("network, training days".to_string(), rounds(|r| r.train_et)),
-            (
-                "network, validation days".to_string(),
-                rounds(|r| r.validation_et),
-            ),
-        ],
-        &[
-            (
-                "static-best, validation days".to_string(),
-                outcome.static_validation_et,
-            ),
-            (
-                "teacher, validation days".to_string(),
-                outcome.teacher_validation_et,
-            ),
-        ],
-        "mean-field network by imitation: ET per round",
-    )
-    .map_err(CliError::failure)?;
+    imitation_figures(&ckpt)?;
     println!(
         "wrote {} (round {} of {}, validation ET {:.4}; teacher {:.4}, static-best {:.4}; guard {}) in {:.0} s; figures in {}",
         a.out.display(),
@@ -365,4 +396,57 @@ fn ppo(a: TrainArgs) -> CliResult {
         plot_path.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `imitation.json` as `train` writes it (the fields the figures need, and others).
+    fn report(energy_cap: &str) -> String {
+        format!(
+            r#"{{"config": {{"energy_cap": {energy_cap}, "seed": 0}},
+               "outcome": {{"teacher_curve": [0.62, 0.61, 0.605], "teacher_validation_et": 0.594,
+                            "static_validation_et": 0.647, "kept_round": 2, "seconds": 9.0,
+                            "rounds": [{{"round": 1, "train_et": 0.61, "validation_et": 0.60, "loss": 0.2}},
+                                       {{"round": 2, "train_et": 0.60, "validation_et": 0.59, "loss": 0.1}}]}}}}"#
+        )
+    }
+
+    #[test]
+    fn replot_draws_both_figures_from_the_report_and_names_the_penalty_only_under_a_cap() {
+        let d = tempfile::tempdir().unwrap();
+        let teacher = d.path().join("teacher-curve.svg");
+        let learning = d.path().join("learning-curve.svg");
+        std::fs::write(d.path().join("imitation.json"), report("null")).unwrap();
+        imitation_figures(d.path()).unwrap();
+        let t = std::fs::read_to_string(&teacher).unwrap();
+        assert!(
+            t.contains("teacher, training days") && !t.contains("energy-cap"),
+            "{t}"
+        );
+        let l = std::fs::read_to_string(&learning).unwrap();
+        assert!(
+            l.contains("network, validation days") && l.contains("static-best"),
+            "{l}"
+        );
+        std::fs::write(d.path().join("imitation.json"), report("0.27")).unwrap();
+        imitation_figures(d.path()).unwrap();
+        assert!(std::fs::read_to_string(&teacher)
+            .unwrap()
+            .contains("energy-cap penalty"));
+    }
+
+    #[test]
+    fn replot_without_a_report_names_the_file_it_looked_for() {
+        let d = tempfile::tempdir().unwrap();
+        let e = format!("{:?}", imitation_figures(d.path()).unwrap_err());
+        assert!(
+            e.contains("imitation.json") && e.contains("end of an imitation training"),
+            "{e}"
+        );
+        std::fs::write(d.path().join("imitation.json"), "{}").unwrap();
+        let e = format!("{:?}", imitation_figures(d.path()).unwrap_err());
+        assert!(e.contains("is not an imitation training's report"), "{e}");
+    }
 }
