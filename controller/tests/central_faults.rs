@@ -49,8 +49,8 @@ use common::{
     C5, NODE0_C2, NODE0_C5,
 };
 use slurm::{Cluster, Options};
-use smartmig_core::config::Config;
 use smartmig_core::config::Mode;
+use smartmig_core::config::{Config, RelayoutRules};
 use smartmig_gpu::simulated::{FailFault, Faults, Simulated};
 use smartmigd::central::decide::{policy_path, write_preferring};
 use smartmigd::central::status::Status;
@@ -632,6 +632,46 @@ fn a_corrupt_policy_file_keeps_every_layout_and_one_whose_guard_failed_falls_bac
     );
     assert!(!out.contains("0 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(sim_layout(&s1), C2);
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+}
+
+#[test]
+fn a_periodic_schedule_searched_under_other_rules_runs_as_the_static_layout_until_they_match() {
+    skip_unless_netns!();
+    let (mut c, jobs, s0) = start_with_workload();
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    wait_announced(&c);
+    // Searched with padding; this smartmigd runs without: the schedule (c5) never runs,
+    // the static layout (c2) does, and idle node 1 takes it.
+    let policy = |tuned_under: String| Policy::Periodic {
+        layout: "\"c5\"",
+        tuned_under,
+        fallback: "\"c2\"",
+    };
+    let config = central_config(
+        &c,
+        &policy("mode = drain, padding = true".into()),
+        "run/snapshot.json",
+    );
+    let out = run_central(&c, &config, &[]);
+    let source = status(&c).sources["a100-40gb"].clone();
+    assert!(
+        source.starts_with(
+            "static (fallback: [[policy.periodic]] was searched under \"mode = drain, padding = true\""
+        ) && source.contains("padding = false"),
+        "{source}"
+    );
+    assert!(!out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(sim_layout(&s1), C2);
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+
+    // The same schedule recorded under this daemon's own rules runs: node 1 takes c5.
+    let rules = RelayoutRules::of(&Config::from_file(&config).unwrap()).unwrap();
+    let config = central_config(&c, &policy(rules.to_string()), "run/snapshot.json");
+    let out = run_central(&c, &config, &[]);
+    assert_eq!(status(&c).sources["a100-40gb"], "periodic");
+    assert!(!out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(sim_layout(&s1), C5);
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
 

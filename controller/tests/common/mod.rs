@@ -259,6 +259,13 @@ pub enum Policy {
     /// `kind = "mean-field"`, an ONNX file (written here) that sends every GPU to
     /// configuration `prefer`; `static_layout` is the fallback.
     Onnx { prefer: usize, fallback: &'static str },
+    /// `kind = "periodic"`, one entry from 00:00 with `layout`, recorded as searched under
+    /// the rules line `tuned_under`; `static_layout` is the fallback.
+    Periodic {
+        layout: &'static str,
+        tuned_under: String,
+        fallback: &'static str,
+    },
 }
 
 /// Writes the central role's config (`etc/central.toml`); `snapshot` is the snapshot
@@ -276,6 +283,14 @@ pub fn central_config_with(c: &Cluster, policy: &Policy, snapshot: &str, central
         Policy::Onnx { fallback, .. } => {
             format!("kind = \"mean-field\"\nmodels_dir = \"{d}/policy\"\nstatic_layout = [{fallback}]\n")
         }
+        Policy::Periodic {
+            layout,
+            tuned_under,
+            fallback,
+        } => format!(
+            "kind = \"periodic\"\nstatic_layout = [{fallback}]\nperiodic_tuned_under = \"{tuned_under}\"\n\
+             [[policy.periodic]]\nat = \"00:00\"\nlayout = [{layout}]\n"
+        ),
     };
     let text = format!(
         "version = 1\n[gpu]\nmodels = [\"a100-40gb\"]\n[policy]\n{policy_text}\
