@@ -67,8 +67,14 @@ pub struct TrainArgs {
     #[arg(long)]
     resume: bool,
     /// Imitation: draw the figures in `<out>.ckpt/` again from its `imitation.json` (a
-    /// finished training, e.g. one made by an older release), without training.
-    #[arg(long)]
+    /// finished training, e.g. one made by an older release), without training; the
+    /// flags that shape a training are refused with it.
+    #[arg(long, conflicts_with_all = [
+        "scenario", "sets", "days", "semantics", "smartmig_toml", "method", "train_days",
+        "teacher_rounds", "student_rounds", "energy_cap", "epochs", "iterations", "episodes",
+        "seed", "resume", "lr", "every_events", "stay_bias", "entropy", "gamma", "lambda",
+        "validate_every", "validation_days", "adam_eps",
+    ])]
     replot: bool,
     /// Adam learning rate (default: 3e-3 for imitation, 1e-4 for PPO).
     #[arg(long)]
@@ -113,11 +119,9 @@ fn validation(p: &CurvePoint) -> String {
 /// Runs `train`.
 pub fn run(a: TrainArgs) -> CliResult {
     match a.method {
+        // --replot conflicts with --method: the default, imitation, is the one it draws.
         Method::Imitation if a.replot => imitation_figures(&checkpoint_dir(&a.out)),
         Method::Imitation => imitation(a),
-        Method::Ppo if a.replot => Err(CliError::usage(anyhow::anyhow!(
-            "--replot draws an imitation training's figures; PPO draws its curve as it trains"
-        ))),
         Method::Ppo => ppo(a),
     }
 }
@@ -435,6 +439,34 @@ mod tests {
         assert!(std::fs::read_to_string(&teacher)
             .unwrap()
             .contains("energy-cap penalty"));
+    }
+
+    #[test]
+    fn replot_refuses_the_flags_that_shape_a_training() {
+        use clap::{CommandFactory, Parser};
+        #[derive(Parser)]
+        struct Train {
+            #[command(flatten)]
+            a: TrainArgs,
+        }
+        Train::command().debug_assert();
+        let parse = |extra: &[&str]| {
+            Train::try_parse_from([&["train", "--out", "p.onnx", "--replot"], extra].concat())
+        };
+        assert!(parse(&[]).is_ok_and(|t| t.a.replot));
+        for flag in [
+            &["--seed", "2"][..],
+            &["--set", "workload.days=2"],
+            &["--energy-cap", "0.27"],
+            &["--resume"],
+        ] {
+            let e = parse(flag).err().unwrap();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{flag:?}: {e}"
+            );
+        }
     }
 
     #[test]
