@@ -1014,7 +1014,10 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     let o = search(None, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("searched under this scenario's rules (preempt, requeued jobs resume)"),
+        stdout(&o).contains("searched under this scenario's rules")
+            && stdout(&o).contains(
+                "periodic_tuned_under = \"mode = preempt, padding = false, requeued = resume, requeue_max_run_s = none,"
+            ),
         "{}",
         stdout(&o)
     );

@@ -16,7 +16,7 @@ use smartmig_eval::compare::{
 use smartmig_eval::periodic::{tune_periodic_on, PeriodicTuneResult, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use smartmig_eval::tune::{tune_static_on, TuneResult};
 use smartmig_eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
-use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario, Semantics};
+use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
 use smartmig_sim::sched::Scheduler;
 use smartmig_sim::workload::JobSet;
 
@@ -408,15 +408,14 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         ),
         None => {
             // Searched under the scenario's rules, which may not be the site's: a schedule
-            // searched where requeued jobs resume loses where they start over.
-            let rep = &sc.scenario.repartition;
-            let rules = match rep.semantics {
-                Semantics::Preempt => format!("preempt, requeued jobs {}", rep.requeued.as_str()),
-                Semantics::Drain => "drain".to_string(),
-            };
+            // searched where requeued jobs resume loses where they start over. The record
+            // lets smartmigd refuse it under other rules.
+            let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
             println!(
-                "for smartmig.toml (policy.kind = \"periodic\"; searched under this scenario's rules ({rules}), \
-                 not your smartmigd's: --smartmig-toml FILE searches under FILE's and writes it there):\n{}",
+                "for smartmig.toml (policy.kind = \"periodic\"; searched under this scenario's rules, \
+                 not your smartmigd's: --smartmig-toml FILE searches under FILE's and writes it there; \
+                 with periodic_tuned_under in [policy], smartmigd runs the schedule only under the same rules):\n\
+                 periodic_tuned_under = \"{rules}\"  # under [policy]\n{}",
                 policy_periodic_toml(&s.schedule)
             )
         }
