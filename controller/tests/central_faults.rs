@@ -83,6 +83,14 @@ fn start_with_workload() -> (Cluster, Workload, Simulated) {
     start_with(&two_nodes())
 }
 
+/// [`start_with_workload`] with node 1's agent started too (idle, in c1), both announced.
+fn start_busy_and_idle() -> (Cluster, Workload, Simulated, Simulated) {
+    let (mut c, jobs, s0) = start_with_workload();
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    wait_announced(&c);
+    (c, jobs, s0, s1)
+}
+
 /// Waits for a central cycle started with `central_command(..).spawn()`; its output.
 fn finish(c: &Cluster, central: std::process::Child) -> String {
     central_output(c, central.wait_with_output().unwrap())
@@ -455,9 +463,7 @@ impl Drop for TinyFs {
 #[test]
 fn an_include_that_cannot_be_written_leaves_slurm_as_it_was_and_the_nodes_reverted() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, &[C1], &[]);
-    wait_announced(&c);
+    let (c, jobs, s0, s1) = start_busy_and_idle();
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
     let before_text = std::fs::read_to_string(c.nodes_include()).unwrap();
     let before = ctld_starts(&c);
@@ -571,9 +577,7 @@ fn slurmctld_restarted_by_someone_else_mid_batch_delays_it_but_it_completes() {
 #[test]
 fn a_corrupt_policy_file_keeps_every_layout_and_one_whose_guard_failed_falls_back_to_the_static_layout() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, &[C1], &[]);
-    wait_announced(&c);
+    let (c, jobs, s0, s1) = start_busy_and_idle();
     let config = central_config(
         &c,
         &Policy::Onnx {
@@ -638,9 +642,7 @@ fn a_corrupt_policy_file_keeps_every_layout_and_one_whose_guard_failed_falls_bac
 #[test]
 fn a_periodic_schedule_searched_under_other_rules_runs_as_the_static_layout_until_they_match() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, &[C1], &[]);
-    wait_announced(&c);
+    let (c, jobs, s0, s1) = start_busy_and_idle();
     // Searched with padding; this smartmigd runs without: the schedule (c5) never runs,
     // the static layout (c2) does, and idle node 1 takes it.
     let policy = |tuned_under: String| Policy::Periodic {
@@ -678,9 +680,7 @@ fn a_periodic_schedule_searched_under_other_rules_runs_as_the_static_layout_unti
 #[test]
 fn an_unwritable_snapshot_is_an_error_the_relayout_still_completes_and_a_later_cycle_publishes() {
     skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let s1 = start_agent(&mut c, 1, &[C1], &[]);
-    wait_announced(&c);
+    let (c, jobs, s0, s1) = start_busy_and_idle();
     // Root ignores file modes: the snapshot's parent is a regular file instead.
     let blocked = c.dir.join("blocked");
     std::fs::write(&blocked, b"").unwrap();
