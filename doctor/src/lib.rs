@@ -577,15 +577,13 @@ fn service_runtime(configured: Option<&Path>) -> Result<PathBuf, String> {
 }
 
 fn check_onnx(r: &Resolved) -> Finding {
-    if r.config.policy.kind == PolicyKind::Periodic {
-        if let Some(why) = smartmig_core::config::periodic_mismatch(&r.config) {
-            return Finding::bad(
-                "onnx",
-                Status::Warn,
-                format!("policy.kind is periodic, but smartmigd runs policy.static_layout instead: {why}"),
-                "run `smartmig tune-periodic --smartmig-toml /etc/smartmig/smartmig.toml` (it searches under the file's rules and writes the schedule there), or delete policy.periodic_tuned_under to run the schedule as written",
-            );
-        }
+    if let Some(why) = smartmig_core::config::periodic_mismatch(&r.config) {
+        return Finding::bad(
+            "onnx",
+            Status::Warn,
+            format!("policy.kind is periodic, but smartmigd runs policy.static_layout instead: {why}"),
+            "run `smartmig tune-periodic --smartmig-toml /etc/smartmig/smartmig.toml` (it searches under the file's rules and writes the schedule there), or delete policy.periodic_tuned_under to run the schedule as written",
+        );
     }
     if r.config.policy.kind != PolicyKind::MeanField {
         return Finding::bad(

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use smartmig_core::config::{periodic_mismatch, Config, PolicyKind};
+use smartmig_core::config::{periodic_mismatch, Config};
 
 use super::{CliError, CliResult};
 
@@ -33,10 +33,8 @@ pub fn run(cmd: ConfigCommand) -> CliResult {
                 resolved.config.controller.mode
             );
             // Valid, but not what the admin asked for: say so where they look first.
-            if resolved.config.policy.kind == PolicyKind::Periodic {
-                if let Some(why) = periodic_mismatch(&resolved.config) {
-                    eprintln!("warning: smartmigd runs policy.static_layout instead of the schedule: {why}");
-                }
+            if let Some(why) = periodic_mismatch(&resolved.config) {
+                eprintln!("warning: smartmigd runs policy.static_layout instead of the schedule: {why}");
             }
             Ok(())
         }

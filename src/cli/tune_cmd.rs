@@ -476,7 +476,7 @@ mod tests {
             .contains("# The paper's reference static layout"));
         let conf = dir.join("smartmig.toml");
         let site =
-            "version = 1\n# site comment\n[policy]\nkind = \"static\"\n[controller]\nmode = \"drain\"\n";
+            "version = 1\n# site comment\n[policy]\nkind = \"periodic\"\n[controller]\nmode = \"drain\"\n";
         std::fs::write(&conf, site).unwrap();
         let parse = |text: &str| smartmig_core::config::Config::parse(text, "smartmig.toml").unwrap();
         let rules = RelayoutRules::of(&parse(site)).unwrap();

@@ -106,6 +106,9 @@ pub struct Decider {
     classes: Vec<JobClass>,
     rng: ChaCha8Rng,
     features: Vec<f32>,
+    /// Why the periodic schedule does not run (searched under other rules): the static
+    /// layout runs instead.
+    periodic_refused: Option<String>,
 }
 
 /// The policy file of a model: `<models_dir>/<model key>-<semantics>.onnx`.
@@ -160,13 +163,14 @@ impl Decider {
             classes: resolved.config.routing.all_classes(),
             rng: rand::SeedableRng::seed_from_u64(seed),
             features: Vec::new(),
+            periodic_refused: periodic_mismatch(&resolved.config),
         };
         if p.kind == PolicyKind::MeanField {
             for m in 0..n {
                 d.load(resolved, m);
             }
         }
-        if let Some(why) = periodic_mismatch(&resolved.config).filter(|_| p.kind == PolicyKind::Periodic) {
+        if let Some(why) = &d.periodic_refused {
             log::error!("periodic schedule refused; the GPUs get policy.static_layout: {why}");
         }
         d
@@ -225,8 +229,6 @@ impl Decider {
         } else {
             None
         };
-        let periodic_refused =
-            periodic_mismatch(&resolved.config).filter(|_| self.kind == PolicyKind::Periodic);
         for (m, rm) in resolved.models.iter().enumerate() {
             let gpus: Vec<usize> = (0..view.gpus.len())
                 .filter(|&g| view.gpus[g].model == m)
@@ -241,7 +243,7 @@ impl Decider {
                 (PolicyKind::None, _, _) => Source::None,
                 // Searched under other rules, the schedule may lose to the static layout
                 // it was measured against: that layout runs instead.
-                (PolicyKind::Periodic, _, _) => match &periodic_refused {
+                (PolicyKind::Periodic, _, _) => match &self.periodic_refused {
                     Some(why) => fixed(
                         format!("static (fallback: {why})"),
                         &rm.static_layout,

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{Config, Mode, Requeued};
+use super::{Config, Mode, PolicyKind, Requeued};
 
 /// The settings that change what a re-layout costs, and so what a schedule gains; two are
 /// the same rules when their lines (`Display`) are equal.
@@ -62,9 +62,13 @@ impl fmt::Display for RelayoutRules {
     }
 }
 
-/// Why `[[policy.periodic]]` must not run under `config`: it was searched under other
-/// rules than the daemon's (None: no record, a dry run, or the same rules).
+/// Why `config`'s periodic policy must not run: its schedule was searched under other
+/// rules than the daemon's (None: another policy kind, no record, a dry run, or the same
+/// rules).
 pub fn periodic_mismatch(config: &Config) -> Option<String> {
+    if config.policy.kind != PolicyKind::Periodic {
+        return None;
+    }
     let tuned = config.policy.periodic_tuned_under.as_deref()?;
     let now = RelayoutRules::of(config)?.to_string();
     (tuned != now).then(|| {
@@ -124,6 +128,11 @@ mod tests {
             "{why}"
         );
         assert!(why.contains("smartmig tune-periodic"), "{why}");
+        // The record matters only to the periodic policy.
+        let static_kind = config(&format!(
+            "[policy]\nkind = \"static\"\nperiodic_tuned_under = \"{line}\"\n[controller]\nmode = \"preempt\"\n"
+        ));
+        assert_eq!(periodic_mismatch(&static_kind), None);
         // A hand-written schedule has no record and runs as written.
         let hand =
             config("[policy]\nkind = \"periodic\"\n[[policy.periodic]]\nat = \"00:00\"\nlayout = [\"c1\"]\n");
