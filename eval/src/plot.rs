@@ -102,7 +102,10 @@ fn line_chart<'a>(
     axes: (&str, &str),
     lines: &[Line],
 ) -> Result<(), PlotError> {
-    let (backend, e) = canvas.into().open((900, 440));
+    // The legend sits right of the plot, as wide as its longest label: it never hides data.
+    let longest = lines.iter().map(|l| l.label.chars().count()).max().unwrap_or(0);
+    let legend_w = 40 + 6 * longest as u32;
+    let (backend, e) = canvas.into().open((720 + legend_w, 440));
     let all = || lines.iter().flat_map(|l| l.points.iter());
     let x_max = all().map(|p| p.0).fold(1.0, f64::max);
     let (lo, hi) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
@@ -114,14 +117,16 @@ fn line_chart<'a>(
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(10)
+        .margin_right(legend_w)
         .x_label_area_size(35)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.0..x_max, y0..hi + pad)
+        // A quarter iteration before 0, so that a point at 0 is drawn whole.
+        .build_cartesian_2d(-0.25..x_max, y0..hi + pad)
         .map_err(|x| e(x.to_string()))?;
-    // The x axis counts iterations: whole numbers only.
+    // The x axis counts iterations: whole numbers from 0 only (abs: no "-0").
     let whole = |x: &f64| {
-        if (x - x.round()).abs() < 1e-9 {
-            format!("{x:.0}")
+        if *x > -0.5 && (x - x.round()).abs() < 1e-9 {
+            format!("{:.0}", x.abs())
         } else {
             String::new()
         }
@@ -134,25 +139,21 @@ fn line_chart<'a>(
         .y_desc(axes.1)
         .draw()
         .map_err(|x| e(x.to_string()))?;
+    let mut items = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         chart
             .draw_series(LineSeries::new(l.points.iter().copied(), color.stroke_width(2)))
-            .map_err(|x| e(x.to_string()))?
-            .label(l.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            .map_err(|x| e(x.to_string()))?;
         if l.markers {
             chart
                 .draw_series(l.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|x| e(x.to_string()))?;
         }
+        items.push((l.label.clone(), color, false));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(x.to_string()))?;
+    let left = root.dim_in_pixel().0 as i32 - legend_w as i32 + 12;
+    legend_at(&root, left, 50, &items).map_err(&e)?;
     root.present().map_err(|x| e(x.to_string()))
 }
 
@@ -166,7 +167,21 @@ fn legend<DB: DrawingBackend>(
     top: i32,
     items: &[(String, RGBColor, bool)],
 ) -> Result<(), String> {
-    let x = area.dim_in_pixel().0 as i32 - LEGEND_W as i32 + 12;
+    legend_at(
+        area,
+        area.dim_in_pixel().0 as i32 - LEGEND_W as i32 + 12,
+        top,
+        items,
+    )
+}
+
+/// A legend as [`legend`] draws it, from pixel column `x`.
+fn legend_at<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    x: i32,
+    top: i32,
+    items: &[(String, RGBColor, bool)],
+) -> Result<(), String> {
     for (i, (label, color, boxed)) in items.iter().enumerate() {
         let y = top + 18 * i as i32;
         let swatch: Result<(), _> = if *boxed {
@@ -754,6 +769,18 @@ mod tests {
         // Every measured point is marked, the one-point validation series too; the
         // reference level is not.
         assert_eq!(text.matches("<circle").count(), 3, "{text}");
+        // The legend is right of the plot (its last tick, 2), never over the lines.
+        let x_of = |label: &str| {
+            text.split("<text x=")
+                .find(|t| t.contains(&format!("\n{label}\n</text>")))
+                .and_then(|t| t.split('"').nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let (legend, right_edge) = (x_of("validation days"), x_of("2"));
+        assert!(
+            legend.zip(right_edge).is_some_and(|(l, r)| l > r),
+            "{legend:?} {right_edge:?}\n{text}"
+        );
     }
 
     #[test]

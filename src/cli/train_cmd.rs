@@ -14,7 +14,7 @@ use smartmig_policy::Draw;
 use smartmig_sim::partition::mean_field::scenario_metadata;
 use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
 use smartmig_sim::workload::JobSet;
-use smartmig_train::imitation::{train_imitation, ImitationConfig};
+use smartmig_train::imitation::{train_imitation, ImitationConfig, DEFAULT_DAY_BLOCKS};
 use smartmig_train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
 
 /// How `train` learns.
@@ -51,6 +51,11 @@ pub struct TrainArgs {
     /// fraction (0.27: 27%); unset: ET alone.
     #[arg(long)]
     energy_cap: Option<f64>,
+    /// Imitation: refine the teacher on each training day by itself over this many blocks
+    /// of the day (a teacher that knows the day's arrivals; the network still sees only
+    /// the queue and the time); 0: one teacher for every day.
+    #[arg(long, default_value_t = DEFAULT_DAY_BLOCKS)]
+    day_blocks: usize,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
@@ -71,7 +76,7 @@ pub struct TrainArgs {
     /// flags that shape a training are refused with it.
     #[arg(long, conflicts_with_all = [
         "scenario", "sets", "days", "semantics", "smartmig_toml", "method", "train_days",
-        "teacher_rounds", "student_rounds", "energy_cap", "epochs", "iterations", "episodes",
+        "teacher_rounds", "student_rounds", "energy_cap", "day_blocks", "epochs", "iterations", "episodes",
         "seed", "resume", "lr", "every_events", "stay_bias", "entropy", "gamma", "lambda",
         "validate_every", "validation_days", "adam_eps",
     ])]
@@ -144,6 +149,13 @@ struct ReportOutcome {
     teacher_validation_et: f64,
     static_validation_et: f64,
     rounds: Vec<ReportRound>,
+    #[serde(default)]
+    day_refinement: Option<ReportRefinement>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReportRefinement {
+    score: f64,
 }
 
 #[derive(serde::Deserialize)]
@@ -187,6 +199,11 @@ fn imitation_figures(ckpt: &std::path::Path) -> CliResult {
     let rounds = |f: fn(&ReportRound) -> f64| -> Vec<(u32, f64)> {
         o.rounds.iter().map(|r| (r.round, f(r))).collect()
     };
+    // The network learns from the teachers refined on each training day when there are.
+    let mut baselines = baselines.to_vec();
+    if let Some(r) = &o.day_refinement {
+        baselines.push(("teacher refined on each day, training days".to_string(), r.score));
+    }
     plot::learning_curve(
         &ckpt.join("learning-curve.svg"),
         &[
@@ -257,6 +274,7 @@ fn imitation(a: TrainArgs) -> CliResult {
         epochs: a.epochs,
         lr: a.lr.unwrap_or(ImitationConfig::default().lr),
         energy_cap: a.energy_cap,
+        day_blocks: (a.day_blocks > 0).then_some(a.day_blocks),
         ..ImitationConfig::default()
     };
     let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;

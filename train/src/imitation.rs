@@ -210,6 +210,25 @@ pub fn tune_ladder(
     (best, best_et)
 }
 
+/// Blocks of the day of a teacher refined on one training day, unless told otherwise.
+pub const DEFAULT_DAY_BLOCKS: usize = 24;
+
+/// Search rounds per block of a teacher refined on one day (one move a round).
+const DAY_ROUNDS_PER_BLOCK: u32 = 4;
+
+/// `params` with its base rungs over `blocks` equal blocks of the day (each new block
+/// takes the rung of the old block it starts in).
+pub fn with_blocks(params: &LadderParams, blocks: usize) -> LadderParams {
+    let old = params.base.len().max(1);
+    let base = (0..blocks.max(1))
+        .map(|b| params.base.get(b * old / blocks.max(1)).copied().unwrap_or(0))
+        .collect();
+    LadderParams {
+        base,
+        ..params.clone()
+    }
+}
+
 /// Settings of training by imitation.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ImitationConfig {
@@ -238,6 +257,11 @@ pub struct ImitationConfig {
     /// e.g. 0.27); None: ET alone.
     #[serde(default)]
     pub energy_cap: Option<f64>,
+    /// Blocks of a teacher refined on each training day by itself (it sees that day's
+    /// arrivals: a privileged teacher the network, which sees only the queue, learns
+    /// from); None: one teacher for every day.
+    #[serde(default)]
+    pub day_blocks: Option<usize>,
 }
 
 impl Default for ImitationConfig {
@@ -254,6 +278,7 @@ impl Default for ImitationConfig {
             lr: 3e-3,
             hidden: vec![64, 64],
             energy_cap: None,
+            day_blocks: Some(DEFAULT_DAY_BLOCKS),
         }
     }
 }
@@ -273,6 +298,18 @@ pub struct StudentRound {
     pub validation_et: f64,
 }
 
+/// The teachers refined on each training day, scored there (ET, plus the energy penalty
+/// under a cap) and averaged over the days.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct DayRefinement {
+    /// Blocks of the day of each refined teacher.
+    pub blocks: usize,
+    /// The teacher's mean score on its own training days before the refinement.
+    pub start_score: f64,
+    /// The refined teachers' mean score.
+    pub score: f64,
+}
+
 /// What training by imitation produced.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ImitationOutcome {
@@ -283,6 +320,8 @@ pub struct ImitationOutcome {
     pub teacher_curve: Vec<f64>,
     /// The teacher's mean ET on the validation days.
     pub teacher_validation_et: f64,
+    /// With `day_blocks`: the teachers refined on each training day.
+    pub day_refinement: Option<DayRefinement>,
     /// The student's rounds.
     pub rounds: Vec<StudentRound>,
     /// The round whose weights are kept (best validation ET).
@@ -459,15 +498,55 @@ pub fn train_imitation(
         avg(&static_ets)
     ));
 
+    // 1b. Optionally, the teacher refined on each training day by itself.
+    let (day_teachers, day_refinement) = match cfg.day_blocks {
+        None => (vec![teacher.clone(); train.len()], None),
+        Some(n) => {
+            let tuned: Vec<(LadderParams, f64, f64)> = train
+                .par_iter()
+                .map(|day| {
+                    let start = with_blocks(&teacher, n);
+                    let rounds = DAY_ROUNDS_PER_BLOCK * n as u32;
+                    // Under a cap, a day may not use more energy than the teacher used
+                    // on it: the teacher meets the cap on the mean, and so do they.
+                    let cap = cfg.energy_cap.map(|_| {
+                        let lb = smartmig_bounds::energy_day(sc, &day.1.jobs).energy.energy_wmin;
+                        run_ladder(sc, &day.1, &teacher, cfg.every_events, day.0).energy_wmin / lb - 1.0
+                    });
+                    let day = std::slice::from_ref(day);
+                    let mut before = f64::NAN;
+                    let (p, score) = tune_ladder(sc, day, start, cfg.every_events, rounds, cap, |r, s| {
+                        if r == 0 {
+                            before = s;
+                        }
+                    });
+                    (p, before, score)
+                })
+                .collect();
+            let refinement = DayRefinement {
+                blocks: n,
+                start_score: avg(&tuned.iter().map(|t| t.1).collect::<Vec<_>>()),
+                score: avg(&tuned.iter().map(|t| t.2).collect::<Vec<_>>()),
+            };
+            on_progress(&format!(
+                "teacher refined on each training day ({n} blocks): mean day score {:.4} -> {:.4}",
+                refinement.start_score, refinement.score
+            ));
+            (tuned.into_iter().map(|t| t.0).collect(), Some(refinement))
+        }
+    };
+
     // 2. The student: fit the teacher's decisions, then relabel what the student saw.
-    let mut xs: Vec<Vec<f32>> = train
+    let mut xs: Vec<(usize, Vec<f32>)> = train
         .par_iter()
-        .flat_map(|(s, j)| {
-            let mut policy = Ladder::new(teacher.clone(), k, cfg.every_events);
+        .enumerate()
+        .flat_map(|(d, (s, j))| {
+            let mut policy = Ladder::new(day_teachers[d].clone(), k, cfg.every_events);
             policy.record = Some(Vec::new());
             let opts = RunOptions::of(sc, Scheduler::Cedf, *s);
             Simulation::new(sc, &j.jobs, opts).run(&mut policy);
-            policy.record.take().unwrap_or_default()
+            let seen = policy.record.take().unwrap_or_default();
+            seen.into_iter().map(move |x| (d, x)).collect::<Vec<_>>()
         })
         .collect();
     let mask: Vec<f32> = (0..k * k)
@@ -487,12 +566,12 @@ pub fn train_imitation(
     for round in 1..=cfg.student_rounds.max(1) {
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
-        for x in &xs {
-            let (t, w) = teacher_rows(&teacher, &layout, k, x);
+        for (d, x) in &xs {
+            let (t, w) = teacher_rows(&day_teachers[*d], &layout, k, x);
             targets.extend(t);
             weights.extend(w);
         }
-        let flat: Vec<f32> = xs.iter().flatten().copied().collect();
+        let flat: Vec<f32> = xs.iter().flat_map(|(_, x)| x).copied().collect();
         let loss = learner.imitate(&flat, &targets, &weights, &mask, cfg.epochs, &mut rng)?;
         let net = learner.policy()?;
         let start_layout = static_layout.to_vec();
@@ -521,7 +600,12 @@ pub fn train_imitation(
         if best.as_ref().is_none_or(|b| point.validation_et < b.0) {
             best = Some((point.validation_et, round, net, val_ets));
         }
-        xs.extend(on_train.into_iter().flat_map(|(_, seen)| seen));
+        xs.extend(
+            on_train
+                .into_iter()
+                .enumerate()
+                .flat_map(|(d, (_, seen))| seen.into_iter().map(move |x| (d, x))),
+        );
     }
     let (_, kept_round, network, val_ets) =
         best.ok_or_else(|| TrainError::Internal("no student round ran".into()))?;
@@ -529,6 +613,7 @@ pub fn train_imitation(
         teacher,
         teacher_curve,
         teacher_validation_et,
+        day_refinement,
         rounds,
         kept_round,
         static_validation_et: avg(&static_ets),
@@ -576,6 +661,57 @@ mod tests {
         for c in 0..k {
             let sum: f32 = rows[c * k..(c + 1) * k].iter().sum();
             assert!((sum - 1.0).abs() < 1e-5, "row {c} sums to {sum}");
+        }
+    }
+
+    #[test]
+    fn a_teacher_refined_on_each_training_day_scores_better_there_under_its_energy() {
+        let sc = Scenario::reference(&[]).unwrap();
+        let b = &sc.scenario.baselines;
+        let cfg = ImitationConfig {
+            train_days: 2,
+            validation_days: 2,
+            teacher_rounds: 2,
+            student_rounds: 1,
+            epochs: 2,
+            day_blocks: Some(24),
+            energy_cap: Some(0.27),
+            ..ImitationConfig::default()
+        };
+        let layout = b.static_best.clone().unwrap();
+        let out = train_imitation(&sc, &cfg, &b.periodic, &layout, |_| {}).unwrap();
+        let r = out.day_refinement.expect("refined teachers");
+        assert_eq!(r.blocks, 24);
+        // Each day starts from the common teacher held to its own energy there: no penalty
+        // at the start, and the search only keeps what scores better.
+        assert!(r.score < r.start_score, "{r:?}");
+        let common = ImitationConfig {
+            day_blocks: None,
+            ..cfg
+        };
+        let out = train_imitation(&sc, &common, &b.periodic, &layout, |_| {}).unwrap();
+        assert!(out.day_refinement.is_none());
+    }
+
+    #[test]
+    fn finer_blocks_keep_the_rung_of_the_block_they_start_in() {
+        let p = LadderParams {
+            rungs: vec![vec![0], vec![1], vec![5]],
+            base: vec![0, 2, 1],
+            up: 1.0,
+            down: 0.2,
+            step: 1,
+        };
+        let fine = with_blocks(&p, 6);
+        assert_eq!(fine.base, vec![0, 0, 2, 2, 1, 1]);
+        for minute in [0.0, 300.0, 500.0, 1000.0, 1439.0] {
+            for waiting in [0.0, 0.5, 2.0] {
+                assert_eq!(
+                    fine.rung(minute, waiting),
+                    p.rung(minute, waiting),
+                    "{minute} {waiting}"
+                );
+            }
         }
     }
 
