@@ -229,6 +229,47 @@ pub fn with_blocks(params: &LadderParams, blocks: usize) -> LadderParams {
     }
 }
 
+/// Energy above the day's energy lower bound (a fraction) of `params` on `day`.
+pub fn energy_above_bound(
+    sc: &ResolvedScenario,
+    day: &(u64, JobSet),
+    params: &LadderParams,
+    every: u32,
+) -> f64 {
+    let bound = smartmig_bounds::energy_day(sc, &day.1.jobs).energy.energy_wmin;
+    run_ladder(sc, &day.1, params, every, day.0).energy_wmin / bound - 1.0
+}
+
+/// `teacher` refined on `day` by itself: base rungs over `blocks` blocks of the day and
+/// thresholds searched there, held to `energy_cap` (a fraction above the bound) when
+/// given. Returns the refined teacher, the start's score on the day and its own.
+pub fn refine_on_day(
+    sc: &ResolvedScenario,
+    day: &(u64, JobSet),
+    teacher: &LadderParams,
+    blocks: usize,
+    every: u32,
+    energy_cap: Option<f64>,
+) -> (LadderParams, f64, f64) {
+    let start = with_blocks(teacher, blocks);
+    let rounds = DAY_ROUNDS_PER_BLOCK * blocks as u32;
+    let mut before = f64::NAN;
+    let (p, score) = tune_ladder(
+        sc,
+        std::slice::from_ref(day),
+        start,
+        every,
+        rounds,
+        energy_cap,
+        |r, s| {
+            if r == 0 {
+                before = s;
+            }
+        },
+    );
+    (p, before, score)
+}
+
 /// Settings of training by imitation.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ImitationConfig {
@@ -505,22 +546,12 @@ pub fn train_imitation(
             let tuned: Vec<(LadderParams, f64, f64)> = train
                 .par_iter()
                 .map(|day| {
-                    let start = with_blocks(&teacher, n);
-                    let rounds = DAY_ROUNDS_PER_BLOCK * n as u32;
                     // Under a cap, a day may not use more energy than the teacher used
                     // on it: the teacher meets the cap on the mean, and so do they.
-                    let cap = cfg.energy_cap.map(|_| {
-                        let lb = smartmig_bounds::energy_day(sc, &day.1.jobs).energy.energy_wmin;
-                        run_ladder(sc, &day.1, &teacher, cfg.every_events, day.0).energy_wmin / lb - 1.0
-                    });
-                    let day = std::slice::from_ref(day);
-                    let mut before = f64::NAN;
-                    let (p, score) = tune_ladder(sc, day, start, cfg.every_events, rounds, cap, |r, s| {
-                        if r == 0 {
-                            before = s;
-                        }
-                    });
-                    (p, before, score)
+                    let cap = cfg
+                        .energy_cap
+                        .map(|_| energy_above_bound(sc, day, &teacher, cfg.every_events));
+                    refine_on_day(sc, day, &teacher, n, cfg.every_events, cap)
                 })
                 .collect();
             let refinement = DayRefinement {

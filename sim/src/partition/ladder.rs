@@ -17,11 +17,23 @@ pub struct LadderParams {
     /// Base rung of each equal block of the day.
     pub base: Vec<usize>,
     /// Waiting jobs per GPU above which the controller climbs `step` rungs.
+    #[serde(deserialize_with = "null_is_never_above")]
     pub up: f64,
     /// Waiting jobs per GPU below which it descends `step` rungs.
+    #[serde(deserialize_with = "null_is_never_below")]
     pub down: f64,
     /// Rungs to climb or descend.
     pub step: usize,
+}
+
+/// JSON writes an infinite threshold as null: it reads back as one never crossed.
+fn null_is_never_above<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as serde::Deserialize>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+/// As [`null_is_never_above`], for the threshold below which the controller descends.
+fn null_is_never_below<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as serde::Deserialize>::deserialize(d)?.unwrap_or(f64::NEG_INFINITY))
 }
 
 impl LadderParams {
@@ -137,6 +149,28 @@ mod tests {
         assert_eq!(assign(&[1, 1, 5, 5], &[1, 5, 5, 5], 4), vec![1, 5, 5, 5]);
         // Two nodes, each reaches the pattern on its own.
         assert_eq!(assign(&[0, 0, 1, 1], &[0, 1], 2), vec![0, 1, 1, 0]);
+    }
+
+    #[test]
+    fn thresholds_that_are_never_crossed_survive_a_json_report() {
+        let p = LadderParams {
+            rungs: vec![vec![0], vec![1]],
+            base: vec![1, 0],
+            up: f64::INFINITY,
+            down: f64::NEG_INFINITY,
+            step: 1,
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(text.contains("\"up\":null"), "{text}");
+        let back: LadderParams = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, p);
+        let finite = LadderParams {
+            up: 0.75,
+            down: 0.05,
+            ..p
+        };
+        let back: LadderParams = serde_json::from_str(&serde_json::to_string(&finite).unwrap()).unwrap();
+        assert_eq!(back, finite);
     }
 
     #[test]
