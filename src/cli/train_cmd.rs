@@ -424,11 +424,13 @@ fn ppo(a: TrainArgs) -> CliResult {
 mod tests {
     use super::*;
 
-    /// An `imitation.json` as `train` writes it (the fields the figures need, and others).
-    fn report(energy_cap: &str) -> String {
+    /// An `imitation.json` as `train` writes it (the fields the figures need, and others);
+    /// `refinement` is its `day_refinement` (JSON).
+    fn report(energy_cap: &str, refinement: &str) -> String {
         format!(
             r#"{{"config": {{"energy_cap": {energy_cap}, "seed": 0}},
                "outcome": {{"teacher_curve": [0.62, 0.61, 0.605], "teacher_validation_et": 0.594,
+                            "day_refinement": {refinement},
                             "static_validation_et": 0.647, "kept_round": 2, "seconds": 9.0,
                             "rounds": [{{"round": 1, "train_et": 0.61, "validation_et": 0.60, "loss": 0.2}},
                                        {{"round": 2, "train_et": 0.60, "validation_et": 0.59, "loss": 0.1}}]}}}}"#
@@ -440,7 +442,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let teacher = d.path().join("teacher-curve.svg");
         let learning = d.path().join("learning-curve.svg");
-        std::fs::write(d.path().join("imitation.json"), report("null")).unwrap();
+        // A report from before refined teachers has no day_refinement.
+        std::fs::write(d.path().join("imitation.json"), report("null", "null")).unwrap();
         imitation_figures(d.path()).unwrap();
         let t = std::fs::read_to_string(&teacher).unwrap();
         assert!(
@@ -449,14 +452,19 @@ mod tests {
         );
         let l = std::fs::read_to_string(&learning).unwrap();
         assert!(
-            l.contains("network, validation days") && l.contains("static-best"),
+            l.contains("network, validation days") && l.contains("static-best") && !l.contains("refined"),
             "{l}"
         );
-        std::fs::write(d.path().join("imitation.json"), report("0.27")).unwrap();
+        let refined = r#"{"blocks": 24, "start_score": 0.61, "score": 0.58}"#;
+        std::fs::write(d.path().join("imitation.json"), report("0.27", refined)).unwrap();
         imitation_figures(d.path()).unwrap();
         assert!(std::fs::read_to_string(&teacher)
             .unwrap()
             .contains("energy-cap penalty"));
+        // The network's curve shows the level of the teachers it learned from.
+        assert!(std::fs::read_to_string(&learning)
+            .unwrap()
+            .contains("teacher refined on each day, training days"));
     }
 
     #[test]

@@ -696,7 +696,7 @@ mod tests {
     }
 
     #[test]
-    fn a_teacher_refined_on_each_training_day_scores_better_there_under_its_energy() {
+    fn a_teacher_refined_on_each_training_day_scores_better_there() {
         let sc = Scenario::reference(&[]).unwrap();
         let b = &sc.scenario.baselines;
         let cfg = ImitationConfig {
@@ -713,8 +713,8 @@ mod tests {
         let out = train_imitation(&sc, &cfg, &b.periodic, &layout, |_| {}).unwrap();
         let r = out.day_refinement.expect("refined teachers");
         assert_eq!(r.blocks, 24);
-        // Each day starts from the common teacher held to its own energy there: no penalty
-        // at the start, and the search only keeps what scores better.
+        // Each day starts from the common teacher, held to the energy it used there (no
+        // penalty at the start); the search keeps only what scores better on that day.
         assert!(r.score < r.start_score, "{r:?}");
         let common = ImitationConfig {
             day_blocks: None,
