@@ -87,13 +87,19 @@ pub fn previous_path(path: &Path) -> PathBuf {
 /// [`previous_path`] (an absent target counts as empty), so an undo can put it back with
 /// [`restore_previous`].
 pub fn replace_keeping_previous(path: &Path, bytes: &[u8]) -> Result<(), DurableError> {
+    keep_previous(path)?;
+    write(path, bytes)
+}
+
+/// Saves the target's current content durably at [`previous_path`] (an absent target
+/// counts as empty), for [`restore_previous`].
+pub fn keep_previous(path: &Path) -> Result<(), DurableError> {
     let old = match fs::read(path) {
         Ok(old) => old,
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(fail(path, "read the current content")(e)),
     };
-    write(&previous_path(path), &old)?;
-    write(path, bytes)
+    write(&previous_path(path), &old)
 }
 
 /// Puts back the content [`replace_keeping_previous`] saved; Ok(false) when nothing was saved.

@@ -449,6 +449,16 @@ impl Agent {
                 ),
             });
         };
+        // Run again (a crash, or a report that did not reach the channel), the content
+        // kept the first time is the one from before the generation: keep it.
+        if !self.journal.installed(d.generation) {
+            if let Err(e) = durable::keep_previous(&self.cfg.gres_conf) {
+                return Ok(Outcome::Failed { error: e.to_string() });
+            }
+            self.journal.append(Record::Installing {
+                generation: d.generation,
+            })?;
+        }
         if let Err(e) = self.install_lines(&lines, true) {
             return Ok(Outcome::Failed { error: e.to_string() });
         }
@@ -458,42 +468,37 @@ impl Agent {
         if !d.stop_slurmd {
             return Ok(Outcome::Done);
         }
-        let deadline = unix_now() + d.slurmd_budget_s;
-        // Armed before the stop: a crash right after it must still find the deadline.
-        self.journal.append(Record::Slurmd {
-            running: false,
-            watchdog: Some((d.generation, deadline)),
-        })?;
+        // Armed before the stop: a crash right after it must still find the deadline. Run
+        // again, the stop keeps the deadline it was first given.
+        if !matches!(self.journal.slurmd_watchdog(), Some((g, _)) if g == d.generation) {
+            self.journal.append(Record::Slurmd {
+                running: false,
+                watchdog: Some((d.generation, unix_now() + d.slurmd_budget_s)),
+            })?;
+        }
         match command::run(&self.cfg.slurmd_stop, COMMAND_TIMEOUT) {
             Ok(()) => Ok(Outcome::Done),
-            Err(e) => {
-                // slurmd may still run, with the old layout loaded: the central role
-                // reverts the node.
-                self.journal.append(Record::Slurmd {
-                    running: true,
-                    watchdog: None,
-                })?;
-                Ok(Outcome::Failed { error: e.to_string() })
-            }
+            // slurmd may run on with the old layout loaded, or have stopped after all (a
+            // stop that outlived its timeout): the watchdog stays armed, and the Revert
+            // the central role answers with starts it (a start of a running slurmd does
+            // nothing, as `systemctl start` does).
+            Err(e) => Ok(Outcome::Failed { error: e.to_string() }),
         }
     }
 
-    /// Writes `lines` as the node's block of gres.conf, durably: with `keep` (a re-layout,
-    /// slurmd running) the file before is kept beside it for a revert; without (at start,
-    /// before slurmd) this node's MIG lines outside the block are taken over.
-    fn install_lines(&self, lines: &str, keep: bool) -> Result<(), NodeError> {
+    /// Writes `lines` as the node's block of gres.conf, durably: with `in_place` (a
+    /// re-layout, slurmd running, the file before kept by the caller) the rest of the file
+    /// stays as it is; without (at start, before slurmd) this node's MIG lines outside the
+    /// block are taken over.
+    fn install_lines(&self, lines: &str, in_place: bool) -> Result<(), NodeError> {
         let path = &self.cfg.gres_conf;
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(NodeError::io(path, e)),
         };
-        let new = gres::merge(&text, &self.cfg.node, lines, &self.mig_types(), !keep)?;
-        if keep {
-            durable::replace_keeping_previous(path, new.as_bytes())?;
-        } else {
-            durable::write(path, new.as_bytes())?;
-        }
+        let new = gres::merge(&text, &self.cfg.node, lines, &self.mig_types(), !in_place)?;
+        durable::write(path, new.as_bytes())?;
         Ok(())
     }
 

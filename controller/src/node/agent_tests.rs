@@ -350,6 +350,59 @@ fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
 }
 
 #[test]
+fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_restores_the_gres_conf_from_before() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
+    n.desire(3, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    n.desire(3, Phase::Install, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    let armed = a.journal().slurmd_watchdog().unwrap();
+    let installed = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    // The report never reached the channel and the agent restarted: Install runs again
+    // on a gres.conf that already has its lines.
+    std::fs::remove_file(n.spool().report_path()).unwrap();
+    drop(a);
+    let mut a = n.agent();
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.phase, r.outcome), (Phase::Install, Outcome::Done));
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), installed);
+    assert_eq!(a.journal().slurmd_watchdog(), Some(armed), "the first deadline holds");
+    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(
+        std::fs::read_to_string(n.path("gres.conf")).unwrap(),
+        before,
+        "the content from before generation 3, not its own lines"
+    );
+}
+
+#[test]
+fn a_slurmd_stop_that_fails_leaves_the_watchdog_armed_and_the_revert_starts_slurmd() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    n.desire(4, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    // A stop that fails, perhaps after slurmd stopped (a stop that outlived its timeout).
+    let log = n.path("slurmd.log").display().to_string();
+    a.cfg.slurmd_stop = vec!["sh".into(), "-c".into(), format!("echo stop >> {log}; exit 1")];
+    n.desire(4, Phase::Install, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(matches!(r.outcome, Outcome::Failed { .. }), "{r:?}");
+    assert!(!r.slurmd_running, "whether slurmd runs is not known");
+    assert!(a.journal().slurmd_watchdog().is_some_and(|(g, _)| g == 4));
+    n.desire(4, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    assert_eq!(n.slurmd_log(), "stop\nstart\n", "the revert started slurmd");
+    assert!(a.journal().slurmd_watchdog().is_none());
+}
+
+#[test]
 fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
     for (slurm_has, layout, phase) in [
         ("gpu:3g.20gb:2", "3g.20gb@0 3g.20gb@4", Phase::Start),

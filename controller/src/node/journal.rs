@@ -74,6 +74,13 @@ pub enum Record {
         /// The node's managed gres.conf lines.
         lines: String,
     },
+    /// gres.conf's content before generation `generation` is kept beside it; the staged
+    /// lines go in next. Written once per generation, so that an Install run again
+    /// (after a crash or a lost report) never keeps its own lines as the content before.
+    Installing {
+        /// Generation.
+        generation: u64,
+    },
     /// The staged lines are in gres.conf; the file before is kept beside it.
     Installed {
         /// Generation.
@@ -178,24 +185,28 @@ impl Journal {
         Ok(())
     }
 
-    /// Rewrites the journal with only what a restarted agent needs (the last layouts and
-    /// slurmd's state) when it has grown past [`COMPACT_AFTER`] and nothing is under way.
+    /// Rewrites the journal with only what a restarted agent needs when it has grown past
+    /// [`COMPACT_AFTER`] and no driver call or slurmd stop is under way: the last
+    /// generation whole (from its `Begin`: its driver calls may be over while its
+    /// gres.conf still waits to be installed, started or reverted), after the last
+    /// layouts and slurmd state recorded before it.
     pub fn compact_if_large(&mut self) -> Result<bool, NodeError> {
         if self.records.len() <= COMPACT_AFTER || !self.is_closed() || self.slurmd_watchdog().is_some() {
             return Ok(false);
         }
+        let last_begin = self
+            .records
+            .iter()
+            .rposition(|r| matches!(r, Record::Begin { .. }))
+            .unwrap_or(self.records.len());
+        let before = &self.records[..last_begin];
         let keep: Vec<Record> = [
-            self.records
-                .iter()
-                .rev()
-                .find(|r| matches!(r, Record::Layouts { .. })),
-            self.records
-                .iter()
-                .rev()
-                .find(|r| matches!(r, Record::Slurmd { .. })),
+            before.iter().rev().find(|r| matches!(r, Record::Layouts { .. })),
+            before.iter().rev().find(|r| matches!(r, Record::Slurmd { .. })),
         ]
         .into_iter()
         .flatten()
+        .chain(&self.records[last_begin..])
         .cloned()
         .collect();
         let mut text = String::new();
@@ -263,12 +274,17 @@ impl Journal {
         })
     }
 
-    /// Whether generation `generation` installed gres.conf and has not been reverted.
+    /// Whether generation `generation` kept gres.conf's content before it (and so may
+    /// have installed its lines) and has not been reverted.
     pub fn installed(&self, generation: u64) -> bool {
         let mut installed = false;
         for r in &self.records {
             match r {
-                Record::Installed { generation: g } if *g == generation => installed = true,
+                Record::Installing { generation: g } | Record::Installed { generation: g }
+                    if *g == generation =>
+                {
+                    installed = true
+                }
                 Record::Reverted { generation: g } if *g == generation => installed = false,
                 _ => {}
             }
@@ -405,8 +421,59 @@ mod tests {
         assert!(j.compact_if_large().unwrap());
         j.append(Record::Installed { generation: 9 }).unwrap();
         let back = Journal::open(dir.path()).unwrap();
-        assert_eq!(back.records().len(), 3);
+        // slurmd's state before the last generation, that generation whole (Begin, its
+        // two slurmd records, End, the layouts) and the record appended since.
+        assert_eq!(back.records().len(), 7, "{:?}", back.records());
         assert_eq!(back.layouts(), Some(&layouts[..]));
         assert!(back.slurmd_running() && back.installed(9));
+    }
+
+    #[test]
+    fn compaction_between_a_generations_apply_and_its_install_keeps_what_install_and_revert_need() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        let layouts = vec![GpuActual {
+            index: 0,
+            model: "a100-40gb".into(),
+            layout: "7g.40gb@0".into(),
+        }];
+        j.append(Record::Layouts {
+            gpus: layouts.clone(),
+        })
+        .unwrap();
+        for n in 0..COMPACT_AFTER as u32 {
+            j.append(Record::Done { n }).unwrap();
+        }
+        // Generation 7's driver calls are over (End), its gres.conf is staged: the
+        // central role has yet to ask for the install.
+        let target = GpuTarget {
+            index: 0,
+            model: "a100-40gb".into(),
+            from: "7g.40gb@0".into(),
+            to: "3g.20gb@0 3g.20gb@4".into(),
+        };
+        j.append(Record::Begin {
+            generation: 7,
+            gpus: vec![target.clone()],
+            padding: Default::default(),
+        })
+        .unwrap();
+        j.append(Record::End {
+            generation: 7,
+            ending: Ending::Done,
+        })
+        .unwrap();
+        j.append(Record::Staged {
+            generation: 7,
+            lines: "NodeName=n0 Name=gpu Type=3g.20gb File=/dev/x\n".into(),
+        })
+        .unwrap();
+        assert!(j.is_closed());
+        assert!(j.compact_if_large().unwrap());
+        let back = Journal::open(dir.path()).unwrap();
+        assert_eq!(back.records().len(), 4, "{:?}", back.records());
+        assert!(back.staged(7).is_some(), "Install finds its lines");
+        assert_eq!(back.plan_of(7), Some(vec![target]), "Revert finds its GPUs");
+        assert_eq!(back.layouts(), Some(&layouts[..]));
     }
 }
