@@ -43,6 +43,9 @@ pub struct FakeSlurm {
     pub start_on_drain: Vec<SlurmJob>,
     /// Refuse every requeue, as slurmctld does for a job it cannot requeue.
     pub refuse_requeue: bool,
+    /// Once an agent has applied a plan, this path becomes a non-empty directory: a file
+    /// there (the central role's ledger) can no longer be written.
+    pub block_after_apply: Option<std::path::PathBuf>,
     /// Reconfigures so far.
     pub reconfigures: u32,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
@@ -161,7 +164,15 @@ impl FakeSlurm {
         match (d.phase, &self.agent_fails) {
             // A failed agent rolls back; slurmd keeps running.
             (Phase::Apply, Some(e)) => report.outcome = Outcome::Failed { error: e.clone() },
-            (Phase::Apply, None) => set_layouts(&mut report, &d, |t| &t.to),
+            (Phase::Apply, None) => {
+                set_layouts(&mut report, &d, |t| &t.to);
+                if let Some(p) = &self.block_after_apply {
+                    if p.is_file() {
+                        std::fs::remove_file(p).expect("the file to block");
+                    }
+                    std::fs::create_dir_all(p.join("blocked")).expect("a test directory");
+                }
+            }
             (Phase::Install, _) => report.slurmd_running = !d.stop_slurmd,
             (Phase::Start, _) => report.slurmd_running = true,
             (Phase::Revert, _) => {

@@ -187,10 +187,17 @@ impl Central {
         Ok(View::build(&self.resolved, nodes, jobs, &mut self.node_cache))
     }
 
-    fn save_ledger(&mut self, report: &mut CycleReport) {
+    /// Writes the ledger durably; false (and an error in the report) when it cannot. A
+    /// step that goes forward (a batch, an Apply, an Install, Slurm's refresh) runs only
+    /// after its write succeeded; the steps back run either way.
+    fn save_ledger(&mut self, report: &mut CycleReport) -> bool {
         let dir = self.resolved.config.controller.state_dir.clone();
-        if let Err(e) = self.ledger.save(&dir) {
-            self.fail(report, format!("cannot save the re-layout ledger: {e}"));
+        match self.ledger.save(&dir) {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(report, format!("cannot save the re-layout ledger: {e}"));
+                false
+            }
         }
     }
 
@@ -361,6 +368,16 @@ impl Central {
         self.ledger.generation = generation;
         self.ledger.last_batch_at = now;
         self.status.generation = generation;
+        // Written before the first drain: a crash after it finds the batch.
+        self.ledger.batch = Some(b.clone());
+        if !self.save_ledger(report) {
+            self.ledger.batch = None;
+            self.fail(
+                report,
+                format!("gen {generation}: no re-layout started: its ledger cannot be written"),
+            );
+            return;
+        }
         self.advance(&mut b, view, report);
         self.ledger.batch = (!b.is_closed()).then_some(b);
         self.save_ledger(report);

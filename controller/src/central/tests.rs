@@ -536,6 +536,53 @@ fn a_plan_that_cannot_be_handed_to_an_agent_resumes_its_node_and_the_rest_of_the
 }
 
 #[test]
+fn a_ledger_that_cannot_be_written_starts_no_relayout() {
+    let dir = temp("ledger-blocked");
+    let mut s = cluster();
+    s.jobs.clear();
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    std::fs::create_dir_all(dir.join("state").join(BATCH_FILE).join("blocked")).unwrap();
+    let r = once(&mut c);
+    assert!(
+        r.errors.iter().any(|e| e.contains("no re-layout started: its ledger cannot be written")),
+        "{:?}",
+        r.errors
+    );
+    assert!(c.api_fake().node_updates.is_empty(), "no node drained");
+    assert!(rec.batches().is_empty());
+    for n in ["a", "c"] {
+        assert_eq!(layout_of(&mut c, n), C2);
+    }
+}
+
+#[test]
+fn a_ledger_that_cannot_be_written_after_the_apply_reverts_the_nodes_and_never_touches_slurm() {
+    let dir = temp("ledger-blocked-mid");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.block_after_apply = Some(dir.join("state").join(BATCH_FILE));
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert!(
+        r.errors.iter().any(|e| e.contains("the re-layout ledger cannot be written; reverting the node")),
+        "{:?}",
+        r.errors
+    );
+    assert!(rec.batches().is_empty(), "Slurm was never refreshed");
+    for n in ["a", "b", "c"] {
+        let d = read_desired(&node(&mut c, n)).unwrap().unwrap();
+        assert_ne!(d.phase, Phase::Install, "{n}: no Install was asked");
+    }
+    for n in ["a", "c"] {
+        assert_eq!(layout_of(&mut c, n), C2, "{n}: back in its layout");
+    }
+    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain), "every node in service");
+    assert!(c.ledger.batch.is_none(), "the batch is over");
+}
+
+#[test]
 fn a_restarted_central_role_finishes_the_batch_it_left_in_flight() {
     let dir = temp("restart");
     let rec = Recorder::default();

@@ -160,7 +160,14 @@ impl Central {
         if nodes.is_empty() {
             return;
         }
-        self.save_ledger_with(b, report);
+        if !self.save_ledger_with(b, report) {
+            // Nothing handed out: the nodes go back into service as they are.
+            for node in std::mem::take(nodes) {
+                let outcome = "skip: the re-layout ledger cannot be written".to_string();
+                self.enter(b, &node, NodeState::Resuming { outcome });
+            }
+            return;
+        }
         for node in std::mem::take(nodes) {
             // Without its record now, the next cycle asks again.
             let Some(rec) = self.record(view, &node) else {
@@ -175,9 +182,9 @@ impl Central {
         }
     }
 
-    fn save_ledger_with(&mut self, b: &Batch, report: &mut CycleReport) {
+    fn save_ledger_with(&mut self, b: &Batch, report: &mut CycleReport) -> bool {
         self.ledger.batch = Some(b.clone());
-        self.save_ledger(report);
+        self.save_ledger(report)
     }
 
     /// Enters `state` for `node` (the ledger is saved by the caller before acting on it).
@@ -588,7 +595,10 @@ impl Central {
             };
             self.enter(b, node, NodeState::Installing { gres });
         }
-        self.save_ledger_with(b, report);
+        if !self.save_ledger_with(b, report) {
+            self.revert_unrecorded(b, &applied, report);
+            return;
+        }
         for node in &applied {
             let d = self.desired(b, node, Phase::Install);
             let rec = match self.api.node(node) {
@@ -632,7 +642,12 @@ impl Central {
             return;
         }
         b.slurm = SlurmStep::Refreshing { gres: gres.clone() };
-        self.save_ledger_with(b, report);
+        if !self.save_ledger_with(b, report) {
+            b.slurm = SlurmStep::Untouched;
+            let nodes: Vec<String> = gres.into_keys().collect();
+            self.revert_unrecorded(b, &nodes, report);
+            return;
+        }
         let list: Vec<(String, String)> = gres.clone().into_iter().collect();
         let result = self
             .relayout
@@ -735,6 +750,26 @@ impl Central {
                     NodeState::Reverting {
                         error: error.clone(),
                         hold: true,
+                    },
+                ),
+            }
+        }
+    }
+
+    /// The ledger could not record the step `nodes` were about to take: they go back
+    /// (their agents put the GPUs, gres.conf and slurmd as they were) and into service.
+    fn revert_unrecorded(&mut self, b: &mut Batch, nodes: &[String], report: &mut CycleReport) {
+        let error = "the re-layout ledger cannot be written".to_string();
+        for node in nodes {
+            match self.api.node(node) {
+                Ok(Some(rec)) => self.revert(b, node, &rec, error.clone(), false, report),
+                // Not asked: held once the report timeout passes, as in `refresh_failed`.
+                _ => self.enter(
+                    b,
+                    node,
+                    NodeState::Reverting {
+                        error: error.clone(),
+                        hold: false,
                     },
                 ),
             }
