@@ -64,6 +64,11 @@ pub enum NodeState {
         /// slurmd's: an admin looks); otherwise a confirmed revert resumes it.
         hold: bool,
     },
+    /// To be left drained with `reason`: slurmctld refused the update, tried again.
+    Holding {
+        /// The held reason to set.
+        reason: String,
+    },
     /// Finished.
     Closed(Closed),
 }
@@ -124,6 +129,7 @@ impl NodeState {
             NodeState::Starting => "starting slurmd",
             NodeState::Resuming { .. } => "resuming",
             NodeState::Reverting { .. } => "reverting",
+            NodeState::Holding { .. } => "holding",
             NodeState::Closed(Closed::Resumed { .. }) => "resumed",
             NodeState::Closed(Closed::Held { .. }) => "held",
             NodeState::Closed(Closed::LeftDrained { .. }) => "left drained",

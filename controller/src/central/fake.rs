@@ -43,6 +43,8 @@ pub struct FakeSlurm {
     pub start_on_drain: Vec<SlurmJob>,
     /// Refuse every requeue, as slurmctld does for a job it cannot requeue.
     pub refuse_requeue: bool,
+    /// Refuse this many updates that set a held drain reason (slurmctld away).
+    pub refuse_held: u32,
     /// Once an agent has applied a plan, this path becomes a non-empty directory: a file
     /// there (the central role's ledger) can no longer be written.
     pub block_after_apply: Option<std::path::PathBuf>,
@@ -261,6 +263,16 @@ impl SlurmApi for FakeSlurm {
             return Err(SlurmError::Call {
                 call: format!("slurm_update_node({})", u.node),
                 errno: 2011,
+                message: "Unable to contact slurm controller (connect failure)".into(),
+            });
+        }
+        if self.refuse_held > 0
+            && u.drain.as_deref().is_some_and(|r| r.starts_with(super::batch::HELD_PREFIX))
+        {
+            self.refuse_held -= 1;
+            return Err(SlurmError::Call {
+                call: format!("slurm_update_node({})", u.node),
+                errno: 1800,
                 message: "Unable to contact slurm controller (connect failure)".into(),
             });
         }

@@ -536,6 +536,42 @@ fn a_plan_that_cannot_be_handed_to_an_agent_resumes_its_node_and_the_rest_of_the
 }
 
 #[test]
+fn a_held_reason_slurmctld_refuses_is_set_again_until_it_takes_and_the_batch_waits_for_it() {
+    let dir = temp("held-refused");
+    let rec = Recorder::default();
+    *rec.fail.lock().unwrap() = Some("connection refused".into());
+    let mut s = cluster();
+    s.refuse_held = 3;
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let mut r = c.cycle();
+    let mut holding_seen = 0;
+    for _ in 0..20 {
+        let holding = c.ledger.batch.as_ref().map_or(0, |b| {
+            b.nodes
+                .values()
+                .filter(|t| matches!(t.state, NodeState::Holding { .. }))
+                .count()
+        });
+        holding_seen = holding_seen.max(holding);
+        if !c.in_flight() {
+            break;
+        }
+        r.absorb(c.cycle_with(false));
+    }
+    assert!(!c.in_flight());
+    assert!(holding_seen > 0, "the batch waited for the held reasons");
+    assert!(
+        r.errors.iter().filter(|e| e.contains("cannot set the drain reason")).count() == 3,
+        "{:?}",
+        r.errors
+    );
+    for name in ["b", "c"] {
+        let n = node(&mut c, name);
+        assert!(n.drain && n.reason.unwrap().starts_with(HELD_PREFIX), "{name}");
+    }
+}
+
+#[test]
 fn a_ledger_that_cannot_be_written_starts_no_relayout() {
     let dir = temp("ledger-blocked");
     let mut s = cluster();

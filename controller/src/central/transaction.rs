@@ -430,6 +430,18 @@ impl Central {
                 let outcome = outcome.clone();
                 self.resume(b, node, &rec, outcome, report)
             }
+            NodeState::Holding { reason } => {
+                if !rec.drain {
+                    let outcome = "resumed by someone else before it could be held".to_string();
+                    return self.close(b, node, Closed::Resumed { outcome }, report);
+                }
+                if !is_ours(rec.reason.as_deref(), b.generation) {
+                    let reason = rec.reason.clone().unwrap_or_default();
+                    return self.close(b, node, Closed::LeftDrained { reason }, report);
+                }
+                let reason = reason.clone();
+                self.set_held(b, node, reason, report)
+            }
             NodeState::Closed(_) => {}
         }
     }
@@ -763,7 +775,7 @@ impl Central {
         for node in nodes {
             match self.api.node(node) {
                 Ok(Some(rec)) => self.revert(b, node, &rec, error.clone(), false, report),
-                // Not asked: held once the report timeout passes, as in `refresh_failed`.
+                // Asked by the next cycle's step, which asks again what is not in the record.
                 _ => self.enter(
                     b,
                     node,
@@ -812,16 +824,31 @@ impl Central {
             let reason = rec.reason.clone().unwrap_or_default();
             return self.close(b, node, Closed::LeftDrained { reason }, report);
         }
-        let reason = held_reason(b.generation, &why);
+        self.set_held(b, node, held_reason(b.generation, &why), report);
+    }
+
+    /// Sets the held reason on `node` and closes it; while slurmctld refuses the update
+    /// the node stays `Holding` (still drained for the generation, which a later central
+    /// role would take for an unfinished re-layout and might resume) and it is tried
+    /// again each cycle.
+    fn set_held(&mut self, b: &mut Batch, node: &str, reason: String, report: &mut CycleReport) {
         let u = NodeUpdate {
             node: node.to_string(),
             drain: Some(reason.clone()),
             ..NodeUpdate::default()
         };
-        if let Err(e) = self.api.update_node(&u) {
-            log::error!("{node}: cannot set the drain reason `{reason}`: {e}");
+        match self.api.update_node(&u) {
+            Ok(()) => self.close(b, node, Closed::Held { reason }, report),
+            Err(e) => {
+                self.fail(
+                    report,
+                    format!("gen {} {node}: cannot set the drain reason `{reason}`: {e}; trying again", b.generation),
+                );
+                if !matches!(b.nodes[node].state, NodeState::Holding { .. }) {
+                    self.enter(b, node, NodeState::Holding { reason });
+                }
+            }
         }
-        self.close(b, node, Closed::Held { reason }, report)
     }
 
     /// Resumes `node` if it is still drained for this generation (never a drain someone
