@@ -177,6 +177,15 @@ pub enum SlurmStep {
     },
     /// Slurm has the new layouts of these nodes.
     Refreshed,
+    /// The refresh failed; the include is being put back and Slurm made to load it. On a
+    /// restart of the central role this is done again, Slurm made to load the file even
+    /// if it was put back already.
+    Undoing {
+        /// Node → the GPU GRES the refresh was to give it.
+        gres: BTreeMap<String, String>,
+        /// Why the refresh failed.
+        error: String,
+    },
     /// The refresh failed and the include was put back.
     Restored {
         /// Why.

@@ -131,13 +131,16 @@ mod tests {
         );
         r.apply(&mut slurm, &[]).unwrap();
         assert_eq!(slurm.reconfigures, 1, "an empty batch reconfigures nothing");
-        assert!(r.undo(&mut slurm, &batch).unwrap());
+        assert!(r.undo(&mut slurm, &batch, false).unwrap());
         assert_eq!(slurm.reconfigures, 2, "Slurm reloads the previous file");
         assert!(std::fs::read_to_string(&r.include)
             .unwrap()
             .starts_with("NodeName=a CPUs=4 Gres=gpu:7g.40gb:1"));
-        assert!(!r.undo(&mut slurm, &batch).unwrap(), "nothing left to undo");
+        assert!(!r.undo(&mut slurm, &batch, false).unwrap(), "nothing left to undo");
         assert_eq!(slurm.reconfigures, 2);
+        // An undo interrupted after the file was put back: Slurm loads it again.
+        assert!(r.undo(&mut slurm, &batch, true).unwrap());
+        assert_eq!(slurm.reconfigures, 3);
         let e = r.check(&["c".into()]).unwrap_err().to_string();
         assert!(e.contains("NodeName=c"), "a node the file does not define: {e}");
     }

@@ -73,8 +73,10 @@ pub trait Relayout {
     fn apply(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<(), RelayoutError>;
     /// Puts back what an [`Relayout::apply`] of `nodes` changed, whether it succeeded,
     /// failed half-way, or was interrupted by a restart of the central role; returns
-    /// whether anything had to be undone.
-    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
+    /// whether anything had to be undone. With `reload` (an undo interrupted by a restart)
+    /// Slurm is made to load what is put back even if it was put back already.
+    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)], reload: bool)
+        -> Result<bool, RelayoutError>;
 }
 
 /// A `relayout` choice that cannot work with the Slurm smartmigd was built against.
@@ -280,9 +282,14 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
         self.loader.load(api, &file, nodes, self.timeout)
     }
 
-    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+    fn undo(
+        &mut self,
+        api: &mut dyn SlurmApi,
+        nodes: &[(String, String)],
+        reload: bool,
+    ) -> Result<bool, RelayoutError> {
         // Slurm may have loaded either file: have it load the previous one.
-        if !self.file().put_back(nodes)? {
+        if !self.file().put_back(nodes)? && !reload {
             return Ok(false);
         }
         self.loader.load_previous(api, self.timeout)?;
@@ -447,7 +454,7 @@ mod tests {
         );
         r.loader.command = vec!["sh".into(), "-c".into(), format!("echo x >> {}", log.display())];
         assert!(
-            r.undo(&mut api, &batch).unwrap(),
+            r.undo(&mut api, &batch, false).unwrap(),
             "the batch's values were in the file"
         );
         assert_eq!(
@@ -455,7 +462,7 @@ mod tests {
             "NodeName=a Gres=gpu:7g.40gb:1\n"
         );
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
-        assert!(!r.undo(&mut api, &batch).unwrap(), "nothing left to undo");
+        assert!(!r.undo(&mut api, &batch, false).unwrap(), "nothing left to undo");
     }
 
     #[test]
@@ -476,7 +483,7 @@ mod tests {
             std::fs::read_to_string(&include).unwrap(),
             "NodeName=a Gres=gpu:7g.40gb:1\n"
         );
-        assert!(!r.undo(&mut api, &batch).unwrap());
+        assert!(!r.undo(&mut api, &batch, false).unwrap());
         assert!(!log.exists(), "slurmctld was never restarted");
     }
 }

@@ -245,7 +245,7 @@ impl Relayout for NoRelayout {
         }
         Ok(())
     }
-    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)], _: bool) -> Result<bool, RelayoutError> {
         Ok(false)
     }
 }

@@ -54,6 +54,9 @@ struct Recorder {
     batches: Batches,
     fail: Arc<Mutex<Option<String>>>,
     undone: Arc<Mutex<u32>>,
+    reloads: Arc<Mutex<u32>>,
+    /// The state directory whose ledger each undo finds written ahead (`Undoing`).
+    ledger_dir: Arc<Mutex<Option<PathBuf>>>,
 }
 
 impl Relayout for Recorder {
@@ -97,8 +100,13 @@ impl Relayout for Recorder {
         }
         Ok(())
     }
-    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)], reload: bool) -> Result<bool, RelayoutError> {
         *self.undone.lock().unwrap() += 1;
+        *self.reloads.lock().unwrap() += u32::from(reload);
+        if let Some(dir) = self.ledger_dir.lock().unwrap().as_ref() {
+            let b = batch::Ledger::load(dir).unwrap().batch.unwrap();
+            assert!(matches!(b.slurm, batch::SlurmStep::Undoing { .. }), "{:?}", b.slurm);
+        }
         Ok(true)
     }
 }
@@ -380,6 +388,7 @@ fn a_failed_refresh_restores_slurm_reverts_the_nodes_and_leaves_them_drained_wit
     let dir = temp("refresh-fails");
     let rec = Recorder::default();
     *rec.fail.lock().unwrap() = Some("connection refused".into());
+    *rec.ledger_dir.lock().unwrap() = Some(dir.join("state"));
     let mut c = central(resolved(&dir, TO_C5), cluster(), Mode::Drain, rec.clone());
     let r = once(&mut c);
     assert_eq!(r.changed, 0);
@@ -677,6 +686,48 @@ fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_con
     assert_eq!(*rec.undone.lock().unwrap(), 1);
     let a = node(&mut c, "a");
     assert!(a.drain && a.reason.as_deref().unwrap().starts_with(HELD_PREFIX));
+    assert_eq!(read_report(&a).unwrap().unwrap().gpus[0].layout, C2);
+}
+
+#[test]
+fn a_central_role_stopped_while_undoing_a_failed_refresh_undoes_it_again_whatever_slurm_shows() {
+    let dir = temp("stopped-mid-undo");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.nodes.truncate(1);
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    for _ in 0..10 {
+        c.cycle_with(true);
+        let b = batch::Ledger::load(&dir.join("state")).unwrap().batch.unwrap();
+        if matches!(b.nodes["a"].state, NodeState::Installing { .. }) {
+            break;
+        }
+    }
+    // The refresh failed (slurmctld silent), and the central role died putting the
+    // include back, after slurmctld had come up with the batch's layout after all.
+    let gres = "gpu:3g.20gb:2".to_string();
+    let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    let b = ledger.batch.as_mut().unwrap();
+    b.nodes.get_mut("a").unwrap().state = NodeState::Installed { gres: gres.clone() };
+    b.slurm = batch::SlurmStep::Undoing {
+        gres: [("a".to_string(), gres.clone())].into(),
+        error: "slurmctld did not answer".into(),
+    };
+    ledger.save(&dir.join("state")).unwrap();
+    let mut fake = c.api_fake().clone();
+    fake.nodes[0].gres = gres;
+    drop(c);
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert_eq!(
+        (*rec.undone.lock().unwrap(), *rec.reloads.lock().unwrap()),
+        (1, 1),
+        "the undo ran again, Slurm made to load the file put back"
+    );
+    let a = node(&mut c, "a");
+    assert!(a.drain && a.reason.as_deref().unwrap().starts_with(HELD_PREFIX));
+    assert!(a.reason.as_deref().unwrap().contains("undo interrupted"), "{:?}", a.reason);
     assert_eq!(read_report(&a).unwrap().unwrap().gpus[0].layout, C2);
 }
 

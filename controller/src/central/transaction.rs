@@ -133,10 +133,20 @@ type TargetsNow<'v> = (&'v super::view::NodeView, Vec<(usize, Layout)>);
 impl Central {
     /// Moves every node of `b` as far as it can go this cycle.
     pub(super) fn advance(&mut self, b: &mut Batch, view: &View, report: &mut CycleReport) {
-        if let SlurmStep::Refreshing { gres } = &b.slurm {
+        match &b.slurm {
             // The central role stopped during Slurm's refresh: learn which layouts Slurm has.
-            let gres = gres.clone();
-            self.settle_refresh(b, &gres, report);
+            SlurmStep::Refreshing { gres } => {
+                let gres = gres.clone();
+                self.settle_refresh(b, &gres, report);
+            }
+            // It stopped while putting Slurm's configuration back: do that again, whatever
+            // slurmctld shows now (it may still run with the batch's layouts).
+            SlurmStep::Undoing { gres, error } => {
+                let list: Vec<(String, String)> = gres.clone().into_iter().collect();
+                let error = format!("{error} (its undo interrupted, done again)");
+                self.refresh_failed(b, &list, error, true, report);
+            }
+            _ => {}
         }
         let names: Vec<String> = b.nodes.keys().cloned().collect();
         let mut to_apply = Vec::new();
@@ -668,7 +678,10 @@ impl Central {
             .and_then(|()| self.slurm_has(&gres).map_err(|e| e.to_string()));
         match result {
             Ok(()) => self.refreshed(b, report),
-            Err(e) => self.refresh_failed(b, &list, format!("{} failed: {e}", self.relayout.name()), report),
+            Err(e) => {
+                let error = format!("{} failed: {e}", self.relayout.name());
+                self.refresh_failed(b, &list, error, false, report)
+            }
         }
     }
 
@@ -684,7 +697,7 @@ impl Central {
                 );
                 self.refreshed(b, report)
             }
-            Err(e) => self.refresh_failed(b, &list, format!("refresh interrupted: {e}"), report),
+            Err(e) => self.refresh_failed(b, &list, format!("refresh interrupted: {e}"), false, report),
         }
     }
 
@@ -732,15 +745,25 @@ impl Central {
         }
     }
 
+    /// Puts Slurm's configuration back (with `reload`, has Slurm load it even if it was
+    /// put back already) and reverts and holds the batch's nodes.
     fn refresh_failed(
         &mut self,
         b: &mut Batch,
         list: &[(String, String)],
         error: String,
+        reload: bool,
         report: &mut CycleReport,
     ) {
         self.fail(report, format!("gen {}: {error}", b.generation));
-        let error = match self.relayout.undo(self.api.as_mut(), list) {
+        // Written ahead: a restart during the undo does it again instead of taking a
+        // slurmctld that still shows the batch's layouts for a refresh that worked.
+        b.slurm = SlurmStep::Undoing {
+            gres: list.iter().cloned().collect(),
+            error: error.clone(),
+        };
+        self.save_ledger_with(b, report);
+        let error = match self.relayout.undo(self.api.as_mut(), list, reload) {
             Ok(true) => format!("{error}; Slurm's previous node definitions restored"),
             Ok(false) => error,
             Err(e) => {
