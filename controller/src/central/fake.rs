@@ -26,6 +26,8 @@ pub struct FakeSlurm {
     pub auto_agent: bool,
     /// Make the agent fail every Apply with this message.
     pub agent_fails: Option<String>,
+    /// With `agent_fails`: the rollback fails too, the GPUs left in the target layouts.
+    pub rollback_fails: bool,
     /// Nodes whose agent never answers Apply (slow NVML); other phases are answered.
     pub slow_apply: Vec<String>,
     /// Nodes whose Extra cannot be written (slurmctld refuses the update): the hand-off of
@@ -165,7 +167,12 @@ impl FakeSlurm {
         report.outcome = Outcome::Done;
         match (d.phase, &self.agent_fails) {
             // A failed agent rolls back; slurmd keeps running.
-            (Phase::Apply, Some(e)) => report.outcome = Outcome::Failed { error: e.clone() },
+            (Phase::Apply, Some(e)) => {
+                report.outcome = Outcome::Failed { error: e.clone() };
+                if self.rollback_fails {
+                    set_layouts(&mut report, &d, |t| &t.to);
+                }
+            }
             (Phase::Apply, None) => {
                 set_layouts(&mut report, &d, |t| &t.to);
                 if let Some(p) = &self.block_after_apply {

@@ -384,6 +384,28 @@ fn a_failing_agent_rolls_back_and_its_node_is_resumed_without_a_refresh() {
 }
 
 #[test]
+fn an_apply_whose_rollback_failed_too_holds_the_node_instead_of_resuming_it() {
+    let dir = temp("rollback-failed");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.agent_fails = Some("IN_USE on 4g.20gb@0".into());
+    s.rollback_fails = true;
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert!(rec.batches().is_empty(), "Slurm never refreshed");
+    assert!(
+        r.errors.iter().any(|e| e.contains("could not roll back") && e.contains("not `4g.20gb@0 3g.20gb@4`")),
+        "{:?}",
+        r.errors
+    );
+    for name in ["a", "c"] {
+        let n = node(&mut c, name);
+        assert!(n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX), "{name}: {:?}", n.reason);
+    }
+}
+
+#[test]
 fn a_failed_refresh_restores_slurm_reverts_the_nodes_and_leaves_them_drained_with_the_reason() {
     let dir = temp("refresh-fails");
     let rec = Recorder::default();

@@ -350,14 +350,24 @@ impl Central {
                                 }
                             }
                         }
-                        Outcome::Failed { error } => {
-                            self.fail(
+                        Outcome::Failed { error } => match not_rolled_back(&r, &t) {
+                            // Its rollback failed too: the GPUs are in neither layout.
+                            Some(stray) => self.hold(
+                                b,
+                                node,
+                                &rec,
+                                format!("the agent could not roll back: {error}; {stray}"),
                                 report,
-                                format!("gen {} {node}: the agent rolled back: {error}", b.generation),
-                            );
-                            let outcome = format!("rolled back: {error}");
-                            self.enter(b, node, NodeState::Resuming { outcome })
-                        }
+                            ),
+                            None => {
+                                self.fail(
+                                    report,
+                                    format!("gen {} {node}: the agent rolled back: {error}", b.generation),
+                                );
+                                let outcome = format!("rolled back: {error}");
+                                self.enter(b, node, NodeState::Resuming { outcome })
+                            }
+                        },
                         Outcome::InProgress => {}
                     },
                 },
@@ -937,6 +947,21 @@ impl Central {
     fn report_timeout_s(&self) -> f64 {
         self.resolved.config.controller.central.report_timeout_s
     }
+}
+
+/// The target GPUs a report shows outside their `from` layouts, in words (None: all back).
+fn not_rolled_back(r: &Report, t: &NodeTxn) -> Option<String> {
+    let stray: Vec<String> = t
+        .targets
+        .iter()
+        .filter_map(|g| {
+            let now = r.gpus.iter().find(|a| a.index == g.index).map(|a| a.layout.as_str());
+            (now != Some(g.from.as_str())).then(|| {
+                format!("GPU {} has `{}`, not `{}`", g.index, now.unwrap_or("nothing"), g.from)
+            })
+        })
+        .collect();
+    (!stray.is_empty()).then(|| stray.join(", "))
 }
 
 /// Whether a report can be trusted for `t`: GPUs readable, the same GPU set as planned.
