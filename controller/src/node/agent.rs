@@ -589,7 +589,12 @@ impl Agent {
             return Ok(None);
         };
         let slurm = mig_counts(slurm_gres, &self.mig_types());
-        let new = self.counts_of(&self.actual()?);
+        // From the lines the generation installed, not the devices: the decision must not
+        // wait on an NVML that cannot be read while slurmd is down.
+        let new = match self.journal.staged(generation) {
+            Some(lines) => staged_counts(lines, &self.mig_types()),
+            None => self.counts_of(&self.actual()?),
+        };
         let (phase, outcome, note) = if slurm == new {
             let note = format!(
                 "generation {generation}: slurmd stopped past its deadline; slurmctld has the new layout, started slurmd with it"
@@ -788,6 +793,18 @@ impl Agent {
 
 /// Instances per MIG type in a GRES string (`gpu:3g.20gb:2(S:0),gpu:a100:1`), counting
 /// only the types in `mig_types`.
+/// Devices per MIG type in gres.conf `lines` (a `File=` or `MultipleFiles=` line is one).
+fn staged_counts(lines: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for line in lines.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let ty = line.split_whitespace().find_map(|w| w.strip_prefix("Type="));
+        if let Some(ty) = ty.filter(|t| mig_types.contains(*t)) {
+            *out.entry(ty.to_string()).or_default() += 1;
+        }
+    }
+    out
+}
+
 fn mig_counts(gres: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
     for g in crate::slurm::parse_gres(gres, "node Gres").unwrap_or_default() {

@@ -441,6 +441,31 @@ fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
 }
 
 #[test]
+fn the_watchdog_starts_slurmd_while_the_gpus_cannot_be_read() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    n.desire(6, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    n.desire(6, Phase::Install, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    n.sim
+        .set_faults(&Faults {
+            fail: vec![FailFault {
+                always: true,
+                ..FailFault::once("read", None, "NVML_ERROR_UNKNOWN")
+            }],
+            ..Faults::default()
+        })
+        .unwrap();
+    let r = a.tick(deadline + 1.0).unwrap().unwrap();
+    assert_eq!((r.phase, r.slurmd_running), (Phase::Start, true), "{r:?}");
+    assert!(r.read_error.is_some(), "the report says the GPUs could not be read");
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+}
+
+#[test]
 fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
     let n = Node::new(&["7g@0"]);
     // A previous run began generation 5, destroyed the 7g and created 3g@0 without
