@@ -105,6 +105,14 @@ impl NodeState {
         matches!(self, NodeState::Closed(_))
     }
 
+    /// Whether the node is going back or done (no revert needs asking).
+    pub fn reverting_or_closed(&self) -> bool {
+        matches!(
+            self,
+            NodeState::Reverting { .. } | NodeState::Holding { .. } | NodeState::Closed(_)
+        )
+    }
+
     /// The phase the node's agent has been asked for in this state (None: none awaited).
     pub fn asked(&self) -> Option<crate::channel::Phase> {
         use crate::channel::Phase;
@@ -185,6 +193,11 @@ pub enum SlurmStep {
         gres: BTreeMap<String, String>,
         /// Why the refresh failed.
         error: String,
+        /// Slurm loads the file put back only once the nodes' agents have put their
+        /// gres.conf back (the reconfigure path: slurmd runs and re-reads gres.conf when
+        /// Slurm reloads, so the two must agree by then).
+        #[serde(default)]
+        after_revert: bool,
     },
     /// The refresh failed and the include was put back.
     Restored {
@@ -211,7 +224,7 @@ pub struct Batch {
 impl Batch {
     /// Whether every node is closed.
     pub fn is_closed(&self) -> bool {
-        self.nodes.values().all(|n| n.state.is_closed())
+        self.nodes.values().all(|n| n.state.is_closed()) && !matches!(self.slurm, SlurmStep::Undoing { .. })
     }
 
     /// Nodes in a state for which `pick` is true.

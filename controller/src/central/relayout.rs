@@ -77,6 +77,11 @@ pub trait Relayout {
     /// Slurm is made to load what is put back even if it was put back already.
     fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)], reload: bool)
         -> Result<bool, RelayoutError>;
+    /// The first half of [`Relayout::undo`]: puts back what `apply` changed without having
+    /// Slurm load it; returns whether anything had to be put back.
+    fn put_back(&mut self, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
+    /// The second half: has Slurm load what was put back.
+    fn reload(&mut self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError>;
 }
 
 /// A `relayout` choice that cannot work with the Slurm smartmigd was built against.
@@ -289,11 +294,19 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
         reload: bool,
     ) -> Result<bool, RelayoutError> {
         // Slurm may have loaded either file: have it load the previous one.
-        if !self.file().put_back(nodes)? && !reload {
+        if !self.put_back(nodes)? && !reload {
             return Ok(false);
         }
-        self.loader.load_previous(api, self.timeout)?;
+        self.reload(api)?;
         Ok(true)
+    }
+
+    fn put_back(&mut self, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
+        self.file().put_back(nodes)
+    }
+
+    fn reload(&mut self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
+        self.loader.load_previous(api, self.timeout)
     }
 }
 

@@ -248,6 +248,12 @@ impl Relayout for NoRelayout {
     fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)], _: bool) -> Result<bool, RelayoutError> {
         Ok(false)
     }
+    fn put_back(&mut self, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+        Ok(false)
+    }
+    fn reload(&mut self, _: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
+        Ok(())
+    }
 }
 
 /// What the benchmark measured.

@@ -57,6 +57,11 @@ struct Recorder {
     reloads: Arc<Mutex<u32>>,
     /// The state directory whose ledger each undo finds written ahead (`Undoing`).
     ledger_dir: Arc<Mutex<Option<PathBuf>>>,
+    /// The reconfigure path (slurmd keeps running) instead of the restart path.
+    reconfigure: Arc<Mutex<bool>>,
+    /// The reconfigure path's undo, in order: `put back`, then `reload` with the phase
+    /// each node's agent had answered by then.
+    undo_steps: Arc<Mutex<Vec<String>>>,
 }
 
 impl Relayout for Recorder {
@@ -64,7 +69,7 @@ impl Relayout for Recorder {
         "recorder"
     }
     fn stops_slurmd(&self) -> bool {
-        true
+        !*self.reconfigure.lock().unwrap()
     }
     fn timeout(&self) -> Duration {
         Duration::from_secs(10)
@@ -108,6 +113,20 @@ impl Relayout for Recorder {
             assert!(matches!(b.slurm, batch::SlurmStep::Undoing { .. }), "{:?}", b.slurm);
         }
         Ok(true)
+    }
+    fn put_back(&mut self, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+        self.undo_steps.lock().unwrap().push("put back".into());
+        Ok(true)
+    }
+    fn reload(&mut self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
+        let phases: Vec<String> = api
+            .nodes()
+            .unwrap()
+            .iter()
+            .filter_map(|n| read_report(n).and_then(Result::ok).map(|r| format!("{}:{:?}", n.name, r.phase)))
+            .collect();
+        self.undo_steps.lock().unwrap().push(format!("reload {}", phases.join(" ")));
+        Ok(())
     }
 }
 
@@ -381,6 +400,30 @@ fn a_failing_agent_rolls_back_and_its_node_is_resumed_without_a_refresh() {
             assert_eq!(d.phase, Phase::Apply, "{}: slurmd was never stopped", n.name);
         }
     }
+}
+
+#[test]
+fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_put_gres_conf_back() {
+    let dir = temp("reconfigure-fails");
+    let rec = Recorder::default();
+    *rec.reconfigure.lock().unwrap() = true;
+    *rec.fail.lock().unwrap() = Some("connection refused".into());
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0);
+    assert_eq!(*rec.undone.lock().unwrap(), 0, "no undo that reloads at once");
+    assert_eq!(
+        *rec.undo_steps.lock().unwrap(),
+        ["put back", "reload a:Revert b:Revert c:Revert"],
+        "the include put back first, Slurm reloaded once every agent had reverted"
+    );
+    for name in ["a", "b", "c"] {
+        let n = node(&mut c, name);
+        assert!(n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX), "{name}");
+    }
+    assert!(!c.in_flight());
 }
 
 #[test]
@@ -735,6 +778,7 @@ fn a_central_role_stopped_while_undoing_a_failed_refresh_undoes_it_again_whateve
     b.slurm = batch::SlurmStep::Undoing {
         gres: [("a".to_string(), gres.clone())].into(),
         error: "slurmctld did not answer".into(),
+        after_revert: false,
     };
     ledger.save(&dir.join("state")).unwrap();
     let mut fake = c.api_fake().clone();

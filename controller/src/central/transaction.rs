@@ -141,10 +141,30 @@ impl Central {
             }
             // It stopped while putting Slurm's configuration back: do that again, whatever
             // slurmctld shows now (it may still run with the batch's layouts).
-            SlurmStep::Undoing { gres, error } => {
+            SlurmStep::Undoing {
+                gres,
+                error,
+                after_revert: false,
+            } => {
                 let list: Vec<(String, String)> = gres.clone().into_iter().collect();
                 let error = format!("{error} (its undo interrupted, done again)");
                 self.refresh_failed(b, &list, error, true, report);
+            }
+            // Waiting for the reverts (asked again by `step` while not answered); a node
+            // not asked yet when the central role stopped is asked now.
+            SlurmStep::Undoing {
+                gres,
+                error,
+                after_revert: true,
+            } => {
+                let not_asked = gres
+                    .keys()
+                    .any(|n| b.nodes.get(n).is_some_and(|t| !t.state.reverting_or_closed()));
+                if not_asked {
+                    let (list, error): (Vec<(String, String)>, String) =
+                        (gres.clone().into_iter().collect(), error.clone());
+                    self.put_back_and_revert(b, &list, &error, report);
+                }
             }
             _ => {}
         }
@@ -160,6 +180,7 @@ impl Central {
             self.step(b, node, view, report, &mut to_apply);
         }
         self.ask_apply(b, view, &mut to_apply, report);
+        self.reload_after_revert(b, report);
         self.save_ledger_with(b, report);
     }
 
@@ -768,11 +789,16 @@ impl Central {
         self.fail(report, format!("gen {}: {error}", b.generation));
         // Written ahead: a restart during the undo does it again instead of taking a
         // slurmctld that still shows the batch's layouts for a refresh that worked.
+        let after_revert = !self.relayout.stops_slurmd();
         b.slurm = SlurmStep::Undoing {
             gres: list.iter().cloned().collect(),
             error: error.clone(),
+            after_revert,
         };
         self.save_ledger_with(b, report);
+        if after_revert {
+            return self.put_back_and_revert(b, list, &error, report);
+        }
         let error = match self.relayout.undo(self.api.as_mut(), list, reload) {
             Ok(true) => format!("{error}; Slurm's previous node definitions restored"),
             Ok(false) => error,
@@ -799,6 +825,71 @@ impl Central {
                 ),
             }
         }
+    }
+
+    /// The reconfigure path's undo, first half: the include put back (Slurm does not load
+    /// it yet) and the nodes not yet reverting asked to revert and stay held.
+    fn put_back_and_revert(
+        &mut self,
+        b: &mut Batch,
+        list: &[(String, String)],
+        error: &str,
+        report: &mut CycleReport,
+    ) {
+        if let Err(e) = self.relayout.put_back(list) {
+            let e = format!("gen {}: {error}; putting Slurm's previous node definitions back failed too: {:#}", b.generation, anyhow::Error::new(e));
+            self.fail(report, e);
+        }
+        for (node, _) in list {
+            if b.nodes.get(node).is_none_or(|t| t.state.reverting_or_closed()) {
+                continue;
+            }
+            match self.api.node(node) {
+                Ok(Some(rec)) => self.revert(b, node, &rec, error.to_string(), true, report),
+                _ => self.enter(
+                    b,
+                    node,
+                    NodeState::Reverting {
+                        error: error.to_string(),
+                        hold: true,
+                    },
+                ),
+            }
+        }
+    }
+
+    /// The reconfigure path's undo, second half: once no node of the refresh is still
+    /// reverting (each put its gres.conf back, or was held without an answer), Slurm
+    /// loads the include put back, and the running slurmds the restored gres.conf.
+    fn reload_after_revert(&mut self, b: &mut Batch, report: &mut CycleReport) {
+        let SlurmStep::Undoing {
+            gres,
+            error,
+            after_revert: true,
+        } = &b.slurm
+        else {
+            return;
+        };
+        let reverting = gres
+            .keys()
+            .any(|n| b.nodes.get(n).is_some_and(|t| !t.state.is_closed()));
+        if reverting {
+            return;
+        }
+        let error = error.clone();
+        let error = match self.relayout.reload(self.api.as_mut()) {
+            Ok(()) => format!("{error}; Slurm's previous node definitions restored"),
+            Err(e) => {
+                let msg = format!(
+                    "{error}; Slurm did not load its previous node definitions: {:#}",
+                    anyhow::Error::new(e)
+                );
+                self.fail(report, format!("gen {}: {msg}", b.generation));
+                msg
+            }
+        };
+        log::info!("gen {}: {error}", b.generation);
+        b.slurm = SlurmStep::Restored { error };
     }
 
     /// The ledger could not record the step `nodes` were about to take: they go back
