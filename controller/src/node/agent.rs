@@ -535,6 +535,11 @@ impl Agent {
         } else {
             gpus.to_vec()
         };
+        // slurmd runs again after an Install that stopped it (the watchdog started it with
+        // the generation's gres.conf): it must load the gres.conf put back below.
+        let restart = self.journal.installed(generation)
+            && self.journal.slurmd_running()
+            && self.journal.stopped_for(generation);
         let mut errors = Vec::new();
         match self.resolve(&gpus) {
             Ok(targets) => {
@@ -551,6 +556,16 @@ impl Agent {
             }
         }
         self.journal.append(Record::Reverted { generation })?;
+        if restart {
+            // Armed at once: if the start below fails, the next tick's watchdog tries again.
+            self.journal.append(Record::Slurmd {
+                running: false,
+                watchdog: Some((generation, unix_now())),
+            })?;
+            if let Err(e) = command::run(&self.cfg.slurmd_stop, COMMAND_TIMEOUT) {
+                errors.push(format!("slurmd not restarted with the gres.conf put back: {e}"));
+            }
+        }
         if !self.journal.slurmd_running() {
             if let Err(e) = self.start_slurmd_only() {
                 errors.push(e.to_string());

@@ -441,6 +441,34 @@ fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
 }
 
 #[test]
+fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it_with_the_old_one() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
+    n.desire(7, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    n.desire(7, Phase::Install, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    // slurmctld showed the new layout at the deadline (a refresh still under way) ...
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    let r = a.tick(deadline + 1.0).unwrap().unwrap();
+    assert_eq!(r.phase, Phase::Start);
+    // ... and the refresh failed after all: the central role put Slurm back and reverts.
+    n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    assert_eq!(
+        n.slurmd_log(),
+        "stop\nstart\nstop\nstart\n",
+        "slurmd restarted to load the gres.conf put back"
+    );
+    assert!(a.journal().slurmd_watchdog().is_none());
+}
+
+#[test]
 fn the_watchdog_starts_slurmd_while_the_gpus_cannot_be_read() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();

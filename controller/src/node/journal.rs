@@ -297,6 +297,13 @@ impl Journal {
         self.last_slurmd().is_none_or(|(running, _)| running)
     }
 
+    /// Whether the agent stopped slurmd for generation `generation` (its Install did).
+    pub fn stopped_for(&self, generation: u64) -> bool {
+        self.records.iter().any(|r| {
+            matches!(r, Record::Slurmd { running: false, watchdog: Some((g, _)) } if *g == generation)
+        })
+    }
+
     /// When the agent stopped slurmd: the generation and the watchdog's deadline.
     pub fn slurmd_watchdog(&self) -> Option<(u64, f64)> {
         match self.last_slurmd() {
