@@ -47,6 +47,8 @@ pub struct FakeSlurm {
     pub refuse_requeue: bool,
     /// Refuse this many updates that set a held drain reason (slurmctld away).
     pub refuse_held: u32,
+    /// Nodes whose first Extra update is carried out but its reply lost (a timeout).
+    pub extra_reply_lost: Vec<String>,
     /// Once an agent has applied a plan, this path becomes a non-empty directory: a file
     /// there (the central role's ledger) can no longer be written.
     pub block_after_apply: Option<std::path::PathBuf>,
@@ -317,6 +319,16 @@ impl SlurmApi for FakeSlurm {
         }
         if self.auto_agent && u.extra.is_some() {
             self.answer(i);
+        }
+        if u.extra.as_ref().is_some_and(|e| !e.is_empty()) {
+            if let Some(k) = self.extra_reply_lost.iter().position(|n| *n == u.node) {
+                self.extra_reply_lost.remove(k);
+                return Err(SlurmError::Call {
+                    call: format!("slurm_update_node({})", u.node),
+                    errno: 5004,
+                    message: "Socket timed out on send/recv operation".into(),
+                });
+            }
         }
         Ok(())
     }

@@ -693,6 +693,34 @@ fn a_ledger_that_cannot_be_written_after_the_apply_reverts_the_nodes_and_never_t
 }
 
 #[test]
+fn a_plan_whose_hand_off_lost_its_reply_is_reverted_before_its_node_resumes() {
+    let dir = temp("extra-reply-lost");
+    let mut s = cluster();
+    s.jobs.clear();
+    // c's plan reaches the record (and the agent applies it), the reply does not.
+    s.extra_reply_lost = vec!["c".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert!(
+        r.errors.iter().any(|e| e.contains("c: cannot tell whether the plan reached the agent")),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!(layout_of(&mut c, "c"), C2, "c's agent put its GPUs back");
+    let d = read_desired(&node(&mut c, "c")).unwrap().unwrap();
+    assert_eq!(d.phase, Phase::Revert);
+    assert!(!node(&mut c, "c").drain, "c back in service");
+    assert_eq!(
+        rec.batches(),
+        vec![vec![
+            ("a".to_string(), "gpu:3g.20gb:2".to_string()),
+            ("b".to_string(), "gpu:3g.20gb:4".to_string())
+        ]]
+    );
+}
+
+#[test]
 fn a_restarted_central_role_finishes_the_batch_it_left_in_flight() {
     let dir = temp("restart");
     let rec = Recorder::default();

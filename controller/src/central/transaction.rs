@@ -205,10 +205,19 @@ impl Central {
                 continue;
             };
             let d = self.desired(b, &node, Phase::Apply);
-            if let Err(e) = self.ask(&rec, &d) {
-                let outcome = format!("skip: cannot hand the plan to the agent: {e}");
-                self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
-                self.enter(b, &node, NodeState::Resuming { outcome })
+            match self.ask(&rec, &d) {
+                Ok(()) => {}
+                // The plan may be in the record all the same (the reply was lost): its
+                // agent may apply it, so the node goes back through a revert.
+                Err(e) if e.may_have_taken_effect() => {
+                    let e = format!("cannot tell whether the plan reached the agent: {e}");
+                    self.revert(b, &node, &rec, e, false, report)
+                }
+                Err(e) => {
+                    let outcome = format!("skip: cannot hand the plan to the agent: {e}");
+                    self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
+                    self.enter(b, &node, NodeState::Resuming { outcome })
+                }
             }
         }
     }

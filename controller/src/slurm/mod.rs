@@ -137,6 +137,23 @@ pub enum SlurmError {
     },
 }
 
+impl SlurmError {
+    /// Whether slurmctld may have carried out the request all the same: its reply was
+    /// lost (a receive error, a timeout after sending), as opposed to a refusal it
+    /// answered with (`ESLURM_*`, 2000–4999 in slurm_errno.h) or a connection that never
+    /// opened.
+    pub fn may_have_taken_effect(&self) -> bool {
+        match self {
+            SlurmError::Value { .. } => false,
+            SlurmError::Call { errno, .. } => {
+                // SLURM_COMMUNICATIONS_CONNECTION_ERROR, SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR.
+                let never_connected = matches!(*errno, 1000 | 1800) || *errno == libc::ECONNREFUSED;
+                !(never_connected || (2000..5000).contains(errno))
+            }
+        }
+    }
+}
+
 /// The Slurm operations smartmigd needs.
 pub trait SlurmApi {
     /// Pending and running jobs that ask for GPUs.
