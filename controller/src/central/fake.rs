@@ -375,7 +375,7 @@ impl SlurmApi for FakeSlurm {
 
     fn ping(&mut self) -> Result<(), SlurmError> {
         self.count("ping");
-        Ok(())
+        self.read("ping")
     }
     fn reconfigure(&mut self) -> Result<(), SlurmError> {
         self.count("reconfigure");

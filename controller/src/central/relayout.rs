@@ -318,12 +318,15 @@ pub struct RestartSlurmctld {
 }
 
 impl RestartSlurmctld {
-    /// Restarts slurmctld and waits for it to answer.
+    /// Restarts slurmctld and waits for it to answer, both within `timeout` (what the
+    /// slurmd budget counts for a refresh).
     fn restart(&self, api: &mut dyn SlurmApi, timeout: Duration) -> Result<(), RelayoutError> {
         log::info!("restarting slurmctld: {}", self.command.join(" "));
+        let started = std::time::Instant::now();
         command::run(&self.command, timeout)?;
+        let left = timeout.saturating_sub(started.elapsed());
         let mut last = String::new();
-        let answered = command::poll_until(timeout, Duration::from_millis(200), || match api.ping() {
+        let answered = command::poll_until(left, Duration::from_millis(200), || match api.ping() {
             Ok(()) => Some(()),
             Err(e) => {
                 last = e.to_string();
@@ -476,6 +479,25 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
         assert!(!r.undo(&mut api, &batch, false).unwrap(), "nothing left to undo");
+    }
+
+    #[test]
+    fn a_restart_and_the_wait_for_slurmctld_share_one_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("nodes.conf"), "NodeName=a Gres=gpu:7g.40gb:1\n").unwrap();
+        let mut r = restart(dir.path(), "sleep 1.5");
+        r.timeout = Duration::from_secs(2);
+        // slurmctld never answers after the restart.
+        let mut api = crate::central::fake::FakeSlurm {
+            outage: 0..u32::MAX,
+            ..Default::default()
+        };
+        let batch = [("a".to_string(), "gpu:1g.10gb:7".to_string())];
+        let started = std::time::Instant::now();
+        let e = r.apply(&mut api, &batch).unwrap_err();
+        assert!(matches!(e, RelayoutError::NoAnswer(..)), "{e}");
+        // Not the command's 2 s and then 2 s more of pings (3.5 s): the budget counts one.
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     }
 
     #[test]
