@@ -13,6 +13,8 @@ pub struct SlurmChannel {
     node: String,
     /// The `Comment` last read, so a report keeps the site's keys there.
     comment: Option<String>,
+    /// Whether `comment` was read (a report before any read reads it first).
+    comment_read: bool,
 }
 
 impl SlurmChannel {
@@ -27,6 +29,7 @@ impl SlurmChannel {
             api,
             node: node.to_string(),
             comment: None,
+            comment_read: false,
         }
     }
 }
@@ -38,6 +41,7 @@ impl NodeChannel for SlurmChannel {
             .node(&self.node)?
             .ok_or_else(|| NodeError::UnknownNode(self.node.clone()))?;
         self.comment = n.comment.clone();
+        self.comment_read = true;
         Ok(NodeRecord {
             desired: read_desired(&n).transpose()?,
             report: read_report(&n).transpose()?,
@@ -47,6 +51,9 @@ impl NodeChannel for SlurmChannel {
     }
 
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError> {
+        if !self.comment_read {
+            self.read()?;
+        }
         let node = self.node.clone();
         write_report(self.api.as_mut(), &node, self.comment.as_deref(), report)?;
         self.comment = Some(crate::channel::merge(
@@ -100,8 +107,13 @@ mod tests {
         let r = FakeSlurm::report(Vec::new());
         ch.write_report(&r).unwrap();
         let rec = ch.read().unwrap();
-        assert_eq!(rec.report, Some(r));
+        assert_eq!(rec.report, Some(r.clone()));
         let comment = ch.comment.clone().unwrap();
+        assert!(comment.contains("\"asset\":\"A-17\""), "{comment}");
+        // A report written before any read (an agent recovering at boot) keeps them too.
+        let mut fresh = SlurmChannel::with_api(Box::new(ch.api.as_any().downcast_mut::<FakeSlurm>().unwrap().clone()), "n1");
+        fresh.write_report(&r).unwrap();
+        let comment = fresh.comment.clone().unwrap();
         assert!(comment.contains("\"asset\":\"A-17\""), "{comment}");
         let mut other = SlurmChannel::with_api(Box::new(FakeSlurm::default()), "n9");
         let e = other.read().unwrap_err().to_string();
