@@ -259,7 +259,9 @@ impl Central {
             let msg = format!("node {node} left alone: {why}");
             self.fail(report, msg);
         }
-        if self.mode != Mode::DryRun {
+        // A batch in flight is finished in every mode (dry-run included: its nodes are
+        // drained, and only finishing or undoing it puts them back in service).
+        if self.mode != Mode::DryRun || self.ledger.batch.is_some() {
             match self.ledger.batch.take() {
                 Some(mut b) => {
                     self.advance(&mut b, &view, report);

@@ -721,29 +721,33 @@ fn a_plan_whose_hand_off_lost_its_reply_is_reverted_before_its_node_resumes() {
 }
 
 #[test]
-fn a_restarted_central_role_finishes_the_batch_it_left_in_flight() {
-    let dir = temp("restart");
-    let rec = Recorder::default();
-    let mut s = cluster();
-    s.jobs.clear();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-    c.cycle();
-    c.cycle_with(false);
-    c.cycle_with(false);
-    assert!(c.in_flight());
-    let fake = c.api_fake().clone();
-    drop(c);
-    let ledger = batch::Ledger::load(&dir.join("state")).unwrap();
-    assert!(ledger.batch.is_some(), "the batch is journaled");
-    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
-    let r = c.run_once(Duration::ZERO, Duration::from_secs(5));
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert!(!c.in_flight());
-    for name in ["a", "b", "c"] {
-        assert_eq!(layout_of(&mut c, name), C5);
-        assert!(!node(&mut c, name).drain);
+fn a_restarted_central_role_finishes_the_batch_it_left_in_flight_even_in_dry_run() {
+    // Restarted in dry-run (an admin stepping back): the batch's nodes are drained, and
+    // only finishing it puts them back in service.
+    for (i, restarted_in) in [Mode::Drain, Mode::DryRun].into_iter().enumerate() {
+        let dir = temp(&format!("restart-{i}"));
+        let rec = Recorder::default();
+        let mut s = cluster();
+        s.jobs.clear();
+        let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+        c.cycle();
+        c.cycle_with(false);
+        c.cycle_with(false);
+        assert!(c.in_flight());
+        let fake = c.api_fake().clone();
+        drop(c);
+        let ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+        assert!(ledger.batch.is_some(), "the batch is journaled");
+        let mut c = central(resolved(&dir, TO_C5), fake, restarted_in, rec.clone());
+        let r = c.run_once(Duration::ZERO, Duration::from_secs(5));
+        assert!(r.errors.is_empty(), "{restarted_in:?}: {:?}", r.errors);
+        assert!(!c.in_flight());
+        for name in ["a", "b", "c"] {
+            assert_eq!(layout_of(&mut c, name), C5);
+            assert!(!node(&mut c, name).drain);
+        }
+        assert_eq!(rec.batches().len(), 1, "one refresh in all");
     }
-    assert_eq!(rec.batches().len(), 1, "one refresh in all");
 }
 
 #[test]
