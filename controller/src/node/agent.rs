@@ -603,7 +603,14 @@ impl Agent {
             log::warn!("watchdog: slurmd stopped past its deadline and slurmctld's view of the node is unknown; retrying");
             return Ok(None);
         };
-        let slurm = mig_counts(slurm_gres, &self.mig_types());
+        let slurm = match mig_counts(slurm_gres, &self.mig_types()) {
+            Ok(c) => c,
+            // Never read as "no MIG GPUs", which would revert a node slurmctld has new.
+            Err(e) => {
+                log::warn!("watchdog: slurmd stopped past its deadline and slurmctld's GRES does not parse ({e}); retrying");
+                return Ok(None);
+            }
+        };
         // From the lines the generation installed, not the devices: the decision must not
         // wait on an NVML that cannot be read while slurmd is down.
         let new = match self.journal.staged(generation) {
@@ -630,7 +637,8 @@ impl Agent {
     /// Instances per MIG type over `gpus`.
     fn counts_of(&self, gpus: &[GpuActual]) -> BTreeMap<String, u32> {
         let text = crate::central::gres_of_report(gpus);
-        mig_counts(&text, &self.mig_types())
+        // Written by gres_of_report itself: it parses.
+        mig_counts(&text, &self.mig_types()).unwrap_or_default()
     }
 
     /// Brings every target GPU to the layout `goal` picks, settling interrupted instances.
@@ -820,14 +828,17 @@ fn staged_counts(lines: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u
     out
 }
 
-fn mig_counts(gres: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u32> {
+fn mig_counts(
+    gres: &str,
+    mig_types: &HashSet<String>,
+) -> Result<BTreeMap<String, u32>, crate::slurm::GresError> {
     let mut out = BTreeMap::new();
-    for g in crate::slurm::parse_gres(gres, "node Gres").unwrap_or_default() {
+    for g in crate::slurm::parse_gres(gres, "node Gres")? {
         if mig_types.contains(&g.gpu_type) {
             *out.entry(g.gpu_type).or_default() += g.count;
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -469,6 +469,23 @@ fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it
 }
 
 #[test]
+fn the_watchdog_waits_while_slurmctlds_gres_for_the_node_does_not_parse() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    n.desire(8, Phase::Apply, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    n.desire(8, Phase::Install, &[SEVEN_TO_C5]);
+    a.poll().unwrap().unwrap();
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:two").unwrap();
+    assert!(a.tick(deadline + 1.0).unwrap().is_none(), "not taken for a node without MIG");
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4", "nothing reverted");
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    let r = a.tick(deadline + 2.0).unwrap().unwrap();
+    assert_eq!((r.phase, r.slurmd_running), (Phase::Start, true));
+}
+
+#[test]
 fn the_watchdog_starts_slurmd_while_the_gpus_cannot_be_read() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
