@@ -198,6 +198,9 @@ pub enum SlurmStep {
         /// Slurm reloads, so the two must agree by then).
         #[serde(default)]
         after_revert: bool,
+        /// The include held the batch's values and was put back (Slurm reloads then).
+        #[serde(default)]
+        put_back: bool,
     },
     /// The refresh failed and the include was put back.
     Restored {

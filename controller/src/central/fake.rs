@@ -276,7 +276,9 @@ impl SlurmApi for FakeSlurm {
             });
         }
         if self.refuse_held > 0
-            && u.drain.as_deref().is_some_and(|r| r.starts_with(super::batch::HELD_PREFIX))
+            && u.drain
+                .as_deref()
+                .is_some_and(|r| r.starts_with(super::batch::HELD_PREFIX))
         {
             self.refuse_held -= 1;
             return Err(SlurmError::Call {

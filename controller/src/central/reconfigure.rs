@@ -136,7 +136,10 @@ mod tests {
         assert!(std::fs::read_to_string(&r.include)
             .unwrap()
             .starts_with("NodeName=a CPUs=4 Gres=gpu:7g.40gb:1"));
-        assert!(!r.undo(&mut slurm, &batch, false).unwrap(), "nothing left to undo");
+        assert!(
+            !r.undo(&mut slurm, &batch, false).unwrap(),
+            "nothing left to undo"
+        );
         assert_eq!(slurm.reconfigures, 2);
         // An undo interrupted after the file was put back: Slurm loads it again.
         assert!(r.undo(&mut slurm, &batch, true).unwrap());

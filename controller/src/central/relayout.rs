@@ -75,8 +75,12 @@ pub trait Relayout {
     /// failed half-way, or was interrupted by a restart of the central role; returns
     /// whether anything had to be undone. With `reload` (an undo interrupted by a restart)
     /// Slurm is made to load what is put back even if it was put back already.
-    fn undo(&mut self, api: &mut dyn SlurmApi, nodes: &[(String, String)], reload: bool)
-        -> Result<bool, RelayoutError>;
+    fn undo(
+        &mut self,
+        api: &mut dyn SlurmApi,
+        nodes: &[(String, String)],
+        reload: bool,
+    ) -> Result<bool, RelayoutError>;
     /// The first half of [`Relayout::undo`]: puts back what `apply` changed without having
     /// Slurm load it; returns whether anything had to be put back.
     fn put_back(&mut self, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
@@ -497,7 +501,11 @@ mod tests {
         let e = r.apply(&mut api, &batch).unwrap_err();
         assert!(matches!(e, RelayoutError::NoAnswer(..)), "{e}");
         // Not the command's 2 s and then 2 s more of pings (3.5 s): the budget counts one.
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -62,6 +62,8 @@ struct Recorder {
     /// The reconfigure path's undo, in order: `put back`, then `reload` with the phase
     /// each node's agent had answered by then.
     undo_steps: Arc<Mutex<Vec<String>>>,
+    /// The refresh failed before the include held the batch's values: nothing to put back.
+    include_unwritten: Arc<Mutex<bool>>,
 }
 
 impl Relayout for Recorder {
@@ -105,27 +107,44 @@ impl Relayout for Recorder {
         }
         Ok(())
     }
-    fn undo(&mut self, _: &mut dyn SlurmApi, _: &[(String, String)], reload: bool) -> Result<bool, RelayoutError> {
+    fn undo(
+        &mut self,
+        _: &mut dyn SlurmApi,
+        _: &[(String, String)],
+        reload: bool,
+    ) -> Result<bool, RelayoutError> {
         *self.undone.lock().unwrap() += 1;
         *self.reloads.lock().unwrap() += u32::from(reload);
         if let Some(dir) = self.ledger_dir.lock().unwrap().as_ref() {
             let b = batch::Ledger::load(dir).unwrap().batch.unwrap();
-            assert!(matches!(b.slurm, batch::SlurmStep::Undoing { .. }), "{:?}", b.slurm);
+            assert!(
+                matches!(b.slurm, batch::SlurmStep::Undoing { .. }),
+                "{:?}",
+                b.slurm
+            );
         }
         Ok(true)
     }
     fn put_back(&mut self, _: &[(String, String)]) -> Result<bool, RelayoutError> {
-        self.undo_steps.lock().unwrap().push("put back".into());
-        Ok(true)
+        let put = !*self.include_unwritten.lock().unwrap();
+        self.undo_steps.lock().unwrap().push(format!("put back: {put}"));
+        Ok(put)
     }
     fn reload(&mut self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
         let phases: Vec<String> = api
             .nodes()
             .unwrap()
             .iter()
-            .filter_map(|n| read_report(n).and_then(Result::ok).map(|r| format!("{}:{:?}", n.name, r.phase)))
+            .filter_map(|n| {
+                read_report(n)
+                    .and_then(Result::ok)
+                    .map(|r| format!("{}:{:?}", n.name, r.phase))
+            })
             .collect();
-        self.undo_steps.lock().unwrap().push(format!("reload {}", phases.join(" ")));
+        self.undo_steps
+            .lock()
+            .unwrap()
+            .push(format!("reload {}", phases.join(" ")));
         Ok(())
     }
 }
@@ -404,26 +423,39 @@ fn a_failing_agent_rolls_back_and_its_node_is_resumed_without_a_refresh() {
 
 #[test]
 fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_put_gres_conf_back() {
-    let dir = temp("reconfigure-fails");
-    let rec = Recorder::default();
-    *rec.reconfigure.lock().unwrap() = true;
-    *rec.fail.lock().unwrap() = Some("connection refused".into());
-    let mut s = cluster();
-    s.jobs.clear();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-    let r = once(&mut c);
-    assert_eq!(r.changed, 0);
-    assert_eq!(*rec.undone.lock().unwrap(), 0, "no undo that reloads at once");
-    assert_eq!(
-        *rec.undo_steps.lock().unwrap(),
-        ["put back", "reload a:Revert b:Revert c:Revert"],
-        "the include put back first, Slurm reloaded once every agent had reverted"
-    );
-    for name in ["a", "b", "c"] {
-        let n = node(&mut c, name);
-        assert!(n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX), "{name}");
+    // The include held the batch's values (put back, then reloaded), or could not even
+    // be written (Slurm as it was: nothing reloads).
+    for (i, unwritten) in [false, true].into_iter().enumerate() {
+        let dir = temp(&format!("reconfigure-fails-{i}"));
+        let rec = Recorder::default();
+        *rec.reconfigure.lock().unwrap() = true;
+        *rec.include_unwritten.lock().unwrap() = unwritten;
+        *rec.fail.lock().unwrap() = Some("connection refused".into());
+        let mut s = cluster();
+        s.jobs.clear();
+        let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+        let r = once(&mut c);
+        assert_eq!(r.changed, 0);
+        assert_eq!(*rec.undone.lock().unwrap(), 0, "no undo that reloads at once");
+        let steps: &[&str] = if unwritten {
+            &["put back: false"]
+        } else {
+            &["put back: true", "reload a:Revert b:Revert c:Revert"]
+        };
+        assert_eq!(
+            *rec.undo_steps.lock().unwrap(),
+            steps,
+            "the include put back first, Slurm reloaded once every agent had reverted"
+        );
+        for name in ["a", "b", "c"] {
+            let n = node(&mut c, name);
+            assert!(
+                n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
+                "{name}"
+            );
+        }
+        assert!(!c.in_flight());
     }
-    assert!(!c.in_flight());
 }
 
 #[test]
@@ -438,13 +470,19 @@ fn an_apply_whose_rollback_failed_too_holds_the_node_instead_of_resuming_it() {
     let r = once(&mut c);
     assert!(rec.batches().is_empty(), "Slurm never refreshed");
     assert!(
-        r.errors.iter().any(|e| e.contains("could not roll back") && e.contains("not `4g.20gb@0 3g.20gb@4`")),
+        r.errors
+            .iter()
+            .any(|e| e.contains("could not roll back") && e.contains("not `4g.20gb@0 3g.20gb@4`")),
         "{:?}",
         r.errors
     );
     for name in ["a", "c"] {
         let n = node(&mut c, name);
-        assert!(n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX), "{name}: {:?}", n.reason);
+        assert!(
+            n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
+            "{name}: {:?}",
+            n.reason
+        );
     }
 }
 
@@ -635,7 +673,11 @@ fn a_held_reason_slurmctld_refuses_is_set_again_until_it_takes_and_the_batch_wai
     assert!(!c.in_flight());
     assert!(holding_seen > 0, "the batch waited for the held reasons");
     assert!(
-        r.errors.iter().filter(|e| e.contains("cannot set the drain reason")).count() == 3,
+        r.errors
+            .iter()
+            .filter(|e| e.contains("cannot set the drain reason"))
+            .count()
+            == 3,
         "{:?}",
         r.errors
     );
@@ -655,7 +697,9 @@ fn a_ledger_that_cannot_be_written_starts_no_relayout() {
     std::fs::create_dir_all(dir.join("state").join(BATCH_FILE).join("blocked")).unwrap();
     let r = once(&mut c);
     assert!(
-        r.errors.iter().any(|e| e.contains("no re-layout started: its ledger cannot be written")),
+        r.errors
+            .iter()
+            .any(|e| e.contains("no re-layout started: its ledger cannot be written")),
         "{:?}",
         r.errors
     );
@@ -676,7 +720,9 @@ fn a_ledger_that_cannot_be_written_after_the_apply_reverts_the_nodes_and_never_t
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
     let r = once(&mut c);
     assert!(
-        r.errors.iter().any(|e| e.contains("the re-layout ledger cannot be written; reverting the node")),
+        r.errors
+            .iter()
+            .any(|e| e.contains("the re-layout ledger cannot be written; reverting the node")),
         "{:?}",
         r.errors
     );
@@ -688,7 +734,10 @@ fn a_ledger_that_cannot_be_written_after_the_apply_reverts_the_nodes_and_never_t
     for n in ["a", "c"] {
         assert_eq!(layout_of(&mut c, n), C2, "{n}: back in its layout");
     }
-    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain), "every node in service");
+    assert!(
+        c.api().nodes().unwrap().iter().all(|n| !n.drain),
+        "every node in service"
+    );
     assert!(c.ledger.batch.is_none(), "the batch is over");
 }
 
@@ -703,7 +752,9 @@ fn a_plan_whose_hand_off_lost_its_reply_is_reverted_before_its_node_resumes() {
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
     let r = once(&mut c);
     assert!(
-        r.errors.iter().any(|e| e.contains("c: cannot tell whether the plan reached the agent")),
+        r.errors
+            .iter()
+            .any(|e| e.contains("c: cannot tell whether the plan reached the agent")),
         "{:?}",
         r.errors
     );
@@ -811,6 +862,7 @@ fn a_central_role_stopped_while_undoing_a_failed_refresh_undoes_it_again_whateve
         gres: [("a".to_string(), gres.clone())].into(),
         error: "slurmctld did not answer".into(),
         after_revert: false,
+        put_back: false,
     };
     ledger.save(&dir.join("state")).unwrap();
     let mut fake = c.api_fake().clone();
@@ -825,7 +877,11 @@ fn a_central_role_stopped_while_undoing_a_failed_refresh_undoes_it_again_whateve
     );
     let a = node(&mut c, "a");
     assert!(a.drain && a.reason.as_deref().unwrap().starts_with(HELD_PREFIX));
-    assert!(a.reason.as_deref().unwrap().contains("undo interrupted"), "{:?}", a.reason);
+    assert!(
+        a.reason.as_deref().unwrap().contains("undo interrupted"),
+        "{:?}",
+        a.reason
+    );
     assert_eq!(read_report(&a).unwrap().unwrap().gpus[0].layout, C2);
 }
 

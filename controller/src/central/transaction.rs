@@ -145,6 +145,7 @@ impl Central {
                 gres,
                 error,
                 after_revert: false,
+                ..
             } => {
                 let list: Vec<(String, String)> = gres.clone().into_iter().collect();
                 let error = format!("{error} (its undo interrupted, done again)");
@@ -156,6 +157,7 @@ impl Central {
                 gres,
                 error,
                 after_revert: true,
+                ..
             } => {
                 let not_asked = gres
                     .keys()
@@ -741,6 +743,16 @@ impl Central {
         }
     }
 
+    /// Whether Slurm's record of any node shows the batch's new GPU GRES (true when a
+    /// record cannot be read: it may).
+    fn slurm_shows_any(&mut self, gres: &BTreeMap<String, String>) -> bool {
+        gres.iter().any(|(node, want)| match self.api.node(node) {
+            Ok(Some(n)) => super::same_gpu_gres(&n.gres, want, &self.mig_types),
+            Ok(None) => false,
+            Err(_) => true,
+        })
+    }
+
     /// Whether Slurm's node records carry the batch's new GPU GRES.
     fn slurm_has(&mut self, gres: &BTreeMap<String, String>) -> Result<(), NotShown> {
         for (node, want) in gres {
@@ -803,6 +815,7 @@ impl Central {
             gres: list.iter().cloned().collect(),
             error: error.clone(),
             after_revert,
+            put_back: false,
         };
         self.save_ledger_with(b, report);
         if after_revert {
@@ -845,9 +858,20 @@ impl Central {
         error: &str,
         report: &mut CycleReport,
     ) {
-        if let Err(e) = self.relayout.put_back(list) {
-            let e = format!("gen {}: {error}; putting Slurm's previous node definitions back failed too: {:#}", b.generation, anyhow::Error::new(e));
-            self.fail(report, e);
+        let put = match self.relayout.put_back(list) {
+            Ok(put) => put,
+            Err(e) => {
+                let e = format!(
+                    "gen {}: {error}; putting Slurm's previous node definitions back failed too: {:#}",
+                    b.generation,
+                    anyhow::Error::new(e)
+                );
+                self.fail(report, e);
+                true // whatever the file holds now, Slurm loads it again
+            }
+        };
+        if let SlurmStep::Undoing { put_back, .. } = &mut b.slurm {
+            *put_back |= put;
         }
         for (node, _) in list {
             if b.nodes.get(node).is_none_or(|t| t.state.reverting_or_closed()) {
@@ -875,6 +899,7 @@ impl Central {
             gres,
             error,
             after_revert: true,
+            put_back,
         } = &b.slurm
         else {
             return;
@@ -885,7 +910,13 @@ impl Central {
         if reverting {
             return;
         }
-        let error = error.clone();
+        let (gres, error, put_back) = (gres.clone(), error.clone(), *put_back);
+        // Nothing to load when the include never held the batch's values and slurmctld
+        // shows none of them (the include could not even be written): Slurm is as it was.
+        if !put_back && !self.slurm_shows_any(&gres) {
+            b.slurm = SlurmStep::Restored { error };
+            return;
+        }
         let error = match self.relayout.reload(self.api.as_mut()) {
             Ok(()) => format!("{error}; Slurm's previous node definitions restored"),
             Err(e) => {
@@ -975,7 +1006,10 @@ impl Central {
             Err(e) => {
                 self.fail(
                     report,
-                    format!("gen {} {node}: cannot set the drain reason `{reason}`: {e}; trying again", b.generation),
+                    format!(
+                        "gen {} {node}: cannot set the drain reason `{reason}`: {e}; trying again",
+                        b.generation
+                    ),
                 );
                 if !matches!(b.nodes[node].state, NodeState::Holding { .. }) {
                     self.enter(b, node, NodeState::Holding { reason });
@@ -1055,9 +1089,18 @@ fn not_rolled_back(r: &Report, t: &NodeTxn) -> Option<String> {
         .targets
         .iter()
         .filter_map(|g| {
-            let now = r.gpus.iter().find(|a| a.index == g.index).map(|a| a.layout.as_str());
+            let now = r
+                .gpus
+                .iter()
+                .find(|a| a.index == g.index)
+                .map(|a| a.layout.as_str());
             (now != Some(g.from.as_str())).then(|| {
-                format!("GPU {} has `{}`, not `{}`", g.index, now.unwrap_or("nothing"), g.from)
+                format!(
+                    "GPU {} has `{}`, not `{}`",
+                    g.index,
+                    now.unwrap_or("nothing"),
+                    g.from
+                )
             })
         })
         .collect();

@@ -350,7 +350,8 @@ fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
 }
 
 #[test]
-fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_restores_the_gres_conf_from_before() {
+fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_restores_the_gres_conf_from_before(
+) {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
     a.restore().unwrap();
@@ -369,7 +370,11 @@ fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_
     let r = a.poll().unwrap().unwrap();
     assert_eq!((r.phase, r.outcome), (Phase::Install, Outcome::Done));
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), installed);
-    assert_eq!(a.journal().slurmd_watchdog(), Some(armed), "the first deadline holds");
+    assert_eq!(
+        a.journal().slurmd_watchdog(),
+        Some(armed),
+        "the first deadline holds"
+    );
     n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
     let r = a.poll().unwrap().unwrap();
     assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
@@ -478,7 +483,10 @@ fn the_watchdog_waits_while_slurmctlds_gres_for_the_node_does_not_parse() {
     a.poll().unwrap().unwrap();
     let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
     std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:two").unwrap();
-    assert!(a.tick(deadline + 1.0).unwrap().is_none(), "not taken for a node without MIG");
+    assert!(
+        a.tick(deadline + 1.0).unwrap().is_none(),
+        "not taken for a node without MIG"
+    );
     assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4", "nothing reverted");
     std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
     let r = a.tick(deadline + 2.0).unwrap().unwrap();
@@ -506,7 +514,10 @@ fn the_watchdog_starts_slurmd_while_the_gpus_cannot_be_read() {
         .unwrap();
     let r = a.tick(deadline + 1.0).unwrap().unwrap();
     assert_eq!((r.phase, r.slurmd_running), (Phase::Start, true), "{r:?}");
-    assert!(r.read_error.is_some(), "the report says the GPUs could not be read");
+    assert!(
+        r.read_error.is_some(),
+        "the report says the GPUs could not be read"
+    );
     assert_eq!(n.slurmd_log(), "stop\nstart\n");
 }
 

@@ -301,9 +301,9 @@ impl Journal {
 
     /// Whether the agent stopped slurmd for generation `generation` (its Install did).
     pub fn stopped_for(&self, generation: u64) -> bool {
-        self.records.iter().any(|r| {
-            matches!(r, Record::Slurmd { running: false, watchdog: Some((g, _)) } if *g == generation)
-        })
+        self.records.iter().any(
+            |r| matches!(r, Record::Slurmd { running: false, watchdog: Some((g, _)) } if *g == generation),
+        )
     }
 
     /// When the agent stopped slurmd: the generation and the watchdog's deadline.

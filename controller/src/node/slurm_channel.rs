@@ -111,7 +111,10 @@ mod tests {
         let comment = ch.comment.clone().unwrap();
         assert!(comment.contains("\"asset\":\"A-17\""), "{comment}");
         // A report written before any read (an agent recovering at boot) keeps them too.
-        let mut fresh = SlurmChannel::with_api(Box::new(ch.api.as_any().downcast_mut::<FakeSlurm>().unwrap().clone()), "n1");
+        let mut fresh = SlurmChannel::with_api(
+            Box::new(ch.api.as_any().downcast_mut::<FakeSlurm>().unwrap().clone()),
+            "n1",
+        );
         fresh.write_report(&r).unwrap();
         let comment = fresh.comment.clone().unwrap();
         assert!(comment.contains("\"asset\":\"A-17\""), "{comment}");
