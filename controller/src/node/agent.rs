@@ -380,6 +380,13 @@ impl Agent {
     /// Phase Apply: the GPUs get their target layouts (or stay as they were on any
     /// failure) and the node's new gres.conf lines are staged; slurmd is not touched.
     fn apply(&mut self, d: &Desired) -> Result<Outcome, NodeError> {
+        // Block names become device file names and gres.conf lines: only known types.
+        let types = self.mig_types();
+        if let Some(t) = d.padding.keys().find(|t| !types.contains(*t)) {
+            return Ok(Outcome::Failed {
+                error: format!("a padding block for `{t}`, not a MIG type of the catalogue; nothing changed"),
+            });
+        }
         let targets = match self.resolve(&d.gpus) {
             Ok(t) => t,
             Err(e) => return Ok(Outcome::Failed { error: e.to_string() }),

@@ -408,6 +408,31 @@ fn a_slurmd_stop_that_fails_leaves_the_watchdog_armed_and_the_revert_starts_slur
 }
 
 #[test]
+fn a_padding_block_for_a_type_the_catalogue_does_not_know_is_refused_before_any_change() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    let mut d = Desired::new(
+        2,
+        Phase::Apply,
+        vec![GpuTarget {
+            index: 0,
+            model: "A100-SXM4-40GB".into(),
+            from: SEVEN_TO_C5.1.into(),
+            to: SEVEN_TO_C5.2.into(),
+        }],
+    );
+    d.padding = [("../../etc/x".to_string(), 2)].into();
+    n.spool().write_desired(&d).unwrap();
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("not a MIG type")),
+        "{r:?}"
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert!(!n.path("state/pad").exists() || std::fs::read_dir(n.path("state/pad")).unwrap().count() == 0);
+}
+
+#[test]
 fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
     for (slurm_has, layout, phase) in [
         ("gpu:3g.20gb:2", "3g.20gb@0 3g.20gb@4", Phase::Start),
