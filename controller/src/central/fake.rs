@@ -49,6 +49,8 @@ pub struct FakeSlurm {
     pub refuse_held: u32,
     /// Nodes whose first Extra update is carried out but its reply lost (a timeout).
     pub extra_reply_lost: Vec<String>,
+    /// Nodes slurmctld refuses to resume (their drain stays).
+    pub refuse_resume: Vec<String>,
     /// Once an agent has applied a plan, this path becomes a non-empty directory: a file
     /// there (the central role's ledger) can no longer be written.
     pub block_after_apply: Option<std::path::PathBuf>,
@@ -308,6 +310,14 @@ impl SlurmApi for FakeSlurm {
             self.start_on_drain = rest;
             self.jobs.extend(starting);
         }
+        if u.resume && self.refuse_resume.contains(&u.node) {
+            return Err(SlurmError::Call {
+                call: format!("slurm_update_node({})", u.node),
+                errno: 2028,
+                message: "Invalid node state specified".into(),
+            });
+        }
+        let n = &mut self.nodes[i];
         if u.resume {
             n.drain = false;
             n.reason = None;

@@ -688,6 +688,48 @@ fn a_held_reason_slurmctld_refuses_is_set_again_until_it_takes_and_the_batch_wai
 }
 
 #[test]
+fn a_resume_slurmctld_keeps_refusing_becomes_an_error_once_the_report_timeout_passes() {
+    let dir = temp("resume-refused");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.refuse_resume = vec!["c".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let mut r = c.cycle();
+    for _ in 0..5 {
+        r.absorb(c.cycle_with(false));
+    }
+    assert!(c.in_flight(), "the batch waits for c");
+    assert!(
+        !r.errors.iter().any(|e| e.contains("resume refused")),
+        "{:?}",
+        r.errors
+    );
+    // Long after c began resuming: the refusal is an error, and c is tried again.
+    let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    let t = ledger.batch.as_mut().unwrap().nodes.get_mut("c").unwrap();
+    assert!(matches!(t.state, NodeState::Resuming { .. }), "{:?}", t.state);
+    t.since = 0.0;
+    ledger.save(&dir.join("state")).unwrap();
+    let fake = c.api_fake().clone();
+    drop(c);
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    let r = c.cycle_with(false);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("c: resume refused") && e.contains("Invalid node state")),
+        "{:?}",
+        r.errors
+    );
+    assert!(c.in_flight() && node(&mut c, "c").drain);
+    c.api_fake().refuse_resume.clear();
+    c.cycle_with(false);
+    assert!(!c.in_flight());
+    assert!(!node(&mut c, "c").drain);
+}
+
+#[test]
 fn a_ledger_that_cannot_be_written_starts_no_relayout() {
     let dir = temp("ledger-blocked");
     let mut s = cluster();

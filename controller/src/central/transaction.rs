@@ -1044,7 +1044,15 @@ impl Central {
         match self.api.update_node(&u) {
             Ok(()) => self.close(b, node, Closed::Resumed { outcome }, report),
             // slurmctld 22.05 clears the drain flag and then refuses a node whose state is
-            // still UNKNOWN (slurmd not registered yet): the next cycle reads it again.
+            // still UNKNOWN (slurmd not registered yet): the next cycle reads it again. A
+            // refusal that lasts is an error an admin sees (the batch waits for it).
+            Err(e) if unix_now() - b.nodes[node].since > self.report_timeout_s() => self.fail(
+                report,
+                format!(
+                    "gen {} {node}: resume refused: {e}; trying again each cycle",
+                    b.generation
+                ),
+            ),
             Err(e) => log::info!("resume {node}: slurmctld answered `{e}`; checking again next cycle"),
         }
     }
