@@ -835,17 +835,23 @@ impl Central {
         };
         b.slurm = SlurmStep::Restored { error: error.clone() };
         for (node, _) in list {
-            match self.api.node(node) {
-                Ok(Some(rec)) => self.revert(b, node, &rec, error.clone(), true, report),
-                _ => self.enter(
-                    b,
-                    node,
-                    NodeState::Reverting {
-                        error: error.clone(),
-                        hold: true,
-                    },
-                ),
-            }
+            self.revert_node(b, node, error.clone(), true, report);
+        }
+    }
+
+    /// [`Central::revert`] for `node`, read from Slurm; a node whose record cannot be read
+    /// enters `Reverting` unasked (the next cycle's step asks what is not in its record).
+    fn revert_node(
+        &mut self,
+        b: &mut Batch,
+        node: &str,
+        error: String,
+        hold: bool,
+        report: &mut CycleReport,
+    ) {
+        match self.api.node(node) {
+            Ok(Some(rec)) => self.revert(b, node, &rec, error, hold, report),
+            _ => self.enter(b, node, NodeState::Reverting { error, hold }),
         }
     }
 
@@ -877,17 +883,7 @@ impl Central {
             if b.nodes.get(node).is_none_or(|t| t.state.reverting_or_closed()) {
                 continue;
             }
-            match self.api.node(node) {
-                Ok(Some(rec)) => self.revert(b, node, &rec, error.to_string(), true, report),
-                _ => self.enter(
-                    b,
-                    node,
-                    NodeState::Reverting {
-                        error: error.to_string(),
-                        hold: true,
-                    },
-                ),
-            }
+            self.revert_node(b, node, error.to_string(), true, report);
         }
     }
 
@@ -935,20 +931,9 @@ impl Central {
     /// The ledger could not record the step `nodes` were about to take: they go back
     /// (their agents put the GPUs, gres.conf and slurmd as they were) and into service.
     fn revert_unrecorded(&mut self, b: &mut Batch, nodes: &[String], report: &mut CycleReport) {
-        let error = "the re-layout ledger cannot be written".to_string();
         for node in nodes {
-            match self.api.node(node) {
-                Ok(Some(rec)) => self.revert(b, node, &rec, error.clone(), false, report),
-                // Asked by the next cycle's step, which asks again what is not in the record.
-                _ => self.enter(
-                    b,
-                    node,
-                    NodeState::Reverting {
-                        error: error.clone(),
-                        hold: false,
-                    },
-                ),
-            }
+            let error = "the re-layout ledger cannot be written".to_string();
+            self.revert_node(b, node, error, false, report);
         }
     }
 

@@ -61,6 +61,15 @@ impl Node {
         self.spool().write_desired(&d).unwrap();
     }
 
+    /// Generation `generation` takes GPU 0 from 7g to c5 through Apply and Install.
+    fn apply_and_install(&self, a: &mut Agent, generation: u64) {
+        for phase in [Phase::Apply, Phase::Install] {
+            self.desire(generation, phase, &[SEVEN_TO_C5]);
+            let r = a.poll().unwrap().unwrap();
+            assert_eq!((r.phase, r.outcome), (phase, Outcome::Done));
+        }
+    }
+
     fn layout(&self, gpu: u32) -> String {
         let st = self.sim.state(gpu, &self.model).unwrap();
         assert!(st.is_settled(), "GPU {gpu} is left unsettled: {st:?}");
@@ -333,10 +342,7 @@ fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
     let mut a = n.agent();
     a.restore().unwrap();
     let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.desire(3, Phase::Apply, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
-    n.desire(3, Phase::Install, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
+    n.apply_and_install(&mut a, 3);
     assert_ne!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
     n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
     let r = a.poll().unwrap().unwrap();
@@ -356,10 +362,7 @@ fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_
     let mut a = n.agent();
     a.restore().unwrap();
     let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.desire(3, Phase::Apply, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
-    n.desire(3, Phase::Install, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
+    n.apply_and_install(&mut a, 3);
     let armed = a.journal().slurmd_watchdog().unwrap();
     let installed = std::fs::read_to_string(n.path("gres.conf")).unwrap();
     // The report never reached the channel and the agent restarted: Install runs again
@@ -440,10 +443,7 @@ fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
     ] {
         let n = Node::new(&["7g@0"]);
         let mut a = n.agent();
-        n.desire(5, Phase::Apply, &[SEVEN_TO_C5]);
-        a.poll().unwrap().unwrap();
-        n.desire(5, Phase::Install, &[SEVEN_TO_C5]);
-        a.poll().unwrap().unwrap();
+        n.apply_and_install(&mut a, 5);
         let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
         std::fs::write(n.spool().gres_path(), slurm_has).unwrap();
         assert!(
@@ -476,10 +476,7 @@ fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it
     let mut a = n.agent();
     a.restore().unwrap();
     let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.desire(7, Phase::Apply, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
-    n.desire(7, Phase::Install, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
+    n.apply_and_install(&mut a, 7);
     // slurmctld showed the new layout at the deadline (a refresh still under way) ...
     let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
     std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
@@ -502,10 +499,7 @@ fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it
 fn the_watchdog_waits_while_slurmctlds_gres_for_the_node_does_not_parse() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
-    n.desire(8, Phase::Apply, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
-    n.desire(8, Phase::Install, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
+    n.apply_and_install(&mut a, 8);
     let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
     std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:two").unwrap();
     assert!(
@@ -522,10 +516,7 @@ fn the_watchdog_waits_while_slurmctlds_gres_for_the_node_does_not_parse() {
 fn the_watchdog_starts_slurmd_while_the_gpus_cannot_be_read() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
-    n.desire(6, Phase::Apply, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
-    n.desire(6, Phase::Install, &[SEVEN_TO_C5]);
-    a.poll().unwrap().unwrap();
+    n.apply_and_install(&mut a, 6);
     let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
     std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
     n.sim
