@@ -821,8 +821,6 @@ impl Agent {
     }
 }
 
-/// Instances per MIG type in a GRES string (`gpu:3g.20gb:2(S:0),gpu:a100:1`), counting
-/// only the types in `mig_types`.
 /// Devices per MIG type in gres.conf `lines` (a `File=` or `MultipleFiles=` line is one).
 fn staged_counts(lines: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
@@ -835,6 +833,8 @@ fn staged_counts(lines: &str, mig_types: &HashSet<String>) -> BTreeMap<String, u
     out
 }
 
+/// Instances per MIG type in a GRES string (`gpu:3g.20gb:2(S:0),gpu:a100:1`), counting
+/// only the types in `mig_types`.
 fn mig_counts(
     gres: &str,
     mig_types: &HashSet<String>,
