@@ -556,13 +556,17 @@ impl Agent {
             }
             Err(e) => errors.push(e.to_string()),
         }
-        if self.journal.installed(generation) {
-            match durable::restore_previous(&self.cfg.gres_conf) {
-                Ok(_) => {}
-                Err(e) => errors.push(e.to_string()),
-            }
+        // Recorded only once gres.conf is back: a revert run again restores it again.
+        let restored = if self.journal.installed(generation) {
+            durable::restore_previous(&self.cfg.gres_conf)
+                .map_err(|e| errors.push(format!("gres.conf not put back: {e}")))
+                .is_ok()
+        } else {
+            true
+        };
+        if restored {
+            self.journal.append(Record::Reverted { generation })?;
         }
-        self.journal.append(Record::Reverted { generation })?;
         if restart {
             // Armed at once: if the start below fails, the next tick's watchdog tries again.
             self.journal.append(Record::Slurmd {

@@ -373,9 +373,10 @@ fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_
     let r = a.poll().unwrap().unwrap();
     assert_eq!((r.phase, r.outcome), (Phase::Install, Outcome::Done));
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), installed);
-    assert_eq!(
-        a.journal().slurmd_watchdog(),
-        Some(armed),
+    // (Read back from the journal's JSON: equal to the last bit or so.)
+    let (g, deadline) = a.journal().slurmd_watchdog().unwrap();
+    assert!(
+        g == armed.0 && (deadline - armed.1).abs() < 1e-3,
         "the first deadline holds"
     );
     n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
@@ -433,6 +434,34 @@ fn a_padding_block_for_a_type_the_catalogue_does_not_know_is_refused_before_any_
     );
     assert_eq!(n.layout(0), "7g.40gb@0");
     assert!(!n.path("state/pad").exists() || std::fs::read_dir(n.path("state/pad")).unwrap().count() == 0);
+}
+
+#[test]
+fn a_revert_that_cannot_put_gres_conf_back_says_so_and_a_later_revert_tries_again() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
+    n.apply_and_install(&mut a, 3);
+    // The saved content cannot be read (its place taken by a directory).
+    let prev = smartmig_core::durable::previous_path(&n.path("gres.conf"));
+    let saved = std::fs::read(&prev).unwrap();
+    std::fs::remove_file(&prev).unwrap();
+    std::fs::create_dir(&prev).unwrap();
+    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("gres.conf not put back")),
+        "{r:?}"
+    );
+    assert!(r.slurmd_running, "slurmd is started all the same (SlurmdTimeout)");
+    assert!(a.journal().installed(3), "not recorded as reverted");
+    // Once the file can be read, a revert run again (here the watchdog's) restores it.
+    std::fs::remove_dir(&prev).unwrap();
+    std::fs::write(&prev, saved).unwrap();
+    a.revert(3, &[]).unwrap();
+    assert!(!a.journal().installed(3));
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
 }
 
 #[test]
