@@ -97,6 +97,11 @@ pub enum Closed {
         /// Why.
         why: String,
     },
+    /// Slurm no longer has the node: nothing can be asked of it (an admin looks at it).
+    Gone {
+        /// Why.
+        why: String,
+    },
 }
 
 impl NodeState {
@@ -142,6 +147,7 @@ impl NodeState {
             NodeState::Closed(Closed::Held { .. }) => "held",
             NodeState::Closed(Closed::LeftDrained { .. }) => "left drained",
             NodeState::Closed(Closed::Skipped { .. }) => "skipped",
+            NodeState::Closed(Closed::Gone { .. }) => "gone",
         }
     }
 }

@@ -730,6 +730,42 @@ fn a_resume_slurmctld_keeps_refusing_becomes_an_error_once_the_report_timeout_pa
 }
 
 #[test]
+fn a_node_slurm_forgets_mid_batch_leaves_the_batch_once_the_report_timeout_passes() {
+    let dir = temp("node-gone");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.slow_apply = vec!["c".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    c.cycle();
+    c.cycle_with(false);
+    assert!(c.in_flight(), "c's agent has not answered Apply");
+    // An admin removes c from Slurm's configuration.
+    c.api_fake().nodes.retain(|n| n.name != "c");
+    c.api_fake().touch();
+    let r = c.cycle_with(false);
+    assert!(c.in_flight(), "not before the report timeout: {:?}", r.errors);
+    let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    ledger.batch.as_mut().unwrap().nodes.get_mut("c").unwrap().since = 0.0;
+    ledger.save(&dir.join("state")).unwrap();
+    let fake = c.api_fake().clone();
+    drop(c);
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    let mut r = c.cycle_with(false);
+    for _ in 0..5 {
+        r.absorb(c.cycle_with(false));
+    }
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("Slurm no longer has node c (in state applying)")),
+        "{:?}",
+        r.errors
+    );
+    assert!(!c.in_flight(), "the batch is over");
+}
+
+#[test]
 fn a_ledger_that_cannot_be_written_starts_no_relayout() {
     let dir = temp("ledger-blocked");
     let mut s = cluster();

@@ -293,8 +293,17 @@ impl Central {
         let waited = now - t.since;
         let answer_limit = phase_timeout(b.slurmd_budget_s);
         let Some(rec) = self.record(view, node) else {
-            // slurmctld does not answer (or forgot the node): wait; the agents' watchdogs
-            // cover a stopped slurmd.
+            // slurmctld does not answer: wait; the agents' watchdogs cover a stopped
+            // slurmd. A node Slurm no longer has leaves the batch once the report
+            // timeout passes (it would otherwise hold back every later batch).
+            if waited > self.report_timeout_s() && matches!(self.api.node(node), Ok(None)) {
+                let why = format!(
+                    "Slurm no longer has node {node} (in state {}); check its GPUs and gres.conf before it returns",
+                    t.state.name()
+                );
+                self.fail(report, format!("gen {} {node}: {why}", b.generation));
+                self.close(b, node, Closed::Gone { why }, report);
+            }
             return;
         };
         // (Only from a view read after the state was entered: an older one predates the ask.)
@@ -1051,6 +1060,7 @@ impl Central {
             Closed::Held { reason } => format!("failed: {reason}"),
             Closed::LeftDrained { reason } => format!("left drained by someone else ({reason})"),
             Closed::Skipped { why } => format!("skip: {why}"),
+            Closed::Gone { why } => format!("failed: {why}"),
         };
         let lines = b.nodes[node].lines.clone();
         let now = unix_now();
