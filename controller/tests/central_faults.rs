@@ -23,6 +23,7 @@
 //!   include is put back, slurmctld restarted with it, the nodes reverted (GPUs, gres.conf,
 //!   slurmd) and left drained with the reason;
 //! - the include unwritable (its file system full): Slurm never restarted, nodes reverted;
+//! - the central role's re-layout ledger unwritable: no batch starts, nothing touched;
 //! - the central role killed while slurmd is stopped: the agents' watchdogs start slurmd
 //!   with the layout slurmctld has, well before SlurmdTimeout; the next run settles it;
 //! - an admin draining a node during the re-layout: it stays drained with their reason;
@@ -429,19 +430,22 @@ fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_n
     assert_reverted_and_held(&c, &s0, &s1, &jobs, "slurmctld did not answer");
 }
 
-/// A file system of a few KB mounted on `dir`, unmounted when dropped.
+/// A full file system of a few KB mounted on `dir` (keeping its `nodes.conf`, if any),
+/// unmounted when dropped.
 struct TinyFs(PathBuf);
 
 impl TinyFs {
     fn mount_full(dir: &Path) -> TinyFs {
-        let keep = std::fs::read(dir.join("nodes.conf")).unwrap();
+        let keep = std::fs::read(dir.join("nodes.conf")).ok();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=8k", "tmpfs"])
             .arg(dir)
             .status()
             .unwrap();
         assert!(ok.success(), "mount tmpfs on {}", dir.display());
-        std::fs::write(dir.join("nodes.conf"), keep).unwrap();
+        if let Some(keep) = keep {
+            std::fs::write(dir.join("nodes.conf"), keep).unwrap();
+        }
         // Fill it: nothing more can be written there.
         let _ = Command::new("dd")
             .args(["if=/dev/zero", "bs=1k", "count=64"])
@@ -454,10 +458,30 @@ impl TinyFs {
 
 impl Drop for TinyFs {
     fn drop(&mut self) {
-        let keep = std::fs::read(self.0.join("nodes.conf")).unwrap_or_default();
+        let keep = std::fs::read(self.0.join("nodes.conf")).ok();
         let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::write(self.0.join("nodes.conf"), keep);
+        if let Some(keep) = keep {
+            let _ = std::fs::write(self.0.join("nodes.conf"), keep);
+        }
     }
+}
+
+#[test]
+fn a_relayout_ledger_that_cannot_be_written_starts_no_relayout_and_touches_nothing() {
+    skip_unless_netns!();
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let state = c.dir.join("central");
+    std::fs::create_dir_all(&state).unwrap();
+    let full = TinyFs::mount_full(&state);
+    let out = run_central(&c, &config, &[]);
+    drop(full);
+    assert!(
+        out.contains("no re-layout started: its ledger cannot be written"),
+        "{out}"
+    );
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C2.into(), C1.into()));
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
 
 #[test]
