@@ -33,6 +33,15 @@ pub struct DecisionView<'a> {
 }
 
 impl DecisionView<'_> {
+    /// Each GPU's configuration once pending changes are done (its target, else its own).
+    pub fn targets(&self) -> Vec<u16> {
+        self.cluster
+            .gpus
+            .iter()
+            .map(|g| g.target.unwrap_or(g.config))
+            .collect()
+    }
+
     /// Busy instances that moving GPU `g` to configuration `c` would destroy.
     pub fn busy_destroyed(&self, g: u32, c: u16) -> u32 {
         let model = self.cluster.gpus[g as usize].model as usize;

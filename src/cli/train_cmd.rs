@@ -15,6 +15,7 @@ use smartmig_sim::partition::mean_field::scenario_metadata;
 use smartmig_sim::scenario::{PeriodicSpec, ResolvedScenario};
 use smartmig_sim::workload::JobSet;
 use smartmig_train::imitation::{train_imitation, ImitationConfig, DEFAULT_DAY_BLOCKS};
+use smartmig_train::lookahead::LookaheadConfig;
 use smartmig_train::{checkpoint_dir, train, CurvePoint, PpoConfig, TrainConfig};
 
 /// How `train` learns.
@@ -56,6 +57,16 @@ pub struct TrainArgs {
     /// the queue and the time); 0: one teacher for every day.
     #[arg(long, default_value_t = DEFAULT_DAY_BLOCKS)]
     day_blocks: usize,
+    /// Imitation: learn from a lookahead over the tuned teacher instead (it tries each of
+    /// the teacher's rungs for the next hour on this many futures sampled from the
+    /// arrival model, every 15 minutes; slower, and causal: it never sees the day's
+    /// future arrivals); 0: the teacher and its refinements on each day.
+    #[arg(long, default_value_t = 0)]
+    lookahead_samples: usize,
+    /// Imitation with `--lookahead-samples`: weight of energy (E/E_ref) added to ET in the
+    /// lookahead's score (0: ET alone).
+    #[arg(long, default_value_t = 0.0)]
+    lookahead_energy: f64,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
@@ -76,7 +87,8 @@ pub struct TrainArgs {
     /// flags that shape a training are refused with it.
     #[arg(long, conflicts_with_all = [
         "scenario", "sets", "days", "semantics", "smartmig_toml", "method", "train_days",
-        "teacher_rounds", "student_rounds", "energy_cap", "day_blocks", "epochs", "iterations", "episodes",
+        "teacher_rounds", "student_rounds", "energy_cap", "day_blocks", "lookahead_samples",
+        "lookahead_energy", "epochs", "iterations", "episodes",
         "seed", "resume", "lr", "every_events", "stay_bias", "entropy", "gamma", "lambda",
         "validate_every", "validation_days", "adam_eps",
     ])]
@@ -141,6 +153,9 @@ struct ImitationReport {
 #[derive(serde::Deserialize)]
 struct ReportConfig {
     energy_cap: Option<f64>,
+    /// Set when a lookahead over the tuned teacher labelled the network's data.
+    #[serde(default)]
+    lookahead: Option<serde_json::Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -180,9 +195,13 @@ fn imitation_figures(ckpt: &std::path::Path) -> CliResult {
         .with_context(|| format!("{} is not an imitation training's report", path.display()))
         .map_err(CliError::input)?;
     let o = &r.outcome;
+    let teacher_name = match r.config.lookahead {
+        Some(_) => "teacher (the lookahead's base), validation days",
+        None => "teacher, validation days",
+    };
     let baselines = [
         ("static-best, validation days".to_string(), o.static_validation_et),
-        ("teacher, validation days".to_string(), o.teacher_validation_et),
+        (teacher_name.to_string(), o.teacher_validation_et),
     ];
     let teacher: Vec<(u32, f64)> = (0..).zip(o.teacher_curve.iter().copied()).collect();
     let teacher_label = match r.config.energy_cap {
@@ -275,6 +294,11 @@ fn imitation(a: TrainArgs) -> CliResult {
         lr: a.lr.unwrap_or(ImitationConfig::default().lr),
         energy_cap: a.energy_cap,
         day_blocks: (a.day_blocks > 0).then_some(a.day_blocks),
+        lookahead: (a.lookahead_samples > 0).then(|| LookaheadConfig {
+            samples: a.lookahead_samples,
+            energy_weight: a.lookahead_energy,
+            ..LookaheadConfig::default()
+        }),
         ..ImitationConfig::default()
     };
     let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;

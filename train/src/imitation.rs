@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+use super::lookahead::{Label, Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
 use super::{Learner, PpoConfig, TrainError};
 use smartmig_eval::compare::{run_reference, GuardVerdict, Paired};
 use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use smartmig_policy::{Draw, FeatureLayout, PolicyNetwork, SamplingConfig};
+use smartmig_sim::decision::{DecisionView, Repartitioner};
 use smartmig_sim::partition::ladder::{Ladder, LadderParams};
 use smartmig_sim::partition::mean_field::MeanField;
 use smartmig_sim::partition::DAY_MIN;
@@ -303,6 +305,10 @@ pub struct ImitationConfig {
     /// from); None: one teacher for every day.
     #[serde(default)]
     pub day_blocks: Option<usize>,
+    /// A lookahead teacher over the tuned ladder instead of the ladder itself (and of
+    /// teachers refined on each day).
+    #[serde(default)]
+    pub lookahead: Option<LookaheadConfig>,
 }
 
 impl Default for ImitationConfig {
@@ -320,6 +326,7 @@ impl Default for ImitationConfig {
             hidden: vec![64, 64],
             energy_cap: None,
             day_blocks: Some(DEFAULT_DAY_BLOCKS),
+            lookahead: None,
         }
     }
 }
@@ -395,8 +402,18 @@ pub fn teacher_rows(
     k: usize,
     x: &[f32],
 ) -> (Vec<f32>, Vec<f32>) {
+    rung_rows(&params.rungs[ladder_rung(params, layout, x)], k, x)
+}
+
+/// The ladder's rung for a feature vector.
+fn ladder_rung(params: &LadderParams, layout: &FeatureLayout, x: &[f32]) -> usize {
     let waiting = f64::from(x[layout.queue_summary_offset()]);
-    let rung = &params.rungs[params.rung(minute_of(layout, x), waiting)];
+    params.rung(minute_of(layout, x), waiting)
+}
+
+/// The transition rows `[K, K]` and row weights that take the GPU mix in `x` to the node
+/// pattern `rung` with the fewest moves.
+fn rung_rows(rung: &[u16], k: usize, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let mut want = vec![0f64; k];
     for &c in rung {
         want[usize::from(c)] += 1.0 / rung.len() as f64;
@@ -430,17 +447,15 @@ pub fn teacher_rows(
     (rows, weights)
 }
 
-/// Runs a student on one day: its result and the feature vectors it decided on.
-fn run_student(
+/// The student as a repartition policy.
+fn student(
     sc: &ResolvedScenario,
     net: &PolicyNetwork,
-    jobs: &JobSet,
     start: &[String],
     every: u32,
-    seed: u64,
-) -> (RunResult, Vec<Vec<f32>>) {
+) -> MeanField<PolicyNetwork> {
     let k = sc.models[0].configurations.len();
-    let mut policy = MeanField::new(
+    MeanField::new(
         sc,
         vec![net.clone()],
         smartmig_sim::features::layout(k),
@@ -448,18 +463,49 @@ fn run_student(
         every,
         SamplingConfig::default(),
     )
-    .with_draw(Draw::Apportion);
-    policy.record = Some(Vec::new());
+    .with_draw(Draw::Apportion)
+}
+
+/// Runs a student on one day.
+fn run_student(
+    sc: &ResolvedScenario,
+    net: &PolicyNetwork,
+    jobs: &JobSet,
+    start: &[String],
+    every: u32,
+    seed: u64,
+) -> RunResult {
     let opts = RunOptions::of(sc, Scheduler::Cedf, seed);
-    let r = Simulation::new(sc, &jobs.jobs, opts).run(&mut policy);
-    let seen = policy
-        .record
-        .take()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.features)
-        .collect();
-    (r, seen)
+    Simulation::new(sc, &jobs.jobs, opts).run(&mut student(sc, net, start, every))
+}
+
+/// A policy that records the features of each decision it makes.
+struct Recording<'p> {
+    inner: &'p mut dyn Repartitioner,
+    seen: Vec<Vec<f32>>,
+    buf: Vec<f32>,
+}
+
+impl Repartitioner for Recording<'_> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        self.inner.initial_layout(sc)
+    }
+    fn every_events(&self) -> Option<u32> {
+        self.inner.every_events()
+    }
+    fn feature_layout(&self) -> Option<FeatureLayout> {
+        self.inner.feature_layout()
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        self.buf.clear();
+        if view.write_features(0, &mut self.buf) {
+            self.seen.push(self.buf.clone());
+        }
+        self.inner.decide(view, rng)
+    }
 }
 
 /// Trains a mean-field network to imitate the ladder controller, which it first tunes
@@ -540,7 +586,12 @@ pub fn train_imitation(
     ));
 
     // 1b. Optionally, the teacher refined on each training day by itself.
-    let (day_teachers, day_refinement) = match cfg.day_blocks {
+    let day_blocks = if cfg.lookahead.is_some() {
+        None
+    } else {
+        cfg.day_blocks
+    };
+    let (day_teachers, day_refinement) = match day_blocks {
         None => (vec![teacher.clone(); train.len()], None),
         Some(n) => {
             let tuned: Vec<(LadderParams, f64, f64)> = train
@@ -568,17 +619,73 @@ pub fn train_imitation(
     };
 
     // 2. The student: fit the teacher's decisions, then relabel what the student saw.
-    let mut xs: Vec<(usize, Vec<f32>)> = train
-        .par_iter()
-        .enumerate()
-        .flat_map(|(d, (s, j))| {
-            let mut policy = Ladder::new(day_teachers[d].clone(), k, cfg.every_events);
-            policy.record = Some(Vec::new());
-            let opts = RunOptions::of(sc, Scheduler::Cedf, *s);
-            Simulation::new(sc, &j.jobs, opts).run(&mut policy);
-            let seen = policy.record.take().unwrap_or_default();
-            seen.into_iter().map(move |x| (d, x)).collect::<Vec<_>>()
-        })
+    let futures: Vec<Vec<JobSet>> = match cfg.lookahead {
+        None => Vec::new(),
+        Some(l) => (0..train.len() as u64)
+            .map(|d| {
+                load(
+                    (0..l.samples as u64)
+                        .map(|i| SAMPLE_SEED_BASE + d * 1_000 + i)
+                        .collect(),
+                )
+            })
+            .map(|days| days.map(|v| v.into_iter().map(|(_, j)| j).collect()))
+            .collect::<Result<_, _>>()?,
+    };
+    let score = cfg
+        .lookahead
+        .map(|l| Score::new(sc, &train_refs, l.energy_weight));
+    // Runs training day `d` with `actor` acting (None: the teacher), labelled by the
+    // teacher: the run and every decision's features with the teacher's rung there.
+    let labelled = |d: usize, actor: Option<Box<dyn Repartitioner + '_>>| -> (RunResult, Vec<Label>) {
+        let (s, j) = &train[d];
+        let opts = RunOptions::of(sc, Scheduler::Cedf, *s);
+        match (cfg.lookahead, score) {
+            (Some(l), Some(score)) => {
+                let mut la = Lookahead::new(
+                    sc,
+                    j,
+                    &futures[d],
+                    *s,
+                    score,
+                    l,
+                    &teacher,
+                    cfg.every_events,
+                    actor,
+                );
+                let r = Simulation::new(sc, &j.jobs, opts).run(&mut la);
+                (r, la.labels)
+            }
+            _ => {
+                let ladder = &day_teachers[d];
+                let (r, seen) = match actor {
+                    None => {
+                        let mut policy = Ladder::new(ladder.clone(), k, cfg.every_events);
+                        policy.record = Some(Vec::new());
+                        let r = Simulation::new(sc, &j.jobs, opts).run(&mut policy);
+                        (r, policy.record.take().unwrap_or_default())
+                    }
+                    Some(mut a) => {
+                        let mut rec = Recording {
+                            inner: a.as_mut(),
+                            seen: Vec::new(),
+                            buf: Vec::new(),
+                        };
+                        let r = Simulation::new(sc, &j.jobs, opts).run(&mut rec);
+                        (r, rec.seen)
+                    }
+                };
+                let labels = seen.into_iter().map(|x| {
+                    let rung = ladder_rung(ladder, &layout, &x);
+                    (x, rung)
+                });
+                (r, labels.collect())
+            }
+        }
+    };
+    let mut xs: Vec<Label> = (0..train.len())
+        .into_par_iter()
+        .flat_map(|d| labelled(d, None).1)
         .collect();
     let mask: Vec<f32> = (0..k * k)
         .map(|i| f32::from(u8::from(sc.models[0].configurations[i % k].is_available())))
@@ -597,22 +704,27 @@ pub fn train_imitation(
     for round in 1..=cfg.student_rounds.max(1) {
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
-        for (d, x) in &xs {
-            let (t, w) = teacher_rows(&day_teachers[*d], &layout, k, x);
+        for (x, rung) in &xs {
+            let (t, w) = rung_rows(&teacher.rungs[*rung], k, x);
             targets.extend(t);
             weights.extend(w);
         }
-        let flat: Vec<f32> = xs.iter().flat_map(|(_, x)| x).copied().collect();
+        let flat: Vec<f32> = xs.iter().flat_map(|(x, _)| x).copied().collect();
         let loss = learner.imitate(&flat, &targets, &weights, &mask, cfg.epochs, &mut rng)?;
         let net = learner.policy()?;
         let start_layout = static_layout.to_vec();
-        let on_train: Vec<(RunResult, Vec<Vec<f32>>)> = train
-            .par_iter()
-            .map(|(s, j)| run_student(sc, &net, j, &start_layout, cfg.every_events, *s))
+        let on_train: Vec<(RunResult, Vec<Label>)> = (0..train.len())
+            .into_par_iter()
+            .map(|d| {
+                labelled(
+                    d,
+                    Some(Box::new(student(sc, &net, &start_layout, cfg.every_events))),
+                )
+            })
             .collect();
         let on_val: Vec<RunResult> = validation
             .par_iter()
-            .map(|(s, j)| run_student(sc, &net, j, &start_layout, cfg.every_events, *s).0)
+            .map(|(s, j)| run_student(sc, &net, j, &start_layout, cfg.every_events, *s))
             .collect();
         let train_runs: Vec<RunResult> = on_train.iter().map(|(r, _)| r.clone()).collect();
         let val_ets = mean_et(&on_val, &val_refs);
@@ -631,12 +743,7 @@ pub fn train_imitation(
         if best.as_ref().is_none_or(|b| point.validation_et < b.0) {
             best = Some((point.validation_et, round, net, val_ets));
         }
-        xs.extend(
-            on_train
-                .into_iter()
-                .enumerate()
-                .flat_map(|(d, (_, seen))| seen.into_iter().map(move |x| (d, x))),
-        );
+        xs.extend(on_train.into_iter().flat_map(|(_, seen)| seen));
     }
     let (_, kept_round, network, val_ets) =
         best.ok_or_else(|| TrainError::Internal("no student round ran".into()))?;

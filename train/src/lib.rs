@@ -12,6 +12,7 @@
 //! thread, so results are reproducible for a given seed *and* `RAYON_NUM_THREADS`.
 
 pub mod imitation;
+pub mod lookahead;
 pub mod ppo;
 pub mod rollout;
 

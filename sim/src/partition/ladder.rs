@@ -99,13 +99,33 @@ pub fn assign(current: &[u16], pattern: &[u16], per_node: usize) -> Vec<u16> {
     out
 }
 
+/// The changes that take every node from the GPUs' targets to `pattern` with the fewest
+/// moves ([`assign`]).
+pub fn propose(view: &DecisionView<'_>, pattern: &[u16]) -> Vec<(u32, u16)> {
+    let current = view.targets();
+    assign(&current, pattern, pattern.len())
+        .into_iter()
+        .enumerate()
+        .filter(|&(g, c)| c != current[g])
+        .map(|(g, c)| (g as u32, c))
+        .collect()
+}
+
+impl LadderParams {
+    /// Every GPU's configuration at the start of the day: the rung of minute 0 with
+    /// nothing waiting, on each node.
+    pub fn initial_layout(&self, gpus: usize) -> Vec<u16> {
+        let pattern = &self.rungs[self.rung(0.0, 0.0)];
+        (0..gpus).map(|g| pattern[g % pattern.len()]).collect()
+    }
+}
+
 impl Repartitioner for Ladder {
     fn name(&self) -> String {
         "ladder".into()
     }
     fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
-        let pattern = &self.params.rungs[self.params.rung(0.0, 0.0)];
-        (0..sc.gpus.len()).map(|g| pattern[g % pattern.len()]).collect()
+        self.params.initial_layout(sc.gpus.len())
     }
     fn every_events(&self) -> Option<u32> {
         Some(self.every)
@@ -122,20 +142,7 @@ impl Repartitioner for Ladder {
             r.push(self.buf.clone());
         }
         let waiting = f64::from(self.buf[self.layout.queue_summary_offset()]);
-        let pattern = &self.params.rungs[self.params.rung(view.now, waiting)];
-        let current: Vec<u16> = view
-            .cluster
-            .gpus
-            .iter()
-            .map(|g| g.target.unwrap_or(g.config))
-            .collect();
-        let per_node = pattern.len();
-        assign(&current, pattern, per_node)
-            .into_iter()
-            .enumerate()
-            .filter(|&(g, c)| c != current[g])
-            .map(|(g, c)| (g as u32, c))
-            .collect()
+        propose(view, &self.params.rungs[self.params.rung(view.now, waiting)])
     }
 }
 

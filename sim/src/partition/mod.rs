@@ -110,12 +110,7 @@ impl Repartitioner for Periodic {
     }
     fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         let want = self.entry_at(view.now);
-        let current: Vec<u16> = view
-            .cluster
-            .gpus
-            .iter()
-            .map(|g| g.target.unwrap_or(g.config))
-            .collect();
+        let current = view.targets();
         let per_node = view.gpus_per_node as usize;
         let model_of = |g: usize| usize::from(view.cluster.gpus[g].model);
         let next = assign_idle_first(&current, want, per_node, model_of, |g, t| {

@@ -1,0 +1,413 @@
+//! A causal lookahead teacher: every `plan_min` minutes it tries each rung of a base
+//! ladder for the next `hold_min` minutes, followed by the base ladder, on `samples`
+//! futures drawn from the scenario's arrival model after the present (the past is the
+//! day's own), and keeps the rung with the best mean score.
+//!
+//! It knows what a controller could know, the jobs that have arrived and the arrival
+//! model, never the day's future arrivals: the labels it gives are functions of what the
+//! network could in principle learn, unlike a teacher refined on the day itself. It is
+//! too slow for smartmigd (thousands of simulated days a day); the network learns it.
+
+use rand_chacha::ChaCha8Rng;
+use smartmig_policy::FeatureLayout;
+use smartmig_sim::decision::{DecisionView, Repartitioner};
+use smartmig_sim::partition::ladder::{propose, LadderParams};
+use smartmig_sim::scenario::ResolvedScenario;
+use smartmig_sim::sched::Scheduler;
+use smartmig_sim::workload::JobSet;
+use smartmig_sim::{Objective, RunOptions, RunResult, Simulation};
+
+/// Seeds of the sampled futures start here (no training, validation or evaluation seed
+/// is this large).
+pub const SAMPLE_SEED_BASE: u64 = 7_000_000;
+
+/// Settings of the lookahead teacher.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LookaheadConfig {
+    /// Futures sampled per day (common to every candidate: common random numbers).
+    pub samples: usize,
+    /// Minutes between plans.
+    pub plan_min: f64,
+    /// Minutes a planned rung holds before the base ladder takes over.
+    pub hold_min: f64,
+    /// Weight of E/E_ref added to ET in the score (0: ET alone).
+    pub energy_weight: f64,
+}
+
+impl Default for LookaheadConfig {
+    fn default() -> Self {
+        LookaheadConfig {
+            samples: 16,
+            plan_min: 15.0,
+            hold_min: 60.0,
+            energy_weight: 0.0,
+        }
+    }
+}
+
+/// What the lookahead scores a simulated day by: ET against mean reference values (a
+/// controller does not know the day's own), plus the energy weight's term.
+#[derive(Debug, Clone, Copy)]
+pub struct Score {
+    objective: Objective,
+    e_ref: f64,
+    t_ref: f64,
+    energy_weight: f64,
+}
+
+impl Score {
+    /// The score against the mean of `refs` (reference runs of training days).
+    pub fn new(sc: &ResolvedScenario, refs: &[RunResult], energy_weight: f64) -> Score {
+        let n = refs.len().max(1) as f64;
+        let mean = |f: fn(&RunResult) -> f64| refs.iter().map(f).sum::<f64>() / n;
+        Score {
+            objective: Objective::new(&sc.scenario.objective, mean(|r| r.mean_full_gpu_min)),
+            e_ref: mean(|r| r.energy_wmin),
+            t_ref: mean(|r| r.avg_tardiness_min),
+            energy_weight,
+        }
+    }
+
+    /// The score of one run (lower is better).
+    pub fn of(&self, r: &RunResult) -> f64 {
+        let e = if self.e_ref > 0.0 {
+            r.energy_wmin / self.e_ref
+        } else {
+            1.0
+        };
+        self.objective
+            .et(r.energy_wmin, r.avg_tardiness_min, self.e_ref, self.t_ref)
+            + self.energy_weight * e
+    }
+}
+
+/// Waiting jobs per GPU, from the features of model 0 (None without features).
+fn waiting(view: &DecisionView<'_>, layout: &FeatureLayout, buf: &mut Vec<f32>) -> Option<f64> {
+    buf.clear();
+    view.write_features(0, buf)
+        .then(|| f64::from(buf[layout.queue_summary_offset()]))
+}
+
+/// A hypothetical day: the proposals a run made at its first decisions, replayed, then a
+/// rung held until a time, then the base ladder.
+struct Replay<'a> {
+    base: &'a LadderParams,
+    layout: FeatureLayout,
+    every: u32,
+    initial: &'a [u16],
+    recorded: &'a [Vec<(u32, u16)>],
+    calls: usize,
+    rung: usize,
+    until: f64,
+    buf: Vec<f32>,
+}
+
+impl Repartitioner for Replay<'_> {
+    fn name(&self) -> String {
+        "lookahead-replay".into()
+    }
+    fn initial_layout(&mut self, _: &ResolvedScenario) -> Vec<u16> {
+        self.initial.to_vec()
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(self.every)
+    }
+    fn feature_layout(&self) -> Option<FeatureLayout> {
+        Some(self.layout.clone())
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        let call = self.calls;
+        self.calls += 1;
+        if let Some(p) = self.recorded.get(call) {
+            return p.clone();
+        }
+        let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
+            return Vec::new();
+        };
+        let rung = if view.now < self.until {
+            self.rung
+        } else {
+            self.base.rung(view.now, w)
+        };
+        propose(view, &self.base.rungs[rung])
+    }
+}
+
+/// One decision the lookahead labelled: the features the deciding policy saw and the
+/// rung the lookahead wants there.
+pub type Label = (Vec<f32>, usize);
+
+/// The lookahead on one day, acting itself or watching another policy (the student) act
+/// and labelling what it sees.
+pub struct Lookahead<'a> {
+    sc: &'a ResolvedScenario,
+    day: &'a JobSet,
+    futures: &'a [JobSet],
+    seed: u64,
+    score: Score,
+    cfg: LookaheadConfig,
+    base: &'a LadderParams,
+    layout: FeatureLayout,
+    every: u32,
+    /// The policy that acts (None: the lookahead itself).
+    actor: Option<Box<dyn Repartitioner + 'a>>,
+    initial: Vec<u16>,
+    recorded: Vec<Vec<(u32, u16)>>,
+    plan: Option<(usize, f64)>,
+    next_plan: f64,
+    buf: Vec<f32>,
+    /// Every decision's features and the lookahead's rung there.
+    pub labels: Vec<Label>,
+}
+
+impl<'a> Lookahead<'a> {
+    /// The lookahead on `day` (run with `seed`), over the base ladder `base`, imagining
+    /// `futures` (whole days of the arrival model: only their jobs after the present are
+    /// used); `actor`, when given, acts instead of it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        sc: &'a ResolvedScenario,
+        day: &'a JobSet,
+        futures: &'a [JobSet],
+        seed: u64,
+        score: Score,
+        cfg: LookaheadConfig,
+        base: &'a LadderParams,
+        every: u32,
+        actor: Option<Box<dyn Repartitioner + 'a>>,
+    ) -> Lookahead<'a> {
+        let k = sc.models[0].configurations.len();
+        Lookahead {
+            sc,
+            day,
+            futures,
+            seed,
+            score,
+            cfg,
+            base,
+            layout: smartmig_sim::features::layout(k),
+            every: every.max(1),
+            actor,
+            initial: Vec::new(),
+            recorded: Vec::new(),
+            plan: None,
+            next_plan: 0.0,
+            buf: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+
+    /// The day's jobs released by `now`, then `sample`'s released after it.
+    fn future(&self, now: f64, sample: &JobSet) -> JobSet {
+        let mut jobs: Vec<_> = self
+            .day
+            .jobs
+            .iter()
+            .filter(|j| j.release <= now)
+            .copied()
+            .collect();
+        jobs.extend(sample.jobs.iter().filter(|j| j.release > now).copied());
+        let mut set = JobSet {
+            jobs,
+            classes: self.day.classes.clone(),
+        };
+        set.normalise();
+        set
+    }
+
+    /// The rung with the best mean score over the futures, `current` on a tie.
+    fn best_rung(&self, now: f64, current: usize) -> usize {
+        let futures: Vec<JobSet> = self.futures.iter().map(|s| self.future(now, s)).collect();
+        let candidates = std::iter::once(current).chain((0..self.base.rungs.len()).filter(|&r| r != current));
+        let mut best = (f64::INFINITY, current);
+        for rung in candidates {
+            let total: f64 = futures
+                .iter()
+                .map(|f| {
+                    let mut replay = Replay {
+                        base: self.base,
+                        layout: self.layout.clone(),
+                        every: self.every,
+                        initial: &self.initial,
+                        recorded: &self.recorded,
+                        calls: 0,
+                        rung,
+                        until: now + self.cfg.hold_min,
+                        buf: Vec::new(),
+                    };
+                    let opts = RunOptions::of(self.sc, Scheduler::Cedf, self.seed);
+                    self.score
+                        .of(&Simulation::new(self.sc, &f.jobs, opts).run(&mut replay))
+                })
+                .sum();
+            if total < best.0 - 1e-12 {
+                best = (total, rung);
+            }
+        }
+        best.1
+    }
+}
+
+impl Repartitioner for Lookahead<'_> {
+    fn name(&self) -> String {
+        "lookahead".into()
+    }
+    fn initial_layout(&mut self, sc: &ResolvedScenario) -> Vec<u16> {
+        self.initial = match self.actor.as_mut() {
+            Some(a) => a.initial_layout(sc),
+            None => self.base.initial_layout(sc.gpus.len()),
+        };
+        self.initial.clone()
+    }
+    fn every_events(&self) -> Option<u32> {
+        Some(self.every)
+    }
+    fn feature_layout(&self) -> Option<FeatureLayout> {
+        Some(self.layout.clone())
+    }
+    fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+        let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
+            return Vec::new();
+        };
+        let wanted = |plan: Option<(usize, f64)>| match plan {
+            Some((rung, until)) if view.now < until => rung,
+            _ => self.base.rung(view.now, w),
+        };
+        if view.now >= self.next_plan {
+            let rung = self.best_rung(view.now, wanted(self.plan));
+            self.plan = Some((rung, view.now + self.cfg.hold_min));
+            self.next_plan = view.now + self.cfg.plan_min;
+        }
+        let rung = wanted(self.plan);
+        self.labels.push((self.buf.clone(), rung));
+        let proposals = match self.actor.as_mut() {
+            Some(a) => a.decide(view, rng),
+            None => propose(view, &self.base.rungs[rung]),
+        };
+        self.recorded.push(proposals.clone());
+        proposals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartmig_sim::partition::ladder::Ladder;
+    use smartmig_sim::scenario::Scenario;
+
+    fn base(sc: &ResolvedScenario) -> LadderParams {
+        let schedule = sc.scenario.baselines.periodic_best.clone().unwrap_or_default();
+        let layout = sc.scenario.baselines.static_best.clone().unwrap_or_default();
+        crate::imitation::ladder_from(sc, &schedule, &layout, 6)
+    }
+
+    #[test]
+    fn a_replayed_day_is_the_day_itself() {
+        // The lookahead imagines each candidate by replaying the decisions made so far:
+        // with the day's own future and the rung the run then kept, the replay must be
+        // the run, or every candidate would be scored from a wrong present.
+        let sc = Scenario::reference(&["workload.multiplier=12".into()]).expect("reference scenario");
+        let day = smartmig_sim::workload::from_scenario(&sc, 3, false).expect("jobs");
+        let base = base(&sc);
+        let refs = [smartmig_eval::compare::run_reference(&sc, &day, 3)];
+        let cfg = LookaheadConfig {
+            samples: 1,
+            plan_min: 240.0,
+            hold_min: 240.0,
+            energy_weight: 0.0,
+        };
+        let futures = [smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs")];
+        let score = Score::new(&sc, &refs, 0.0);
+        let mut la = Lookahead::new(&sc, &day, &futures, 3, score, cfg, &base, 5, None);
+        let run = Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 3)).run(&mut la);
+        assert!(la.labels.len() > 100, "{} decisions", la.labels.len());
+        let mut replay = Replay {
+            base: &base,
+            layout: la.layout.clone(),
+            every: 5,
+            initial: &la.initial,
+            recorded: &la.recorded,
+            calls: 0,
+            rung: 0,
+            until: f64::NEG_INFINITY,
+            buf: Vec::new(),
+        };
+        let again = Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 3)).run(&mut replay);
+        assert_eq!(again.energy_wmin, run.energy_wmin);
+        assert_eq!(again.avg_tardiness_min, run.avg_tardiness_min);
+        assert_eq!(again.repartitions, run.repartitions);
+    }
+
+    #[test]
+    fn watching_a_policy_labels_its_decisions_without_changing_them() {
+        let sc = Scenario::reference(&["workload.multiplier=12".into()]).expect("reference scenario");
+        let day = smartmig_sim::workload::from_scenario(&sc, 4, false).expect("jobs");
+        let base = base(&sc);
+        let k = sc.models[0].configurations.len();
+        // The actor: the base ladder one rung up (another policy than the lookahead's).
+        let mut other = base.clone();
+        other
+            .base
+            .iter_mut()
+            .for_each(|b| *b = (*b + 1).min(other.rungs.len() - 1));
+        let opts = RunOptions::of(&sc, Scheduler::Cedf, 4);
+        let alone = Simulation::new(&sc, &day.jobs, opts.clone()).run(&mut Ladder::new(other.clone(), k, 5));
+        let futures = [smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs")];
+        let cfg = LookaheadConfig {
+            samples: 1,
+            plan_min: 360.0,
+            hold_min: 60.0,
+            energy_weight: 0.0,
+        };
+        let score = Score::new(&sc, &[], 0.0);
+        let actor = Box::new(Ladder::new(other, k, 5));
+        let mut la = Lookahead::new(&sc, &day, &futures, 4, score, cfg, &base, 5, Some(actor));
+        let watched = Simulation::new(&sc, &day.jobs, opts).run(&mut la);
+        assert_eq!(watched.energy_wmin, alone.energy_wmin);
+        assert_eq!(watched.avg_tardiness_min, alone.avg_tardiness_min);
+        assert_eq!(la.labels.len(), la.recorded.len(), "one label a decision");
+        assert!(la
+            .labels
+            .iter()
+            .all(|(x, r)| *r < base.rungs.len() && !x.is_empty()));
+    }
+
+    #[test]
+    fn an_imagined_future_keeps_the_past_and_none_of_the_days_future() {
+        let sc = Scenario::reference(&[]).expect("reference scenario");
+        let day = smartmig_sim::workload::from_scenario(&sc, 1, false).expect("jobs");
+        let sample = smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs");
+        let base = base(&sc);
+        let score = Score::new(&sc, &[], 0.0);
+        let la = Lookahead::new(
+            &sc,
+            &day,
+            &[],
+            1,
+            score,
+            LookaheadConfig::default(),
+            &base,
+            5,
+            None,
+        );
+        let now = 600.0;
+        let f = la.future(now, &sample);
+        let past: Vec<_> = day.jobs.iter().filter(|j| j.release <= now).collect();
+        assert!(!past.is_empty());
+        for (a, b) in f.jobs.iter().zip(&past) {
+            assert_eq!((a.release, a.deadline, a.times), (b.release, b.deadline, b.times));
+        }
+        let later: Vec<_> = f.jobs[past.len()..]
+            .iter()
+            .map(|j| (j.release, j.times))
+            .collect();
+        let sampled: Vec<_> = sample
+            .jobs
+            .iter()
+            .filter(|j| j.release > now)
+            .map(|j| (j.release, j.times))
+            .collect();
+        assert_eq!(later, sampled, "after the present, only the sample's jobs");
+        assert!(f.jobs.iter().enumerate().all(|(i, j)| j.id as usize == i));
+    }
+}
