@@ -347,7 +347,7 @@ fn assert_reverted_and_held(c: &Cluster, s0: &Simulated, s1: &Simulated, jobs: &
 #[test]
 fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_them() {
     skip_unless_netns!();
-    let Some((c, jobs, s0, s1, config)) = start_restart_fault(
+    let Some((mut c, jobs, s0, s1, config)) = start_restart_fault(
         &two_nodes(),
         "restart-fails-once",
         "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
@@ -390,11 +390,22 @@ fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_t
     }
     common::wait_nodes_in_service(&c, &[]);
     let agent_conf = c.dir.join(format!("etc/smartmig-{}.toml", c.nodes[0]));
-    let out = common::smartmigd(&c, Some(0))
-        .args(["node", "--release", "--config"])
-        .arg(&agent_conf)
-        .output()
-        .unwrap();
+    let release = |c: &Cluster| {
+        common::smartmigd(c, Some(0))
+            .args(["node", "--release", "--config"])
+            .arg(&agent_conf)
+            .output()
+            .unwrap()
+    };
+    // Not while the node's agent runs: it would write its markers back.
+    let out = release(&c);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("another node agent"),
+        "{out:?}"
+    );
+    c.stop_daemon(&format!("agent-{}", c.nodes[0]));
+    let out = release(&c);
     assert!(out.status.success(), "{out:?}");
     let gres = std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", c.nodes[0]))).unwrap();
     assert!(

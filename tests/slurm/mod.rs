@@ -638,6 +638,13 @@ impl Cluster {
         self.spawn(name, cmd);
     }
 
+    /// Stops daemon `name` of the test (its process group: TERM, KILL after 5 s).
+    pub fn stop_daemon(&mut self, name: &str) {
+        if let Some(i) = self.children.iter().position(|(n, _)| n == name) {
+            stop_child(self.children.remove(i).1);
+        }
+    }
+
     /// Where the snapshot lives in these tests (point `controller.snapshot_path` here).
     pub fn snapshot_path(&self) -> PathBuf {
         self.path("run/snapshot.json")
@@ -939,18 +946,8 @@ impl Cluster {
 
     fn stop_all(&mut self) {
         // Reverse start order: slurmd, slurmctld, munged.
-        while let Some((_, mut child)) = self.children.pop() {
-            let pgid = child.id();
-            kill(&["-TERM", "--", &format!("-{pgid}")]);
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            kill(&["-KILL", "--", &format!("-{pgid}")]);
-            let _ = child.wait();
+        while let Some((_, child)) = self.children.pop() {
+            stop_child(child);
         }
         // Job steps (slurmstepd and the jobs) leave slurmd's process group; they carry
         // our SLURM_CONF in their environment, which identifies them as ours.
@@ -986,6 +983,21 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Stops a child's process group: TERM, then KILL after 5 s.
+fn stop_child(mut child: Child) {
+    let pgid = child.id();
+    kill(&["-TERM", "--", &format!("-{pgid}")]);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kill(&["-KILL", "--", &format!("-{pgid}")]);
+    let _ = child.wait();
 }
 
 /// Signals with kill(1); a target that is already gone is fine.

@@ -60,6 +60,8 @@ pub struct Agent {
     backend: Box<dyn GpuBackend>,
     channel: Box<dyn NodeChannel>,
     journal: Journal,
+    /// Held while the agent lives: no second agent on its state directory.
+    _lock: super::lock::StateLock,
     /// The last report this agent wrote (or found on the channel at start).
     last: Option<Report>,
     /// When `last` was written (Unix seconds).
@@ -71,18 +73,21 @@ pub struct Agent {
 pub use smartmig_core::clock::unix_now;
 
 impl Agent {
-    /// An agent over a backend and a channel; opens the journal in `state_dir`.
+    /// An agent over a backend and a channel; takes the lock of `state_dir` and opens the
+    /// journal there.
     pub fn new(
         cfg: AgentConfig,
         backend: Box<dyn GpuBackend>,
         channel: Box<dyn NodeChannel>,
     ) -> Result<Agent, NodeError> {
+        let lock = super::lock::StateLock::take(&cfg.state_dir)?;
         let journal = Journal::open(&cfg.state_dir)?;
         Ok(Agent {
             cfg,
             backend,
             channel,
             journal,
+            _lock: lock,
             last: None,
             last_at: 0.0,
             busy: false,
@@ -315,7 +320,7 @@ impl Agent {
         let outcome = match d.phase {
             Phase::Apply => self.apply(&d)?,
             Phase::Install => self.install(&d)?,
-            Phase::Start => self.start_slurmd()?,
+            Phase::Start => self.start_slurmd(d.generation)?,
             Phase::Revert => self.revert(d.generation, &d.gpus)?,
         };
         if let Outcome::Failed { error } = &outcome {
@@ -518,9 +523,9 @@ impl Agent {
             .collect()
     }
 
-    /// Phase Start (Slurm has the new layout): slurmd runs again; the layouts become the
-    /// ones to restore after a reboot.
-    fn start_slurmd(&mut self) -> Result<Outcome, NodeError> {
+    /// Phase Start (Slurm has generation `generation`'s layout): slurmd runs again; the
+    /// layouts become the ones to restore after a reboot.
+    fn start_slurmd(&mut self, generation: u64) -> Result<Outcome, NodeError> {
         if let Err(e) = command::run(&self.cfg.slurmd_start, COMMAND_TIMEOUT) {
             return Ok(Outcome::Failed { error: e.to_string() });
         }
@@ -528,10 +533,59 @@ impl Agent {
             running: true,
             watchdog: None,
         })?;
-        if let Ok(gpus) = self.actual() {
+        if let Some(gpus) = self.layouts_after(generation) {
             self.journal.append(Record::Layouts { gpus })?;
         }
         Ok(Outcome::Done)
+    }
+
+    /// The layouts to restore after a reboot once `generation` is in service: read from
+    /// the devices, or, when they cannot be read, the last recorded ones with the
+    /// generation's targets over them if its driver calls ended done (a reboot must not
+    /// bring back the layouts from before, which gres.conf and slurmctld no longer
+    /// describe). None when neither is known: the last record stays.
+    fn layouts_after(&self, generation: u64) -> Option<Vec<GpuActual>> {
+        let error = match self.actual() {
+            Ok(gpus) => return Some(gpus),
+            Err(e) => e,
+        };
+        let targets = match self.journal.ending(generation) {
+            Some(Ending::Done) => self.resolve(&self.journal.plan_of(generation).unwrap_or_default()),
+            _ => {
+                log::error!(
+                    "generation {generation}: cannot read the GPUs ({error}) and the re-layout did not end done; the layouts recorded before stay the ones to restore"
+                );
+                return None;
+            }
+        };
+        let targets = match targets {
+            Ok(t) => t,
+            Err(e) => {
+                log::error!("generation {generation}: cannot read the GPUs ({error}) nor resolve the plan ({e}); the layouts recorded before stay the ones to restore");
+                return None;
+            }
+        };
+        let mut gpus = self
+            .journal
+            .layouts()
+            .map(<[GpuActual]>::to_vec)
+            .unwrap_or_default();
+        for t in targets {
+            let g = GpuActual {
+                index: t.index,
+                model: t.model.key.clone(),
+                layout: layout_text(&t.model, &t.to),
+            };
+            match gpus.iter_mut().find(|r| r.index == t.index) {
+                Some(r) => *r = g,
+                None => gpus.push(g),
+            }
+        }
+        gpus.sort_by_key(|g| g.index);
+        log::warn!(
+            "generation {generation}: cannot read the GPUs ({error}); recorded the layouts its plan left as the ones to restore"
+        );
+        Some(gpus)
     }
 
     /// Phase Revert: the GPUs back to `from`, the gres.conf from before the generation,
@@ -632,7 +686,7 @@ impl Agent {
             let note = format!(
                 "generation {generation}: slurmd stopped past its deadline; slurmctld has the new layout, started slurmd with it"
             );
-            (Phase::Start, self.start_slurmd()?, note)
+            (Phase::Start, self.start_slurmd(generation)?, note)
         } else {
             let note = format!(
                 "generation {generation}: slurmd stopped past its deadline; slurmctld has {slurm_gres}, so the node was reverted and slurmd started"
@@ -796,7 +850,7 @@ impl Agent {
             .map(|(index, model, st)| GpuActual {
                 index: *index,
                 model: model.key.clone(),
-                layout: st.layout.display(model).to_string().replace("(empty)", ""),
+                layout: layout_text(model, &st.layout),
             })
             .collect())
     }
@@ -855,3 +909,8 @@ fn mig_counts(
 #[cfg(test)]
 #[path = "agent_tests.rs"]
 mod tests;
+
+/// A layout as reports and the journal write it (an empty GPU: the empty string).
+fn layout_text(model: &GpuModel, layout: &Layout) -> String {
+    layout.display(model).to_string().replace("(empty)", "")
+}

@@ -200,6 +200,7 @@ fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again
         assert!(numbers.insert(m.rdev()), "{f}: a device number twice");
     }
     // After a reboot the padding comes from the file itself, with the devices' lines.
+    drop(a);
     let mut a = n.agent();
     a.restore().unwrap();
     assert_eq!(
@@ -631,6 +632,7 @@ fn after_a_reboot_empty_gpus_get_their_last_layout_back_and_others_are_left_alon
     let four = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
     sim.apply(1, &n.model, Step::CreateGpu(four)).unwrap();
     sim.apply(1, &n.model, Step::CreateCompute(four)).unwrap();
+    drop(a);
     let mut a = n.agent();
     assert_eq!(a.restore().unwrap(), vec![0]);
     assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
@@ -745,4 +747,75 @@ fn a_gres_conf_that_cannot_be_staged_after_the_move_rolls_the_gpus_back() {
         }
     }
     assert!(staged_failures > 0, "no read failed at the staging");
+}
+
+#[test]
+fn a_gpu_read_error_at_start_records_the_layouts_the_plan_left_not_the_ones_before() {
+    let n = Node::new(&["7g@0", "4g@0 3g@4"]);
+    std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
+    let mut a = n.agent();
+    a.announce().unwrap().unwrap();
+    assert_eq!(a.journal().layouts().unwrap()[0].layout, "7g.40gb@0");
+    n.desire(1, Phase::Apply, &[SEVEN_TO_C5]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    n.desire(1, Phase::Install, &[SEVEN_TO_C5]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    // NVML stops answering for GPU 0 while slurmd is down.
+    n.sim
+        .set_faults(&Faults {
+            fail: vec![FailFault {
+                always: true,
+                ..FailFault::once("read", Some(0), "NVML_ERROR_UNKNOWN")
+            }],
+            ..Faults::default()
+        })
+        .unwrap();
+    n.desire(1, Phase::Start, &[]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(r.read_error.is_some(), "{r:?}");
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    // After a reboot the agent restores what gres.conf and slurmctld now describe.
+    let layouts: Vec<(u32, &str)> = a
+        .journal()
+        .layouts()
+        .unwrap()
+        .iter()
+        .map(|g| (g.index, g.layout.as_str()))
+        .collect();
+    assert_eq!(layouts, [(0, "3g.20gb@0 3g.20gb@4"), (1, "4g.20gb@0 3g.20gb@4")]);
+}
+
+#[test]
+fn a_gpu_read_error_at_start_after_a_rolled_back_plan_keeps_the_layouts_recorded_before() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.announce().unwrap().unwrap();
+    n.sim
+        .set_faults(&Faults {
+            fail: vec![FailFault::once(
+                "create-gi",
+                Some(0),
+                "NVML_ERROR_INSUFFICIENT_RESOURCES",
+            )],
+            ..Faults::default()
+        })
+        .unwrap();
+    n.desire(1, Phase::Apply, &[SEVEN_TO_C5]);
+    assert!(matches!(
+        a.poll().unwrap().unwrap().outcome,
+        Outcome::Failed { .. }
+    ));
+    n.sim
+        .set_faults(&Faults {
+            fail: vec![FailFault {
+                always: true,
+                ..FailFault::once("read", Some(0), "NVML_ERROR_UNKNOWN")
+            }],
+            ..Faults::default()
+        })
+        .unwrap();
+    // A Start the central role should not send: the plan never ended done.
+    n.desire(1, Phase::Start, &[]);
+    a.poll().unwrap().unwrap();
+    assert_eq!(a.journal().layouts().unwrap()[0].layout, "7g.40gb@0");
 }

@@ -263,6 +263,17 @@ impl Journal {
         })
     }
 
+    /// How generation `generation`'s driver calls ended, if they did.
+    pub fn ending(&self, generation: u64) -> Option<&Ending> {
+        self.records.iter().rev().find_map(|r| match r {
+            Record::End {
+                generation: g,
+                ending,
+            } if *g == generation => Some(ending),
+            _ => None,
+        })
+    }
+
     /// Whether the last record closes a re-layout (nothing is under way).
     pub fn is_closed(&self) -> bool {
         self.open_plan().is_none()

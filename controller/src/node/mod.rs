@@ -6,6 +6,7 @@ pub mod agent;
 pub mod daemon;
 pub mod gres;
 pub mod journal;
+pub mod lock;
 pub mod metrics;
 pub mod slurm_channel;
 pub mod spool;
@@ -50,6 +51,18 @@ pub enum NodeError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// Another node agent holds the state directory.
+    #[error(
+        "{}: another node agent{} runs on this state directory; stop it first (two agents would undo each other's re-layouts)",
+        path.display(),
+        if holder.is_empty() { String::new() } else { format!(" (pid {holder})") }
+    )]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// The holder's pid, as it wrote it.
+        holder: String,
     },
     /// The journal is damaged.
     #[error("journal {path}: {reason}")]
