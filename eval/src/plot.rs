@@ -90,8 +90,8 @@ const PALETTE: [RGBColor; 12] = [
 struct Line {
     label: String,
     points: Vec<(f64, f64)>,
-    /// Mark each point: measured values (a one-point series is otherwise invisible),
-    /// not reference levels.
+    /// Mark each point: measured values, not reference levels (a one-point series is
+    /// always drawn, as a ring).
     markers: bool,
 }
 
@@ -145,7 +145,13 @@ fn line_chart<'a>(
         chart
             .draw_series(LineSeries::new(l.points.iter().copied(), color.stroke_width(2)))
             .map_err(|x| e(x.to_string()))?;
-        if l.markers {
+        if let [p] = l.points[..] {
+            // One point singles out a point of another series (e.g. the kept round): a
+            // ring around it, which leaves that series' own marker visible.
+            chart
+                .draw_series(std::iter::once(Circle::new(p, 7, color.stroke_width(2))))
+                .map_err(|x| e(x.to_string()))?;
+        } else if l.markers {
             chart
                 .draw_series(l.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|x| e(x.to_string()))?;
@@ -563,6 +569,23 @@ pub fn learning_curve<'a>(
     refs: &[(String, f64)],
     title: &str,
 ) -> Result<(), PlotError> {
+    per_iteration(
+        canvas,
+        series,
+        refs,
+        title,
+        ("iteration", "ET vs static CEDF (lower is better)"),
+    )
+}
+
+/// Any quantity per training iteration (or round), with horizontal reference lines.
+pub fn per_iteration<'a>(
+    canvas: impl Into<Canvas<'a>>,
+    series: &[(String, Vec<(u32, f64)>)],
+    refs: &[(String, f64)],
+    title: &str,
+    axes: (&str, &str),
+) -> Result<(), PlotError> {
     let x_max = series
         .iter()
         .filter_map(|(_, c)| c.last())
@@ -583,12 +606,7 @@ pub fn learning_curve<'a>(
         points: vec![(0.0, *v), (x_max, *v)],
         markers: false,
     }));
-    line_chart(
-        canvas,
-        title,
-        ("iteration", "ET vs static CEDF (lower is better)"),
-        &lines,
-    )
+    line_chart(canvas, title, axes, &lines)
 }
 
 /// Shares per slice size (1g, 2g, 3g, 4g, 7g), one group of bars per row.

@@ -164,6 +164,7 @@ struct ReportOutcome {
     teacher_validation_et: f64,
     static_validation_et: f64,
     rounds: Vec<ReportRound>,
+    kept_round: u32,
     #[serde(default)]
     day_refinement: Option<ReportRefinement>,
 }
@@ -178,9 +179,13 @@ struct ReportRound {
     round: u32,
     train_et: f64,
     validation_et: f64,
+    /// Under an energy cap (older reports have none).
+    #[serde(default)]
+    validation_energy_above_bound: Option<f64>,
 }
 
-/// Draws `teacher-curve.svg` and `learning-curve.svg` in `ckpt` from its `imitation.json`.
+/// Draws `teacher-curve.svg` and `learning-curve.svg` in `ckpt` from its `imitation.json`,
+/// and `energy-curve.svg` when the training had an energy cap and measured each round's energy.
 fn imitation_figures(ckpt: &std::path::Path) -> CliResult {
     let path = ckpt.join("imitation.json");
     let text = std::fs::read_to_string(&path)
@@ -223,7 +228,14 @@ fn imitation_figures(ckpt: &std::path::Path) -> CliResult {
     if let Some(r) = &o.day_refinement {
         baselines.push(("teacher refined on each day, training days".to_string(), r.score));
     }
-    plot::learning_curve(
+    let kept = o.rounds.iter().find(|r| r.round == o.kept_round);
+    let kept_point = |f: fn(&ReportRound) -> f64| -> (String, Vec<(u32, f64)>) {
+        (
+            format!("kept: round {}", o.kept_round),
+            kept.map(|r| (r.round, f(r))).into_iter().collect(),
+        )
+    };
+    plot::per_iteration(
         &ckpt.join("learning-curve.svg"),
         &[
             ("network, training days".to_string(), rounds(|r| r.train_et)),
@@ -231,9 +243,30 @@ fn imitation_figures(ckpt: &std::path::Path) -> CliResult {
                 "network, validation days".to_string(),
                 rounds(|r| r.validation_et),
             ),
+            kept_point(|r| r.validation_et),
         ],
         &baselines,
         "mean-field network by imitation: ET per round",
+        ("round", "ET vs static CEDF (lower is better)"),
+    )
+    .map_err(CliError::failure)?;
+    // Under a cap the kept round is the best ET among those within it: show why.
+    let (Some(cap), true) = (
+        r.config.energy_cap,
+        o.rounds.iter().all(|r| r.validation_energy_above_bound.is_some()),
+    ) else {
+        return Ok(());
+    };
+    let energy = |r: &ReportRound| 100.0 * r.validation_energy_above_bound.unwrap_or(f64::NAN);
+    plot::per_iteration(
+        &ckpt.join("energy-curve.svg"),
+        &[
+            ("network, validation days".to_string(), rounds(energy)),
+            kept_point(energy),
+        ],
+        &[("energy cap".to_string(), 100.0 * cap)],
+        "mean-field network by imitation: energy per round",
+        ("round", "energy above the lower bound, %"),
     )
     .map_err(CliError::failure)
 }
@@ -486,9 +519,29 @@ mod tests {
             .unwrap()
             .contains("energy-cap penalty"));
         // The network's curve shows the level of the teachers it learned from.
-        assert!(std::fs::read_to_string(&learning)
-            .unwrap()
-            .contains("teacher refined on each day, training days"));
+        let l = std::fs::read_to_string(&learning).unwrap();
+        assert!(l.contains("teacher refined on each day, training days") && l.contains("kept: round 2"));
+        // A capped report from before energies were measured has no energy figure.
+        let energy = d.path().join("energy-curve.svg");
+        assert!(!energy.exists());
+        let with_energy = report("0.27", "null")
+            .replace(
+                r#""loss": 0.2"#,
+                r#""loss": 0.2, "validation_energy_above_bound": 0.265"#,
+            )
+            .replace(
+                r#""loss": 0.1"#,
+                r#""loss": 0.1, "validation_energy_above_bound": 0.268"#,
+            );
+        std::fs::write(d.path().join("imitation.json"), with_energy).unwrap();
+        imitation_figures(d.path()).unwrap();
+        let e = std::fs::read_to_string(&energy).unwrap();
+        assert!(
+            e.contains("energy cap")
+                && e.contains("kept: round 2")
+                && e.contains("energy above the lower bound"),
+            "{e}"
+        );
     }
 
     #[test]

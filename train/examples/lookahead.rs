@@ -2,9 +2,11 @@
 //! reference scenario, against its base ladder and static-best.
 //!
 //! `cargo run --release -p smartmig-train --example lookahead -- [base=REPORT] [mu=0]
-//! [samples=16] [hold=60] [plan=15] [days=20] [on=evaluation|validation]`: REPORT is an
-//! imitation training's `<out>.ckpt/imitation.json` (its common teacher is the base;
-//! without it periodic-best as a ladder); mu weighs E/E_ref into the lookahead's score.
+//! [samples=16] [hold=60] [plan=15] [days=20] [on=evaluation|validation] [set=KEY=VALUE]...`:
+//! REPORT is an imitation training's `<out>.ckpt/imitation.json` (its common teacher is the
+//! base; without it periodic-best as a ladder); mu weighs E/E_ref into the lookahead's
+//! score; each `set=` overrides the reference scenario as `smartmig --set` does (train the
+//! base with the same ones).
 
 use std::error::Error;
 
@@ -23,6 +25,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut first = smartmig_eval::EVAL_SEED_BASE;
     let mut cfg = LookaheadConfig::default();
     let mut ndays = 20u64;
+    let mut sets = Vec::new();
     for a in std::env::args().skip(1) {
         let (k, v) = a
             .split_once('=')
@@ -34,6 +37,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             "hold" => cfg.hold_min = v.parse()?,
             "plan" => cfg.plan_min = v.parse()?,
             "days" => ndays = v.parse()?,
+            "set" => sets.push(v.to_string()),
             "on" => {
                 first = match v {
                     "evaluation" => smartmig_eval::EVAL_SEED_BASE,
@@ -44,7 +48,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             _ => return Err(format!("{a}: unknown key").into()),
         }
     }
-    let sc = Scenario::reference(&[])?;
+    let sc = Scenario::reference(&sets)?;
     let static_layout = sc
         .scenario
         .baselines

@@ -344,6 +344,26 @@ pub struct StudentRound {
     pub train_et: f64,
     /// Mean ET on the validation days.
     pub validation_et: f64,
+    /// Under an energy cap: mean energy above the energy lower bound on the validation
+    /// days (a fraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_energy_above_bound: Option<f64>,
+}
+
+/// The round a training keeps: the best validation ET, among the rounds within
+/// `energy_cap` on the validation days when there is a cap (the limit the admin asked
+/// for comes first); if none is within it, the round closest to it.
+pub fn kept_round(rounds: &[StudentRound], energy_cap: Option<f64>) -> Option<usize> {
+    let excess = |r: &StudentRound| match (energy_cap, r.validation_energy_above_bound) {
+        (Some(cap), Some(e)) => (e - cap).max(0.0),
+        _ => 0.0,
+    };
+    (0..rounds.len()).min_by(|&a, &b| {
+        let (ra, rb) = (&rounds[a], &rounds[b]);
+        excess(ra)
+            .total_cmp(&excess(rb))
+            .then(ra.validation_et.total_cmp(&rb.validation_et))
+    })
 }
 
 /// The teachers refined on each training day, scored there (ET, plus the energy penalty
@@ -699,8 +719,15 @@ pub fn train_imitation(
     };
     let mut learner = Learner::new(layout.dim(), k, ppo, cfg.seed)?;
     let mut rng = <ChaCha8Rng as rand::SeedableRng>::seed_from_u64(cfg.seed.wrapping_mul(7_919));
+    // Under a cap, each round's validation energy decides whether it may be kept.
+    let val_bounds: Option<Vec<f64>> = cfg.energy_cap.map(|_| {
+        validation
+            .par_iter()
+            .map(|(_, j)| smartmig_bounds::energy_day(sc, &j.jobs).energy.energy_wmin)
+            .collect()
+    });
     let mut rounds = Vec::new();
-    let mut best: Option<(f64, u32, PolicyNetwork, Vec<f64>)> = None;
+    let mut nets: Vec<(PolicyNetwork, Vec<f64>)> = Vec::new();
     for round in 1..=cfg.student_rounds.max(1) {
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
@@ -734,19 +761,30 @@ pub fn train_imitation(
             loss,
             train_et: avg(&mean_et(&train_runs, &train_refs)),
             validation_et: avg(&val_ets),
+            validation_energy_above_bound: val_bounds.as_ref().map(|lbs| {
+                avg(&on_val
+                    .iter()
+                    .zip(lbs)
+                    .map(|(r, lb)| r.energy_wmin / lb - 1.0)
+                    .collect::<Vec<_>>())
+            }),
         };
+        let energy = point
+            .validation_energy_above_bound
+            .map(|e| format!(", energy {:+.1}% above the bound", 100.0 * e))
+            .unwrap_or_default();
         on_progress(&format!(
-            "student round {round}: {} decisions, loss {loss:.4}, training ET {:.4}, validation ET {:.4}",
+            "student round {round}: {} decisions, loss {loss:.4}, training ET {:.4}, validation ET {:.4}{energy}",
             point.samples, point.train_et, point.validation_et
         ));
         rounds.push(point);
-        if best.as_ref().is_none_or(|b| point.validation_et < b.0) {
-            best = Some((point.validation_et, round, net, val_ets));
-        }
+        nets.push((net, val_ets));
         xs.extend(on_train.into_iter().flat_map(|(_, seen)| seen));
     }
-    let (_, kept_round, network, val_ets) =
-        best.ok_or_else(|| TrainError::Internal("no student round ran".into()))?;
+    let kept = kept_round(&rounds, cfg.energy_cap)
+        .ok_or_else(|| TrainError::Internal("no student round ran".into()))?;
+    let kept_round = rounds[kept].round;
+    let (network, val_ets) = nets.swap_remove(kept);
     Ok(ImitationOutcome {
         teacher,
         teacher_curve,
@@ -765,6 +803,33 @@ pub fn train_imitation(
 mod tests {
     use super::*;
     use smartmig_sim::scenario::Scenario;
+
+    #[test]
+    fn a_capped_training_keeps_the_best_round_within_the_cap_and_else_the_closest() {
+        let round = |round, validation_et, e: Option<f64>| StudentRound {
+            round,
+            samples: 0,
+            loss: 0.0,
+            train_et: 0.0,
+            validation_et,
+            validation_energy_above_bound: e,
+        };
+        let rounds = [
+            round(1, 0.62, Some(0.268)),
+            round(2, 0.60, Some(0.272)),
+            round(3, 0.61, Some(0.269)),
+        ];
+        // Without a cap the best ET wins, energy or not.
+        assert_eq!(kept_round(&rounds, None), Some(1));
+        // Under 27% the best ET among the rounds within it.
+        assert_eq!(kept_round(&rounds, Some(0.27)), Some(2));
+        // None within the cap: the one that exceeds it least.
+        assert_eq!(kept_round(&rounds, Some(0.26)), Some(0));
+        // Equal ET: the earlier round, as before energy was measured.
+        let tied = [round(1, 0.6, None), round(2, 0.6, None)];
+        assert_eq!(kept_round(&tied, Some(0.27)), Some(0));
+        assert_eq!(kept_round(&[], None), None);
+    }
 
     #[test]
     fn teacher_rows_move_the_surplus_to_the_deficit_with_the_fewest_moves() {

@@ -37,6 +37,19 @@ impl Node {
         Agent::new(cfg, Box::new(self.sim.clone()), Box::new(self.spool())).unwrap()
     }
 
+    /// Every later read of GPU `gpu` fails with NVML error `error`.
+    fn fail_reads(&self, gpu: u32, error: &str) {
+        self.sim
+            .set_faults(&Faults {
+                fail: vec![FailFault {
+                    always: true,
+                    ..FailFault::once("read", Some(gpu), error)
+                }],
+                ..Faults::default()
+            })
+            .unwrap();
+    }
+
     fn spool(&self) -> SpoolChannel {
         SpoolChannel::open(&self.path("spool"), "n1").unwrap()
     }
@@ -309,15 +322,7 @@ fn a_gpu_read_error_is_reported_as_such_never_as_a_node_without_gpus() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
     a.announce().unwrap().unwrap();
-    n.sim
-        .set_faults(&Faults {
-            fail: vec![FailFault {
-                always: true,
-                ..FailFault::once("read", Some(0), "NVML_ERROR_GPU_IS_LOST")
-            }],
-            ..Faults::default()
-        })
-        .unwrap();
+    n.fail_reads(0, "NVML_ERROR_GPU_IS_LOST");
     let r = a.tick(unix_now()).unwrap().unwrap();
     assert!(
         r.read_error
@@ -761,15 +766,7 @@ fn a_gpu_read_error_at_start_records_the_layouts_the_plan_left_not_the_ones_befo
     n.desire(1, Phase::Install, &[SEVEN_TO_C5]);
     assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
     // NVML stops answering for GPU 0 while slurmd is down.
-    n.sim
-        .set_faults(&Faults {
-            fail: vec![FailFault {
-                always: true,
-                ..FailFault::once("read", Some(0), "NVML_ERROR_UNKNOWN")
-            }],
-            ..Faults::default()
-        })
-        .unwrap();
+    n.fail_reads(0, "NVML_ERROR_UNKNOWN");
     n.desire(1, Phase::Start, &[]);
     let r = a.poll().unwrap().unwrap();
     assert!(r.read_error.is_some(), "{r:?}");
@@ -805,15 +802,7 @@ fn a_gpu_read_error_at_start_after_a_rolled_back_plan_keeps_the_layouts_recorded
         a.poll().unwrap().unwrap().outcome,
         Outcome::Failed { .. }
     ));
-    n.sim
-        .set_faults(&Faults {
-            fail: vec![FailFault {
-                always: true,
-                ..FailFault::once("read", Some(0), "NVML_ERROR_UNKNOWN")
-            }],
-            ..Faults::default()
-        })
-        .unwrap();
+    n.fail_reads(0, "NVML_ERROR_UNKNOWN");
     // A Start the central role should not send: the plan never ended done.
     n.desire(1, Phase::Start, &[]);
     a.poll().unwrap().unwrap();
