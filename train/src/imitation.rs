@@ -392,7 +392,7 @@ pub struct ImitationOutcome {
     pub day_refinement: Option<DayRefinement>,
     /// The student's rounds.
     pub rounds: Vec<StudentRound>,
-    /// The round whose weights are kept (best validation ET).
+    /// The round whose weights are kept ([`kept_round`]).
     pub kept_round: u32,
     /// `static-best`'s mean ET on the validation days.
     pub static_validation_et: f64,

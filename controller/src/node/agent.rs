@@ -906,11 +906,11 @@ fn mig_counts(
     Ok(out)
 }
 
-#[cfg(test)]
-#[path = "agent_tests.rs"]
-mod tests;
-
 /// A layout as reports and the journal write it (an empty GPU: the empty string).
 fn layout_text(model: &GpuModel, layout: &Layout) -> String {
     layout.display(model).to_string().replace("(empty)", "")
 }
+
+#[cfg(test)]
+#[path = "agent_tests.rs"]
+mod tests;
