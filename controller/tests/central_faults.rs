@@ -771,3 +771,48 @@ fn a_node_report_slurmctld_lost_is_reannounced_and_the_central_role_manages_the_
     );
     assert_consistent(&c, &[&s0, &s1], &[]);
 }
+
+/// Node 1's slurmctld calls fail as `faults` (JSON, `{node1}` for its name) says, for one
+/// central run from c1 to c5 beside a busy node 0; returns the run's output after checking
+/// that it changed both nodes and left every node in service and every job safe.
+fn run_with_slurm_faults(faults: &str) -> String {
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let path = c.dir.join("etc/slurm-faults.json");
+    std::fs::write(&path, faults.replace("{node1}", &c.nodes[1])).unwrap();
+    let mut cmd = central_command(&c, &config, &[]);
+    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
+    let out = central_output(&c, cmd.output().unwrap());
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
+    common::wait_nodes_in_service(&c, &[]);
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    out
+}
+
+#[test]
+fn a_resume_slurmctld_refuses_twice_is_retried_until_it_takes() {
+    skip_unless_netns!();
+    let out =
+        run_with_slurm_faults(r#"[{"call": "update_node", "node": "{node1}", "resume": true, "times": 2}]"#);
+    assert_eq!(out.matches(") fails: refused (injected)").count(), 2, "{out}");
+}
+
+#[test]
+fn a_drain_whose_reply_was_lost_is_asked_again_and_the_node_changes_with_its_batch() {
+    skip_unless_netns!();
+    // Slurm drains node 1 but the reply never comes back (before: node 1 was skipped,
+    // left drained outside any batch, and its resume failed after the restart).
+    let out = run_with_slurm_faults(
+        r#"[{"call": "update_node", "node": "{node1}", "drain_reason": "smartmig: repartition", "reply_lost": true}]"#,
+    );
+    assert_eq!(
+        out.matches(") fails: Communication receive failure").count(),
+        1,
+        "{out}"
+    );
+    assert!(
+        out.contains("the drain may have taken effect") && out.contains("0 error(s)"),
+        "{out}"
+    );
+}

@@ -55,7 +55,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         );
     }
     let decider = Decider::new(&resolved, mode, seed);
-    let mut api = Libslurm::new();
+    let mut api = crate::slurm::faults::from_env(Box::new(Libslurm::new())).map_err(anyhow::Error::msg)?;
     if let Err(e) = api.ping() {
         log::warn!("slurmctld does not answer yet: {e}");
     }
@@ -73,7 +73,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
         log::info!("metrics on http://{addr}/metrics");
     }
     let limit = once_limit(&cc);
-    let mut c = Central::new(resolved, Box::new(api), decider, relayout, mode)?;
+    let mut c = Central::new(resolved, api, decider, relayout, mode)?;
     if once {
         let r = c.run_once(poll, limit);
         println!(

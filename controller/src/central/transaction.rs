@@ -335,6 +335,15 @@ impl Central {
                 };
                 match self.api.update_node(&u) {
                     Ok(()) => self.enter(b, node, NodeState::Drained),
+                    // The request may be in Slurm with its reply lost: skipping the node
+                    // would leave it drained outside any batch. The drain is asked again
+                    // next cycle (asking twice is harmless) until the report timeout.
+                    Err(e) if e.may_have_taken_effect() && waited <= self.report_timeout_s() => {
+                        log::warn!(
+                            "gen {} {node}: the drain may have taken effect ({e}); asking again",
+                            b.generation
+                        );
+                    }
                     Err(e) => {
                         let why = format!("cannot drain {node}: {e}");
                         self.fail(report, why.clone());

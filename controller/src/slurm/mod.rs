@@ -3,6 +3,7 @@
 //! central cycle runs unchanged on a synthetic state.
 
 mod carrier;
+pub mod faults;
 mod ffi;
 mod gres;
 
