@@ -387,6 +387,18 @@ fn preempt_cycle_to(
     layout: &'static str,
     central: &str,
 ) -> (Simulated, Simulated, String) {
+    preempt_cycle_with_faults(c, busy, layout, central, None)
+}
+
+/// [`preempt_cycle_to`] with the central role's Slurm calls failing as `faults` (the
+/// JSON of `SMARTMIGD_SLURM_FAULTS`) says.
+fn preempt_cycle_with_faults(
+    c: &mut Cluster,
+    busy: &[(u32, &str)],
+    layout: &'static str,
+    central: &str,
+    faults: Option<&str>,
+) -> (Simulated, Simulated, String) {
     let s0 = start_agent(c, 0, &[C2, C2], &[]);
     for (gpu, inst) in busy {
         s0.mark_busy(*gpu, inst).unwrap();
@@ -397,12 +409,30 @@ fn preempt_cycle_to(
     let config = common::central_config_with(c, &policy, "run/snapshot.json", central);
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
-    let out = run_central(c, &config, &[]);
+    let mut cmd = common::central_command(c, &config, &[]);
+    if let Some(f) = faults {
+        let path = c.dir.join("etc/slurm-faults.json");
+        std::fs::write(&path, f).unwrap();
+        cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
+    }
+    let out = common::central_output(c, cmd.output().unwrap());
     (s0, s1, out)
 }
 
 #[test]
 fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keeps_the_others() {
+    requeue_a_job_whose_device_index_moves(None);
+}
+
+#[test]
+fn preempt_mode_with_a_requeue_whose_reply_was_lost_requeues_the_job_once_and_keeps_the_others() {
+    requeue_a_job_whose_device_index_moves(Some(r#"[{"call": "requeue", "reply_lost": true}]"#));
+}
+
+/// A preempt cycle on node 0 with a job whose device index the change moves (requeued
+/// once) and one whose index it keeps (never requeued), the central role's Slurm calls
+/// failing as `faults` says.
+fn requeue_a_job_whose_device_index_moves(faults: Option<&str>) {
     skip_unless_netns!();
     let mut c = Cluster::start(&two_nodes());
     let n0 = c.nodes[0].clone();
@@ -432,8 +462,17 @@ fn preempt_mode_requeues_a_job_whose_device_index_the_change_would_move_and_keep
     assert_eq!(idx(&c, moved), 0);
     // GPU 0 to c5 keeps its 3g.20gb@4 but puts a new 3g.20gb@0 at its index (0); GPU 1
     // stays in c2, and its 4g.20gb keeps index 3.
-    let (s0, s1, out) = preempt_cycle(&mut c, &[(0, "3g.20gb@4"), (1, "4g.20gb@0")], "");
+    let (s0, s1, out) = preempt_cycle_with_faults(
+        &mut c,
+        &[(0, "3g.20gb@4"), (1, "4g.20gb@0")],
+        "\"c5\", \"c2\", \"c5\"",
+        "",
+        faults,
+    );
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    if faults.is_some() {
+        assert!(out.contains("Slurm shows it off the node"), "{out}");
+    }
     assert_eq!(common::sim_layout(&s0), format!("{C5} | {C2}"));
     let job = c.job(moved);
     assert_eq!(

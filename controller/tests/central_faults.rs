@@ -816,3 +816,12 @@ fn a_drain_whose_reply_was_lost_is_asked_again_and_the_node_changes_with_its_bat
         "{out}"
     );
 }
+
+#[test]
+fn a_resume_whose_reply_was_lost_closes_the_batch_with_the_node_in_service() {
+    skip_unless_netns!();
+    let out = run_with_slurm_faults(
+        r#"[{"call": "update_node", "node": "{node1}", "resume": true, "reply_lost": true}]"#,
+    );
+    assert!(out.contains("0 error(s)"), "{out}");
+}

@@ -15,7 +15,7 @@ use super::indices::Moved;
 use super::view::{GpuView, View};
 use super::{unix_now, Central, CycleReport};
 use crate::channel::{Desired, Outcome, Phase, Report};
-use crate::slurm::{read_desired, read_report, write_desired, NodeUpdate, SlurmError, SlurmNode};
+use crate::slurm::{read_desired, read_report, write_desired, JobState, NodeUpdate, SlurmError, SlurmNode};
 
 /// Seconds a node may take to answer `Install`, `Start` or `Revert`: a share of the slurmd
 /// budget, within bounds.
@@ -641,10 +641,24 @@ impl Central {
         for j in jobs {
             match self.api.requeue(j) {
                 Ok(()) => log::info!("{node}: requeued job {j}"),
+                // Its reply was lost, but Slurm shows the job off its node: the requeue took
+                // effect (else the job was preempted for nothing and the change refused).
+                Err(e) if e.may_have_taken_effect() && self.off_node(j, node) => {
+                    log::warn!("{node}: requeued job {j} (Slurm shows it off the node; the call said: {e})");
+                }
                 Err(e) => return Err(format!("cannot requeue job {j}: {e}")),
             }
         }
         Ok(())
+    }
+
+    /// Whether Slurm, asked now, shows job `j` no longer running on `node`.
+    fn off_node(&mut self, j: u32, node: &str) -> bool {
+        self.api.jobs().is_ok_and(|jobs| {
+            !jobs
+                .iter()
+                .any(|x| x.id == j && x.state == JobState::Running && x.nodes.iter().any(|n| n == node))
+        })
     }
 
     /// Every node of the batch has applied (or is out of it): ask them to install gres.conf.
