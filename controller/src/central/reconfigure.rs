@@ -48,7 +48,16 @@ impl Loader for Reconfigure {
         timeout: Duration,
     ) -> Result<(), RelayoutError> {
         log::info!("reconfiguring Slurm for {} node(s)", nodes.len());
-        api.reconfigure().map_err(RelayoutError::Reconfigure)?;
+        match api.reconfigure() {
+            Ok(()) => {}
+            // The reply was lost, maybe not the request: whether Slurm reconfigured shows
+            // below, as every node's new GRES; if it did not, the wait times out and the
+            // caller undoes the re-layout as after any failed load.
+            Err(e) if e.may_have_taken_effect() => {
+                log::warn!("reconfigure: {e}; waiting for Slurm to show the new GRES all the same");
+            }
+            Err(e) => return Err(RelayoutError::Reconfigure(e)),
+        }
         let mut last = String::new();
         let shown = command::poll_until(timeout, Duration::from_millis(100), || {
             last.clear();

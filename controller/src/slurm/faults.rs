@@ -27,6 +27,9 @@ pub struct SlurmFault {
     /// `update_node` only: drains whose reason starts with this.
     #[serde(default)]
     pub drain_reason: Option<String>,
+    /// `update_node` only: updates that write the node's `Extra` (a plan hand-off).
+    #[serde(default)]
+    pub extra: Option<bool>,
     /// Matching calls to let through before failing.
     #[serde(default)]
     pub skip: u32,
@@ -54,7 +57,10 @@ impl SlurmFault {
             return false;
         }
         let Some(u) = call.node else {
-            return self.node.is_none() && self.resume.is_none() && self.drain_reason.is_none();
+            return self.node.is_none()
+                && self.resume.is_none()
+                && self.drain_reason.is_none()
+                && self.extra.is_none();
         };
         self.node.as_ref().is_none_or(|n| *n == u.node)
             && self.resume.is_none_or(|r| r == u.resume)
@@ -62,6 +68,7 @@ impl SlurmFault {
                 .drain_reason
                 .as_ref()
                 .is_none_or(|p| u.drain.as_deref().is_some_and(|d| d.starts_with(p.as_str())))
+            && self.extra.is_none_or(|x| x == u.extra.is_some())
     }
 }
 
