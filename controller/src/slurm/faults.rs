@@ -88,11 +88,17 @@ impl Faulty {
         }
     }
 
-    /// The fault `call` meets now, if any (counting the match).
+    /// The fault `call` meets now, if any: every matching fault counts the call, and the
+    /// first whose window (after `skip`, for `times`) it falls in applies.
     fn fault(&mut self, call: &Call<'_>) -> Option<SlurmFault> {
-        let (f, seen) = self.faults.iter_mut().find(|(f, _)| f.matches(call))?;
-        *seen += 1;
-        (*seen > f.skip && *seen <= f.skip + f.times).then(|| f.clone())
+        let mut hit = None;
+        for (f, seen) in self.faults.iter_mut().filter(|(f, _)| f.matches(call)) {
+            *seen += 1;
+            if hit.is_none() && *seen > f.skip && *seen <= f.skip + f.times {
+                hit = Some(f.clone());
+            }
+        }
+        hit
     }
 
     /// Runs `run` as `call` under the faults.
@@ -257,6 +263,20 @@ mod tests {
         let e = api.update_node(&resume("c")).unwrap_err();
         assert!(e.may_have_taken_effect(), "{e}");
         assert_eq!(fake(&mut api), 5);
+    }
+
+    #[test]
+    fn faults_of_one_call_apply_in_turn() {
+        // The first reconfigure is refused, the second loses its reply, the third passes.
+        let faults: Vec<SlurmFault> = serde_json::from_str(
+            r#"[{"call": "reconfigure"}, {"call": "reconfigure", "skip": 1, "reply_lost": true}]"#,
+        )
+        .unwrap();
+        let mut api = Faulty::new(Box::new(FakeSlurm::default()), faults);
+        let first = api.reconfigure().unwrap_err();
+        let second = api.reconfigure().unwrap_err();
+        assert!(!first.may_have_taken_effect() && second.may_have_taken_effect());
+        api.reconfigure().unwrap();
     }
 
     #[test]
