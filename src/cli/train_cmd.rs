@@ -67,6 +67,11 @@ pub struct TrainArgs {
     /// lookahead's score (0: ET alone).
     #[arg(long, default_value_t = 0.0)]
     lookahead_energy: f64,
+    /// Imitation with `--lookahead-samples`: a node layout the lookahead tries besides the
+    /// teacher's rungs, one configuration per GPU of a node (`c1,c1,c2,c2,c2,c2,c6,c6`);
+    /// repeat for more.
+    #[arg(long = "lookahead-layout", value_name = "LAYOUT")]
+    lookahead_layouts: Vec<String>,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
@@ -88,7 +93,7 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with_all = [
         "scenario", "sets", "days", "semantics", "smartmig_toml", "method", "train_days",
         "teacher_rounds", "student_rounds", "energy_cap", "day_blocks", "lookahead_samples",
-        "lookahead_energy", "epochs", "iterations", "episodes",
+        "lookahead_energy", "lookahead_layouts", "epochs", "iterations", "episodes",
         "seed", "resume", "lr", "every_events", "stay_bias", "entropy", "gamma", "lambda",
         "validate_every", "validation_days", "adam_eps",
     ])]
@@ -316,6 +321,11 @@ fn teacher_start(
 /// `train --method imitation`.
 fn imitation(a: TrainArgs) -> CliResult {
     let sc = a.scenario.load()?;
+    if !a.lookahead_layouts.is_empty() && a.lookahead_samples == 0 {
+        return Err(CliError::input(anyhow::anyhow!(
+            "--lookahead-layout needs --lookahead-samples (it is a layout the lookahead tries)"
+        )));
+    }
     let cfg = ImitationConfig {
         seed: a.seed,
         train_days: a.train_days,
@@ -332,6 +342,11 @@ fn imitation(a: TrainArgs) -> CliResult {
             energy_weight: a.lookahead_energy,
             ..LookaheadConfig::default()
         }),
+        lookahead_layouts: a
+            .lookahead_layouts
+            .iter()
+            .map(|l| l.split(',').map(|n| n.trim().to_string()).collect())
+            .collect(),
         ..ImitationConfig::default()
     };
     let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;
@@ -570,6 +585,30 @@ mod tests {
                 "{flag:?}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn lookahead_layouts_keep_one_flag_each_and_need_a_lookahead() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Train {
+            #[command(flatten)]
+            a: TrainArgs,
+        }
+        let parse = |extra: &[&str]| Train::try_parse_from([&["train", "--out", "p.onnx"], extra].concat());
+        let t = parse(&[
+            "--lookahead-samples",
+            "4",
+            "--lookahead-layout",
+            "c1,c2",
+            "--lookahead-layout",
+            "c6,c6",
+        ])
+        .unwrap();
+        assert_eq!(t.a.lookahead_layouts, ["c1,c2", "c6,c6"]);
+        let alone = parse(&["--lookahead-layout", "c1,c2"]).unwrap();
+        let e = format!("{:?}", imitation(alone.a).unwrap_err().error);
+        assert!(e.contains("--lookahead-layout needs --lookahead-samples"), "{e}");
     }
 
     #[test]

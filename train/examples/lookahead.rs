@@ -2,11 +2,12 @@
 //! reference scenario, against its base ladder and static-best.
 //!
 //! `cargo run --release -p smartmig-train --example lookahead -- [base=REPORT] [mu=0]
-//! [samples=16] [hold=60] [plan=15] [days=20] [on=evaluation|validation] [set=KEY=VALUE]...`:
-//! REPORT is an imitation training's `<out>.ckpt/imitation.json` (its common teacher is the
-//! base; without it periodic-best as a ladder); mu weighs E/E_ref into the lookahead's
-//! score; each `set=` overrides the reference scenario as `smartmig --set` does (train the
-//! base with the same ones).
+//! [samples=16] [hold=60] [plan=15] [days=20] [on=evaluation|validation] [set=KEY=VALUE]...
+//! [layout=c1,c1,...]...`: REPORT is an imitation training's `<out>.ckpt/imitation.json`
+//! (its common teacher is the base; without it periodic-best as a ladder); mu weighs
+//! E/E_ref into the lookahead's score; each `set=` overrides the reference scenario as
+//! `smartmig --set` does (train the base with the same ones); each `layout=` is a node
+//! layout the lookahead tries besides the base's rungs (`train --lookahead-layout`).
 
 use std::error::Error;
 
@@ -17,8 +18,8 @@ use smartmig_sim::scenario::Scenario;
 use smartmig_sim::sched::Scheduler;
 use smartmig_sim::workload::{self, JobSet};
 use smartmig_sim::{RunOptions, RunResult, Simulation};
-use smartmig_train::imitation::{ladder_from, run_ladder};
-use smartmig_train::lookahead::{Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
+use smartmig_train::imitation::{ladder_from, node_layout, run_ladder};
+use smartmig_train::lookahead::{actions, Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut base_report = None;
@@ -26,6 +27,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut cfg = LookaheadConfig::default();
     let mut ndays = 20u64;
     let mut sets = Vec::new();
+    let mut layouts: Vec<Vec<String>> = Vec::new();
     for a in std::env::args().skip(1) {
         let (k, v) = a
             .split_once('=')
@@ -38,6 +40,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             "plan" => cfg.plan_min = v.parse()?,
             "days" => ndays = v.parse()?,
             "set" => sets.push(v.to_string()),
+            "layout" => layouts.push(v.split(',').map(|n| n.trim().to_string()).collect()),
             "on" => {
                 first = match v {
                     "evaluation" => smartmig_eval::EVAL_SEED_BASE,
@@ -71,6 +74,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             ladder_from(&sc, &best, &static_layout, 6)
         }
     };
+    let per_node = base.rungs.first().map_or(0, Vec::len);
+    let extra: Vec<Vec<u16>> = layouts
+        .iter()
+        .map(|names| node_layout(&sc, names, per_node))
+        .collect::<Result<_, _>>()?;
+    let acts = actions(&base, &extra);
     let objective = &sc.scenario.objective;
     let every = 5;
     // The score's references: the mean reference run over the training days.
@@ -100,7 +109,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let static_et =
                 run_static(&sc, &jobs, Scheduler::Cedf, &static_layout, s).et(&reference, objective);
             let base_run = run_ladder(&sc, &jobs, &base, every, s);
-            let mut la = Lookahead::new(&sc, &jobs, &futures, s, score, cfg, &base, every, None);
+            let mut la = Lookahead::new(&sc, &jobs, &futures, s, score, cfg, &base, &acts, every, None);
             let opts = RunOptions::of(&sc, Scheduler::Cedf, s);
             let r = Simulation::new(&sc, &jobs.jobs, opts).run(&mut la);
             Ok((
@@ -116,13 +125,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mean = |f: fn(&Day) -> f64| 100.0 * days.iter().map(f).sum::<f64>() / days.len().max(1) as f64;
     let static_ets = col(|d| d.0);
     println!(
-        "{} days from seed {first}, {:.0} s, against static-best | base: {}, energy +{:.1}% above the bound | lookahead: {}, energy +{:.1}% | {cfg:?}",
+        "{} days from seed {first}, {:.0} s, against static-best | base: {}, energy +{:.1}% above the bound | lookahead: {}, energy +{:.1}% | {cfg:?}, {} actions",
         days.len(),
         started.elapsed().as_secs_f64(),
         Paired::of(&col(|d| d.1), &static_ets).describe(),
         mean(|d| d.3),
         Paired::of(&col(|d| d.2), &static_ets).describe(),
-        mean(|d| d.4)
+        mean(|d| d.4),
+        acts.len()
     );
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-use super::lookahead::{Label, Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
+use super::lookahead::{actions, Label, Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
 use super::{Learner, PpoConfig, TrainError};
 use smartmig_eval::compare::{run_reference, GuardVerdict, Paired};
 use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
@@ -27,6 +27,35 @@ fn pattern(sc: &ResolvedScenario, names: &[String]) -> Vec<u16> {
     names
         .iter()
         .map(|n| configs.iter().position(|c| c.name == *n).unwrap_or(0) as u16)
+        .collect()
+}
+
+/// `names` as a node layout of `per_node` GPUs (configuration indices), or why it is not
+/// one.
+pub fn node_layout(sc: &ResolvedScenario, names: &[String], per_node: usize) -> Result<Vec<u16>, TrainError> {
+    let written = names.join(",");
+    if names.len() != per_node {
+        return Err(TrainError::Scenario(format!(
+            "lookahead layout {written}: {} configurations, a node has {per_node} GPUs",
+            names.len()
+        )));
+    }
+    let model = &sc.models[0];
+    names
+        .iter()
+        .map(|n| {
+            model
+                .configurations
+                .iter()
+                .position(|c| c.name == *n)
+                .map(|i| i as u16)
+                .ok_or_else(|| {
+                    TrainError::Scenario(format!(
+                        "lookahead layout {written}: {n} is not a configuration of the {}",
+                        model.model.key
+                    ))
+                })
+        })
         .collect()
 }
 
@@ -309,6 +338,10 @@ pub struct ImitationConfig {
     /// teachers refined on each day).
     #[serde(default)]
     pub lookahead: Option<LookaheadConfig>,
+    /// Node layouts (configuration names, one per GPU of a node) the lookahead tries
+    /// besides the teacher's rungs.
+    #[serde(default)]
+    pub lookahead_layouts: Vec<Vec<String>>,
 }
 
 impl Default for ImitationConfig {
@@ -327,6 +360,7 @@ impl Default for ImitationConfig {
             energy_cap: None,
             day_blocks: Some(DEFAULT_DAY_BLOCKS),
             lookahead: None,
+            lookahead_layouts: Vec::new(),
         }
     }
 }
@@ -577,6 +611,12 @@ pub fn train_imitation(
 
     // 1. The teacher.
     let start = ladder_from(sc, schedule, static_layout, cfg.blocks);
+    let per_node = start.rungs.first().map_or(0, Vec::len);
+    let extra: Vec<Vec<u16>> = cfg
+        .lookahead_layouts
+        .iter()
+        .map(|names| node_layout(sc, names, per_node))
+        .collect::<Result<_, _>>()?;
     let mut teacher_curve = Vec::new();
     let (teacher, _) = tune_ladder(
         sc,
@@ -655,6 +695,11 @@ pub fn train_imitation(
     let score = cfg
         .lookahead
         .map(|l| Score::new(sc, &train_refs, l.energy_weight));
+    // What a label's index names: the teacher's rungs, then the lookahead's further layouts.
+    let acts = match cfg.lookahead {
+        Some(_) => actions(&teacher, &extra),
+        None => teacher.rungs.clone(),
+    };
     // Runs training day `d` with `actor` acting (None: the teacher), labelled by the
     // teacher: the run and every decision's features with the teacher's rung there.
     let labelled = |d: usize, actor: Option<Box<dyn Repartitioner + '_>>| -> (RunResult, Vec<Label>) {
@@ -670,6 +715,7 @@ pub fn train_imitation(
                     score,
                     l,
                     &teacher,
+                    &acts,
                     cfg.every_events,
                     actor,
                 );
@@ -732,7 +778,7 @@ pub fn train_imitation(
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
         for (x, rung) in &xs {
-            let (t, w) = rung_rows(&teacher.rungs[*rung], k, x);
+            let (t, w) = rung_rows(&acts[*rung], k, x);
             targets.extend(t);
             weights.extend(w);
         }
@@ -829,6 +875,28 @@ mod tests {
         let tied = [round(1, 0.6, None), round(2, 0.6, None)];
         assert_eq!(kept_round(&tied, Some(0.27)), Some(0));
         assert_eq!(kept_round(&[], None), None);
+    }
+
+    #[test]
+    fn a_lookahead_layout_is_read_by_name_and_a_wrong_one_is_refused_by_name() {
+        let sc = Scenario::reference(&[]).expect("reference scenario");
+        let names = |l: &str| l.split(',').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            node_layout(&sc, &names("c1,c2,c6,c9"), 4).expect("a layout"),
+            vec![0, 1, 5, 8]
+        );
+        let unknown = node_layout(&sc, &names("c1,c2,c6,c13"), 4).expect_err("c13");
+        assert!(
+            unknown.to_string().contains("c13 is not a configuration"),
+            "{unknown}"
+        );
+        let short = node_layout(&sc, &names("c1,c2"), 8).expect_err("too short");
+        assert!(
+            short
+                .to_string()
+                .contains("c1,c2: 2 configurations, a node has 8 GPUs"),
+            "{short}"
+        );
     }
 
     #[test]

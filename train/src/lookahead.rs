@@ -1,7 +1,8 @@
-//! A causal lookahead teacher: every `plan_min` minutes it tries each rung of a base
-//! ladder for the next `hold_min` minutes, followed by the base ladder, on `samples`
-//! futures drawn from the scenario's arrival model after the present (the past is the
-//! day's own), and keeps the rung with the best mean score.
+//! A causal lookahead teacher: every `plan_min` minutes it tries each of its actions (the
+//! rungs of a base ladder, and any further node layouts it is given) for the next
+//! `hold_min` minutes, followed by the base ladder, on `samples` futures drawn from the
+//! scenario's arrival model after the present (the past is the day's own), and keeps the
+//! action with the best mean score.
 //!
 //! It knows what a controller could know, the jobs that have arrived and the arrival
 //! model, never the day's future arrivals: the labels it gives are functions of what the
@@ -88,10 +89,11 @@ fn waiting(view: &DecisionView<'_>, layout: &FeatureLayout, buf: &mut Vec<f32>) 
         .then(|| f64::from(buf[layout.queue_summary_offset()]))
 }
 
-/// A hypothetical day: the proposals a run made at its first decisions, replayed, then a
-/// rung held until a time, then the base ladder.
+/// A hypothetical day: the proposals a run made at its first decisions, replayed, then an
+/// action held until a time, then the base ladder.
 struct Replay<'a> {
     base: &'a LadderParams,
+    actions: &'a [Vec<u16>],
     layout: FeatureLayout,
     every: u32,
     initial: &'a [u16],
@@ -129,12 +131,26 @@ impl Repartitioner for Replay<'_> {
         } else {
             self.base.rung(view.now, w)
         };
-        propose(view, &self.base.rungs[rung])
+        propose(view, &self.actions[rung])
     }
 }
 
+/// The lookahead's actions: the base ladder's rungs (so a rung's index is its action's),
+/// then each of `extra` (a node layout, sorted as rungs are) that is not already one.
+pub fn actions(base: &LadderParams, extra: &[Vec<u16>]) -> Vec<Vec<u16>> {
+    let mut all = base.rungs.clone();
+    for layout in extra {
+        let mut l = layout.clone();
+        l.sort_unstable();
+        if !all.contains(&l) {
+            all.push(l);
+        }
+    }
+    all
+}
+
 /// One decision the lookahead labelled: the features the deciding policy saw and the
-/// rung the lookahead wants there.
+/// action the lookahead wants there (an index into its actions).
 pub type Label = (Vec<f32>, usize);
 
 /// The lookahead on one day, acting itself or watching another policy (the student) act
@@ -147,6 +163,7 @@ pub struct Lookahead<'a> {
     score: Score,
     cfg: LookaheadConfig,
     base: &'a LadderParams,
+    actions: &'a [Vec<u16>],
     layout: FeatureLayout,
     every: u32,
     /// The policy that acts (None: the lookahead itself).
@@ -156,14 +173,15 @@ pub struct Lookahead<'a> {
     plan: Option<(usize, f64)>,
     next_plan: f64,
     buf: Vec<f32>,
-    /// Every decision's features and the lookahead's rung there.
+    /// Every decision's features and the lookahead's action there.
     pub labels: Vec<Label>,
 }
 
 impl<'a> Lookahead<'a> {
-    /// The lookahead on `day` (run with `seed`), over the base ladder `base`, imagining
-    /// `futures` (whole days of the arrival model: only their jobs after the present are
-    /// used); `actor`, when given, acts instead of it.
+    /// The lookahead on `day` (run with `seed`), over the base ladder `base` with
+    /// `actions` (from [`actions`]: the base's rungs first), imagining `futures` (whole
+    /// days of the arrival model: only their jobs after the present are used); `actor`,
+    /// when given, acts instead of it.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         sc: &'a ResolvedScenario,
@@ -173,6 +191,7 @@ impl<'a> Lookahead<'a> {
         score: Score,
         cfg: LookaheadConfig,
         base: &'a LadderParams,
+        actions: &'a [Vec<u16>],
         every: u32,
         actor: Option<Box<dyn Repartitioner + 'a>>,
     ) -> Lookahead<'a> {
@@ -185,6 +204,7 @@ impl<'a> Lookahead<'a> {
             score,
             cfg,
             base,
+            actions,
             layout: smartmig_sim::features::layout(k),
             every: every.max(1),
             actor,
@@ -215,10 +235,10 @@ impl<'a> Lookahead<'a> {
         set
     }
 
-    /// The rung with the best mean score over the futures, `current` on a tie.
+    /// The action with the best mean score over the futures, `current` on a tie.
     fn best_rung(&self, now: f64, current: usize) -> usize {
         let futures: Vec<JobSet> = self.futures.iter().map(|s| self.future(now, s)).collect();
-        let candidates = std::iter::once(current).chain((0..self.base.rungs.len()).filter(|&r| r != current));
+        let candidates = std::iter::once(current).chain((0..self.actions.len()).filter(|&r| r != current));
         let mut best = (f64::INFINITY, current);
         for rung in candidates {
             let total: f64 = futures
@@ -226,6 +246,7 @@ impl<'a> Lookahead<'a> {
                 .map(|f| {
                     let mut replay = Replay {
                         base: self.base,
+                        actions: self.actions,
                         layout: self.layout.clone(),
                         every: self.every,
                         initial: &self.initial,
@@ -282,7 +303,7 @@ impl Repartitioner for Lookahead<'_> {
         self.labels.push((self.buf.clone(), rung));
         let proposals = match self.actor.as_mut() {
             Some(a) => a.decide(view, rng),
-            None => propose(view, &self.base.rungs[rung]),
+            None => propose(view, &self.actions[rung]),
         };
         self.recorded.push(proposals.clone());
         proposals
@@ -318,11 +339,13 @@ mod tests {
         };
         let futures = [smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs")];
         let score = Score::new(&sc, &refs, 0.0);
-        let mut la = Lookahead::new(&sc, &day, &futures, 3, score, cfg, &base, 5, None);
+        let acts = actions(&base, &[]);
+        let mut la = Lookahead::new(&sc, &day, &futures, 3, score, cfg, &base, &acts, 5, None);
         let run = Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 3)).run(&mut la);
         assert!(la.labels.len() > 100, "{} decisions", la.labels.len());
         let mut replay = Replay {
             base: &base,
+            actions: &acts,
             layout: la.layout.clone(),
             every: 5,
             initial: &la.initial,
@@ -361,7 +384,8 @@ mod tests {
         };
         let score = Score::new(&sc, &[], 0.0);
         let actor = Box::new(Ladder::new(other, k, 5));
-        let mut la = Lookahead::new(&sc, &day, &futures, 4, score, cfg, &base, 5, Some(actor));
+        let acts = actions(&base, &[]);
+        let mut la = Lookahead::new(&sc, &day, &futures, 4, score, cfg, &base, &acts, 5, Some(actor));
         let watched = Simulation::new(&sc, &day.jobs, opts).run(&mut la);
         assert_eq!(watched.energy_wmin, alone.energy_wmin);
         assert_eq!(watched.avg_tardiness_min, alone.avg_tardiness_min);
@@ -379,6 +403,7 @@ mod tests {
         let sample = smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs");
         let base = base(&sc);
         let score = Score::new(&sc, &[], 0.0);
+        let acts = actions(&base, &[]);
         let la = Lookahead::new(
             &sc,
             &day,
@@ -387,6 +412,7 @@ mod tests {
             score,
             LookaheadConfig::default(),
             &base,
+            &acts,
             5,
             None,
         );
@@ -409,5 +435,54 @@ mod tests {
             .collect();
         assert_eq!(later, sampled, "after the present, only the sample's jobs");
         assert!(f.jobs.iter().enumerate().all(|(i, j)| j.id as usize == i));
+    }
+
+    #[test]
+    fn further_actions_follow_the_rungs_sorted_and_once() {
+        let base = LadderParams {
+            rungs: vec![vec![0, 0, 1], vec![1, 1, 5]],
+            base: vec![0],
+            up: f64::INFINITY,
+            down: f64::NEG_INFINITY,
+            step: 1,
+        };
+        // One extra is a rung written in another order, one is new and unsorted.
+        let all = actions(&base, &[vec![1, 0, 0], vec![5, 0, 1], vec![1, 0, 5]]);
+        assert_eq!(all, vec![vec![0, 0, 1], vec![1, 1, 5], vec![0, 1, 5]]);
+    }
+
+    #[test]
+    fn a_further_action_is_chosen_where_it_scores_better_than_every_rung() {
+        // The base ladder has one rung, the paper's reference layout; whole GPUs score
+        // better at this load in some block of the day, so the lookahead must take the
+        // further action there, and act on it.
+        let sc = Scenario::reference(&["workload.multiplier=12".into()]).expect("reference scenario");
+        let day = smartmig_sim::workload::from_scenario(&sc, 5, false).expect("jobs");
+        let reference: Vec<u16> = vec![0, 0, 1, 2, 2, 4, 4, 9];
+        let base = LadderParams {
+            rungs: vec![reference],
+            base: vec![0],
+            up: f64::INFINITY,
+            down: f64::NEG_INFINITY,
+            step: 1,
+        };
+        let acts = actions(&base, &[vec![0; 8]]);
+        let cfg = LookaheadConfig {
+            samples: 1,
+            plan_min: 240.0,
+            hold_min: 240.0,
+            energy_weight: 0.0,
+        };
+        let futures = [smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs")];
+        let refs = [smartmig_eval::compare::run_reference(&sc, &day, 5)];
+        let score = Score::new(&sc, &refs, 0.0);
+        let mut la = Lookahead::new(&sc, &day, &futures, 5, score, cfg, &base, &acts, 5, None);
+        let run = Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 5)).run(&mut la);
+        assert!(
+            la.labels.iter().any(|(_, a)| *a == 1),
+            "the further action was never chosen"
+        );
+        assert!(la.labels.iter().all(|(_, a)| *a < acts.len()));
+        assert!(run.repartitions > 0, "the chosen action was not acted on");
     }
 }
