@@ -322,6 +322,16 @@ mod tests {
         crate::imitation::ladder_from(sc, &schedule, &layout, 6)
     }
 
+    /// One sampled future, a plan every 4 hours held for 4, ET alone: quick to run.
+    fn one_future_every_4_hours() -> LookaheadConfig {
+        LookaheadConfig {
+            samples: 1,
+            plan_min: 240.0,
+            hold_min: 240.0,
+            energy_weight: 0.0,
+        }
+    }
+
     #[test]
     fn a_replayed_day_is_the_day_itself() {
         // The lookahead imagines each candidate by replaying the decisions made so far:
@@ -331,12 +341,7 @@ mod tests {
         let day = smartmig_sim::workload::from_scenario(&sc, 3, false).expect("jobs");
         let base = base(&sc);
         let refs = [smartmig_eval::compare::run_reference(&sc, &day, 3)];
-        let cfg = LookaheadConfig {
-            samples: 1,
-            plan_min: 240.0,
-            hold_min: 240.0,
-            energy_weight: 0.0,
-        };
+        let cfg = one_future_every_4_hours();
         let futures = [smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs")];
         let score = Score::new(&sc, &refs, 0.0);
         let acts = actions(&base, &[]);
@@ -467,12 +472,7 @@ mod tests {
             step: 1,
         };
         let acts = actions(&base, &[vec![0; 8]]);
-        let cfg = LookaheadConfig {
-            samples: 1,
-            plan_min: 240.0,
-            hold_min: 240.0,
-            energy_weight: 0.0,
-        };
+        let cfg = one_future_every_4_hours();
         let futures = [smartmig_sim::workload::from_scenario(&sc, SAMPLE_SEED_BASE, false).expect("jobs")];
         let refs = [smartmig_eval::compare::run_reference(&sc, &day, 5)];
         let score = Score::new(&sc, &refs, 0.0);
