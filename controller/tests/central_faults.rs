@@ -29,7 +29,10 @@
 //! - an admin draining a node during the re-layout: it stays drained with their reason;
 //! - slurmctld restarted by someone else mid-batch: the batch completes;
 //! - a corrupt policy file: every layout is kept and the reason shown;
-//! - an unwritable snapshot; a `Comment` slurmctld lost (the agent re-announces).
+//! - an unwritable snapshot; a `Comment` slurmctld lost (the agent re-announces);
+//! - slurmctld refusing node 1's agent's reports, or losing the reply to one: the agent
+//!   writes the report again (running the phase again where the report never reached the
+//!   record) and the batch completes.
 //!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the policy test); skipped otherwise.
 
@@ -46,8 +49,8 @@ use backends::{Kind, Op, TestGpus};
 use common::{
     a100, assert_consistent, assert_consistent_on, assert_safe, central_command, central_config,
     central_config_with, central_output, gres_counts, make_gpus, node_field, run_central, sim_layout,
-    start_agent, start_agent_named_on, submit_workload, two_nodes, wait_announced, Policy, Workload, C1, C2,
-    C5, NODE0_C2, NODE0_C5,
+    start_agent, start_agent_named_on, start_agent_with, submit_workload, two_nodes, wait_announced, Policy,
+    Workload, C1, C2, C5, NODE0_C2, NODE0_C5,
 };
 use slurm::{Cluster, Options};
 use smartmig_core::config::Mode;
@@ -858,4 +861,72 @@ fn a_refresh_whose_reply_was_lost_still_finishes_the_batch() {
     // Before: taken for a refusal, so the batch was undone and both nodes held drained.
     let out = run_with_slurm_faults(r#"[{"call": "reconfigure", "reply_lost": true}]"#);
     assert!(out.contains("0 error(s)"), "{out}");
+}
+
+/// One central run from c1 to c5 beside a busy node 0, node 1's agent making its Slurm
+/// calls under `faults` (JSON, `{node1}` for its name); checks that both nodes changed and
+/// every node and job is safe; returns node 1's agent log.
+fn run_with_agent_faults(faults: &str) -> String {
+    let (mut c, jobs, s0) = start_with_workload();
+    let n1 = c.nodes[1].clone();
+    let path = c.dir.join("etc/agent-faults.json");
+    std::fs::write(&path, faults.replace("{node1}", &n1)).unwrap();
+    let s1 = start_agent_with(
+        &mut c,
+        1,
+        &[C1],
+        &[],
+        &[(smartmigd::slurm::faults::FAULTS_ENV, path.as_path())],
+    );
+    wait_announced(&c);
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let out = run_central(&c, &config, &[]);
+    assert!(
+        out.contains("2 changed") && out.contains("0 error(s)"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
+    common::wait_nodes_in_service(&c, &[]);
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+    std::fs::read_to_string(c.dir.join(format!("log/agent-{n1}.out"))).unwrap()
+}
+
+/// How often the agent's log shows it starting the first Apply's generation.
+fn apply_runs(log: &str) -> usize {
+    let first = log.lines().find(|l| l.contains(": Apply on ")).expect("an Apply");
+    let generation = first
+        .split("generation ")
+        .nth(1)
+        .and_then(|t| t.split(':').next())
+        .expect("the generation");
+    log.matches(&format!("generation {generation}: Apply on "))
+        .count()
+}
+
+#[test]
+fn an_agent_report_slurmctld_refuses_is_written_again_after_the_phase_runs_again() {
+    skip_unless_netns!();
+    // The announcement goes through; the next two reports (the first phase's) are refused.
+    let log = run_with_agent_faults(r#"[{"call": "update_node", "node": "{node1}", "skip": 1, "times": 2}]"#);
+    assert_eq!(log.matches(") fails: refused (injected)").count(), 2, "{log}");
+    // Not on the record, the report does not answer the plan: the agent runs the phase
+    // again (its GPUs already there: nothing to move) until the report is written.
+    assert_eq!(apply_runs(&log), 3, "{log}");
+}
+
+#[test]
+fn an_agent_report_whose_reply_was_lost_is_not_run_again() {
+    skip_unless_netns!();
+    // Slurm writes the first phase's report but its answer is lost: the record answers the
+    // plan, so the agent does not run the phase again.
+    let log = run_with_agent_faults(
+        r#"[{"call": "update_node", "node": "{node1}", "skip": 1, "reply_lost": true}]"#,
+    );
+    assert_eq!(
+        log.matches(") fails: Communication receive failure").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(apply_runs(&log), 1, "{log}");
 }

@@ -9,6 +9,8 @@ use smartmig_gpu::nvml::{Nvml, NvmlOptions};
 use smartmig_gpu::simulated::Simulated;
 use smartmig_gpu::GpuBackend;
 
+use crate::slurm::Libslurm;
+
 use super::slurm_channel::SlurmChannel;
 use super::spool::SpoolChannel;
 use super::{Agent, AgentConfig, NodeChannel};
@@ -62,7 +64,11 @@ fn agent_from_config(resolved: &Resolved) -> anyhow::Result<Agent> {
     let backend = open_backend(n)?;
     let channel: Box<dyn NodeChannel> = match n.channel {
         ChannelKind::Spool => Box::new(SpoolChannel::open(&n.spool_dir, &node)?),
-        ChannelKind::Slurm => Box::new(SlurmChannel::new(&node)),
+        ChannelKind::Slurm => {
+            let api =
+                crate::slurm::faults::from_env(Box::new(Libslurm::new())).map_err(anyhow::Error::msg)?;
+            Box::new(SlurmChannel::with_api(api, &node))
+        }
     };
     let agent = Agent::new(
         AgentConfig {

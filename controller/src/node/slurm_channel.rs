@@ -5,7 +5,7 @@
 use super::{NodeChannel, NodeError, NodeRecord};
 use crate::central::batch::DRAIN_PREFIX;
 use crate::channel::Report;
-use crate::slurm::{read_desired, read_report, write_report, Libslurm, SlurmApi};
+use crate::slurm::{read_desired, read_report, write_report, SlurmApi};
 
 /// [`NodeChannel`] over the node's Slurm record.
 pub struct SlurmChannel {
@@ -18,12 +18,8 @@ pub struct SlurmChannel {
 }
 
 impl SlurmChannel {
-    /// The channel of node `node` through libslurm (`$SLURM_CONF`).
-    pub fn new(node: &str) -> SlurmChannel {
-        SlurmChannel::with_api(Box::new(Libslurm::new()), node)
-    }
-
-    /// The channel over any [`SlurmApi`] (tests use an in-memory one).
+    /// The channel of node `node` over `api` (libslurm in production, with the faults a
+    /// test injects in debug builds; tests also use an in-memory one).
     pub fn with_api(api: Box<dyn SlurmApi>, node: &str) -> SlurmChannel {
         SlurmChannel {
             api,

@@ -1,7 +1,8 @@
-//! Faults a test injects into the central role's Slurm calls, in debug builds only: the real
-//! harness's way to make slurmctld refuse an update or lose a reply on cue, which a real
-//! slurmctld cannot be made to do. `SMARTMIGD_SLURM_FAULTS` names a JSON list of
-//! [`SlurmFault`]s; release builds ignore it (with a warning).
+//! Faults a test injects into smartmigd's Slurm calls (the central role's, and a node
+//! agent's channel), in debug builds only: the real harness's way to make slurmctld refuse
+//! an update or lose a reply on cue, which a real slurmctld cannot be made to do.
+//! `SMARTMIGD_SLURM_FAULTS` names a JSON list of [`SlurmFault`]s; release builds ignore it
+//! (with a warning).
 
 use std::path::Path;
 

@@ -172,16 +172,22 @@ pub fn agent_config_on(c: &Cluster, i: usize, gpus: &TestGpus) -> PathBuf {
     conf
 }
 
-/// Starts node `i`'s agent as daemon `name` (its log is `log/<name>.out`), after
-/// `smartmigd node --restore` as its unit would (it finishes a plan a killed agent left,
-/// and takes the node's MIG lines of gres.conf into smartmig's block); returns what the
-/// restore printed and logged.
-pub fn start_agent_named(c: &mut Cluster, i: usize, name: &str) -> String {
-    start_agent_named_on(c, i, name, &sim_gpus(c, i))
+/// Starts node `i`'s agent on `gpus` as daemon `name` (its log is `log/<name>.out`),
+/// after `smartmigd node --restore` as its unit would (it finishes a plan a killed agent
+/// left, and takes the node's MIG lines of gres.conf into smartmig's block); returns what
+/// the restore printed and logged.
+pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGpus) -> String {
+    start_agent_named_on_with(c, i, name, gpus, &[])
 }
 
-/// [`start_agent_named`] on `gpus`.
-pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGpus) -> String {
+/// [`start_agent_named_on`] with `env` set for the agent daemon (not its `--restore`).
+fn start_agent_named_on_with(
+    c: &mut Cluster,
+    i: usize,
+    name: &str,
+    gpus: &TestGpus,
+    env: &[(&str, &Path)],
+) -> String {
     let conf = agent_config_on(c, i, gpus);
     let binds = gpus.binds();
     let out = smartmigd_with(c, Some(i), &binds)
@@ -201,7 +207,8 @@ pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGp
     cmd.args(["node", "--config"])
         .arg(&conf)
         .env("RUST_LOG", "debug")
-        .envs(gpus.env());
+        .envs(gpus.env())
+        .envs(env.iter().copied());
     c.spawn_daemon(name, &mut cmd);
     restore
 }
@@ -236,9 +243,20 @@ pub fn start_agent_on(c: &mut Cluster, i: usize, kind: Kind, layouts: &[&str], b
 
 /// Creates node `i`'s simulated GPUs and starts its agent.
 pub fn start_agent(c: &mut Cluster, i: usize, layouts: &[&str], busy: &[&str]) -> Simulated {
+    start_agent_with(c, i, layouts, busy, &[])
+}
+
+/// [`start_agent`] with `env` set for the agent daemon.
+pub fn start_agent_with(
+    c: &mut Cluster,
+    i: usize,
+    layouts: &[&str],
+    busy: &[&str],
+    env: &[(&str, &Path)],
+) -> Simulated {
     let sim = make_sim(c, i, layouts, busy);
     let name = format!("agent-{}", c.nodes[i]);
-    start_agent_named(c, i, &name);
+    start_agent_named_on_with(c, i, &name, &sim_gpus(c, i), env);
     sim
 }
 
