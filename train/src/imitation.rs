@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-use super::lookahead::{actions, Label, Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
+use super::lookahead::{action_shares, actions, Label, Lookahead, LookaheadConfig, Score, SAMPLE_SEED_BASE};
 use super::{Learner, PpoConfig, TrainError};
 use smartmig_eval::compare::{run_reference, GuardVerdict, Paired};
 use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
@@ -57,6 +57,23 @@ pub fn node_layout(sc: &ResolvedScenario, names: &[String], per_node: usize) -> 
                 })
         })
         .collect()
+}
+
+/// The lookahead's choices as `--lookahead-layout` writes them, each with its share
+/// (`c2,c2,c2,c2,c2,c2,c6,c6 41%; ...`).
+fn choices_summary(sc: &ResolvedScenario, acts: &[Vec<u16>], shares: &[(usize, f64)]) -> String {
+    let model = &sc.models[0];
+    shares
+        .iter()
+        .map(|&(a, share)| {
+            let names: Vec<&str> = acts[a]
+                .iter()
+                .map(|&c| model.configurations[usize::from(c)].name.as_str())
+                .collect();
+            format!("{} {:.0}%", names.join(","), 100.0 * share)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// GPU instances of a node pattern.
@@ -823,6 +840,13 @@ pub fn train_imitation(
             "student round {round}: {} decisions, loss {loss:.4}, training ET {:.4}, validation ET {:.4}{energy}",
             point.samples, point.train_et, point.validation_et
         ));
+        if cfg.lookahead.is_some() {
+            let chosen = on_train.iter().flat_map(|(_, seen)| seen.iter().map(|l| l.1));
+            on_progress(&format!(
+                "  the lookahead's choices on the student's days: {}",
+                choices_summary(sc, &acts, &action_shares(chosen))
+            ));
+        }
         rounds.push(point);
         nets.push((net, val_ets));
         xs.extend(on_train.into_iter().flat_map(|(_, seen)| seen));
@@ -896,6 +920,20 @@ mod tests {
                 .to_string()
                 .contains("c1,c2: 2 configurations, a node has 8 GPUs"),
             "{short}"
+        );
+    }
+
+    #[test]
+    fn the_lookaheads_choices_are_written_as_the_layout_flag_reads_them() {
+        let sc = Scenario::reference(&[]).expect("reference scenario");
+        let names = |l: &str| l.split(',').map(String::from).collect::<Vec<_>>();
+        let acts: Vec<Vec<u16>> = ["c1,c1,c2,c2", "c2,c2,c6,c9"]
+            .iter()
+            .map(|l| node_layout(&sc, &names(l), 4).expect("a layout"))
+            .collect();
+        assert_eq!(
+            choices_summary(&sc, &acts, &[(1, 0.75), (0, 0.25)]),
+            "c2,c2,c6,c9 75%; c1,c1,c2,c2 25%"
         );
     }
 

@@ -153,6 +153,23 @@ pub fn actions(base: &LadderParams, extra: &[Vec<u16>]) -> Vec<Vec<u16>> {
 /// action the lookahead wants there (an index into its actions).
 pub type Label = (Vec<f32>, usize);
 
+/// How often each action was chosen: (action index, share of the choices), most chosen
+/// first (the lower index on a tie); actions never chosen are left out.
+pub fn action_shares(chosen: impl IntoIterator<Item = usize>) -> Vec<(usize, f64)> {
+    let mut counts: Vec<(usize, usize)> = Vec::new();
+    let mut total = 0usize;
+    for a in chosen {
+        total += 1;
+        match counts.iter_mut().find(|(i, _)| *i == a) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((a, 1)),
+        }
+    }
+    counts.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+    let total = total.max(1) as f64;
+    counts.into_iter().map(|(i, n)| (i, n as f64 / total)).collect()
+}
+
 /// The lookahead on one day, acting itself or watching another policy (the student) act
 /// and labelling what it sees.
 pub struct Lookahead<'a> {
@@ -236,11 +253,11 @@ impl<'a> Lookahead<'a> {
     }
 
     /// The action with the best mean score over the futures, `current` on a tie.
-    fn best_rung(&self, now: f64, current: usize) -> usize {
+    fn best_action(&self, now: f64, current: usize) -> usize {
         let futures: Vec<JobSet> = self.futures.iter().map(|s| self.future(now, s)).collect();
         let candidates = std::iter::once(current).chain((0..self.actions.len()).filter(|&r| r != current));
         let mut best = (f64::INFINITY, current);
-        for rung in candidates {
+        for action in candidates {
             let total: f64 = futures
                 .iter()
                 .map(|f| {
@@ -252,7 +269,7 @@ impl<'a> Lookahead<'a> {
                         initial: &self.initial,
                         recorded: &self.recorded,
                         calls: 0,
-                        rung,
+                        rung: action,
                         until: now + self.cfg.hold_min,
                         buf: Vec::new(),
                     };
@@ -262,7 +279,7 @@ impl<'a> Lookahead<'a> {
                 })
                 .sum();
             if total < best.0 - 1e-12 {
-                best = (total, rung);
+                best = (total, action);
             }
         }
         best.1
@@ -295,8 +312,8 @@ impl Repartitioner for Lookahead<'_> {
             _ => self.base.rung(view.now, w),
         };
         if view.now >= self.next_plan {
-            let rung = self.best_rung(view.now, wanted(self.plan));
-            self.plan = Some((rung, view.now + self.cfg.hold_min));
+            let action = self.best_action(view.now, wanted(self.plan));
+            self.plan = Some((action, view.now + self.cfg.hold_min));
             self.next_plan = view.now + self.cfg.plan_min;
         }
         let rung = wanted(self.plan);
@@ -440,6 +457,16 @@ mod tests {
             .collect();
         assert_eq!(later, sampled, "after the present, only the sample's jobs");
         assert!(f.jobs.iter().enumerate().all(|(i, j)| j.id as usize == i));
+    }
+
+    #[test]
+    fn action_shares_count_each_choice_most_chosen_first() {
+        let shares = action_shares([2, 0, 2, 5, 2, 0]);
+        let order: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        assert_eq!(order, vec![2, 0, 5]);
+        assert!((shares[0].1 - 0.5).abs() < 1e-12);
+        assert!((shares[2].1 - 1.0 / 6.0).abs() < 1e-12);
+        assert!(action_shares([]).is_empty());
     }
 
     #[test]
