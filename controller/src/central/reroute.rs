@@ -75,6 +75,15 @@ impl Central {
                     report.rerouted += 1;
                     self.status.counters.reroutes += 1;
                 }
+                // Either way the job is safe: pending, with the old type or the new one;
+                // the next cycle routes it again while its type is still gone.
+                Err(e) if e.may_have_taken_effect() => self.fail(
+                    report,
+                    format!(
+                        "job {}: re-routing to {ty} may have taken effect ({e}); the next cycle checks",
+                        u.job
+                    ),
+                ),
                 Err(e) => self.fail(report, format!("cannot re-route job {}: {e}", u.job)),
             }
         }

@@ -178,8 +178,13 @@ fn cluster() -> FakeSlurm {
 }
 
 fn central(r: Resolved, s: FakeSlurm, mode: Mode, rec: Recorder) -> Central {
+    central_over(r, Box::new(s), mode, rec)
+}
+
+/// [`central`] over any Slurm (the in-memory one wrapped in injected faults).
+fn central_over(r: Resolved, api: Box<dyn SlurmApi>, mode: Mode, rec: Recorder) -> Central {
     let decider = Decider::new(&r, mode, 7);
-    Central::new(r, Box::new(s), decider, Box::new(rec), mode).unwrap()
+    Central::new(r, api, decider, Box::new(rec), mode).unwrap()
 }
 
 impl Central {
@@ -341,9 +346,10 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
     );
 }
 
-#[test]
-fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_rescaled_limit() {
-    let dir = temp("reroute");
+/// The test cluster with every 4g.20gb about to go (the policy's c5 has none), and two
+/// pending jobs asking for one: 10 routed there by the plugin from `gpu:mig:1` (its limit
+/// rescaled from the user's 120 min to 50), 11 the user's explicit choice.
+fn cluster_with_jobs_to_reroute() -> FakeSlurm {
     let mut s = cluster();
     s.jobs.retain(|j| j.id != 1); // a is idle too: every 4g goes away
     let mut routed = FakeSlurm::pending(10, "gres:gpu:4g.20gb:1");
@@ -354,7 +360,22 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
     routed.admin_comment = Some(from.mark(None));
     routed.time_limit_min = Some(50);
     s.jobs.push(routed);
-    s.jobs.push(FakeSlurm::pending(11, "gres:gpu:4g.20gb:1")); // the user's explicit choice
+    s.jobs.push(FakeSlurm::pending(11, "gres:gpu:4g.20gb:1"));
+    s
+}
+
+/// Job `id`'s first TRES string.
+fn job_tres(c: &mut Central, id: u32) -> Option<String> {
+    let jobs = c.api().jobs().unwrap();
+    jobs.into_iter()
+        .find(|j| j.id == id)
+        .and_then(|j| j.tres[0].clone())
+}
+
+#[test]
+fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_rescaled_limit() {
+    let dir = temp("reroute");
+    let s = cluster_with_jobs_to_reroute();
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
     let r = once(&mut c);
     assert_eq!(r.rerouted, 1, "{r:?}");
@@ -375,6 +396,54 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
         Some("gres:gpu:4g.20gb:1"),
         "left as the user asked"
     );
+}
+
+/// The central role over [`cluster_with_jobs_to_reroute`] with slurmctld's answers to job
+/// updates faulty as `faults` (JSON) says.
+fn reroute_under(dir: &std::path::Path, faults: &str) -> Central {
+    let faults = serde_json::from_str(faults).unwrap();
+    let api = crate::slurm::faults::Faulty::new(Box::new(cluster_with_jobs_to_reroute()), faults);
+    central_over(
+        resolved(dir, TO_C5),
+        Box::new(api),
+        Mode::Drain,
+        Recorder::default(),
+    )
+}
+
+#[test]
+fn a_reroute_slurmctld_refuses_is_an_error_and_a_later_cycle_reroutes_the_job() {
+    let dir = temp("reroute-refused");
+    let mut c = reroute_under(&dir, r#"[{"call": "update_job"}]"#);
+    // The cycles of one run: the refusal is reported, the job still asks for the type
+    // that went, so the next cycle routes it again, and Slurm takes that one.
+    let r = once(&mut c);
+    assert_eq!(
+        r.errors,
+        ["cannot re-route job 10: slurm_update_job(10): refused (injected) (slurm errno 2001)"]
+    );
+    assert_eq!(r.rerouted, 1, "{r:?}");
+    assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:3g.20gb:1"));
+    assert_eq!(job_tres(&mut c, 11).as_deref(), Some("gres:gpu:4g.20gb:1"));
+}
+
+#[test]
+fn a_reroute_whose_reply_was_lost_is_reported_as_uncertain_and_the_job_is_not_rerouted_again() {
+    let dir = temp("reroute-lost");
+    let mut c = reroute_under(&dir, r#"[{"call": "update_job", "reply_lost": true}]"#);
+    let r = once(&mut c);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.starts_with("job 10: re-routing to 3g.20gb may have taken effect")),
+        "{:?}",
+        r.errors
+    );
+    // Slurm took it: the job asks for a type that exists, so the next cycle leaves it.
+    assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:3g.20gb:1"));
+    let r = once(&mut c);
+    assert_eq!((r.rerouted, r.errors.len()), (0, 0), "{r:?}");
+    assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:3g.20gb:1"));
 }
 
 #[test]
