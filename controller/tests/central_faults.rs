@@ -32,7 +32,14 @@
 //! - an unwritable snapshot; a `Comment` slurmctld lost (the agent re-announces);
 //! - slurmctld refusing node 1's agent's reports, or losing the reply to one: the agent
 //!   writes the report again (running the phase again where the report never reached the
-//!   record) and the batch completes.
+//!   record) and the batch completes;
+//! - slurmctld refusing the update that re-routes a held job (the plugin routed it to a
+//!   4g.20gb the re-layout removes; re-routed once the batch is over), or losing its
+//!   answer: the refusal is reported and the next run routes the job again; a lost answer
+//!   is reported as uncertain and the job, now on a 3g.20gb, is left alone; released, it
+//!   completes (both nodes idle here). On a
+//!   Slurm before 23.02.6, which keeps the old type in an updated job, the job is named
+//!   and left as it is, with no update.
 //!
 //! Needs root, Slurm, nsenter and ONNX Runtime (for the policy test); skipped otherwise.
 
@@ -929,4 +936,128 @@ fn an_agent_report_whose_reply_was_lost_is_not_run_again() {
         "{log}"
     );
     assert_eq!(apply_runs(&log), 1, "{log}");
+}
+
+/// Both nodes idle (node 0 in c2, node 1 in c1) and two held jobs asking for a 4g.20gb:
+/// one the plugin routed there from `--gres=gpu:mig:1`, one the user named it in. One
+/// central run to c5 (no 4g left) with job updates failing as `faults` (JSON) says; checks
+/// that the three GPUs changed and the user's job was left as asked. Returns the cluster,
+/// the run's output, the routed job and the central role's configuration.
+fn vanish_a_routed_type(faults: &str) -> (Cluster, String, u32, PathBuf) {
+    let mut opts = two_nodes();
+    opts.job_submit_plugins = "smartmig".into();
+    let mut c = Cluster::start(&opts);
+    // 12 GB rules out 1g and 2g; due in 40 min, 3g needs 47 min and 4g 35: a 4g.
+    let (routed, said) = c
+        .sbatch(&[
+            "--hold",
+            "--gres=gpu:mig:1",
+            "--time=20",
+            "--comment=smartmig:class=bert-infer;gpumem=12G;due=40m",
+            "--wrap",
+            "sleep 1",
+        ])
+        .unwrap();
+    assert!(said.contains("routed to gpu:4g.20gb:1"), "{said}");
+    let (named, _) = c
+        .sbatch(&["--hold", "--gres=gpu:4g.20gb:1", "--wrap", "sleep 1"])
+        .unwrap();
+    let s0 = start_agent(&mut c, 0, &[C2, C2], &[]);
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    wait_announced(&c);
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let path = c.dir.join("etc/slurm-faults.json");
+    std::fs::write(&path, faults).unwrap();
+    let mut cmd = central_command(&c, &config, &[]);
+    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
+    let out = central_output(&c, cmd.output().unwrap());
+    assert!(out.contains("3 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(
+        (sim_layout(&s0), sim_layout(&s1)),
+        (format!("{C5} | {C5}"), C5.into())
+    );
+    common::wait_nodes_in_service(&c, &[]);
+    assert_eq!(
+        tres_per_node(&c, named),
+        slurm::tres("gpu:4g.20gb:1"),
+        "left as asked"
+    );
+    assert_consistent(&c, &[&s0, &s1], &[routed, named]);
+    (c, out, routed, config)
+}
+
+fn tres_per_node(c: &Cluster, job: u32) -> String {
+    c.job(job).get("TresPerNode").cloned().unwrap_or_default()
+}
+
+/// Whether this Slurm replaces a pending job's GPU request on update (else skips the test).
+fn retypes_pending_jobs() -> bool {
+    let yes = slurm::release().0 >= smartmigd::central::RETYPE_SINCE;
+    if !yes {
+        eprintln!("skipped: this Slurm keeps a pending job's old GPU type on update");
+    }
+    yes
+}
+
+/// Checks that `job` asks for a 3g.20gb and, released, completes on one.
+fn runs_on_a_3g(c: &Cluster, job: u32, out: &str) {
+    assert_eq!(tres_per_node(c, job), slurm::tres("gpu:3g.20gb:1"), "{out}");
+    c.scontrol(&["release", &job.to_string()]);
+    c.wait_job(job, &["COMPLETED"], Duration::from_secs(60));
+}
+
+#[test]
+fn a_reroute_slurmctld_refuses_is_reported_and_the_next_run_reroutes_the_job() {
+    skip_unless_netns!();
+    if !retypes_pending_jobs() {
+        return;
+    }
+    // Re-routed once the batch is over (the run's last cycle, which reads Slurm settled;
+    // mid-batch a type about to go still looks present): refused there, the job still asks
+    // for the type that went, so the next run routes it again and Slurm takes it.
+    let (c, out, routed, config) = vanish_a_routed_type(r#"[{"call": "update_job"}]"#);
+    assert!(
+        out.contains(&format!("cannot re-route job {routed}")) && out.contains("refused (injected)"),
+        "{out}"
+    );
+    assert!(out.contains("0 job(s) re-routed, 1 error(s)"), "{out}");
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("1 job(s) re-routed, 0 error(s)"), "{out}");
+    runs_on_a_3g(&c, routed, &out);
+}
+
+#[test]
+fn a_reroute_whose_reply_was_lost_is_reported_as_uncertain_and_not_done_twice() {
+    skip_unless_netns!();
+    if !retypes_pending_jobs() {
+        return;
+    }
+    // Slurm changes the job but the answer is lost: reported as uncertain; the job then
+    // asks for a type that exists, so the next run leaves it.
+    let (c, out, routed, config) = vanish_a_routed_type(r#"[{"call": "update_job", "reply_lost": true}]"#);
+    assert!(
+        out.contains("re-routing to 3g.20gb may have taken effect"),
+        "{out}"
+    );
+    assert!(out.contains("0 job(s) re-routed, 1 error(s)"), "{out}");
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("0 job(s) re-routed, 0 error(s)"), "{out}");
+    runs_on_a_3g(&c, routed, &out);
+}
+
+#[test]
+fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_and_left_as_it_is() {
+    skip_unless_netns!();
+    if slurm::release().0 >= smartmigd::central::RETYPE_SINCE {
+        eprintln!("skipped: this Slurm replaces a pending job's GPU request on update");
+        return;
+    }
+    // Any job update would be refused and counted as an error: the run must make none.
+    let (c, out, routed, _) = vanish_a_routed_type(r#"[{"call": "update_job", "times": 99}]"#);
+    assert!(
+        out.contains("0 job(s) re-routed, 0 error(s)") && out.contains(&format!("job {routed}: it asks for")),
+        "{out}"
+    );
+    assert_eq!(tres_per_node(&c, routed), slurm::tres("gpu:4g.20gb:1"));
+    assert_eq!(c.job(routed).get("JobState").map(String::as_str), Some("PENDING"));
 }

@@ -25,6 +25,7 @@ pub mod plan;
 pub mod reconfigure;
 pub mod relayout;
 mod reroute;
+pub use reroute::RETYPE_SINCE;
 pub mod run;
 mod snapshot;
 pub mod status;
@@ -98,6 +99,11 @@ pub struct Central {
     /// Job ids seen in the last read, and arrivals + completions counted since.
     known_jobs: Option<HashSet<u32>>,
     events: u32,
+    /// Whether slurmctld replaces a pending job's GPU request on update
+    /// ([`reroute::RETYPE_SINCE`]); before, re-routing is left alone.
+    retypes_pending: bool,
+    /// Pending jobs already reported as waiting for a vanished type Slurm cannot change.
+    stranded: HashSet<u32>,
 }
 
 impl Central {
@@ -152,7 +158,15 @@ impl Central {
             mig_types,
             known_jobs: None,
             events: 0,
+            retypes_pending: true,
+            stranded: HashSet::new(),
         })
+    }
+
+    /// Tells the central role the Slurm release it works with (a `SLURM_VERSION_NUMBER`):
+    /// what it may ask of slurmctld depends on it.
+    pub fn for_release(&mut self, built_for: u32) {
+        self.retypes_pending = built_for >= reroute::RETYPE_SINCE;
     }
 
     /// The Slurm API (tests inspect the fake through it).
@@ -259,6 +273,7 @@ impl Central {
             let msg = format!("node {node} left alone: {why}");
             self.fail(report, msg);
         }
+        let between_batches = self.ledger.batch.is_none();
         // A batch in flight is finished in every mode (dry-run included: its nodes are
         // drained, and only finishing or undoing it puts them back in service).
         if self.mode != Mode::DryRun || self.ledger.batch.is_some() {
@@ -281,7 +296,12 @@ impl Central {
         }
         // Dry-run touches nothing the plugin or the jobs see.
         if self.mode != Mode::DryRun {
-            self.reroute(&view, report);
+            // Only on a view read between batches: mid-batch a type about to go still
+            // looks present, and a job sent there would have to move again, never to less
+            // memory than that type's.
+            if between_batches && self.ledger.batch.is_none() {
+                self.reroute(&view, report);
+            }
             self.publish(&view, report);
         }
         self.status.gpus = gpu_lines(&self.resolved, &view);

@@ -2,6 +2,11 @@
 //! routing as at submission — only jobs the plugin routed (its mark in the admin comment),
 //! from what the user asked, never to less GPU memory than the type they had, and with the
 //! time limit rescaled for the new slice.
+//!
+//! Only from Slurm 23.02.6: before, slurmctld merges an update's GPU request into the
+//! job's old one (SchedMD bug 17184), so a job moved from a vanished type keeps asking for
+//! it too and cannot start ("BadConstraints"; measured on 22.05). There such jobs are
+//! named once and left as they are.
 
 use std::collections::HashSet;
 
@@ -12,6 +17,9 @@ use smartmig_core::routing::{
 use super::view::View;
 use super::{unix_now, Central, CycleReport};
 use crate::slurm::{parse_gres, JobUpdate, SlurmJob};
+
+/// First Slurm release whose job update replaces a pending job's GPU request (23.02.6).
+pub const RETYPE_SINCE: u32 = 0x17_02_06;
 
 impl Central {
     /// Re-routes the pending jobs of `view` whose type no managed GPU has any more.
@@ -36,6 +44,19 @@ impl Central {
                 );
                 continue;
             };
+            if !self.retypes_pending {
+                if self.stranded.insert(j.id) {
+                    log::warn!(
+                        "job {}: it asks for {}, a GPU type no managed GPU has now; this Slurm keeps a \
+                         pending job's old GPU type beside a new one (fixed in 23.02.6), so it is not \
+                         re-routed; it cannot start while no GPU has that type (resubmitted, it is \
+                         routed anew)",
+                        j.id,
+                        j.tres.iter().flatten().cloned().collect::<Vec<_>>().join(" ")
+                    );
+                }
+                continue;
+            }
             let comment = with_min_gpumem(j.comment.as_deref(), gone_gb);
             let tres: Vec<Option<&str>> = from.tres.iter().map(Option::as_deref).collect();
             let job = RouteJob {

@@ -74,6 +74,7 @@ pub fn central(config: &Path, once: bool, dry_run: bool) -> anyhow::Result<()> {
     }
     let limit = once_limit(&cc);
     let mut c = Central::new(resolved, api, decider, relayout, mode)?;
+    c.for_release(Libslurm::version());
     if once {
         let r = c.run_once(poll, limit);
         println!(

@@ -398,6 +398,25 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
     );
 }
 
+#[test]
+fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_once_and_left_as_it_is() {
+    let dir = temp("reroute-22-05");
+    let s = cluster_with_jobs_to_reroute();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    c.for_release(0x16_05_08);
+    let r = once(&mut c);
+    // An update would leave it asking for the 4g too: it could never start.
+    assert_eq!((r.rerouted, r.errors.len()), (0, 0), "{r:?}");
+    assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:4g.20gb:1"));
+    assert_eq!(c.stranded, [10].into());
+    c.for_release(super::RETYPE_SINCE);
+    assert_eq!(
+        once(&mut c).rerouted,
+        1,
+        "re-routed where Slurm replaces the request"
+    );
+}
+
 /// The central role over [`cluster_with_jobs_to_reroute`] with slurmctld's answers to job
 /// updates faulty as `faults` (JSON) says.
 fn reroute_under(dir: &std::path::Path, faults: &str) -> Central {
@@ -415,14 +434,17 @@ fn reroute_under(dir: &std::path::Path, faults: &str) -> Central {
 fn a_reroute_slurmctld_refuses_is_an_error_and_a_later_cycle_reroutes_the_job() {
     let dir = temp("reroute-refused");
     let mut c = reroute_under(&dir, r#"[{"call": "update_job"}]"#);
-    // The cycles of one run: the refusal is reported, the job still asks for the type
-    // that went, so the next cycle routes it again, and Slurm takes that one.
+    // Re-routing waits for the batch to end (the run's last cycle): the refusal is
+    // reported, the job still asks for the type that went, so the next cycle routes it
+    // again, and Slurm takes that one.
     let r = once(&mut c);
     assert_eq!(
         r.errors,
         ["cannot re-route job 10: slurm_update_job(10): refused (injected) (slurm errno 2001)"]
     );
-    assert_eq!(r.rerouted, 1, "{r:?}");
+    assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:4g.20gb:1"));
+    let r = c.cycle();
+    assert_eq!((r.rerouted, r.errors.len()), (1, 0), "{r:?}");
     assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:3g.20gb:1"));
     assert_eq!(job_tres(&mut c, 11).as_deref(), Some("gres:gpu:4g.20gb:1"));
 }
