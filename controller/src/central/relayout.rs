@@ -58,6 +58,13 @@ pub enum RelayoutError {
     NoAnswerAfterReconfigure(Duration, String),
 }
 
+impl RelayoutError {
+    /// Whether Slurm may have done what was asked all the same (its answer was lost).
+    pub fn may_have_taken_effect(&self) -> bool {
+        matches!(self, RelayoutError::Reconfigure(e) if e.may_have_taken_effect())
+    }
+}
+
 /// One way of making Slurm see new layouts.
 pub trait Relayout {
     /// Name in logs and the status file.

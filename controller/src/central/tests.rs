@@ -64,6 +64,8 @@ struct Recorder {
     undo_steps: Arc<Mutex<Vec<String>>>,
     /// The refresh failed before the include held the batch's values: nothing to put back.
     include_unwritten: Arc<Mutex<bool>>,
+    /// The reload's answer is lost (Slurm may have reloaded).
+    reload_lost: Arc<Mutex<bool>>,
 }
 
 impl Relayout for Recorder {
@@ -145,6 +147,13 @@ impl Relayout for Recorder {
             .lock()
             .unwrap()
             .push(format!("reload {}", phases.join(" ")));
+        if *self.reload_lost.lock().unwrap() {
+            return Err(RelayoutError::Reconfigure(crate::slurm::SlurmError::Call {
+                call: "slurm_reconfigure".into(),
+                errno: 1002,
+                message: "Communication receive failure".into(),
+            }));
+        }
         Ok(())
     }
 }
@@ -547,6 +556,34 @@ fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_
         }
         assert!(!c.in_flight());
     }
+}
+
+#[test]
+fn a_reload_whose_answer_was_lost_is_reported_as_unknown_and_the_nodes_stay_held() {
+    let dir = temp("reload-lost");
+    let rec = Recorder::default();
+    *rec.reconfigure.lock().unwrap() = true;
+    *rec.fail.lock().unwrap() = Some("connection refused".into());
+    *rec.reload_lost.lock().unwrap() = true;
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert!(
+        r.errors.iter().any(|e| e
+            .contains("whether Slurm loaded its previous node definitions is unknown: scontrol reconfigure")
+            && e.contains("Communication receive failure")),
+        "{:?}",
+        r.errors
+    );
+    for name in ["a", "b", "c"] {
+        let n = node(&mut c, name);
+        assert!(
+            n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
+            "{name}"
+        );
+    }
+    assert!(!c.in_flight());
 }
 
 #[test]

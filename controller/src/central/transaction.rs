@@ -948,10 +948,13 @@ impl Central {
         let error = match self.relayout.reload(self.api.as_mut()) {
             Ok(()) => format!("{error}; Slurm's previous node definitions restored"),
             Err(e) => {
-                let msg = format!(
-                    "{error}; Slurm did not load its previous node definitions: {:#}",
-                    anyhow::Error::new(e)
-                );
+                // Held either way; the admin needs to know which Slurm has.
+                let what = if e.may_have_taken_effect() {
+                    "whether Slurm loaded its previous node definitions is unknown"
+                } else {
+                    "Slurm did not load its previous node definitions"
+                };
+                let msg = format!("{error}; {what}: {:#}", anyhow::Error::new(e));
                 self.fail(report, format!("gen {}: {msg}", b.generation));
                 msg
             }
