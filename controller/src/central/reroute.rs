@@ -24,6 +24,9 @@ pub const RETYPE_SINCE: u32 = 0x17_02_06;
 impl Central {
     /// Re-routes the pending jobs of `view` whose type no managed GPU has any more.
     pub(super) fn reroute(&mut self, view: &View, report: &mut CycleReport) {
+        // Named once while pending; forgotten once they start or leave.
+        self.stranded
+            .retain(|id| view.pending.iter().any(|j| j.id == *id));
         if self.router.is_none() {
             return;
         }

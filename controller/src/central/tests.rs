@@ -418,6 +418,16 @@ fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_once_and_left_
     assert_eq!((r.rerouted, r.errors.len()), (0, 0), "{r:?}");
     assert_eq!(job_tres(&mut c, 10).as_deref(), Some("gres:gpu:4g.20gb:1"));
     assert_eq!(c.stranded, [10].into());
+    once(&mut c);
+    assert_eq!(c.stranded, [10].into(), "named once while it waits");
+    c.api_fake().jobs.retain(|j| j.id != 10);
+    once(&mut c);
+    assert!(c.stranded.is_empty(), "forgotten once it left");
+    let job10 = cluster_with_jobs_to_reroute()
+        .jobs
+        .into_iter()
+        .find(|j| j.id == 10);
+    c.api_fake().jobs.push(job10.unwrap());
     c.for_release(super::RETYPE_SINCE);
     assert_eq!(
         once(&mut c).rerouted,
