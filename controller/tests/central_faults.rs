@@ -1006,6 +1006,18 @@ fn runs_on_a_3g(c: &Cluster, job: u32, out: &str) {
     c.wait_job(job, &["COMPLETED"], Duration::from_secs(60));
 }
 
+/// [`vanish_a_routed_type`] under `faults`, whose run must say `said` (`{job}`: the routed
+/// job's id) and end with `summary`; then a second run without faults, ending with
+/// `then`; then the routed job must run on a 3g.
+fn reroute_across_two_runs(faults: &str, said: &str, summary: &str, then: &str) {
+    let (c, out, routed, config) = vanish_a_routed_type(faults);
+    let said = said.replace("{job}", &routed.to_string());
+    assert!(out.contains(&said) && out.contains(summary), "{out}");
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains(then), "{out}");
+    runs_on_a_3g(&c, routed, &out);
+}
+
 #[test]
 fn a_reroute_slurmctld_refuses_is_reported_and_the_next_run_reroutes_the_job() {
     skip_unless_netns!();
@@ -1015,15 +1027,12 @@ fn a_reroute_slurmctld_refuses_is_reported_and_the_next_run_reroutes_the_job() {
     // Re-routed once the batch is over (the run's last cycle, which reads Slurm settled;
     // mid-batch a type about to go still looks present): refused there, the job still asks
     // for the type that went, so the next run routes it again and Slurm takes it.
-    let (c, out, routed, config) = vanish_a_routed_type(r#"[{"call": "update_job"}]"#);
-    assert!(
-        out.contains(&format!("cannot re-route job {routed}")) && out.contains("refused (injected)"),
-        "{out}"
+    reroute_across_two_runs(
+        r#"[{"call": "update_job"}]"#,
+        "cannot re-route job {job}: slurm_update_job({job}): refused (injected)",
+        "0 job(s) re-routed, 1 error(s)",
+        "1 job(s) re-routed, 0 error(s)",
     );
-    assert!(out.contains("0 job(s) re-routed, 1 error(s)"), "{out}");
-    let out = run_central(&c, &config, &[]);
-    assert!(out.contains("1 job(s) re-routed, 0 error(s)"), "{out}");
-    runs_on_a_3g(&c, routed, &out);
 }
 
 #[test]
@@ -1034,15 +1043,12 @@ fn a_reroute_whose_reply_was_lost_is_reported_as_uncertain_and_not_done_twice() 
     }
     // Slurm changes the job but the answer is lost: reported as uncertain; the job then
     // asks for a type that exists, so the next run leaves it.
-    let (c, out, routed, config) = vanish_a_routed_type(r#"[{"call": "update_job", "reply_lost": true}]"#);
-    assert!(
-        out.contains("re-routing to 3g.20gb may have taken effect"),
-        "{out}"
+    reroute_across_two_runs(
+        r#"[{"call": "update_job", "reply_lost": true}]"#,
+        "job {job}: re-routing to 3g.20gb may have taken effect",
+        "0 job(s) re-routed, 1 error(s)",
+        "0 job(s) re-routed, 0 error(s)",
     );
-    assert!(out.contains("0 job(s) re-routed, 1 error(s)"), "{out}");
-    let out = run_central(&c, &config, &[]);
-    assert!(out.contains("0 job(s) re-routed, 0 error(s)"), "{out}");
-    runs_on_a_3g(&c, routed, &out);
 }
 
 #[test]

@@ -538,13 +538,8 @@ fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_
     for (i, unwritten) in [false, true].into_iter().enumerate() {
         let dir = temp(&format!("reconfigure-fails-{i}"));
         let rec = Recorder::default();
-        *rec.reconfigure.lock().unwrap() = true;
         *rec.include_unwritten.lock().unwrap() = unwritten;
-        *rec.fail.lock().unwrap() = Some("connection refused".into());
-        let mut s = cluster();
-        s.jobs.clear();
-        let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-        let r = once(&mut c);
+        let (mut c, r) = failed_reconfigure(&dir, &rec);
         assert_eq!(r.changed, 0);
         assert_eq!(*rec.undone.lock().unwrap(), 0, "no undo that reloads at once");
         let steps: &[&str] = if unwritten {
@@ -568,17 +563,23 @@ fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_
     }
 }
 
+/// One run on the reconfigure path, recorded by `rec`, whose refresh fails (no jobs).
+fn failed_reconfigure(dir: &std::path::Path, rec: &Recorder) -> (Central, CycleReport) {
+    *rec.reconfigure.lock().unwrap() = true;
+    *rec.fail.lock().unwrap() = Some("connection refused".into());
+    let mut s = cluster();
+    s.jobs.clear();
+    let mut c = central(resolved(dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    (c, r)
+}
+
 #[test]
 fn a_reload_whose_answer_was_lost_is_reported_as_unknown_and_the_nodes_stay_held() {
     let dir = temp("reload-lost");
     let rec = Recorder::default();
-    *rec.reconfigure.lock().unwrap() = true;
-    *rec.fail.lock().unwrap() = Some("connection refused".into());
     *rec.reload_lost.lock().unwrap() = true;
-    let mut s = cluster();
-    s.jobs.clear();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-    let r = once(&mut c);
+    let (mut c, r) = failed_reconfigure(&dir, &rec);
     assert!(
         r.errors.iter().any(|e| e
             .contains("whether Slurm loaded its previous node definitions is unknown: scontrol reconfigure")
