@@ -73,6 +73,10 @@ pub struct Status {
     /// Why re-layouts are frozen (`smartmigd freeze`), if they are.
     #[serde(default)]
     pub frozen: Option<String>,
+    /// Pending jobs the plugin routed to a type no managed GPU has now, which this Slurm
+    /// cannot re-route (before 23.02.6): they start only once resubmitted or the type is back.
+    #[serde(default)]
+    pub stranded_jobs: Vec<u32>,
 }
 
 /// What the central role has counted since its state directory was made (an older status
@@ -194,6 +198,15 @@ impl Status {
                 d.generation, d.gpu, d.from, d.to, d.action
             );
         }
+        if !self.stranded_jobs.is_empty() {
+            let ids: Vec<String> = self.stranded_jobs.iter().map(u32::to_string).collect();
+            let _ = writeln!(
+                s,
+                "\njobs waiting for a GPU type no GPU has, not re-routable on this Slurm \
+                 (resubmit them): {}",
+                ids.join(" ")
+            );
+        }
         let _ = writeln!(s, "\nerrors:");
         for (at, e) in &self.errors {
             let _ = writeln!(s, "  {at:.0} {e}");
@@ -231,5 +244,18 @@ mod tests {
         );
         let back: serde_json::Value = serde_json::to_value(c).unwrap();
         assert_eq!(back["repartitions"], 3);
+    }
+
+    #[test]
+    fn stranded_jobs_are_listed_only_when_there_are_some() {
+        let mut s = Status::default();
+        assert!(!s.render().contains("jobs waiting"));
+        s.stranded_jobs = vec![12, 15];
+        assert!(
+            s.render()
+                .contains("not re-routable on this Slurm (resubmit them): 12 15"),
+            "{}",
+            s.render()
+        );
     }
 }

@@ -46,9 +46,11 @@ pub fn render(s: &Status) -> String {
         out,
         "# HELP smartmig_cycles_total Central cycles run.\n# TYPE smartmig_cycles_total counter\nsmartmig_cycles_total {}\n\
          # HELP smartmig_pending_transitions Nodes in the middle of a re-layout.\n# TYPE smartmig_pending_transitions gauge\nsmartmig_pending_transitions {}\n\
+         # HELP smartmig_stranded_jobs Pending jobs waiting for a GPU type no GPU has, not re-routable on this Slurm.\n# TYPE smartmig_stranded_jobs gauge\nsmartmig_stranded_jobs {}\n\
          # HELP smartmig_last_update_seconds When the status was last written (Unix seconds).\n# TYPE smartmig_last_update_seconds gauge\nsmartmig_last_update_seconds {}",
         s.cycles,
         s.pending_transitions.len(),
+        s.stranded_jobs.len(),
         s.updated_at
     );
     out

@@ -27,6 +27,14 @@ impl Central {
         // Named once while pending; forgotten once they start or leave.
         self.stranded
             .retain(|id| view.pending.iter().any(|j| j.id == *id));
+        self.reroute_pending(view, report);
+        let mut stranded: Vec<u32> = self.stranded.iter().copied().collect();
+        stranded.sort_unstable();
+        self.status.stranded_jobs = stranded;
+    }
+
+    /// [`Central::reroute`]'s work: each pending job routed to a vanished type.
+    fn reroute_pending(&mut self, view: &View, report: &mut CycleReport) {
         if self.router.is_none() {
             return;
         }

@@ -420,9 +420,11 @@ fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_once_and_left_
     assert_eq!(c.stranded, [10].into());
     once(&mut c);
     assert_eq!(c.stranded, [10].into(), "named once while it waits");
+    assert_eq!(c.status.stranded_jobs, [10], "and shown by `smartmigd status`");
     c.api_fake().jobs.retain(|j| j.id != 10);
     once(&mut c);
     assert!(c.stranded.is_empty(), "forgotten once it left");
+    assert!(c.status.stranded_jobs.is_empty());
     let job10 = cluster_with_jobs_to_reroute()
         .jobs
         .into_iter()
