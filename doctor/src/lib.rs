@@ -375,11 +375,19 @@ fn check_slurm(
         .split(',')
         .map(str::trim)
         .any(|p| p == "smartmig" || p == "job_submit/smartmig");
+    // Worth knowing before the first re-layout strands a routed job.
+    let limit = match version_number(version) {
+        Some(n) if n < smartmig_core::routing::RETYPE_SINCE => {
+            "; before 23.02.6 smartmigd cannot re-route a pending job whose GPU type a \
+             re-layout removes (admin guide, \"Re-routing pending jobs\")"
+        }
+        _ => "",
+    };
     if named {
         Finding::ok(
             "slurm",
             format!(
-                "Slurm {version}; {} has JobSubmitPlugins={plugins}",
+                "Slurm {version}; {} has JobSubmitPlugins={plugins}{limit}",
                 path.display()
             ),
         )
@@ -803,6 +811,28 @@ mod tests {
             "{}",
             f.message
         );
+    }
+
+    #[test]
+    fn a_slurm_before_23_02_6_is_fine_but_its_re_routing_limit_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("slurm.conf"), "JobSubmitPlugins=smartmig\n").unwrap();
+        for (version, named) in [
+            ("22.05.8", true),
+            ("23.02.5", true),
+            ("23.02.6", false),
+            ("24.11.5", false),
+        ] {
+            let scontrol = fake_scontrol(d.path(), &format!("echo 'slurm {version}'"));
+            let f = slurm_finding(&options(d.path(), scontrol));
+            assert_eq!(f.status, Status::Ok, "{}", f.message);
+            assert_eq!(
+                f.message.contains("cannot re-route a pending job"),
+                named,
+                "{version}: {}",
+                f.message
+            );
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 
+pub use smartmig_core::routing::RETYPE_SINCE;
 use smartmig_core::routing::{
     with_min_gpumem, Job as RouteJob, Outcome as RouteOutcome, RoutedFrom, TresStrings,
 };
@@ -17,9 +18,6 @@ use smartmig_core::routing::{
 use super::view::View;
 use super::{unix_now, Central, CycleReport};
 use crate::slurm::{parse_gres, JobUpdate, SlurmJob};
-
-/// First Slurm release whose job update replaces a pending job's GPU request (23.02.6).
-pub const RETYPE_SINCE: u32 = 0x17_02_06;
 
 impl Central {
     /// Re-routes the pending jobs of `view` whose type no managed GPU has any more.

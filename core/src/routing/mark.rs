@@ -8,6 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::hints::HINT_PREFIX;
 
+/// First Slurm release (a `SLURM_VERSION_NUMBER`, 23.02.6) whose job update replaces a
+/// pending job's GPU request; before, it merges the new type into the old (SchedMD bug
+/// 17184), so a job moved off a vanished type keeps asking for it and cannot start.
+pub const RETYPE_SINCE: u32 = 0x17_02_06;
+
 /// The word that starts the mark in the admin comment.
 pub const MARK: &str = "smartmig-routed=";
 

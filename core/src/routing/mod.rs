@@ -17,7 +17,7 @@ pub use choose::{
 pub use classes::{builtin_classes, glob_match, speedup_on, JobClass, SIZES};
 pub use config::{ClassConfig, OnError, RoutingConfig, RuleConfig};
 pub use hints::{parse_hints, HintError, Hints, HINT_PREFIX};
-pub use mark::{with_min_gpumem, RoutedFrom, MARK};
+pub use mark::{with_min_gpumem, RoutedFrom, MARK, RETYPE_SINCE};
 pub use request::{
     known_types, max_instances, parse_request, rewrite, untype_auto, GpuEntry, GpuRequest, GpuType,
     RequestError, Spelling, TresField, TresStrings, AUTO_TYPE,
