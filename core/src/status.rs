@@ -74,7 +74,7 @@ pub struct Status {
     #[serde(default)]
     pub frozen: Option<String>,
     /// Pending jobs the plugin routed to a type no managed GPU has now, which this Slurm
-    /// cannot re-route (before 23.02.6): they start only once resubmitted or the type is back.
+    /// cannot re-route (before 23.02.6): they cannot start while no GPU has their type.
     #[serde(default)]
     pub stranded_jobs: Vec<u32>,
 }
