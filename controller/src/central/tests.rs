@@ -554,15 +554,20 @@ fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_
             steps,
             "the include put back first, Slurm reloaded once every agent had reverted"
         );
-        for name in ["a", "b", "c"] {
-            let n = node(&mut c, name);
-            assert!(
-                n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
-                "{name}"
-            );
-        }
-        assert!(!c.in_flight());
+        assert_batch_closed_with_every_node_held(&mut c);
     }
+}
+
+/// The batch is over and nodes a, b and c are drained by smartmig (held).
+fn assert_batch_closed_with_every_node_held(c: &mut Central) {
+    for name in ["a", "b", "c"] {
+        let n = node(c, name);
+        assert!(
+            n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
+            "{name}"
+        );
+    }
+    assert!(!c.in_flight());
 }
 
 /// One run on the reconfigure path, recorded by `rec`, whose refresh fails (no jobs).
@@ -589,14 +594,7 @@ fn a_reload_whose_answer_was_lost_is_reported_as_unknown_and_the_nodes_stay_held
         "{:?}",
         r.errors
     );
-    for name in ["a", "b", "c"] {
-        let n = node(&mut c, name);
-        assert!(
-            n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
-            "{name}"
-        );
-    }
-    assert!(!c.in_flight());
+    assert_batch_closed_with_every_node_held(&mut c);
 }
 
 #[test]
