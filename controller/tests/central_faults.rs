@@ -33,6 +33,8 @@
 //! - slurmctld refusing node 1's agent's reports, or losing the reply to one: the agent
 //!   writes the report again (running the phase again where the report never reached the
 //!   record) and the batch completes;
+//! - on the reconfigure path, the batch's reconfigure refused and the undo's answer lost:
+//!   the nodes reverted and held, the report saying Slurm's file is unknown;
 //! - slurmctld refusing the update that re-routes a held job (the plugin routed it to a
 //!   4g.20gb the re-layout removes; re-routed once the batch is over), or losing its
 //!   answer: the refusal is reported and the next run routes the job again; a lost answer
@@ -782,6 +784,16 @@ fn a_node_report_slurmctld_lost_is_reannounced_and_the_central_role_manages_the_
     assert_consistent(&c, &[&s0, &s1], &[]);
 }
 
+/// One `smartmigd central --once` run with `config`, its Slurm calls failing as `faults`
+/// (JSON) says; its output.
+fn run_central_under(c: &Cluster, config: &Path, faults: &str) -> String {
+    let path = c.dir.join("etc/slurm-faults.json");
+    std::fs::write(&path, faults).unwrap();
+    let mut cmd = central_command(c, config, &[]);
+    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
+    central_output(c, cmd.output().unwrap())
+}
+
 /// Node 1's slurmctld calls fail as `faults` (JSON, `{node1}` for its name) says, for one
 /// central run from c1 to c5 beside a busy node 0; returns the run's output after checking
 /// that it changed both nodes and left every node in service and every job safe.
@@ -793,11 +805,7 @@ fn run_with_slurm_faults(faults: &str) -> String {
 fn run_with_slurm_faults_to(faults: &str, node1: &str) -> String {
     let (c, jobs, s0, s1) = start_busy_and_idle();
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
-    let path = c.dir.join("etc/slurm-faults.json");
-    std::fs::write(&path, faults.replace("{node1}", &c.nodes[1])).unwrap();
-    let mut cmd = central_command(&c, &config, &[]);
-    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
-    let out = central_output(&c, cmd.output().unwrap());
+    let out = run_central_under(&c, &config, &faults.replace("{node1}", &c.nodes[1]));
     let changed = if node1 == C5 { "2 changed" } else { "1 changed" };
     assert!(out.contains(changed), "{out}\n{}", c.log_tails());
     assert_eq!(
@@ -868,6 +876,30 @@ fn a_refresh_whose_reply_was_lost_still_finishes_the_batch() {
     // Before: taken for a refusal, so the batch was undone and both nodes held drained.
     let out = run_with_slurm_faults(r#"[{"call": "reconfigure", "reply_lost": true}]"#);
     assert!(out.contains("0 error(s)"), "{out}");
+}
+
+#[test]
+fn an_undo_whose_reload_answer_was_lost_reverts_the_nodes_and_holds_them() {
+    skip_unless_netns!();
+    if !slurm::release().at_least(23, 11) {
+        eprintln!("skipped: the reconfigure path is smartmigd's from 23.11 on");
+        return;
+    }
+    // The batch's reconfigure is refused; the undo puts the include back and reconfigures
+    // again, and that answer is lost (Slurm did reload). Which file Slurm has is unknown
+    // to the central role: it says so, and the nodes end reverted and held either way.
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let out = run_central_under(
+        &c,
+        &config,
+        r#"[{"call": "reconfigure"}, {"call": "reconfigure", "skip": 1, "reply_lost": true}]"#,
+    );
+    assert!(
+        out.contains("whether Slurm loaded its previous node definitions is unknown"),
+        "{out}"
+    );
+    assert_reverted_and_held(&c, &s0, &s1, &jobs, "refused (injected)");
 }
 
 /// One central run from c1 to c5 beside a busy node 0, node 1's agent making its Slurm
@@ -966,11 +998,7 @@ fn vanish_a_routed_type(faults: &str) -> (Cluster, String, u32, PathBuf) {
     let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
-    let path = c.dir.join("etc/slurm-faults.json");
-    std::fs::write(&path, faults).unwrap();
-    let mut cmd = central_command(&c, &config, &[]);
-    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
-    let out = central_output(&c, cmd.output().unwrap());
+    let out = run_central_under(&c, &config, faults);
     assert!(out.contains("3 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(
         (sim_layout(&s0), sim_layout(&s1)),

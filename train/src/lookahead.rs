@@ -156,18 +156,15 @@ pub type Label = (Vec<f32>, usize);
 /// How often each action was chosen: (action index, share of the choices), most chosen
 /// first (the lower index on a tie); actions never chosen are left out.
 pub fn action_shares(chosen: impl IntoIterator<Item = usize>) -> Vec<(usize, f64)> {
-    let mut counts: Vec<(usize, usize)> = Vec::new();
-    let mut total = 0usize;
+    let mut counts = std::collections::BTreeMap::<usize, usize>::new();
     for a in chosen {
-        total += 1;
-        match counts.iter_mut().find(|(i, _)| *i == a) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((a, 1)),
-        }
+        *counts.entry(a).or_default() += 1;
     }
-    counts.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
-    let total = total.max(1) as f64;
-    counts.into_iter().map(|(i, n)| (i, n as f64 / total)).collect()
+    let total = counts.values().sum::<usize>().max(1) as f64;
+    let mut shares: Vec<(usize, usize)> = counts.into_iter().collect();
+    // Stable, so a tie keeps the lower index first.
+    shares.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    shares.into_iter().map(|(i, n)| (i, n as f64 / total)).collect()
 }
 
 /// The lookahead on one day, acting itself or watching another policy (the student) act

@@ -23,8 +23,10 @@ impl Central {
     /// Re-routes the pending jobs of `view` whose type no managed GPU has any more.
     pub(super) fn reroute(&mut self, view: &View, report: &mut CycleReport) {
         // Named once while pending; forgotten once they start or leave.
-        self.stranded
-            .retain(|id| view.pending.iter().any(|j| j.id == *id));
+        if !self.stranded.is_empty() {
+            let pending: HashSet<u32> = view.pending.iter().map(|j| j.id).collect();
+            self.stranded.retain(|id| pending.contains(id));
+        }
         self.reroute_pending(view, report);
         let mut stranded: Vec<u32> = self.stranded.iter().copied().collect();
         stranded.sort_unstable();
