@@ -970,12 +970,11 @@ fn an_agent_report_whose_reply_was_lost_is_not_run_again() {
     assert_eq!(apply_runs(&log), 1, "{log}");
 }
 
-/// Both nodes idle (node 0 in c2, node 1 in c1) and two held jobs asking for a 4g.20gb:
-/// one the plugin routed there from `--gres=gpu:mig:1`, one the user named it in. One
-/// central run to c5 (no 4g left) with job updates failing as `faults` (JSON) says; checks
-/// that the three GPUs changed and the user's job was left as asked. Returns the cluster,
-/// the run's output, the routed job and the central role's configuration.
-fn vanish_a_routed_type(faults: &str) -> (Cluster, String, u32, PathBuf) {
+/// Both nodes idle (node 0 in c2, node 1 in c1), the plugin loaded, and two held jobs
+/// asking for a 4g.20gb: one the plugin routed there from `--gres=gpu:mig:1`, one the user
+/// named it in. Returns the cluster, the two agents' GPUs, the routed job, the user's job
+/// and the configuration of a central role going to c5 (no 4g).
+fn held_jobs_on_the_4g() -> (Cluster, [Simulated; 2], u32, u32, PathBuf) {
     let mut opts = two_nodes();
     opts.job_submit_plugins = "smartmig".into();
     let mut c = Cluster::start(&opts);
@@ -998,6 +997,14 @@ fn vanish_a_routed_type(faults: &str) -> (Cluster, String, u32, PathBuf) {
     let s1 = start_agent(&mut c, 1, &[C1], &[]);
     wait_announced(&c);
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    (c, [s0, s1], routed, named, config)
+}
+
+/// [`held_jobs_on_the_4g`], then one central run to c5 with job updates failing as
+/// `faults` (JSON) says; checks that the three GPUs changed and the user's job was left as
+/// asked. Returns the cluster, the run's output, the routed job and the configuration.
+fn vanish_a_routed_type(faults: &str) -> (Cluster, String, u32, PathBuf) {
+    let (c, [s0, s1], routed, named, config) = held_jobs_on_the_4g();
     let out = run_central_under(&c, &config, faults);
     assert!(out.contains("3 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(
@@ -1080,18 +1087,39 @@ fn a_reroute_whose_reply_was_lost_is_reported_as_uncertain_and_not_done_twice() 
 }
 
 #[test]
-fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_and_left_as_it_is() {
+fn before_slurm_23_02_6_the_last_4g_stays_while_a_routed_job_waits_for_it_and_goes_once_it_ran() {
     skip_unless_netns!();
     if slurm::release().0 >= smartmigd::central::RETYPE_SINCE {
         eprintln!("skipped: this Slurm replaces a pending job's GPU request on update");
         return;
     }
+    let (c, [s0, s1], routed, named, config) = held_jobs_on_the_4g();
     // Any job update would be refused and counted as an error: the run must make none.
-    let (c, out, routed, _) = vanish_a_routed_type(r#"[{"call": "update_job", "times": 99}]"#);
+    let out = run_central_under(&c, &config, r#"[{"call": "update_job", "times": 99}]"#);
+    let waits = format!("the last 4g.20gb, which routed job(s) {routed} wait for");
     assert!(
-        out.contains("0 job(s) re-routed, 0 error(s)") && out.contains(&format!("job {routed}: it asks for")),
+        out.contains("1 changed") && out.contains("0 job(s) re-routed, 0 error(s)") && out.contains(&waits),
         "{out}"
     );
+    assert_eq!(
+        (sim_layout(&s0), sim_layout(&s1)),
+        (format!("{C2} | {C2}"), C5.into()),
+        "node 0 keeps its 4g.20gb"
+    );
+    common::wait_nodes_in_service(&c, &[]);
     assert_eq!(tres_per_node(&c, routed), slurm::tres("gpu:4g.20gb:1"));
-    assert_eq!(c.job(routed).get("JobState").map(String::as_str), Some("PENDING"));
+    // Released, it runs on a 4g; then node 0 changes too, though the user's own job
+    // still asks for one.
+    c.scontrol(&["release", &routed.to_string()]);
+    c.wait_job(routed, &["COMPLETED"], Duration::from_secs(60));
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("2 changed"), "{out}");
+    assert_eq!(sim_layout(&s0), format!("{C5} | {C5}"));
+    common::wait_nodes_in_service(&c, &[]);
+    assert_eq!(
+        tres_per_node(&c, named),
+        slurm::tres("gpu:4g.20gb:1"),
+        "left as asked"
+    );
+    assert_consistent(&c, &[&s0, &s1], &[named]);
 }

@@ -10,6 +10,8 @@
 //! 2. when no batch is in flight and a decision is due, decides a target configuration
 //!    per GPU ([`decide`]), keeps the changes that touch only idle instances and pass the
 //!    admin's limits ([`plan`], [`guard`]), and starts a new batch;
+//!    Before Slurm 23.02.6 a batch keeps the last GPU of a type routed jobs wait for
+//!    ([`strand`]);
 //! 3. re-routes pending jobs whose type vanished ([`reroute`]) and publishes the snapshot
 //!    the plugin reads ([`snapshot`]) and the status file.
 
@@ -29,6 +31,7 @@ pub use reroute::RETYPE_SINCE;
 pub mod run;
 mod snapshot;
 pub mod status;
+mod strand;
 mod transaction;
 pub mod view;
 

@@ -54,6 +54,14 @@ pub enum Wait {
     Unrefreshable(String),
     /// With padding, the node's instances afterwards would not fit its blocks.
     Unpaddable(String),
+    /// Before Slurm 23.02.6: the node has the last GPU of a type that jobs the plugin
+    /// routed wait for, and Slurm cannot re-route them (`strand`).
+    LastOfType {
+        /// The type.
+        gpu_type: String,
+        /// The routed jobs that ask for it.
+        jobs: Vec<u32>,
+    },
     /// Preempt mode, but the change would stop jobs it may not requeue (Slurm cannot, or
     /// they have run longer than `requeue_max_run_s`): it waits as in drain mode.
     Held {
@@ -76,6 +84,11 @@ impl fmt::Display for Wait {
             Wait::DrainedByOthers => write!(f, "skip: node drained by an admin"),
             Wait::Unrefreshable(why) => write!(f, "skip: {why}"),
             Wait::Unpaddable(e) => write!(f, "skip: cannot be padded ({e})"),
+            Wait::LastOfType { gpu_type, jobs } => write!(
+                f,
+                "wait: the last {gpu_type} of the cluster; routed job(s) {} wait for it and Slurm before 23.02.6 cannot re-route them",
+                super::strand::ids(jobs)
+            ),
             Wait::Held { jobs, why } => write!(f, "{why} ({jobs})"),
         }
     }
@@ -391,6 +404,7 @@ impl Central {
                 }
             }
         }
+        self.keep_routed_types(view, &mut by_node, skipped);
         // The nodes with the most GPUs to change go first; the rest wait for a later batch.
         let mut order: Vec<(usize, String)> = by_node.iter().map(|(n, c)| (c.len(), n.clone())).collect();
         order.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));

@@ -408,11 +408,84 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
 }
 
 #[test]
+fn before_slurm_23_02_6_the_last_gpu_of_a_type_a_routed_job_waits_for_stays_until_it_leaves() {
+    let dir = temp("keep-type");
+    let mut c = central(
+        resolved(&dir, TO_C5),
+        cluster_with_jobs_to_reroute(),
+        Mode::Drain,
+        Recorder::default(),
+    );
+    c.for_release(0x16_05_08);
+    let r = once(&mut c);
+    assert_eq!((r.changed, r.rerouted, r.errors.len()), (2, 0, 0), "{r:?}");
+    assert_eq!(layout_of(&mut c, "a"), C2, "a keeps the last 4g.20gb");
+    assert_eq!(
+        (layout_of(&mut c, "b"), layout_of(&mut c, "c")),
+        (C5.into(), C5.into())
+    );
+    let why = action(&c, "a/0");
+    assert!(
+        why.contains("the last 4g.20gb of the cluster; routed job(s) 10 wait for it"),
+        "{why}"
+    );
+    assert!(c.stranded.is_empty(), "job 10 can still start");
+    // The user's own job 11 holds nothing back: once 10 has left, a changes too.
+    c.api_fake().jobs.retain(|j| j.id != 10);
+    let r = once(&mut c);
+    assert_eq!((r.changed, r.errors.len()), (1, 0), "{r:?}");
+    assert_eq!(layout_of(&mut c, "a"), C5);
+}
+
+#[test]
+fn before_slurm_23_02_6_a_routed_job_on_the_last_gpu_of_its_type_is_not_requeued_away_from_it() {
+    // Only a has a 4g.20gb, and a job the plugin routed runs on it: preempt mode would
+    // requeue it and take the 4g away; pending again, the job would wait for good.
+    let cluster = || {
+        let mut s = FakeSlurm {
+            auto_agent: true,
+            ..FakeSlurm::default()
+        };
+        s.nodes.push(FakeSlurm::node("a", &[("A100-SXM4-40GB", C2)]));
+        s.nodes.push(FakeSlurm::node("b", &[("A100-SXM4-40GB", C5)]));
+        let mut job = FakeSlurm::running(1, "a", "4g.20gb", 0);
+        job.admin_comment = Some(
+            RoutedFrom {
+                tres: [Some("gres:gpu:mig:1".into()), None, None, None],
+                time_limit_min: None,
+            }
+            .mark(None),
+        );
+        s.jobs.push(job);
+        s
+    };
+    for (release, changed) in [(0x16_05_08, 0), (super::RETYPE_SINCE, 1)] {
+        let dir = temp(&format!("keep-running-type-{release:x}"));
+        let mut c = central(
+            resolved(&dir, TO_C5),
+            cluster(),
+            Mode::Preempt,
+            Recorder::default(),
+        );
+        c.for_release(release);
+        let r = once(&mut c);
+        assert_eq!((r.changed, r.errors.len()), (changed, 0), "{release:x}: {r:?}");
+        let kept = layout_of(&mut c, "a") == C2;
+        assert_eq!(kept, changed == 0, "{release:x}: {}", action(&c, "a/0"));
+    }
+}
+
+#[test]
 fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_once_and_left_as_it_is() {
     let dir = temp("reroute-22-05");
-    let s = cluster_with_jobs_to_reroute();
+    let mut s = cluster_with_jobs_to_reroute();
+    // Routed while the 4g.20gb were going (a snapshot published before the batch).
+    let late = s.jobs.iter().position(|j| j.id == 10).unwrap();
+    let job10 = s.jobs.remove(late);
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
     c.for_release(0x16_05_08);
+    assert_eq!(once(&mut c).changed, 3);
+    c.api_fake().jobs.push(job10.clone());
     let r = once(&mut c);
     // An update would leave it asking for the 4g too: it could never start.
     assert_eq!((r.rerouted, r.errors.len()), (0, 0), "{r:?}");
@@ -425,11 +498,7 @@ fn before_slurm_23_02_6_a_routed_job_whose_type_vanished_is_named_once_and_left_
     once(&mut c);
     assert!(c.stranded.is_empty(), "forgotten once it left");
     assert!(c.status.stranded_jobs.is_empty());
-    let job10 = cluster_with_jobs_to_reroute()
-        .jobs
-        .into_iter()
-        .find(|j| j.id == 10);
-    c.api_fake().jobs.push(job10.unwrap());
+    c.api_fake().jobs.push(job10);
     c.for_release(super::RETYPE_SINCE);
     assert_eq!(
         once(&mut c).rerouted,
