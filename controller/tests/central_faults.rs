@@ -1021,6 +1021,45 @@ fn vanish_a_routed_type(faults: &str) -> (Cluster, String, u32, PathBuf) {
     (c, out, routed, config)
 }
 
+#[test]
+fn a_job_submitted_while_a_batch_removes_its_best_type_is_routed_to_a_type_that_stays() {
+    skip_unless_netns!();
+    let mut opts = two_nodes();
+    opts.job_submit_plugins = "smartmig".into();
+    let (mut c, jobs, s0) = start_with(&opts);
+    // Node 1's 7g.40gb goes to c5, slowly; node 0's GPU 0 keeps its 4g (a running job).
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    s1.set_latency("create-ci", 3000).unwrap();
+    wait_announced(&c);
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let central = spawn_central(&c, &config);
+    // The batch's first cycle publishes the snapshot.
+    wait_until("the snapshot", Duration::from_secs(60), || {
+        c.snapshot_path().exists()
+    });
+    // The plugin reads the snapshot again at most once a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    // 12 GB, due in 30 min: only a 7g.40gb meets it (a 4g needs 35 min, the fastest
+    // after it); routed to the 7g now, the job would wait for a type about to go.
+    let (job, said) = c
+        .sbatch(&[
+            "--gres=gpu:mig:1",
+            "--time=20",
+            "--comment=smartmig:class=bert-infer;gpumem=12G;due=30m",
+            "--wrap",
+            "sleep 1",
+        ])
+        .unwrap();
+    let ledger = smartmigd::central::batch::Ledger::load(&c.dir.join("central")).unwrap();
+    assert!(ledger.batch.is_some(), "submitted while the batch is in flight");
+    assert!(said.contains("routed to gpu:4g.20gb:1"), "{said}");
+    let out = finish(&c, central);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
+    c.wait_job(job, &["COMPLETED"], Duration::from_secs(60));
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+}
+
 fn tres_per_node(c: &Cluster, job: u32) -> String {
     c.job(job).get("TresPerNode").cloned().unwrap_or_default()
 }

@@ -1,7 +1,11 @@
 //! The snapshot the plugin routes with: free and soon-free instances per type, queue
-//! pressure, published durably after every cycle.
+//! pressure, published durably after every cycle. While a batch is in flight it lists the
+//! types the GPUs will have once it is over: a job routed then to a type the batch removes
+//! would wait for it in vain (before Slurm 23.02.6 for good, as it cannot be re-routed).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use smartmig_core::mig::Layout;
 
 use smartmig_core::routing::{Snapshot, TypeState, SNAPSHOT_VERSION};
 
@@ -54,6 +58,12 @@ impl Central {
                 }
             }
         }
+        if let Some(after) = self.types_after_batch(view) {
+            types.retain(|t, _| after.contains(t));
+            for t in after {
+                types.entry(t).or_default();
+            }
+        }
         Snapshot {
             version: SNAPSHOT_VERSION,
             generated_at: now,
@@ -61,6 +71,28 @@ impl Central {
             queue_pressure: view.pending.len() as f64 / f64::from(instances.max(1)),
             types,
         }
+    }
+
+    /// The types the GPUs of `view` will have once the batch in flight is over (None:
+    /// no batch).
+    fn types_after_batch(&self, view: &View) -> Option<HashSet<String>> {
+        let batch = self.ledger.batch.as_ref()?;
+        let at = view.gpu_index();
+        let mut layouts: HashMap<usize, Layout> = HashMap::new();
+        for (node, txn) in &batch.nodes {
+            for t in &txn.targets {
+                let Some(&p) = at.get(&(node.as_str(), t.index)) else {
+                    continue;
+                };
+                let model = &self.resolved.models[view.gpus[p].model].model;
+                // The ledger's own layouts; one that no longer parses leaves the GPU as seen.
+                if let Ok(l) = Layout::parse(model, &t.to) {
+                    layouts.insert(p, l);
+                }
+            }
+        }
+        let layouts = layouts.iter().map(|(&p, l)| (p, l)).collect();
+        Some(view.types_with(&self.resolved, &layouts))
     }
 
     pub(super) fn publish(&mut self, view: &View, report: &mut CycleReport) {

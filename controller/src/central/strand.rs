@@ -3,7 +3,7 @@
 //! would leave them pending for good. Such a batch leaves out, per type, one node that has
 //! it; the node changes once no routed job waits for the type (it ran, or left).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use smartmig_core::mig::Layout;
 use smartmig_core::routing::RoutedFrom;
@@ -109,21 +109,15 @@ impl Central {
 
     /// The types the managed GPUs have with the changes of `by_node` made.
     fn types_on(&self, view: &View, by_node: &BTreeMap<String, Vec<Change>>) -> HashSet<String> {
-        let targets: BTreeMap<usize, usize> = by_node.values().flatten().map(|c| (c.gpu, c.target)).collect();
-        let mut out = HashSet::new();
-        for (g, gpu) in view.gpus.iter().enumerate() {
-            let rm = &self.resolved.models[gpu.model];
-            let layout = targets
-                .get(&g)
-                .map_or(&gpu.layout, |&t| &rm.configurations[t].layout);
-            out.extend(
-                layout
-                    .instances()
-                    .iter()
-                    .map(|i| rm.model.profiles[i.profile].name.clone()),
-            );
-        }
-        out
+        let layouts: HashMap<usize, &Layout> = by_node
+            .values()
+            .flatten()
+            .map(|c| {
+                let rm = &self.resolved.models[view.gpus[c.gpu].model];
+                (c.gpu, &rm.configurations[c.target].layout)
+            })
+            .collect();
+        view.types_with(&self.resolved, &layouts)
     }
 
     /// Whether `layout` of a GPU of model `model` has an instance of type `ty`.

@@ -272,6 +272,37 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
 }
 
 #[test]
+fn while_a_batch_is_in_flight_the_snapshot_lists_the_types_the_gpus_will_have() {
+    let dir = temp("snapshot-in-flight");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.slow_apply = vec!["c".into()];
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    c.cycle();
+    assert!(c.in_flight(), "c's agent has not answered Apply");
+    assert_eq!(layout_of(&mut c, "c"), C2, "c still has its 4g.20gb");
+    let read = || Snapshot::parse(&std::fs::read(dir.join("run/snapshot.json")).unwrap()).unwrap();
+    let snap = read();
+    // Routed there now, a job would wait for a type about to go.
+    assert!(!snap.types.contains_key("4g.20gb"), "{snap:?}");
+    assert!(snap.types.contains_key("3g.20gb"), "{snap:?}");
+    c.api_fake().slow_apply.clear();
+    for _ in 0..10 {
+        if !c.in_flight() {
+            break;
+        }
+        c.cycle_with(false);
+    }
+    assert!(!c.in_flight());
+    c.cycle_with(false); // a view read with every node back in service
+    let snap = read();
+    assert!(
+        !snap.types.contains_key("4g.20gb") && snap.state("3g.20gb").free == 8,
+        "{snap:?}"
+    );
+}
+
+#[test]
 fn the_steps_follow_the_transaction_order_and_slurmd_is_stopped_only_around_the_refresh() {
     let dir = temp("order");
     let rec = Recorder::default();

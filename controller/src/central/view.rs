@@ -2,7 +2,7 @@
 //! (layouts from the node agents' reports), which instances are busy (Slurm's GresUsed
 //! device indices), the jobs on them, and the pending GPU jobs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use smartmig_core::config::Resolved;
 use smartmig_core::mig::{identify, GpuModel, Instance, Layout, LayoutError};
@@ -378,6 +378,23 @@ impl View {
             .enumerate()
             .map(|(i, g)| ((g.node.as_str(), g.index), i))
             .collect()
+    }
+
+    /// The Slurm types the managed GPUs have with the GPUs at these positions in `gpus`
+    /// in the layouts given.
+    pub fn types_with(&self, resolved: &Resolved, layouts: &HashMap<usize, &Layout>) -> HashSet<String> {
+        let mut out = HashSet::new();
+        for (p, g) in self.gpus.iter().enumerate() {
+            let model = &resolved.models[g.model].model;
+            let layout = layouts.get(&p).copied().unwrap_or(&g.layout);
+            out.extend(
+                layout
+                    .instances()
+                    .iter()
+                    .map(|i| model.profiles[i.profile].name.clone()),
+            );
+        }
+        out
     }
 
     /// Instances per Slurm type over all managed GPUs: (total, idle).
