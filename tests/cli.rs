@@ -872,6 +872,42 @@ fn simulate_over_several_days_reports_et_per_day_and_warns_of_ignored_flags() {
 }
 
 #[test]
+fn a_stay_threshold_holds_back_the_learned_policys_moves_and_a_bad_one_is_refused() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/onnx/a100-40gb-preempt.onnx");
+    let repartitions = |threshold: &str| {
+        let o = smartmig(&[
+            "simulate",
+            "--policy",
+            "mean-field",
+            "--model",
+            model,
+            "--stay-threshold",
+            threshold,
+            "--set",
+            "workload.days=0.25",
+            "--format",
+            "json",
+        ]);
+        json(&o)["repartitions"].as_u64().unwrap()
+    };
+    let (free, held) = (repartitions("0"), repartitions("0.2"));
+    assert!(held < free, "{held} with a margin of 0.2, {free} without");
+    let e = stderr(&smartmig(&["simulate", "--stay-threshold", "1.5"]));
+    assert!(e.contains("1.5 is not between 0 and 1"), "{e}");
+    let e = stderr(&smartmig(&[
+        "simulate",
+        "--stay-threshold",
+        "0.1",
+        "--set",
+        "workload.days=0.01",
+    ]));
+    assert!(
+        e.contains("warning: --stay-threshold is ignored with --policy static"),
+        "{e}"
+    );
+}
+
+#[test]
 fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned_under_its_limits() {
     let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

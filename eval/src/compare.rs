@@ -50,6 +50,9 @@ pub enum LayoutSpec {
         model: PathBuf,
         /// Starting layout.
         initial: Vec<String>,
+        /// How much likelier a move must be than staying (smartmigd's
+        /// `policy.stay_threshold`; 0: off).
+        stay_threshold: f64,
     },
 }
 
@@ -75,13 +78,17 @@ impl PolicySpec {
         Ok(match &self.layout {
             LayoutSpec::Static(l) => Box::new(Static::new(self.name.clone(), l.clone())),
             LayoutSpec::Periodic(schedule) => Box::new(Periodic::named(&self.name, sc, schedule)),
-            LayoutSpec::MeanField { model, initial } => {
+            LayoutSpec::MeanField {
+                model,
+                initial,
+                stay_threshold,
+            } => {
                 let expected = scenario_metadata(sc, 0, DEFAULT_EVERY_EVENTS, DEFAULT_TOP_K as u32, 0);
                 let rt = PolicyRuntime::load_with(&OnnxRuntime::init_or_fetch(None)?, model, &expected)?;
                 let meta = rt.metadata().clone();
                 let sampling = SamplingConfig {
                     top_k: meta.top_k as usize,
-                    stay_threshold: 0.0,
+                    stay_threshold: *stay_threshold,
                 };
                 let every = if meta.decision.events > 0 {
                     meta.decision.events

@@ -414,6 +414,7 @@ pub fn replay(
             LayoutSpec::MeanField {
                 model: model.clone(),
                 initial: tuned.layout.clone(),
+                stay_threshold: 0.0,
             },
         ));
     }

@@ -280,6 +280,10 @@ pub struct SimulateArgs {
     /// Policy file (ONNX) for `--policy mean-field`.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// `--policy mean-field`: a GPU moves only when the move is this much likelier than
+    /// staying, as smartmigd's `policy.stay_threshold` (0: off).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_stay_threshold)]
+    stay_threshold: f64,
     /// Scheduler.
     #[arg(long, value_enum, default_value = "cedf")]
     scheduler: Scheduler,
@@ -335,6 +339,10 @@ pub struct CompareArgs {
     /// Leave the learned policy out even when one is shipped.
     #[arg(long, conflicts_with = "model")]
     no_model: bool,
+    /// The learned policy moves a GPU only when the move is this much likelier than
+    /// staying, as smartmigd's `policy.stay_threshold` (0: off).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_stay_threshold, conflicts_with = "no_model")]
+    stay_threshold: f64,
     /// Show the learned policy as it is, without the deployment guard (which runs it only
     /// where it beats static-best on 16 validation days of this scenario).
     #[arg(long)]
@@ -392,6 +400,17 @@ pub(crate) fn smart_mig_model(
 }
 
 /// The layout a learned policy starts from: the scenario's best static layout, else its reference.
+/// `--stay-threshold`: a probability difference, 0 to 1.
+fn parse_stay_threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
+        Ok(t) => Err(format!(
+            "{t} is not between 0 and 1 (a difference of probabilities)"
+        )),
+        Err(e) => Err(format!("{text:?} is not a number: {e}")),
+    }
+}
+
 fn mean_field_start(sc: &ResolvedScenario) -> Vec<String> {
     sc.scenario
         .baselines
@@ -431,6 +450,12 @@ fn warn_ignored(a: &SimulateArgs) {
     if a.model.is_some() && a.policy != PolicyArg::MeanField {
         eprintln!(
             "warning: --model is ignored with --policy {}",
+            policy_name(a.policy)
+        );
+    }
+    if a.stay_threshold > 0.0 && a.policy != PolicyArg::MeanField {
+        eprintln!(
+            "warning: --stay-threshold is ignored with --policy {}",
             policy_name(a.policy)
         );
     }
@@ -489,6 +514,7 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
             LayoutSpec::MeanField {
                 model,
                 initial: mean_field_start(sc),
+                stay_threshold: a.stay_threshold,
             }
         }
     })
@@ -728,7 +754,7 @@ pub fn compare(a: CompareArgs) -> CliResult {
     if model.is_some() {
         super::policy_cmd::ensure_runtime()?;
     }
-    let mut policies = compare_policies(&sc, &tuned, model);
+    let mut policies = compare_policies(&sc, &tuned, model, a.stay_threshold);
     if !a.no_guard {
         apply_guard(&sc, &mut policies)?;
     }
@@ -823,11 +849,13 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
     Ok(())
 }
 
-/// The policies `compare` runs: the baselines, and `smart-mig` when a model is given.
+/// The policies `compare` runs: the baselines, and `smart-mig` when a model is given
+/// (moving a GPU only when the move is `stay_threshold` likelier than staying).
 pub(crate) fn compare_policies(
     sc: &ResolvedScenario,
     tuned: &Tuned,
     model: Option<PathBuf>,
+    stay_threshold: f64,
 ) -> Vec<PolicySpec> {
     let mut policies = baselines(sc, tuned);
     if let Some(model) = model {
@@ -837,6 +865,7 @@ pub(crate) fn compare_policies(
             LayoutSpec::MeanField {
                 model,
                 initial: mean_field_start(sc),
+                stay_threshold,
             },
         ));
     }

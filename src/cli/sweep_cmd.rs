@@ -102,7 +102,7 @@ impl Manifest {
     fn load(&self) -> Result<(ResolvedScenario, Vec<PolicySpec>), CliError> {
         let args = ScenarioArgs::with_sets(self.scenario.clone(), self.sets.clone());
         let sc = args.load()?;
-        let policies = compare_policies(&sc, &file_tuned(&sc, &args, false), self.model.clone());
+        let policies = compare_policies(&sc, &file_tuned(&sc, &args, false), self.model.clone(), 0.0);
         Ok((sc, policies))
     }
 }
