@@ -9,9 +9,8 @@
 //!    undoes it;
 //! 2. when no batch is in flight and a decision is due, decides a target configuration
 //!    per GPU ([`decide`]), keeps the changes that touch only idle instances and pass the
-//!    admin's limits ([`plan`], [`guard`]), and starts a new batch;
-//!    Before Slurm 23.02.6 a batch keeps the last GPU of a type routed jobs wait for
-//!    ([`strand`]);
+//!    admin's limits ([`plan`], [`guard`]; before Slurm 23.02.6 also the last GPU of a
+//!    type routed jobs wait for, [`strand`]), and starts a new batch;
 //! 3. re-routes pending jobs whose type vanished ([`reroute`]) and publishes the snapshot
 //!    the plugin reads ([`snapshot`]) and the status file.
 

@@ -5,8 +5,9 @@
 //!
 //! Only from Slurm 23.02.6: before, slurmctld merges an update's GPU request into the
 //! job's old one (SchedMD bug 17184), so a job moved from a vanished type keeps asking for
-//! it too and cannot start ("BadConstraints"; measured on 22.05). There such jobs are
-//! named once and left as they are.
+//! it too and cannot start ("BadConstraints"; measured on 22.05). There re-layouts keep
+//! the types routed jobs wait for ([`super::strand`]); a job stranded anyway is named once
+//! and left as it is.
 
 use std::collections::HashSet;
 

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use smartmig_core::mig::Layout;
-
 use smartmig_core::routing::{Snapshot, TypeState, SNAPSHOT_VERSION};
 
 use super::view::View;
