@@ -87,7 +87,7 @@ impl fmt::Display for Wait {
             Wait::LastOfType { gpu_type, jobs } => write!(
                 f,
                 "wait: the last {gpu_type} of the cluster; routed job(s) {} wait for it and Slurm before 23.02.6 cannot re-route them",
-                super::strand::ids(jobs)
+                ids(jobs)
             ),
             Wait::Held { jobs, why } => write!(f, "{why} ({jobs})"),
         }
@@ -202,7 +202,6 @@ impl Central {
 
     /// The jobs of `nv` preempt mode may not requeue, and why.
     pub(super) fn held_jobs(&self, nv: &NodeView) -> String {
-        let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
         let mut parts = Vec::new();
         if !nv.unrequeueable.is_empty() {
             parts.push(format!(
@@ -514,4 +513,9 @@ impl Central {
             action,
         }
     }
+}
+
+/// `10, 12` for job ids.
+pub(super) fn ids(jobs: &[u32]) -> String {
+    jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }

@@ -8,16 +8,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use smartmig_core::mig::Layout;
 use smartmig_core::routing::RoutedFrom;
 
-use super::plan::{Change, Skipped, Wait};
+use super::plan::{ids, Change, Skipped, Wait};
 use super::view::View;
 use super::Central;
-use crate::slurm::{parse_gres, SlurmJob};
+use crate::slurm::parse_gres;
 
 impl Central {
     /// Where Slurm cannot re-route pending jobs, takes out of `by_node` (the batch) the
-    /// changes of one node per managed type that routed jobs ask for and the batch would
-    /// leave on no GPU; they join `skipped`. Routed jobs: pending ones, and running ones
-    /// on instances the batch destroys (requeued, they ask for their type again).
+    /// changes of one node per type that the batch would leave on no GPU while routed jobs
+    /// ask for it; they join `skipped`. Routed jobs: pending ones, and running ones on
+    /// instances the batch destroys (requeued, they ask for their type again; a job
+    /// requeued for an index move or a count change keeps its instance, so its type).
     pub(super) fn keep_routed_types(
         &self,
         view: &View,
@@ -27,36 +28,43 @@ impl Central {
         if self.retypes_pending || by_node.is_empty() {
             return;
         }
-        let wanted = self.routed_types(view, by_node);
-        if wanted.is_empty() {
-            return;
-        }
-        let now = self.types_on(view, &BTreeMap::new());
+        let now = view.types_with(&self.resolved, &HashMap::new());
         loop {
+            // Jobs are looked at only when the batch takes a type away everywhere.
             let after = self.types_on(view, by_node);
-            let Some((ty, jobs)) = wanted
-                .iter()
-                .find(|(ty, _)| now.contains(*ty) && !after.contains(*ty))
-            else {
+            let gone: HashSet<&String> = now.difference(&after).collect();
+            if gone.is_empty() {
+                return;
+            }
+            let Some((ty, jobs)) = self.routed_jobs_for(view, by_node, &gone).pop_first() else {
                 return;
             };
             // The node of the batch with that type and the fewest changes waits.
+            let has_type = |n: &str| {
+                view.node(n).is_some_and(|nv| {
+                    nv.gpus.iter().any(|&g| {
+                        let gpu = &view.gpus[g];
+                        let profiles = &self.resolved.models[gpu.model].model.profiles;
+                        gpu.layout
+                            .instances()
+                            .iter()
+                            .any(|i| profiles[i.profile].name == ty)
+                    })
+                })
+            };
             let Some(node) = by_node
                 .iter()
-                .filter(|(n, _)| {
-                    view.gpus
-                        .iter()
-                        .any(|g| &g.node == *n && self.has_type(g.model, &g.layout, ty))
-                })
+                .filter(|(n, _)| has_type(n))
                 .min_by_key(|&(n, c)| (c.len(), n))
                 .map(|(n, _)| n.clone())
             else {
                 return;
             };
+            let jobs: Vec<u32> = jobs.into_iter().collect();
             log::info!(
                 "{node}: its re-layout waits: it has the last {ty}, which routed job(s) {} wait for \
                  (this Slurm cannot re-route them; from 23.02.6 it can)",
-                ids(jobs)
+                ids(&jobs)
             );
             for c in by_node.remove(&node).unwrap_or_default() {
                 skipped.push(Skipped {
@@ -64,19 +72,20 @@ impl Central {
                     target: c.target,
                     why: Wait::LastOfType {
                         gpu_type: ty.clone(),
-                        jobs: jobs.iter().copied().collect(),
+                        jobs: jobs.clone(),
                     },
                 });
             }
         }
     }
 
-    /// The managed types routed jobs ask for, each with those jobs: the pending ones and
-    /// the running ones the changes of `by_node` would requeue.
-    fn routed_types(
+    /// The types of `gone` that routed jobs ask for, each with those jobs: the pending
+    /// ones and the running ones on instances the changes of `by_node` destroy.
+    fn routed_jobs_for(
         &self,
         view: &View,
         by_node: &BTreeMap<String, Vec<Change>>,
+        gone: &HashSet<&String>,
     ) -> BTreeMap<String, BTreeSet<u32>> {
         let requeued: HashSet<u32> = by_node
             .values()
@@ -95,13 +104,21 @@ impl Central {
             .iter()
             .chain(view.running.iter().filter(|j| requeued.contains(&j.id)));
         let mut out: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-        for j in jobs.filter(|j| routed(j)) {
-            for t in j.tres.iter().flatten() {
-                for g in parse_gres(t, "job").unwrap_or_default() {
-                    if self.mig_types.contains(&g.gpu_type) {
-                        out.entry(g.gpu_type).or_default().insert(j.id);
-                    }
-                }
+        for j in jobs {
+            let asked: Vec<String> = j
+                .tres
+                .iter()
+                .flatten()
+                .flat_map(|t| parse_gres(t, "job").unwrap_or_default())
+                .map(|g| g.gpu_type)
+                .filter(|t| gone.contains(t))
+                .collect();
+            // The admin comment is parsed only for jobs asking for a type that goes.
+            if asked.is_empty() || j.admin_comment.as_deref().and_then(RoutedFrom::find).is_none() {
+                continue;
+            }
+            for t in asked {
+                out.entry(t).or_default().insert(j.id);
             }
         }
         out
@@ -119,23 +136,4 @@ impl Central {
             .collect();
         view.types_with(&self.resolved, &layouts)
     }
-
-    /// Whether `layout` of a GPU of model `model` has an instance of type `ty`.
-    fn has_type(&self, model: usize, layout: &Layout, ty: &str) -> bool {
-        let profiles = &self.resolved.models[model].model.profiles;
-        layout.instances().iter().any(|i| profiles[i.profile].name == ty)
-    }
-}
-
-/// Whether the plugin routed `j` (its mark in the admin comment).
-fn routed(j: &SlurmJob) -> bool {
-    j.admin_comment.as_deref().and_then(RoutedFrom::find).is_some()
-}
-
-/// `10, 12` for job ids.
-pub(super) fn ids<'a>(jobs: impl IntoIterator<Item = &'a u32>) -> String {
-    jobs.into_iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }

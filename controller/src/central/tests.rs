@@ -386,6 +386,15 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
     );
 }
 
+/// The plugin's mark on a job it routed from `gres:gpu:mig:1` with this time limit.
+fn routed_from_mig(time_limit_min: Option<u32>) -> String {
+    RoutedFrom {
+        tres: [Some("gres:gpu:mig:1".into()), None, None, None],
+        time_limit_min,
+    }
+    .mark(None)
+}
+
 /// The test cluster with every 4g.20gb about to go (the policy's c5 has none), and two
 /// pending jobs asking for one: 10 routed there by the plugin from `gpu:mig:1` (its limit
 /// rescaled from the user's 120 min to 50), 11 the user's explicit choice.
@@ -393,11 +402,7 @@ fn cluster_with_jobs_to_reroute() -> FakeSlurm {
     let mut s = cluster();
     s.jobs.retain(|j| j.id != 1); // a is idle too: every 4g goes away
     let mut routed = FakeSlurm::pending(10, "gres:gpu:4g.20gb:1");
-    let from = RoutedFrom {
-        tres: [Some("gres:gpu:mig:1".into()), None, None, None],
-        time_limit_min: Some(120),
-    };
-    routed.admin_comment = Some(from.mark(None));
+    routed.admin_comment = Some(routed_from_mig(Some(120)));
     routed.time_limit_min = Some(50);
     s.jobs.push(routed);
     s.jobs.push(FakeSlurm::pending(11, "gres:gpu:4g.20gb:1"));
@@ -480,13 +485,7 @@ fn before_slurm_23_02_6_a_routed_job_on_the_last_gpu_of_its_type_is_not_requeued
         s.nodes.push(FakeSlurm::node("a", &[("A100-SXM4-40GB", C2)]));
         s.nodes.push(FakeSlurm::node("b", &[("A100-SXM4-40GB", C5)]));
         let mut job = FakeSlurm::running(1, "a", "4g.20gb", 0);
-        job.admin_comment = Some(
-            RoutedFrom {
-                tres: [Some("gres:gpu:mig:1".into()), None, None, None],
-                time_limit_min: None,
-            }
-            .mark(None),
-        );
+        job.admin_comment = Some(routed_from_mig(None));
         s.jobs.push(job);
         s
     };
