@@ -303,6 +303,26 @@ fn while_a_batch_is_in_flight_the_snapshot_lists_the_types_the_gpus_will_have() 
 }
 
 #[test]
+fn a_batch_target_that_no_longer_parses_leaves_its_gpus_types_as_seen_in_the_snapshot() {
+    let dir = temp("snapshot-bad-target");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.slow_apply = vec!["c".into()];
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    c.cycle();
+    assert!(c.in_flight(), "c's agent has not answered Apply");
+    let view = c.read_view().unwrap();
+    assert!(!c.snapshot(&view, 0.0).types.contains_key("4g.20gb"));
+    // Only a hand-edited ledger holds such a target: c's GPUs keep the types they have.
+    let batch = c.ledger.batch.as_mut().unwrap();
+    for t in &mut batch.nodes.get_mut("c").unwrap().targets {
+        t.to = "not a layout".into();
+    }
+    let snap = c.snapshot(&view, 0.0);
+    assert!(snap.types.contains_key("4g.20gb"), "{snap:?}");
+}
+
+#[test]
 fn the_steps_follow_the_transaction_order_and_slurmd_is_stopped_only_around_the_refresh() {
     let dir = temp("order");
     let rec = Recorder::default();
