@@ -327,31 +327,13 @@ impl Central {
         let busy = |s: &Skipped| matches!(s.why, Wait::Busy(_) | Wait::CountChange | Wait::IndexShift(_));
         report.wanted += changes.len() + skipped.iter().filter(|s| busy(s)).count();
         report.skipped_busy += skipped.iter().filter(|s| busy(s)).count();
-        if self.mode == Mode::DryRun {
-            let mut lines: Vec<_> = skipped
-                .iter()
-                .map(|s| self.line(view, s.gpu, s.target, 0, now, format!("would {}", s.why)))
-                .collect();
-            for c in &changes {
-                let busy_now = c.plan.touches(&view.gpus[c.gpu].busy);
-                let action = if busy_now {
-                    "would preempt and apply"
-                } else {
-                    "would apply"
-                };
-                lines.push(self.line(view, c.gpu, c.target, 0, now, action.into()));
-            }
-            report.changed += changes.len();
-            for l in &lines {
-                log::info!("dry-run: {} {} -> {}: {}", l.gpu, l.from, l.to, l.action);
-            }
-            self.status.decided(lines);
-            return;
-        }
+        // A dry run goes through the same limits, so it shows what a live cycle would do.
+        let dry = self.mode == Mode::DryRun;
+        let would = |why: String| if dry { format!("would {why}") } else { why };
         let by_node = self.limit(view, changes, &mut skipped);
         let mut lines: Vec<_> = skipped
             .iter()
-            .map(|s| self.line(view, s.gpu, s.target, 0, now, s.why.to_string()))
+            .map(|s| self.line(view, s.gpu, s.target, 0, now, would(s.why.to_string())))
             .collect();
         if by_node.is_empty() {
             self.status.decided(lines);
@@ -371,7 +353,23 @@ impl Central {
         };
         if let Some(why) = blocked {
             for c in by_node.values().flatten() {
-                lines.push(self.line(view, c.gpu, c.target, 0, now, why.clone()));
+                lines.push(self.line(view, c.gpu, c.target, 0, now, would(why.clone())));
+            }
+            self.status.decided(lines);
+            return;
+        }
+        if dry {
+            for c in by_node.values().flatten() {
+                let action = if c.plan.touches(&view.gpus[c.gpu].busy) {
+                    "would preempt and apply"
+                } else {
+                    "would apply"
+                };
+                lines.push(self.line(view, c.gpu, c.target, 0, now, action.into()));
+                report.changed += 1;
+            }
+            for l in &lines {
+                log::info!("dry-run: {} {} -> {}: {}", l.gpu, l.from, l.to, l.action);
             }
             self.status.decided(lines);
             return;

@@ -406,6 +406,46 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
     );
 }
 
+#[test]
+fn a_dry_run_shows_the_limits_a_live_cycle_would_meet() {
+    // Before Slurm 23.02.6 a live cycle keeps a's 4g.20gb for routed job 10.
+    let dir = temp("dry-limits");
+    let mut dry = central(
+        resolved(&dir, TO_C5),
+        cluster_with_jobs_to_reroute(),
+        Mode::DryRun,
+        Recorder::default(),
+    );
+    dry.for_release(0x16_05_08);
+    let r = once(&mut dry);
+    assert_eq!(r.changed, 2, "{r:?}");
+    let why = action(&dry, "a/0");
+    assert!(
+        why.starts_with("would wait: the last 4g.20gb of the cluster; routed job(s) 10"),
+        "{why}"
+    );
+    let others: Vec<&str> = dry
+        .status
+        .decisions
+        .iter()
+        .filter(|d| d.gpu != "a/0")
+        .map(|d| d.action.as_str())
+        .collect();
+    assert_eq!(others, ["would apply", "would apply"]);
+    // Persistence counts dry cycles as it counts live ones.
+    let dir = temp("dry-persist");
+    let resolved = resolved_with(&dir, TO_C5, "min_relayout_interval_s = 0\npersist_cycles = 2\n");
+    let mut dry = central(resolved, cluster(), Mode::DryRun, Recorder::default());
+    assert_eq!(once(&mut dry).changed, 0);
+    assert_eq!(
+        action(&dry, "b/1"),
+        "would wait: target chosen 1 of 2 cycles in a row"
+    );
+    assert_eq!(once(&mut dry).changed, 2);
+    let last = dry.status.decisions.iter().rev().find(|d| d.gpu == "b/1");
+    assert_eq!(last.map(|d| d.action.as_str()), Some("would apply"));
+}
+
 /// The plugin's mark on a job it routed from `gres:gpu:mig:1` with this time limit.
 fn routed_from_mig(time_limit_min: Option<u32>) -> String {
     RoutedFrom {
