@@ -271,15 +271,22 @@ fn idle_instances_change_busy_ones_are_spared_and_slurm_is_refreshed_once() {
     assert_eq!(snap.state("4g.20gb").free, 0, "a's 4g is busy");
 }
 
-#[test]
-fn while_a_batch_is_in_flight_the_snapshot_lists_the_types_the_gpus_will_have() {
-    let dir = temp("snapshot-in-flight");
+/// The idle test cluster after a cycle that started a batch to c5 (no 4g.20gb) whose node
+/// c has not answered Apply: c still has its 4g.20gb.
+fn batch_in_flight_taking_cs_4g(dir: &std::path::Path) -> Central {
     let mut s = cluster();
     s.jobs.clear();
     s.slow_apply = vec!["c".into()];
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let mut c = central(resolved(dir, TO_C5), s, Mode::Drain, Recorder::default());
     c.cycle();
     assert!(c.in_flight(), "c's agent has not answered Apply");
+    c
+}
+
+#[test]
+fn while_a_batch_is_in_flight_the_snapshot_lists_the_types_the_gpus_will_have() {
+    let dir = temp("snapshot-in-flight");
+    let mut c = batch_in_flight_taking_cs_4g(&dir);
     assert_eq!(layout_of(&mut c, "c"), C2, "c still has its 4g.20gb");
     let read = || Snapshot::parse(&std::fs::read(dir.join("run/snapshot.json")).unwrap()).unwrap();
     let snap = read();
@@ -305,12 +312,7 @@ fn while_a_batch_is_in_flight_the_snapshot_lists_the_types_the_gpus_will_have() 
 #[test]
 fn a_batch_target_that_no_longer_parses_leaves_its_gpus_types_as_seen_in_the_snapshot() {
     let dir = temp("snapshot-bad-target");
-    let mut s = cluster();
-    s.jobs.clear();
-    s.slow_apply = vec!["c".into()];
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
-    c.cycle();
-    assert!(c.in_flight(), "c's agent has not answered Apply");
+    let mut c = batch_in_flight_taking_cs_4g(&dir);
     let view = c.read_view().unwrap();
     assert!(!c.snapshot(&view, 0.0).types.contains_key("4g.20gb"));
     // Only a hand-edited ledger holds such a target: c's GPUs keep the types they have.
@@ -409,14 +411,7 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
 #[test]
 fn a_dry_run_shows_the_limits_a_live_cycle_would_meet() {
     // Before Slurm 23.02.6 a live cycle keeps a's 4g.20gb for routed job 10.
-    let dir = temp("dry-limits");
-    let mut dry = central(
-        resolved(&dir, TO_C5),
-        cluster_with_jobs_to_reroute(),
-        Mode::DryRun,
-        Recorder::default(),
-    );
-    dry.for_release(0x16_05_08);
+    let mut dry = on_slurm_22_05_with_jobs_to_reroute("dry-limits", Mode::DryRun);
     let r = once(&mut dry);
     assert_eq!(r.changed, 2, "{r:?}");
     let why = action(&dry, "a/0");
@@ -503,16 +498,23 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
     );
 }
 
-#[test]
-fn before_slurm_23_02_6_the_last_gpu_of_a_type_a_routed_job_waits_for_stays_until_it_leaves() {
-    let dir = temp("keep-type");
+/// The central role for [`cluster_with_jobs_to_reroute`] on Slurm 22.05.8, which cannot
+/// re-route pending jobs.
+fn on_slurm_22_05_with_jobs_to_reroute(tag: &str, mode: Mode) -> Central {
+    let dir = temp(tag);
     let mut c = central(
         resolved(&dir, TO_C5),
         cluster_with_jobs_to_reroute(),
-        Mode::Drain,
+        mode,
         Recorder::default(),
     );
     c.for_release(0x16_05_08);
+    c
+}
+
+#[test]
+fn before_slurm_23_02_6_the_last_gpu_of_a_type_a_routed_job_waits_for_stays_until_it_leaves() {
+    let mut c = on_slurm_22_05_with_jobs_to_reroute("keep-type", Mode::Drain);
     let r = once(&mut c);
     assert_eq!((r.changed, r.rerouted, r.errors.len()), (2, 0, 0), "{r:?}");
     assert_eq!(layout_of(&mut c, "a"), C2, "a keeps the last 4g.20gb");
