@@ -47,7 +47,7 @@ use guard::Guard;
 pub use plan::{Change, Skipped, Wait};
 use relayout::Relayout;
 pub use snapshot::SOON_FREE_S;
-use status::{GpuLine, Status};
+use status::{DecisionLine, GpuLine, Status};
 pub use transaction::{fits_budget, phase_timeout, BudgetError, Untrusted};
 use view::View;
 
@@ -336,7 +336,7 @@ impl Central {
             .map(|s| self.line(view, s.gpu, s.target, 0, now, would(s.why.to_string())))
             .collect();
         if by_node.is_empty() {
-            self.status.decided(lines);
+            self.decided(lines);
             return;
         }
         let closed = self
@@ -355,7 +355,7 @@ impl Central {
             for c in by_node.values().flatten() {
                 lines.push(self.line(view, c.gpu, c.target, 0, now, would(why.clone())));
             }
-            self.status.decided(lines);
+            self.decided(lines);
             return;
         }
         if dry {
@@ -368,10 +368,7 @@ impl Central {
                 lines.push(self.line(view, c.gpu, c.target, 0, now, action.into()));
                 report.changed += 1;
             }
-            for l in &lines {
-                log::info!("dry-run: {} {} -> {}: {}", l.gpu, l.from, l.to, l.action);
-            }
-            self.status.decided(lines);
+            self.decided(lines);
             return;
         }
         self.status.decided(lines);
@@ -403,6 +400,16 @@ impl Central {
         self.advance(&mut b, view, report);
         self.ledger.batch = (!b.is_closed()).then_some(b);
         self.save_ledger(report);
+    }
+
+    /// Records a cycle's decision lines in the status (and, in a dry run, in the log).
+    fn decided(&mut self, lines: Vec<DecisionLine>) {
+        if self.mode == Mode::DryRun {
+            for l in &lines {
+                log::info!("dry-run: {} {} -> {}: {}", l.gpu, l.from, l.to, l.action);
+            }
+        }
+        self.status.decided(lines);
     }
 
     /// Seconds slurmd may stay stopped in a re-layout: half of Slurm's SlurmdTimeout
