@@ -3,16 +3,18 @@
 //!
 //! `cargo run --release -p smartmig-train --example lookahead -- [base=REPORT] [mu=0]
 //! [samples=16] [hold=60] [plan=15] [days=20] [on=evaluation|validation] [set=KEY=VALUE]...
-//! [layout=c1,c1,...]...`: REPORT is an imitation training's `<out>.ckpt/imitation.json`
-//! (its common teacher is the base; without it periodic-best as a ladder); mu weighs
-//! E/E_ref into the lookahead's score; each `set=` overrides the reference scenario as
-//! `smartmig --set` does (train the base with the same ones); each `layout=` is a node
-//! layout the lookahead tries besides the base's rungs (`train --lookahead-layout`).
+//! [layout=c1,c1,...]... [rollout=POLICY.onnx]`: REPORT is an imitation training's
+//! `<out>.ckpt/imitation.json` (its common teacher is the base; without it periodic-best
+//! as a ladder); mu weighs E/E_ref into the lookahead's score; each `set=` overrides the
+//! reference scenario as `smartmig --set` does (train the base with the same ones); each
+//! `layout=` is a node layout the lookahead tries besides the base's rungs (`train
+//! --lookahead-layout`); `rollout=` imagines that learned policy, not the base ladder,
+//! after each held action (BENCHMARKS.md, "A causal lookahead teacher").
 
 use std::error::Error;
 
 use rayon::prelude::*;
-use smartmig_eval::compare::{run_reference, run_static, Paired};
+use smartmig_eval::compare::{run_reference, run_static, LayoutSpec, Paired, PolicySpec};
 use smartmig_sim::partition::ladder::LadderParams;
 use smartmig_sim::scenario::Scenario;
 use smartmig_sim::sched::Scheduler;
@@ -28,6 +30,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut ndays = 20u64;
     let mut sets = Vec::new();
     let mut layouts: Vec<Vec<String>> = Vec::new();
+    let mut rollout: Option<std::path::PathBuf> = None;
     for a in std::env::args().skip(1) {
         let (k, v) = a
             .split_once('=')
@@ -40,6 +43,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             "plan" => cfg.plan_min = v.parse()?,
             "days" => ndays = v.parse()?,
             "set" => sets.push(v.to_string()),
+            "rollout" => rollout = Some(v.into()),
             "layout" => layouts.push(v.split(',').map(|n| n.trim().to_string()).collect()),
             "on" => {
                 first = match v {
@@ -110,6 +114,17 @@ fn main() -> Result<(), Box<dyn Error>> {
                 run_static(&sc, &jobs, Scheduler::Cedf, &static_layout, s).et(&reference, objective);
             let base_run = run_ladder(&sc, &jobs, &base, every, s);
             let mut la = Lookahead::new(&sc, &jobs, &futures, s, score, cfg, &base, &acts, every, None);
+            if let Some(model) = &rollout {
+                let spec = LayoutSpec::MeanField {
+                    model: model.clone(),
+                    initial: static_layout.clone(),
+                    stay_threshold: 0.0,
+                };
+                let policy = PolicySpec::new("rollout", Scheduler::Cedf, spec)
+                    .repartitioner(&sc)
+                    .map_err(|e| format!("{}: {e}", model.display()))?;
+                la = la.with_rollout(policy);
+            }
             let opts = RunOptions::of(&sc, Scheduler::Cedf, s);
             let r = Simulation::new(&sc, &jobs.jobs, opts).run(&mut la);
             Ok((
@@ -125,14 +140,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mean = |f: fn(&Day) -> f64| 100.0 * days.iter().map(f).sum::<f64>() / days.len().max(1) as f64;
     let static_ets = col(|d| d.0);
     println!(
-        "{} days from seed {first}, {:.0} s, against static-best | base: {}, energy +{:.1}% above the bound | lookahead: {}, energy +{:.1}% | {cfg:?}, {} actions",
+        "{} days from seed {first}, {:.0} s, against static-best | base: {}, energy +{:.1}% above the bound | lookahead: {}, energy +{:.1}% | {cfg:?}, {} actions, rollout {}",
         days.len(),
         started.elapsed().as_secs_f64(),
         Paired::of(&col(|d| d.1), &static_ets).describe(),
         mean(|d| d.3),
         Paired::of(&col(|d| d.2), &static_ets).describe(),
         mean(|d| d.4),
-        acts.len()
+        acts.len(),
+        rollout.as_ref().map_or("the base ladder".into(), |p| p.display().to_string())
     );
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! A causal lookahead teacher: every `plan_min` minutes it tries each of its actions (the
 //! rungs of a base ladder, and any further node layouts it is given) for the next
-//! `hold_min` minutes, followed by the base ladder, on `samples` futures drawn from the
-//! scenario's arrival model after the present (the past is the day's own), and keeps the
-//! action with the best mean score.
+//! `hold_min` minutes, followed by the base ladder (or by a learned policy, when given
+//! one as its rollout), on `samples` futures drawn from the scenario's arrival model after
+//! the present (the past is the day's own), and keeps the action with the best mean score.
 //!
 //! It knows what a controller could know, the jobs that have arrived and the arrival
 //! model, never the day's future arrivals: the labels it gives are functions of what the
@@ -90,9 +90,10 @@ fn waiting(view: &DecisionView<'_>, layout: &FeatureLayout, buf: &mut Vec<f32>) 
 }
 
 /// A hypothetical day: the proposals a run made at its first decisions, replayed, then an
-/// action held until a time, then the base ladder.
+/// action held until a time, then the rollout policy if there is one, else the base ladder.
 struct Replay<'a> {
     base: &'a LadderParams,
+    rollout: Option<&'a mut dyn Repartitioner>,
     actions: &'a [Vec<u16>],
     layout: FeatureLayout,
     every: u32,
@@ -117,11 +118,16 @@ impl Repartitioner for Replay<'_> {
     fn feature_layout(&self) -> Option<FeatureLayout> {
         Some(self.layout.clone())
     }
-    fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+    fn decide(&mut self, view: &DecisionView<'_>, rng: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
         let call = self.calls;
         self.calls += 1;
         if let Some(p) = self.recorded.get(call) {
             return p.clone();
+        }
+        if view.now >= self.until {
+            if let Some(r) = self.rollout.as_deref_mut() {
+                return r.decide(view, rng);
+            }
         }
         let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
             return Vec::new();
@@ -182,6 +188,8 @@ pub struct Lookahead<'a> {
     every: u32,
     /// The policy that acts (None: the lookahead itself).
     actor: Option<Box<dyn Repartitioner + 'a>>,
+    /// The policy imagined after a held action (None: the base ladder).
+    rollout: Option<Box<dyn Repartitioner + 'a>>,
     initial: Vec<u16>,
     recorded: Vec<Vec<(u32, u16)>>,
     plan: Option<(usize, f64)>,
@@ -222,6 +230,7 @@ impl<'a> Lookahead<'a> {
             layout: smartmig_sim::features::layout(k),
             every: every.max(1),
             actor,
+            rollout: None,
             initial: Vec::new(),
             recorded: Vec::new(),
             plan: None,
@@ -229,6 +238,13 @@ impl<'a> Lookahead<'a> {
             buf: Vec::new(),
             labels: Vec::new(),
         }
+    }
+
+    /// Imagines `policy` instead of the base ladder after each held action (it must be
+    /// stateless between decisions: one instance serves every imagined day).
+    pub fn with_rollout(mut self, policy: Box<dyn Repartitioner + 'a>) -> Self {
+        self.rollout = Some(policy);
+        self
     }
 
     /// The day's jobs released by `now`, then `sample`'s released after it.
@@ -250,7 +266,7 @@ impl<'a> Lookahead<'a> {
     }
 
     /// The action with the best mean score over the futures, `current` on a tie.
-    fn best_action(&self, now: f64, current: usize) -> usize {
+    fn best_action(&mut self, now: f64, current: usize) -> usize {
         let futures: Vec<JobSet> = self.futures.iter().map(|s| self.future(now, s)).collect();
         let candidates = std::iter::once(current).chain((0..self.actions.len()).filter(|&r| r != current));
         let mut best = (f64::INFINITY, current);
@@ -260,6 +276,7 @@ impl<'a> Lookahead<'a> {
                 .map(|f| {
                     let mut replay = Replay {
                         base: self.base,
+                        rollout: self.rollout.as_deref_mut().map(|r| r as &mut dyn Repartitioner),
                         actions: self.actions,
                         layout: self.layout.clone(),
                         every: self.every,
@@ -304,9 +321,10 @@ impl Repartitioner for Lookahead<'_> {
         let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
             return Vec::new();
         };
+        let base = self.base;
         let wanted = |plan: Option<(usize, f64)>| match plan {
             Some((rung, until)) if view.now < until => rung,
-            _ => self.base.rung(view.now, w),
+            _ => base.rung(view.now, w),
         };
         if view.now >= self.next_plan {
             let action = self.best_action(view.now, wanted(self.plan));
@@ -364,6 +382,7 @@ mod tests {
         assert!(la.labels.len() > 100, "{} decisions", la.labels.len());
         let mut replay = Replay {
             base: &base,
+            rollout: None,
             actions: &acts,
             layout: la.layout.clone(),
             every: 5,
@@ -378,6 +397,78 @@ mod tests {
         assert_eq!(again.energy_wmin, run.energy_wmin);
         assert_eq!(again.avg_tardiness_min, run.avg_tardiness_min);
         assert_eq!(again.repartitions, run.repartitions);
+    }
+
+    /// A policy that never moves and notes when it was asked.
+    struct Still {
+        asked: Vec<f64>,
+    }
+
+    impl Repartitioner for Still {
+        fn name(&self) -> String {
+            "still".into()
+        }
+        fn initial_layout(&mut self, _: &ResolvedScenario) -> Vec<u16> {
+            Vec::new()
+        }
+        fn every_events(&self) -> Option<u32> {
+            Some(5)
+        }
+        fn feature_layout(&self) -> Option<FeatureLayout> {
+            None
+        }
+        fn decide(&mut self, view: &DecisionView<'_>, _: &mut ChaCha8Rng) -> Vec<(u32, u16)> {
+            self.asked.push(view.now);
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_rollout_policy_decides_from_the_end_of_the_held_action_instead_of_the_base_ladder() {
+        let sc = Scenario::reference(&["workload.multiplier=12".into()]).expect("reference scenario");
+        let day = smartmig_sim::workload::from_scenario(&sc, 6, false).expect("jobs");
+        let base = base(&sc);
+        let k = sc.models[0].configurations.len();
+        let acts = actions(&base, &[]);
+        let initial = base.initial_layout(sc.gpus.len());
+        let until = 360.0;
+        let run = |replay: &mut Replay<'_>| {
+            Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 6)).run(replay)
+        };
+        let replay = |rollout| Replay {
+            base: &base,
+            rollout,
+            actions: &acts,
+            layout: smartmig_sim::features::layout(k),
+            every: 5,
+            initial: &initial,
+            recorded: &[],
+            calls: 0,
+            rung: 0,
+            until,
+            buf: Vec::new(),
+        };
+        let plain = run(&mut replay(None));
+        // The base ladder as the rollout is the plain replay.
+        let mut ladder = Ladder::new(base.clone(), k, 5);
+        let as_ladder = run(&mut replay(Some(&mut ladder)));
+        assert_eq!(as_ladder.energy_wmin, plain.energy_wmin);
+        assert_eq!(as_ladder.repartitions, plain.repartitions);
+        // A rollout that never moves is asked only from the end of the held action on,
+        // and its day keeps the held layout where the ladder's moved.
+        let mut still = Still { asked: Vec::new() };
+        let held = run(&mut replay(Some(&mut still)));
+        assert!(!still.asked.is_empty(), "the rollout was never asked");
+        assert!(
+            still.asked.iter().all(|&t| t >= until),
+            "asked before the held action ended"
+        );
+        assert!(
+            held.repartitions < plain.repartitions,
+            "{} re-layouts with a rollout that never moves, {} with the ladder",
+            held.repartitions,
+            plain.repartitions
+        );
     }
 
     #[test]
