@@ -72,6 +72,11 @@ pub struct TrainArgs {
     /// repeat for more.
     #[arg(long = "lookahead-layout", value_name = "LAYOUT")]
     lookahead_layouts: Vec<String>,
+    /// Imitation with `--lookahead-samples`: how much a decision's weight in the fit
+    /// follows its stake, what a wrong choice there costs in the lookahead's score (0:
+    /// every decision alike; 1: in proportion to the stake).
+    #[arg(long, default_value_t = 0.0, value_parser = super::sim_cmd::parse_fraction)]
+    stake_weight: f64,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
@@ -93,7 +98,7 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with_all = [
         "scenario", "sets", "days", "semantics", "smartmig_toml", "method", "train_days",
         "teacher_rounds", "student_rounds", "energy_cap", "day_blocks", "lookahead_samples",
-        "lookahead_energy", "lookahead_layouts", "epochs", "iterations", "episodes",
+        "lookahead_energy", "lookahead_layouts", "stake_weight", "epochs", "iterations", "episodes",
         "seed", "resume", "lr", "every_events", "stay_bias", "entropy", "gamma", "lambda",
         "validate_every", "validation_days", "adam_eps",
     ])]
@@ -321,6 +326,11 @@ fn teacher_start(
 /// `train --method imitation`.
 fn imitation(a: TrainArgs) -> CliResult {
     let sc = a.scenario.load()?;
+    if a.stake_weight > 0.0 && a.lookahead_samples == 0 {
+        return Err(CliError::input(anyhow::anyhow!(
+            "--stake-weight needs --lookahead-samples (the lookahead scores each decision's stake)"
+        )));
+    }
     if !a.lookahead_layouts.is_empty() && a.lookahead_samples == 0 {
         return Err(CliError::input(anyhow::anyhow!(
             "--lookahead-layout needs --lookahead-samples (it is a layout the lookahead tries)"
@@ -347,6 +357,7 @@ fn imitation(a: TrainArgs) -> CliResult {
             .iter()
             .map(|l| l.split(',').map(|n| n.trim().to_string()).collect())
             .collect(),
+        stake_weight: a.stake_weight,
         ..ImitationConfig::default()
     };
     let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;

@@ -359,6 +359,11 @@ pub struct ImitationConfig {
     /// besides the teacher's rungs.
     #[serde(default)]
     pub lookahead_layouts: Vec<Vec<String>>,
+    /// How much a label's weight in the fit follows its stake (what a wrong choice there
+    /// costs in the lookahead's score, relative to the mean stake): 0, every decision
+    /// alike; 1, in proportion to the stake.
+    #[serde(default)]
+    pub stake_weight: f64,
 }
 
 impl Default for ImitationConfig {
@@ -378,6 +383,7 @@ impl Default for ImitationConfig {
             day_blocks: Some(DEFAULT_DAY_BLOCKS),
             lookahead: None,
             lookahead_layouts: Vec::new(),
+            stake_weight: 0.0,
         }
     }
 }
@@ -516,6 +522,22 @@ fn rung_rows(rung: &[u16], k: usize, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
         weights[c] = (mix[c] + 0.01) as f32;
     }
     (rows, weights)
+}
+
+/// Each label's weight in the fit: `1 - beta + beta * stake / mean stake` (1 for every
+/// label when `beta` is 0 or no label has a stake).
+fn label_weights(labels: &[Label], beta: f64) -> Vec<f32> {
+    let mean = labels.iter().map(|l| l.stake).sum::<f64>() / labels.len().max(1) as f64;
+    labels
+        .iter()
+        .map(|l| {
+            if beta <= 0.0 || mean <= 0.0 {
+                1.0
+            } else {
+                (1.0 - beta + beta * l.stake / mean) as f32
+            }
+        })
+        .collect()
 }
 
 /// The student as a repartition policy.
@@ -759,8 +781,12 @@ pub fn train_imitation(
                     }
                 };
                 let labels = seen.into_iter().map(|x| {
-                    let rung = ladder_rung(ladder, &layout, &x);
-                    (x, rung)
+                    let action = ladder_rung(ladder, &layout, &x);
+                    Label {
+                        features: x,
+                        action,
+                        stake: 1.0,
+                    }
                 });
                 (r, labels.collect())
             }
@@ -794,12 +820,13 @@ pub fn train_imitation(
     for round in 1..=cfg.student_rounds.max(1) {
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
-        for (x, rung) in &xs {
-            let (t, w) = rung_rows(&acts[*rung], k, x);
+        let stake_scale = label_weights(&xs, cfg.stake_weight);
+        for (l, scale) in xs.iter().zip(stake_scale) {
+            let (t, w) = rung_rows(&acts[l.action], k, &l.features);
             targets.extend(t);
-            weights.extend(w);
+            weights.extend(w.into_iter().map(|w| w * scale));
         }
-        let flat: Vec<f32> = xs.iter().flat_map(|(x, _)| x).copied().collect();
+        let flat: Vec<f32> = xs.iter().flat_map(|l| &l.features).copied().collect();
         let loss = learner.imitate(&flat, &targets, &weights, &mask, cfg.epochs, &mut rng)?;
         let net = learner.policy()?;
         let start_layout = static_layout.to_vec();
@@ -841,7 +868,9 @@ pub fn train_imitation(
             point.samples, point.train_et, point.validation_et
         ));
         if cfg.lookahead.is_some() {
-            let chosen = on_train.iter().flat_map(|(_, seen)| seen.iter().map(|l| l.1));
+            let chosen = on_train
+                .iter()
+                .flat_map(|(_, seen)| seen.iter().map(|l| l.action));
             on_progress(&format!(
                 "  the lookahead's choices on the student's days: {}",
                 choices_summary(sc, &acts, &action_shares(chosen))
@@ -873,6 +902,26 @@ pub fn train_imitation(
 mod tests {
     use super::*;
     use smartmig_sim::scenario::Scenario;
+
+    fn label(stake: f64) -> Label {
+        Label {
+            features: Vec::new(),
+            action: 0,
+            stake,
+        }
+    }
+
+    #[test]
+    fn a_labels_weight_follows_its_stake_as_far_as_asked() {
+        let labels = [label(0.0), label(1.0), label(3.0)];
+        assert_eq!(label_weights(&labels, 0.0), vec![1.0; 3]);
+        // In proportion: the mean stake (4/3) weighs 1, a decision that costs nothing 0.
+        assert_eq!(label_weights(&labels, 1.0), vec![0.0, 0.75, 2.25]);
+        let half = label_weights(&labels, 0.5);
+        assert_eq!(half, vec![0.5, 0.875, 1.625]);
+        // No label at stake: every decision alike, whatever the weight.
+        assert_eq!(label_weights(&[label(0.0), label(0.0)], 1.0), vec![1.0; 2]);
+    }
 
     #[test]
     fn a_capped_training_keeps_the_best_round_within_the_cap_and_else_the_closest() {

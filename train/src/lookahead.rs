@@ -155,9 +155,18 @@ pub fn actions(base: &LadderParams, extra: &[Vec<u16>]) -> Vec<Vec<u16>> {
     all
 }
 
-/// One decision the lookahead labelled: the features the deciding policy saw and the
-/// action the lookahead wants there (an index into its actions).
-pub type Label = (Vec<f32>, usize);
+/// One decision the lookahead labelled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Label {
+    /// The features the deciding policy saw.
+    pub features: Vec<f32>,
+    /// The action the lookahead wants there (an index into its actions).
+    pub action: usize,
+    /// What getting it wrong costs: the mean score of the other actions above the chosen
+    /// one's, per future, at the plan this decision follows (0: every action scored the
+    /// same; 1 for labels of a teacher that does not score its alternatives).
+    pub stake: f64,
+}
 
 /// How often each action was chosen: (action index, share of the choices), most chosen
 /// first (the lower index on a tie); actions never chosen are left out.
@@ -193,6 +202,8 @@ pub struct Lookahead<'a> {
     initial: Vec<u16>,
     recorded: Vec<Vec<(u32, u16)>>,
     plan: Option<(usize, f64)>,
+    /// The stake of the last plan.
+    stake: f64,
     next_plan: f64,
     buf: Vec<f32>,
     /// Every decision's features and the lookahead's action there.
@@ -234,6 +245,7 @@ impl<'a> Lookahead<'a> {
             initial: Vec::new(),
             recorded: Vec::new(),
             plan: None,
+            stake: 0.0,
             next_plan: 0.0,
             buf: Vec::new(),
             labels: Vec::new(),
@@ -265,11 +277,13 @@ impl<'a> Lookahead<'a> {
         set
     }
 
-    /// The action with the best mean score over the futures, `current` on a tie.
-    fn best_action(&mut self, now: f64, current: usize) -> usize {
+    /// The action with the best mean score over the futures (`current` on a tie), and the
+    /// other actions' mean score above it, per future.
+    fn best_action(&mut self, now: f64, current: usize) -> (usize, f64) {
         let futures: Vec<JobSet> = self.futures.iter().map(|s| self.future(now, s)).collect();
         let candidates = std::iter::once(current).chain((0..self.actions.len()).filter(|&r| r != current));
         let mut best = (f64::INFINITY, current);
+        let mut sum = 0.0;
         for action in candidates {
             let total: f64 = futures
                 .iter()
@@ -292,11 +306,18 @@ impl<'a> Lookahead<'a> {
                         .of(&Simulation::new(self.sc, &f.jobs, opts).run(&mut replay))
                 })
                 .sum();
+            sum += total;
             if total < best.0 - 1e-12 {
                 best = (total, action);
             }
         }
-        best.1
+        let (n, samples) = (self.actions.len(), futures.len().max(1));
+        let stake = if n > 1 {
+            ((sum - best.0) / (n - 1) as f64 - best.0) / samples as f64
+        } else {
+            0.0
+        };
+        (best.1, stake.max(0.0))
     }
 }
 
@@ -327,15 +348,19 @@ impl Repartitioner for Lookahead<'_> {
             _ => base.rung(view.now, w),
         };
         if view.now >= self.next_plan {
-            let action = self.best_action(view.now, wanted(self.plan));
+            let (action, stake) = self.best_action(view.now, wanted(self.plan));
             self.plan = Some((action, view.now + self.cfg.hold_min));
+            self.stake = stake;
             self.next_plan = view.now + self.cfg.plan_min;
         }
-        let rung = wanted(self.plan);
-        self.labels.push((self.buf.clone(), rung));
+        self.labels.push(Label {
+            features: self.buf.clone(),
+            action: wanted(self.plan),
+            stake: self.stake,
+        });
         let proposals = match self.actor.as_mut() {
             Some(a) => a.decide(view, rng),
-            None => propose(view, &self.actions[rung]),
+            None => propose(view, &self.actions[wanted(self.plan)]),
         };
         self.recorded.push(proposals.clone());
         proposals
@@ -503,7 +528,7 @@ mod tests {
         assert!(la
             .labels
             .iter()
-            .all(|(x, r)| *r < base.rungs.len() && !x.is_empty()));
+            .all(|l| l.action < base.rungs.len() && !l.features.is_empty()));
     }
 
     #[test]
@@ -594,10 +619,13 @@ mod tests {
         let mut la = Lookahead::new(&sc, &day, &futures, 5, score, cfg, &base, &acts, 5, None);
         let run = Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 5)).run(&mut la);
         assert!(
-            la.labels.iter().any(|(_, a)| *a == 1),
+            la.labels.iter().any(|l| l.action == 1),
             "the further action was never chosen"
         );
-        assert!(la.labels.iter().all(|(_, a)| *a < acts.len()));
+        assert!(la.labels.iter().all(|l| l.action < acts.len()));
         assert!(run.repartitions > 0, "the chosen action was not acted on");
+        // Where the further action was chosen, the rung it beat scored worse: a stake.
+        assert!(la.labels.iter().any(|l| l.action == 1 && l.stake > 0.0));
+        assert!(la.labels.iter().all(|l| l.stake >= 0.0 && l.stake.is_finite()));
     }
 }
