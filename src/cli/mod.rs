@@ -252,6 +252,16 @@ pub(crate) fn layout_summary(layout: &[String]) -> String {
         .join(" ")
 }
 
+/// A flag's value between 0 and 1 (`--stay-threshold`, a difference of probabilities;
+/// `train --stake-weight`).
+pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
+        Ok(t) => Err(format!("{t} is not between 0 and 1")),
+        Err(e) => Err(format!("{text:?} is not a number: {e}")),
+    }
+}
+
 /// Prints a value as pretty JSON.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> CliResult {
     let s = serde_json::to_string_pretty(v).map_err(CliError::failure)?;

@@ -282,7 +282,7 @@ pub struct SimulateArgs {
     model: Option<PathBuf>,
     /// `--policy mean-field`: a GPU moves only when the move is this much likelier than
     /// staying, as smartmigd's `policy.stay_threshold` (0: off).
-    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::parse_fraction)]
     stay_threshold: f64,
     /// Scheduler.
     #[arg(long, value_enum, default_value = "cedf")]
@@ -341,7 +341,7 @@ pub struct CompareArgs {
     no_model: bool,
     /// The learned policy moves a GPU only when the move is this much likelier than
     /// staying, as smartmigd's `policy.stay_threshold` (0: off).
-    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction, conflicts_with = "no_model")]
+    #[arg(long, default_value_t = 0.0, value_parser = super::parse_fraction, conflicts_with = "no_model")]
     stay_threshold: f64,
     /// Show the learned policy as it is, without the deployment guard (which runs it only
     /// where it beats static-best on 16 validation days of this scenario).
@@ -396,16 +396,6 @@ pub(crate) fn smart_mig_model(
             eprintln!("smartmig: no smart-mig row: {why}");
             None
         }
-    }
-}
-
-/// A flag's value between 0 and 1 (`--stay-threshold`, a difference of probabilities;
-/// `train --stake-weight`).
-pub(super) fn parse_fraction(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
-        Ok(t) => Err(format!("{t} is not between 0 and 1")),
-        Err(e) => Err(format!("{text:?} is not a number: {e}")),
     }
 }
 

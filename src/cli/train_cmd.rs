@@ -75,7 +75,7 @@ pub struct TrainArgs {
     /// Imitation with `--lookahead-samples`: how much a decision's weight in the fit
     /// follows its stake, what a wrong choice there costs in the lookahead's score (0:
     /// every decision alike; 1: in proportion to the stake).
-    #[arg(long, default_value_t = 0.0, value_parser = super::sim_cmd::parse_fraction)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::parse_fraction)]
     stake_weight: f64,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]

@@ -164,7 +164,8 @@ pub struct Label {
     pub action: usize,
     /// What getting it wrong costs: the mean score of the other actions above the chosen
     /// one's, per future, at the plan this decision follows (0: every action scored the
-    /// same; 1 for labels of a teacher that does not score its alternatives).
+    /// same, or the plan's hold is over and the base ladder decides; 1 for labels of a
+    /// teacher that does not score its alternatives).
     pub stake: f64,
 }
 
@@ -180,6 +181,17 @@ pub fn action_shares(chosen: impl IntoIterator<Item = usize>) -> Vec<(usize, f64
     // Stable, so a tie keeps the lower index first.
     shares.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
     shares.into_iter().map(|(i, n)| (i, n as f64 / total)).collect()
+}
+
+/// What the lookahead chose at its last plan.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    /// The action held.
+    action: usize,
+    /// When the base ladder takes over again.
+    until: f64,
+    /// The other actions' mean score above it (see [`Label::stake`]).
+    stake: f64,
 }
 
 /// The lookahead on one day, acting itself or watching another policy (the student) act
@@ -201,9 +213,7 @@ pub struct Lookahead<'a> {
     rollout: Option<Box<dyn Repartitioner + 'a>>,
     initial: Vec<u16>,
     recorded: Vec<Vec<(u32, u16)>>,
-    plan: Option<(usize, f64)>,
-    /// The stake of the last plan.
-    stake: f64,
+    plan: Option<Plan>,
     next_plan: f64,
     buf: Vec<f32>,
     /// Every decision's features and the lookahead's action there.
@@ -245,7 +255,6 @@ impl<'a> Lookahead<'a> {
             initial: Vec::new(),
             recorded: Vec::new(),
             plan: None,
-            stake: 0.0,
             next_plan: 0.0,
             buf: Vec::new(),
             labels: Vec::new(),
@@ -342,25 +351,31 @@ impl Repartitioner for Lookahead<'_> {
         let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
             return Vec::new();
         };
+        // The held action and its stake; past the hold, the base ladder's rung, which
+        // nothing was scored against.
         let base = self.base;
-        let wanted = |plan: Option<(usize, f64)>| match plan {
-            Some((rung, until)) if view.now < until => rung,
-            _ => base.rung(view.now, w),
+        let wanted = |plan: Option<Plan>| match plan {
+            Some(p) if view.now < p.until => (p.action, p.stake),
+            _ => (base.rung(view.now, w), 0.0),
         };
         if view.now >= self.next_plan {
-            let (action, stake) = self.best_action(view.now, wanted(self.plan));
-            self.plan = Some((action, view.now + self.cfg.hold_min));
-            self.stake = stake;
+            let (action, stake) = self.best_action(view.now, wanted(self.plan).0);
+            self.plan = Some(Plan {
+                action,
+                until: view.now + self.cfg.hold_min,
+                stake,
+            });
             self.next_plan = view.now + self.cfg.plan_min;
         }
+        let (action, stake) = wanted(self.plan);
         self.labels.push(Label {
             features: self.buf.clone(),
-            action: wanted(self.plan),
-            stake: self.stake,
+            action,
+            stake,
         });
         let proposals = match self.actor.as_mut() {
             Some(a) => a.decide(view, rng),
-            None => propose(view, &self.actions[wanted(self.plan)]),
+            None => propose(view, &self.actions[action]),
         };
         self.recorded.push(proposals.clone());
         proposals
