@@ -77,6 +77,11 @@ pub struct TrainArgs {
     /// every decision alike; 1: in proportion to the stake).
     #[arg(long, default_value_t = 0.0, value_parser = super::parse_fraction)]
     stake_weight: f64,
+    /// Imitation with `--lookahead-samples`: fit each decision to every action the
+    /// lookahead scored, in proportion to exp(-margin / (T × mean stake)), where margin is
+    /// how much worse than its choice the action scored (0: its choice alone).
+    #[arg(long, value_name = "T", default_value_t = 0.0, value_parser = super::parse_non_negative)]
+    soft_targets: f64,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
@@ -98,7 +103,7 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with_all = [
         "scenario", "sets", "days", "semantics", "smartmig_toml", "method", "train_days",
         "teacher_rounds", "student_rounds", "energy_cap", "day_blocks", "lookahead_samples",
-        "lookahead_energy", "lookahead_layouts", "stake_weight", "epochs", "iterations", "episodes",
+        "lookahead_energy", "lookahead_layouts", "stake_weight", "soft_targets", "epochs", "iterations", "episodes",
         "seed", "resume", "lr", "every_events", "stay_bias", "entropy", "gamma", "lambda",
         "validate_every", "validation_days", "adam_eps",
     ])]
@@ -331,6 +336,11 @@ fn imitation(a: TrainArgs) -> CliResult {
             "--stake-weight needs --lookahead-samples (the lookahead scores each decision's stake)"
         )));
     }
+    if a.soft_targets > 0.0 && a.lookahead_samples == 0 {
+        return Err(CliError::input(anyhow::anyhow!(
+            "--soft-targets needs --lookahead-samples (the lookahead scores the actions it shares a decision among)"
+        )));
+    }
     if !a.lookahead_layouts.is_empty() && a.lookahead_samples == 0 {
         return Err(CliError::input(anyhow::anyhow!(
             "--lookahead-layout needs --lookahead-samples (it is a layout the lookahead tries)"
@@ -358,6 +368,7 @@ fn imitation(a: TrainArgs) -> CliResult {
             .map(|l| l.split(',').map(|n| n.trim().to_string()).collect())
             .collect(),
         stake_weight: a.stake_weight,
+        soft_temperature: a.soft_targets,
         ..ImitationConfig::default()
     };
     let (schedule, static_best) = teacher_start(&sc, &a, &cfg)?;

@@ -364,6 +364,11 @@ pub struct ImitationConfig {
     /// alike; 1, in proportion to the stake.
     #[serde(default)]
     pub stake_weight: f64,
+    /// Soft targets: each decision is fitted to every scored action in proportion to
+    /// `exp(-margin / (temperature × mean stake))` instead of to the chosen action alone
+    /// (0: the chosen action alone).
+    #[serde(default)]
+    pub soft_temperature: f64,
 }
 
 impl Default for ImitationConfig {
@@ -384,6 +389,7 @@ impl Default for ImitationConfig {
             lookahead: None,
             lookahead_layouts: Vec::new(),
             stake_weight: 0.0,
+            soft_temperature: 0.0,
         }
     }
 }
@@ -524,20 +530,44 @@ fn rung_rows(rung: &[u16], k: usize, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
     (rows, weights)
 }
 
+/// The labels' mean stake: the scale their weights and soft targets are measured in.
+fn mean_stake(labels: &[Label]) -> f64 {
+    labels.iter().map(Label::stake).sum::<f64>() / labels.len().max(1) as f64
+}
+
 /// Each label's weight in the fit: `1 - beta + beta * stake / mean stake` (1 for every
 /// label when `beta` is 0 or no label has a stake).
 fn label_weights(labels: &[Label], beta: f64) -> Vec<f32> {
-    let mean = labels.iter().map(|l| l.stake).sum::<f64>() / labels.len().max(1) as f64;
+    let mean = mean_stake(labels);
     labels
         .iter()
         .map(|l| {
             if beta <= 0.0 || mean <= 0.0 {
                 1.0
             } else {
-                (1.0 - beta + beta * l.stake / mean) as f32
+                (1.0 - beta + beta * l.stake() / mean) as f32
             }
         })
         .collect()
+}
+
+/// The actions a label is fitted to, with their shares: the chosen one alone, or with a
+/// `temperature` every scored action in proportion to `exp(-margin / (temperature ×
+/// scale))` (shares below 0.1% left out, the rest summing to 1).
+fn target_actions(l: &Label, temperature: f64, scale: f64) -> Vec<(usize, f32)> {
+    if temperature <= 0.0 || scale <= 0.0 || l.margins.is_empty() {
+        return vec![(l.action, 1.0)];
+    }
+    let odds: Vec<(usize, f64)> = l
+        .margins
+        .iter()
+        .enumerate()
+        .map(|(a, &m)| (a, (-f64::from(m) / (temperature * scale)).exp()))
+        .filter(|&(_, o)| o >= 1e-3)
+        .collect();
+    // The chosen action's margin is 0: its odds are 1, so the sum is at least 1.
+    let sum: f64 = odds.iter().map(|&(_, o)| o).sum();
+    odds.into_iter().map(|(a, o)| (a, (o / sum) as f32)).collect()
 }
 
 /// The student as a repartition policy.
@@ -785,7 +815,7 @@ pub fn train_imitation(
                     Label {
                         features: x,
                         action,
-                        stake: 1.0,
+                        margins: Vec::new(),
                     }
                 });
                 (r, labels.collect())
@@ -821,10 +851,29 @@ pub fn train_imitation(
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
         let stake_scale = label_weights(&xs, cfg.stake_weight);
+        let stake = mean_stake(&xs);
+        let mut chosen_share = 0.0;
         for (l, scale) in xs.iter().zip(stake_scale) {
-            let (t, w) = rung_rows(&acts[l.action], k, &l.features);
+            // A mixture of the actions' rows: each configuration's row is the share-weighted
+            // mean of where each action would move it.
+            let mut t = vec![0f32; k * k];
+            let mut w = vec![0f32; k];
+            for (a, share) in target_actions(l, cfg.soft_temperature, stake) {
+                let (ta, wa) = rung_rows(&acts[a], k, &l.features);
+                t.iter_mut().zip(ta).for_each(|(t, x)| *t += share * x);
+                w.iter_mut().zip(wa).for_each(|(w, x)| *w += share * x);
+                if a == l.action {
+                    chosen_share += f64::from(share);
+                }
+            }
             targets.extend(t);
             weights.extend(w.into_iter().map(|w| w * scale));
+        }
+        if cfg.soft_temperature > 0.0 {
+            on_progress(&format!(
+                "  soft targets: the lookahead's choice carries {:.0}% of a decision on average (mean stake {stake:.4})",
+                100.0 * chosen_share / xs.len().max(1) as f64
+            ));
         }
         let flat: Vec<f32> = xs.iter().flat_map(|l| &l.features).copied().collect();
         let loss = learner.imitate(&flat, &targets, &weights, &mask, cfg.epochs, &mut rng)?;
@@ -903,12 +952,38 @@ mod tests {
     use super::*;
     use smartmig_sim::scenario::Scenario;
 
+    /// A label whose two other actions score `stake` above the chosen one.
     fn label(stake: f64) -> Label {
         Label {
             features: Vec::new(),
             action: 0,
-            stake,
+            margins: vec![0.0, stake as f32, stake as f32],
         }
+    }
+
+    #[test]
+    fn soft_targets_share_a_decision_among_actions_by_their_margins() {
+        let l = Label {
+            features: Vec::new(),
+            action: 1,
+            margins: vec![0.5, 0.0, 20.0],
+        };
+        // Hard: the chosen action alone, whatever the margins.
+        assert_eq!(target_actions(&l, 0.0, 1.0), vec![(1, 1.0)]);
+        // Soft: odds exp(-0.5) : 1, the action 20 mean stakes worse left out.
+        let soft = target_actions(&l, 1.0, 1.0);
+        let odds = (-0.5f64).exp();
+        assert_eq!(soft.len(), 2);
+        assert_eq!(soft[1].0, 1);
+        assert!((f64::from(soft[1].1) - 1.0 / (1.0 + odds)).abs() < 1e-6);
+        assert!((f64::from(soft[0].1) - odds / (1.0 + odds)).abs() < 1e-6);
+        // A hotter temperature evens the shares out; a label nothing scored stays hard.
+        assert!(target_actions(&l, 10.0, 1.0)[0].1 > soft[0].1);
+        let unscored = Label {
+            margins: Vec::new(),
+            ..l
+        };
+        assert_eq!(target_actions(&unscored, 1.0, 1.0), vec![(1, 1.0)]);
     }
 
     #[test]

@@ -162,11 +162,23 @@ pub struct Label {
     pub features: Vec<f32>,
     /// The action the lookahead wants there (an index into its actions).
     pub action: usize,
-    /// What getting it wrong costs: the mean score of the other actions above the chosen
-    /// one's, per future, at the plan this decision follows (0: every action scored the
-    /// same, or the plan's hold is over and the base ladder decides; 1 for labels of a
-    /// teacher that does not score its alternatives).
-    pub stake: f64,
+    /// Each action's mean score above the chosen one's, per future, at the plan this
+    /// decision follows (0 for the chosen action); empty where nothing was scored: the
+    /// plan's hold is over and the base ladder decides, or a teacher that does not score
+    /// its alternatives labelled it.
+    pub margins: Vec<f32>,
+}
+
+impl Label {
+    /// What getting it wrong costs: the mean margin of the actions not chosen (0 where
+    /// nothing was scored or every action scored the same).
+    pub fn stake(&self) -> f64 {
+        let others = self.margins.len().saturating_sub(1);
+        if others == 0 {
+            return 0.0;
+        }
+        self.margins.iter().map(|&m| f64::from(m)).sum::<f64>() / others as f64
+    }
 }
 
 /// How often each action was chosen: (action index, share of the choices), most chosen
@@ -184,14 +196,14 @@ pub fn action_shares(chosen: impl IntoIterator<Item = usize>) -> Vec<(usize, f64
 }
 
 /// What the lookahead chose at its last plan.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Plan {
     /// The action held.
     action: usize,
     /// When the base ladder takes over again.
     until: f64,
-    /// The other actions' mean score above it (see [`Label::stake`]).
-    stake: f64,
+    /// Each action's mean score above it (see [`Label::margins`]).
+    margins: Vec<f32>,
 }
 
 /// The lookahead on one day, acting itself or watching another policy (the student) act
@@ -286,13 +298,13 @@ impl<'a> Lookahead<'a> {
         set
     }
 
-    /// The action with the best mean score over the futures (`current` on a tie), and the
-    /// other actions' mean score above it, per future.
-    fn best_action(&mut self, now: f64, current: usize) -> (usize, f64) {
+    /// The action with the best mean score over the futures (`current` on a tie), and each
+    /// action's mean score above it, per future.
+    fn best_action(&mut self, now: f64, current: usize) -> (usize, Vec<f32>) {
         let futures: Vec<JobSet> = self.futures.iter().map(|s| self.future(now, s)).collect();
         let candidates = std::iter::once(current).chain((0..self.actions.len()).filter(|&r| r != current));
         let mut best = (f64::INFINITY, current);
-        let mut sum = 0.0;
+        let mut totals = vec![0.0; self.actions.len()];
         for action in candidates {
             let total: f64 = futures
                 .iter()
@@ -315,18 +327,17 @@ impl<'a> Lookahead<'a> {
                         .of(&Simulation::new(self.sc, &f.jobs, opts).run(&mut replay))
                 })
                 .sum();
-            sum += total;
+            totals[action] = total;
             if total < best.0 - 1e-12 {
                 best = (total, action);
             }
         }
-        let (n, samples) = (self.actions.len(), futures.len().max(1));
-        let stake = if n > 1 {
-            ((sum - best.0) / (n - 1) as f64 - best.0) / samples as f64
-        } else {
-            0.0
-        };
-        (best.1, stake.max(0.0))
+        let samples = futures.len().max(1) as f64;
+        let margins = totals
+            .iter()
+            .map(|t| ((t - best.0) / samples).max(0.0) as f32)
+            .collect();
+        (best.1, margins)
     }
 }
 
@@ -351,27 +362,27 @@ impl Repartitioner for Lookahead<'_> {
         let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
             return Vec::new();
         };
-        // The held action and its stake; past the hold, the base ladder's rung, which
+        // The held action and its margins; past the hold, the base ladder's rung, which
         // nothing was scored against.
         let base = self.base;
-        let wanted = |plan: Option<Plan>| match plan {
-            Some(p) if view.now < p.until => (p.action, p.stake),
-            _ => (base.rung(view.now, w), 0.0),
+        let wanted = |plan: &Option<Plan>| match plan {
+            Some(p) if view.now < p.until => (p.action, p.margins.clone()),
+            _ => (base.rung(view.now, w), Vec::new()),
         };
         if view.now >= self.next_plan {
-            let (action, stake) = self.best_action(view.now, wanted(self.plan).0);
+            let (action, margins) = self.best_action(view.now, wanted(&self.plan).0);
             self.plan = Some(Plan {
                 action,
                 until: view.now + self.cfg.hold_min,
-                stake,
+                margins,
             });
             self.next_plan = view.now + self.cfg.plan_min;
         }
-        let (action, stake) = wanted(self.plan);
+        let (action, margins) = wanted(&self.plan);
         self.labels.push(Label {
             features: self.buf.clone(),
             action,
-            stake,
+            margins,
         });
         let proposals = match self.actor.as_mut() {
             Some(a) => a.decide(view, rng),
@@ -640,7 +651,12 @@ mod tests {
         assert!(la.labels.iter().all(|l| l.action < acts.len()));
         assert!(run.repartitions > 0, "the chosen action was not acted on");
         // Where the further action was chosen, the rung it beat scored worse: a stake.
-        assert!(la.labels.iter().any(|l| l.action == 1 && l.stake > 0.0));
-        assert!(la.labels.iter().all(|l| l.stake >= 0.0 && l.stake.is_finite()));
+        assert!(la.labels.iter().any(|l| l.action == 1 && l.stake() > 0.0));
+        // The chosen action is the best scored: its margin is 0, no other's below it (so
+        // every stake is finite and 0 or more).
+        for l in la.labels.iter().filter(|l| !l.margins.is_empty()) {
+            assert_eq!(l.margins[l.action], 0.0);
+            assert!(l.margins.iter().all(|&m| m >= 0.0 && m.is_finite()));
+        }
     }
 }
