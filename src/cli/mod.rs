@@ -262,15 +262,6 @@ pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// A flag's value that is a finite number, 0 or more (`train --soft-targets`).
-pub(crate) fn parse_non_negative(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        Ok(t) => Err(format!("{t} is not a finite number of 0 or more")),
-        Err(e) => Err(format!("{text:?} is not a number: {e}")),
-    }
-}
-
 /// Prints a value as pretty JSON.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> CliResult {
     let s = serde_json::to_string_pretty(v).map_err(CliError::failure)?;
@@ -309,22 +300,10 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "train")))]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_non_negative_flag_refuses_negatives_infinities_and_words_by_name() {
-        assert_eq!(parse_non_negative("0.25"), Ok(0.25));
-        assert_eq!(parse_non_negative("0"), Ok(0.0));
-        assert!(parse_non_negative("-1").unwrap_err().contains("-1 is not"));
-        assert!(parse_non_negative("inf").unwrap_err().contains("finite"));
-        assert!(parse_non_negative("hot")
-            .unwrap_err()
-            .contains("\"hot\" is not a number"));
-    }
-
-    #[cfg(not(feature = "train"))]
     #[test]
     fn train_in_a_build_without_the_trainer_is_a_usage_error_saying_how_to_get_it() {
         let cli = Cli::try_parse_from(["smartmig", "train", "--out", "x.onnx", "--semantics", "drain"])

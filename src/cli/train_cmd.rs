@@ -80,7 +80,7 @@ pub struct TrainArgs {
     /// Imitation with `--lookahead-samples`: fit each decision to every action the
     /// lookahead scored, in proportion to exp(-margin / (T × mean stake)), where margin is
     /// how much worse than its choice the action scored (0: its choice alone).
-    #[arg(long, value_name = "T", default_value_t = 0.0, value_parser = super::parse_non_negative)]
+    #[arg(long, value_name = "T", default_value_t = 0.0, value_parser = parse_non_negative)]
     soft_targets: f64,
     /// Imitation: supervised epochs per round.
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
@@ -328,6 +328,15 @@ fn teacher_start(
     Ok((schedule, static_best))
 }
 
+/// A flag's value that is a finite number, 0 or more (`--soft-targets`).
+fn parse_non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        Ok(t) => Err(format!("{t} is not a finite number of 0 or more")),
+        Err(e) => Err(format!("{text:?} is not a number: {e}")),
+    }
+}
+
 /// `train --method imitation`.
 fn imitation(a: TrainArgs) -> CliResult {
     let sc = a.scenario.load()?;
@@ -517,6 +526,17 @@ fn ppo(a: TrainArgs) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_non_negative_flag_refuses_negatives_infinities_and_words_by_name() {
+        assert_eq!(parse_non_negative("0.25"), Ok(0.25));
+        assert_eq!(parse_non_negative("0"), Ok(0.0));
+        assert!(parse_non_negative("-1").unwrap_err().contains("-1 is not"));
+        assert!(parse_non_negative("inf").unwrap_err().contains("finite"));
+        assert!(parse_non_negative("hot")
+            .unwrap_err()
+            .contains("\"hot\" is not a number"));
+    }
 
     /// An `imitation.json` as `train` writes it (the fields the figures need, and others);
     /// `refinement` is its `day_refinement` (JSON).
