@@ -535,10 +535,9 @@ fn mean_stake(labels: &[Label]) -> f64 {
     labels.iter().map(Label::stake).sum::<f64>() / labels.len().max(1) as f64
 }
 
-/// Each label's weight in the fit: `1 - beta + beta * stake / mean stake` (1 for every
-/// label when `beta` is 0 or no label has a stake).
-fn label_weights(labels: &[Label], beta: f64) -> Vec<f32> {
-    let mean = mean_stake(labels);
+/// Each label's weight in the fit: `1 - beta + beta * stake / mean` (1 for every label
+/// when `beta` is 0 or no label has a stake), `mean` being [`mean_stake`].
+fn label_weights(labels: &[Label], beta: f64, mean: f64) -> Vec<f32> {
     labels
         .iter()
         .map(|l| {
@@ -850,8 +849,8 @@ pub fn train_imitation(
     for round in 1..=cfg.student_rounds.max(1) {
         let mut targets = Vec::with_capacity(xs.len() * k * k);
         let mut weights = Vec::with_capacity(xs.len() * k);
-        let stake_scale = label_weights(&xs, cfg.stake_weight);
         let stake = mean_stake(&xs);
+        let stake_scale = label_weights(&xs, cfg.stake_weight, stake);
         let mut chosen_share = 0.0;
         for (l, scale) in xs.iter().zip(stake_scale) {
             // A mixture of the actions' rows: each configuration's row is the share-weighted
@@ -989,13 +988,17 @@ mod tests {
     #[test]
     fn a_labels_weight_follows_its_stake_as_far_as_asked() {
         let labels = [label(0.0), label(1.0), label(3.0)];
-        assert_eq!(label_weights(&labels, 0.0), vec![1.0; 3]);
+        assert_eq!(label_weights(&labels, 0.0, mean_stake(&labels)), vec![1.0; 3]);
         // In proportion: the mean stake (4/3) weighs 1, a decision that costs nothing 0.
-        assert_eq!(label_weights(&labels, 1.0), vec![0.0, 0.75, 2.25]);
-        let half = label_weights(&labels, 0.5);
+        assert_eq!(
+            label_weights(&labels, 1.0, mean_stake(&labels)),
+            vec![0.0, 0.75, 2.25]
+        );
+        let half = label_weights(&labels, 0.5, mean_stake(&labels));
         assert_eq!(half, vec![0.5, 0.875, 1.625]);
         // No label at stake: every decision alike, whatever the weight.
-        assert_eq!(label_weights(&[label(0.0), label(0.0)], 1.0), vec![1.0; 2]);
+        let calm = [label(0.0), label(0.0)];
+        assert_eq!(label_weights(&calm, 1.0, mean_stake(&calm)), vec![1.0; 2]);
     }
 
     #[test]

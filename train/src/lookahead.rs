@@ -298,6 +298,11 @@ impl<'a> Lookahead<'a> {
         set
     }
 
+    /// The last plan while its hold lasts.
+    fn held(&self, now: f64) -> Option<&Plan> {
+        self.plan.as_ref().filter(|p| now < p.until)
+    }
+
     /// The action with the best mean score over the futures (`current` on a tie), and each
     /// action's mean score above it, per future.
     fn best_action(&mut self, now: f64, current: usize) -> (usize, Vec<f32>) {
@@ -362,15 +367,12 @@ impl Repartitioner for Lookahead<'_> {
         let Some(w) = waiting(view, &self.layout, &mut self.buf) else {
             return Vec::new();
         };
-        // The held action and its margins; past the hold, the base ladder's rung, which
-        // nothing was scored against.
-        let base = self.base;
-        let wanted = |plan: &Option<Plan>| match plan {
-            Some(p) if view.now < p.until => (p.action, p.margins.clone()),
-            _ => (base.rung(view.now, w), Vec::new()),
-        };
+        // The held plan; past its hold, the base ladder's rung, which nothing was scored
+        // against.
+        let rung = self.base.rung(view.now, w);
         if view.now >= self.next_plan {
-            let (action, margins) = self.best_action(view.now, wanted(&self.plan).0);
+            let current = self.held(view.now).map_or(rung, |p| p.action);
+            let (action, margins) = self.best_action(view.now, current);
             self.plan = Some(Plan {
                 action,
                 until: view.now + self.cfg.hold_min,
@@ -378,7 +380,9 @@ impl Repartitioner for Lookahead<'_> {
             });
             self.next_plan = view.now + self.cfg.plan_min;
         }
-        let (action, margins) = wanted(&self.plan);
+        let (action, margins) = self
+            .held(view.now)
+            .map_or((rung, Vec::new()), |p| (p.action, p.margins.clone()));
         self.labels.push(Label {
             features: self.buf.clone(),
             action,
