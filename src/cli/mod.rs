@@ -255,9 +255,18 @@ pub(crate) fn layout_summary(layout: &[String]) -> String {
 /// A flag's value between 0 and 1 (`--stay-threshold`, a difference of probabilities;
 /// `train --stake-weight`).
 pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
+    parse_number_in(text, 0.0..=1.0, "between 0 and 1")
+}
+
+/// A flag's number within `range`; outside it, the error says it is not `what`.
+pub(crate) fn parse_number_in(
+    text: &str,
+    range: std::ops::RangeInclusive<f64>,
+    what: &str,
+) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
-        Ok(t) => Err(format!("{t} is not between 0 and 1")),
+        Ok(t) if range.contains(&t) => Ok(t),
+        Ok(t) => Err(format!("{t} is not {what}")),
         Err(e) => Err(format!("{text:?} is not a number: {e}")),
     }
 }

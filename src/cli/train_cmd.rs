@@ -86,15 +86,15 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = ImitationConfig::default().epochs)]
     epochs: usize,
     /// PPO iterations.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = PPO_ITERATIONS)]
     iterations: u32,
-    /// Simulated days per iteration.
-    #[arg(long, default_value_t = 8)]
+    /// PPO: simulated days per iteration.
+    #[arg(long, default_value_t = PPO_EPISODES)]
     episodes: u32,
     /// Training seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Continue from the checkpoint in `<out>.ckpt/`.
+    /// PPO: continue from the checkpoint in `<out>.ckpt/`.
     #[arg(long)]
     resume: bool,
     /// Imitation: draw the figures in `<out>.ckpt/` again from its `imitation.json` (a
@@ -114,27 +114,73 @@ pub struct TrainArgs {
     /// Decide every this many arrivals and completions.
     #[arg(long, default_value_t = 5)]
     every_events: u32,
-    /// Initial logit bonus of staying (higher: fewer exploratory repartitions at first).
+    /// PPO: initial logit bonus of staying (higher: fewer exploratory repartitions at first).
     #[arg(long, default_value_t = PpoConfig::default().stay_bias)]
     stay_bias: f32,
-    /// Entropy bonus weight.
+    /// PPO: entropy bonus weight.
     #[arg(long, default_value_t = PpoConfig::default().entropy)]
     entropy: f64,
-    /// Discount per decision.
+    /// PPO: discount per decision.
     #[arg(long, default_value_t = PpoConfig::default().gamma)]
     gamma: f64,
-    /// GAE λ (1: Monte Carlo returns).
+    /// PPO: GAE λ (1: Monte Carlo returns).
     #[arg(long, default_value_t = PpoConfig::default().lambda)]
     lambda: f64,
-    /// Validate (and keep the best weights) every this many iterations.
+    /// PPO: validate (and keep the best weights) every this many iterations.
     #[arg(long, default_value_t = TrainConfig::default().validate_every)]
     validate_every: u32,
     /// Days per validation (seeds of their own).
     #[arg(long, default_value_t = TrainConfig::default().validation_days)]
     validation_days: u32,
-    /// Adam's ε (see PpoConfig::adam_eps).
+    /// PPO: Adam's ε (see PpoConfig::adam_eps).
     #[arg(long, default_value_t = PpoConfig::default().adam_eps)]
     adam_eps: f64,
+}
+
+/// PPO iterations unless `--iterations` says otherwise.
+const PPO_ITERATIONS: u32 = 100;
+/// PPO's simulated days per iteration unless `--episodes` says otherwise.
+const PPO_EPISODES: u32 = 8;
+
+/// The flags given away from their defaults that the chosen method does not read: a
+/// training takes an hour, and one run without the flag its maker meant is worse than
+/// an error at once.
+fn flags_the_method_ignores(a: &TrainArgs) -> Vec<&'static str> {
+    let i = ImitationConfig::default();
+    let p = PpoConfig::default();
+    let flags = match a.method {
+        Method::Ppo => vec![
+            ("--train-days", a.train_days != i.train_days),
+            ("--teacher-rounds", a.teacher_rounds != i.teacher_rounds),
+            ("--student-rounds", a.student_rounds != i.student_rounds),
+            ("--energy-cap", a.energy_cap.is_some()),
+            ("--day-blocks", a.day_blocks != DEFAULT_DAY_BLOCKS),
+            ("--lookahead-samples", a.lookahead_samples != 0),
+            ("--lookahead-energy", a.lookahead_energy != 0.0),
+            ("--lookahead-layout", !a.lookahead_layouts.is_empty()),
+            ("--stake-weight", a.stake_weight != 0.0),
+            ("--soft-targets", a.soft_targets != 0.0),
+            ("--epochs", a.epochs != i.epochs),
+        ],
+        Method::Imitation => vec![
+            ("--iterations", a.iterations != PPO_ITERATIONS),
+            ("--episodes", a.episodes != PPO_EPISODES),
+            ("--resume", a.resume),
+            ("--stay-bias", a.stay_bias != p.stay_bias),
+            ("--entropy", a.entropy != p.entropy),
+            ("--gamma", a.gamma != p.gamma),
+            ("--lambda", a.lambda != p.lambda),
+            (
+                "--validate-every",
+                a.validate_every != TrainConfig::default().validate_every,
+            ),
+            ("--adam-eps", a.adam_eps != p.adam_eps),
+        ],
+    };
+    flags
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
 }
 
 /// The validation part of a progress line.
@@ -150,6 +196,22 @@ fn validation(p: &CurvePoint) -> String {
 
 /// Runs `train`.
 pub fn run(a: TrainArgs) -> CliResult {
+    let ignored = flags_the_method_ignores(&a);
+    if !ignored.is_empty() {
+        let (method, other) = match a.method {
+            Method::Imitation => ("imitation", "ppo"),
+            Method::Ppo => ("ppo", "imitation"),
+        };
+        return Err(CliError::usage(anyhow::anyhow!(
+            "--method {method} does not read {}: {} a `--method {other}` training",
+            ignored.join(", "),
+            if ignored.len() == 1 {
+                "it shapes"
+            } else {
+                "they shape"
+            },
+        )));
+    }
     match a.method {
         // --replot conflicts with --method: the default, imitation, is the one it draws.
         Method::Imitation if a.replot => imitation_figures(&checkpoint_dir(&a.out)),
@@ -330,11 +392,7 @@ fn teacher_start(
 
 /// A flag's value that is a finite number, 0 or more (`--soft-targets`).
 fn parse_non_negative(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        Ok(t) => Err(format!("{t} is not a finite number of 0 or more")),
-        Err(e) => Err(format!("{text:?} is not a number: {e}")),
-    }
+    super::parse_number_in(text, 0.0..=f64::MAX, "a finite number of 0 or more")
 }
 
 /// `train --method imitation`.
@@ -651,6 +709,54 @@ mod tests {
         let alone = parse(&["--lookahead-layout", "c1,c2"]).unwrap();
         let e = format!("{:?}", imitation(alone.a).unwrap_err().error);
         assert!(e.contains("--lookahead-layout needs --lookahead-samples"), "{e}");
+    }
+
+    #[test]
+    fn a_flag_of_the_other_method_is_refused_by_name_before_any_training() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Train {
+            #[command(flatten)]
+            a: TrainArgs,
+        }
+        let parse = |extra: &[&str]| {
+            Train::try_parse_from([&["train", "--out", "p.onnx"], extra].concat())
+                .unwrap()
+                .a
+        };
+        // Shared flags and defaults spelled out are read by both methods.
+        for shared in [
+            &["--seed", "3", "--lr", "0.01", "--every-events", "4"][..],
+            &["--method", "ppo", "--validation-days", "4", "--epochs", "40"],
+            &["--iterations", "100"],
+        ] {
+            assert!(flags_the_method_ignores(&parse(shared)).is_empty(), "{shared:?}");
+        }
+        let ppo = parse(&[
+            "--method",
+            "ppo",
+            "--energy-cap",
+            "0.27",
+            "--soft-targets",
+            "0.05",
+        ]);
+        assert_eq!(flags_the_method_ignores(&ppo), ["--energy-cap", "--soft-targets"]);
+        let e = run(ppo).unwrap_err();
+        assert_eq!(e.code(), crate::cli::EXIT_USAGE);
+        let message = e.message();
+        assert!(
+            message.contains("--method ppo does not read --energy-cap, --soft-targets")
+                && message.contains("they shape a `--method imitation` training"),
+            "{message}"
+        );
+        let imitation = parse(&["--resume", "--gamma", "0.9"]);
+        assert_eq!(flags_the_method_ignores(&imitation), ["--resume", "--gamma"]);
+        let message = run(parse(&["--episodes", "2"])).unwrap_err().message();
+        assert!(
+            message
+                .contains("--method imitation does not read --episodes: it shapes a `--method ppo` training"),
+            "{message}"
+        );
     }
 
     #[test]
