@@ -1,7 +1,8 @@
 //! smartmig-policy: the learned mean-field policy, shared by the `smartmig` trainer and
 //! evaluator and the `smartmigd` daemon: network weights, the ONNX policy-file contract, the
-//! ONNX writer, inference through ONNX Runtime (and its provisioning), top-k sampling of
-//! next configurations, the mean-field features and the job type they are computed from.
+//! ONNX writer and reader, averaging of several policies into one, inference through ONNX
+//! Runtime (and its provisioning), top-k sampling of next configurations, the mean-field
+//! features and the job type they are computed from.
 //! (Re-exported by `smartmig` as `smartmig::policy`; no simulator, solver or trainer here,
 //! so the daemon links none of them.)
 //!
@@ -13,10 +14,12 @@
 //!    file's `draw` says) → the next configuration of every GPU.
 
 pub mod contract;
+pub mod ensemble;
 pub mod features;
 pub mod job;
 pub mod network;
 pub mod onnx_proto;
+pub mod onnx_reader;
 pub mod onnx_writer;
 pub mod provision;
 pub mod runtime;

@@ -10,11 +10,18 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use smartmig_core::mig::{resolve_configurations, Catalogue, Driver};
 
+use super::sim_cmd::{file_tuned, mean_field_start, progress, ScenarioArgs, GUARD_DAYS};
 use super::{print_json, table, CliError, CliResult, Format};
+use anyhow::Context;
+use smartmig_eval::compare::{guard, LayoutSpec, PolicySpec, SMART_MIG};
+use smartmig_eval::tune::tune_static_on;
+use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use smartmig_policy::{
-    onnx_writer, provision, Activation, FeatureLayout, OnnxRuntime, PolicyMetadata, PolicyNetwork,
-    PolicyRuntime, SamplingConfig, Semantics, TransitionTable,
+    ensemble, onnx_reader, onnx_writer, provision, Activation, FeatureLayout, OnnxRuntime, PolicyMetadata,
+    PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, TransitionTable,
 };
+use smartmig_sim::sched::Scheduler;
+use smartmig_sim::workload;
 
 /// Policy commands.
 #[derive(Debug, Subcommand)]
@@ -26,6 +33,9 @@ pub enum PolicyCommand {
     FetchRuntime(FetchArgs),
     /// Write an untrained policy (random weights) with the contract of a GPU model.
     Example(ExampleArgs),
+    /// Average policy files of one contract (e.g. one recipe trained at several seeds) into
+    /// one whose logits are the mean of theirs, and run the deployment guard on it.
+    Average(AverageArgs),
 }
 
 /// `policy inspect`.
@@ -66,12 +76,27 @@ pub struct ExampleArgs {
     pub seed: u64,
 }
 
+/// `policy average`.
+#[derive(Debug, Args)]
+pub struct AverageArgs {
+    /// The policy files to average (two or more, of one contract, semantics and depth).
+    #[arg(required = true, num_args = 2..)]
+    pub members: Vec<PathBuf>,
+    /// Where to write the average (its guard verdict in its metadata, as `train` writes).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The scenario on whose validation days the guard judges the average.
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+}
+
 /// Runs a policy command.
 pub fn run(cmd: PolicyCommand) -> CliResult {
     match cmd {
         PolicyCommand::Inspect(a) => inspect(a),
         PolicyCommand::FetchRuntime(a) => fetch(a.system),
         PolicyCommand::Example(a) => example(a),
+        PolicyCommand::Average(a) => average(a),
     }
 }
 
@@ -167,6 +192,95 @@ fn example(a: ExampleArgs) -> CliResult {
         a.out.display(),
         dims,
         meta.gpu_model
+    );
+    Ok(())
+}
+
+/// `policy average`: reads every member, builds the average, guards it on the validation
+/// days against static-best (tuned first on the training days when the scenario does not
+/// name one for its overrides) and writes it with the verdict.
+fn average(a: AverageArgs) -> CliResult {
+    let members = a
+        .members
+        .iter()
+        .map(|path| {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("cannot read policy file {}", path.display()))
+                .map_err(CliError::input)?;
+            onnx_reader::read_policy(path, &bytes).map_err(CliError::input)
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    let (net, mut meta) = ensemble::average(&members).map_err(|e| {
+        let files: Vec<String> = a
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("member {i} = {}", p.display()))
+            .collect();
+        CliError::input(anyhow::anyhow!(
+            "cannot average the policies: {e} ({})",
+            files.join(", ")
+        ))
+    })?;
+    let sc = a.scenario.load()?;
+    let static_layout = match file_tuned(&sc, &a.scenario, false).static_best {
+        Some((layout, None)) => layout,
+        _ => {
+            eprintln!("static-best: tuning on the training days first (the guard compares with it)");
+            let days = (0..GUARD_DAYS)
+                .map(|d| {
+                    Ok((
+                        TRAIN_SEED_BASE + d,
+                        workload::from_scenario(&sc, TRAIN_SEED_BASE + d, false)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, workload::TraceError>>()
+                .map_err(CliError::input)?;
+            let pb = progress(30, "tune static-best");
+            let layout = tune_static_on(&sc, days, &pb).layout;
+            pb.finish_and_clear();
+            layout
+        }
+    };
+    ensure_runtime()?;
+    // The guard runs the average from a file: an unguarded one, beside the output and
+    // removed afterwards, so that `--out` only ever holds a guarded policy.
+    let dir = match a.out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let unguarded = tempfile::Builder::new()
+        .prefix(".smartmig-average-")
+        .suffix(".onnx")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a file in {}", dir.display()))
+        .map_err(CliError::failure)?;
+    onnx_writer::write(unguarded.path(), &net, &meta).map_err(CliError::failure)?;
+    let candidate = PolicySpec::new(
+        SMART_MIG,
+        Scheduler::Cedf,
+        LayoutSpec::MeanField {
+            model: unguarded.path().to_path_buf(),
+            initial: mean_field_start(&sc),
+            stay_threshold: 0.0,
+        },
+    );
+    let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
+    let pb = progress(1, "guard");
+    let verdict = guard(&sc, candidate, &static_layout, seeds).map_err(CliError::input)?;
+    pb.finish_and_clear();
+    meta.guard = Some(verdict.describe());
+    onnx_writer::write(&a.out, &net, &meta).map_err(CliError::failure)?;
+    println!(
+        "wrote {}: the mean of {} policies' logits ({}); guard {}",
+        a.out.display(),
+        members.len(),
+        a.members
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        verdict.describe()
     );
     Ok(())
 }
@@ -436,6 +550,50 @@ fn fmt_time(s: f64) -> String {
 mod tests {
     use super::*;
     use crate::cli::EXIT_INPUT;
+
+    #[test]
+    fn average_writes_a_guarded_wider_policy_and_names_the_member_that_differs() {
+        let dir = tempfile::tempdir().unwrap();
+        let member = |name: &str, gpu: &str, seed: u64| {
+            let out = dir.path().join(name);
+            example(ExampleArgs {
+                out: out.clone(),
+                gpu: gpu.into(),
+                hidden: vec![8],
+                seed,
+            })
+            .unwrap();
+            out
+        };
+        let (a, b) = (member("a.onnx", "a100-40gb", 3), member("b.onnx", "a100-40gb", 4));
+        let out = dir.path().join("avg.onnx");
+        let args = |members: Vec<PathBuf>| AverageArgs {
+            members,
+            out: out.clone(),
+            scenario: ScenarioArgs::with_sets(None, Vec::new()),
+        };
+        average(args(vec![a.clone(), b.clone()])).unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        let (net, meta) = onnx_reader::read_policy(&out, &bytes).unwrap();
+        // Both members' hidden units side by side, one shared output.
+        assert_eq!(net.layers[0].out_dim, 16);
+        assert_eq!(net.layers[1].out_dim, 144);
+        let guard = meta.guard.expect("the average carries its guard verdict");
+        assert!(guard.contains("over static-best on validation days"), "{guard}");
+        // Only the output is left: the unguarded file the guard ran is gone.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+
+        let a30 = member("c.onnx", "a30-24gb", 5);
+        let err = average(args(vec![a, a30.clone()])).unwrap_err();
+        assert_eq!(err.code(), EXIT_INPUT);
+        let msg = err.message();
+        assert!(msg.contains("member 1 has another contract"), "{msg}");
+        assert!(msg.contains(&format!("member 1 = {}", a30.display())), "{msg}");
+    }
 
     #[test]
     fn example_then_inspect_works_and_broken_input_is_exit_3() {

@@ -355,8 +355,8 @@ pub struct CompareArgs {
     plot: Option<PathBuf>,
 }
 
-/// Validation days the guard of `compare` uses.
-const GUARD_DAYS: u64 = 16;
+/// Validation days the guard of `compare` (and `policy average`) uses.
+pub(crate) const GUARD_DAYS: u64 = 16;
 
 /// Where the `smartmig` package installs the learned policies.
 pub const SHIPPED_POLICY_DIR: &str = "/usr/share/smartmig/onnx";
@@ -400,7 +400,7 @@ pub(crate) fn smart_mig_model(
 }
 
 /// The layout a learned policy starts from: the scenario's best static layout, else its reference.
-fn mean_field_start(sc: &ResolvedScenario) -> Vec<String> {
+pub(crate) fn mean_field_start(sc: &ResolvedScenario) -> Vec<String> {
     sc.scenario
         .baselines
         .static_best
