@@ -489,7 +489,10 @@ fn sacct_records_the_routed_type_and_limit() {
             "--format=JobID,ReqTRES,AllocTRES,Timelimit,State,Comment",
         ]);
         last = String::from_utf8_lossy(&out.stdout).into_owned();
-        if last.contains("COMPLETED") {
+        // slurmdbd may store the completion before the comment (seen once in CI): wait for
+        // both; a comment that never comes still fails the assertion below.
+        let commented = last.trim().rsplit('|').next().is_some_and(|c| !c.is_empty());
+        if last.contains("COMPLETED") && commented {
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
