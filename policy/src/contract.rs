@@ -47,6 +47,9 @@ pub const KEY_DRAW: &str = "smartmig.draw";
 /// Metadata key (optional): the deployment guard's verdict on validation days, text
 /// starting with `passed` or `failed`; a loader refuses a policy that failed.
 pub const KEY_GUARD: &str = "smartmig.guard";
+/// Metadata key (optional): for an average of trainings (`smartmig policy average`), the
+/// trainings it averages, as text; the training keys then hold member 0's.
+pub const KEY_AVERAGED_FROM: &str = "smartmig.averaged_from";
 /// Metadata key (optional, default `resume`): what a job requeued by a re-layout kept in
 /// the simulations the policy was trained and validated on, `resume` or `restart`
 /// ([`crate::Requeued`]); files written before the key were all validated under `resume`.
@@ -299,6 +302,8 @@ pub struct PolicyMetadata {
     pub guard: Option<String>,
     /// What a requeued job kept in training and validation.
     pub requeued: Requeued,
+    /// For an average of trainings, which ones (the training fields are member 0's).
+    pub averaged_from: Option<String>,
 }
 
 /// Why a policy's metadata is unreadable or does not match what the loader expects.
@@ -400,6 +405,7 @@ impl PolicyMetadata {
             draw: Draw::Sample,
             guard: None,
             requeued,
+            averaged_from: None,
         }
     }
 
@@ -484,6 +490,7 @@ impl PolicyMetadata {
         ]
         .into_iter()
         .chain(self.guard.clone().map(|g| (KEY_GUARD, g)))
+        .chain(self.averaged_from.clone().map(|m| (KEY_AVERAGED_FROM, m)))
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
@@ -538,6 +545,7 @@ impl PolicyMetadata {
                     .ok_or_else(|| bad(KEY_DRAW, &text, "expected `sample` or `apportion`"))?,
             },
             guard: get(KEY_GUARD),
+            averaged_from: get(KEY_AVERAGED_FROM),
             requeued: match get(KEY_REQUEUED) {
                 None => Requeued::Resume,
                 Some(text) => Requeued::parse(text.trim())
@@ -670,6 +678,7 @@ pub(crate) mod tests {
             draw: Draw::Sample,
             guard: None,
             requeued: Requeued::Resume,
+            averaged_from: None,
         }
     }
 
@@ -709,6 +718,7 @@ pub(crate) mod tests {
             draw: Draw::Apportion,
             guard: Some("failed: -0.3% ± 0.2% over static-best".into()),
             requeued: Requeued::Restart,
+            averaged_from: Some("2 trainings of paper.toml: seeds 0, 1".into()),
             ..m.clone()
         };
         assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain.clone()));
@@ -721,12 +731,17 @@ pub(crate) mod tests {
         let old: Vec<(String, String)> = drain
             .to_props()
             .into_iter()
-            .filter(|(k, _)| ![KEY_DRAW, KEY_GUARD, KEY_REQUEUED].contains(&k.as_str()))
+            .filter(|(k, _)| ![KEY_DRAW, KEY_GUARD, KEY_REQUEUED, KEY_AVERAGED_FROM].contains(&k.as_str()))
             .collect();
         let read = PolicyMetadata::from_pairs(&old).unwrap();
         assert_eq!(
-            (read.draw, read.guard_failed(), read.requeued),
-            (Draw::Sample, None, Requeued::Resume)
+            (
+                read.draw,
+                read.guard_failed(),
+                read.requeued,
+                read.averaged_from.as_deref()
+            ),
+            (Draw::Sample, None, Requeued::Resume, None)
         );
         let mut bad_value = m.to_props();
         bad_value.retain(|(k, _)| k != KEY_REQUEUED);

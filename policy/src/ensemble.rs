@@ -119,7 +119,34 @@ pub fn average(
     let net = average_networks(&nets);
     let mut meta = first_meta.clone();
     meta.guard = None;
+    meta.averaged_from = Some(describe_members(members.iter().map(|(_, m)| m)));
     Ok((net, meta))
+}
+
+/// Which trainings an average holds, e.g. `3 trainings of S: seeds 0, 1, 2`; a member
+/// that is itself an average is shown by what it averages.
+fn describe_members<'a>(members: impl ExactSizeIterator<Item = &'a PolicyMetadata>) -> String {
+    let count = members.len();
+    let members: Vec<&PolicyMetadata> = members.collect();
+    let one_scenario = members
+        .iter()
+        .all(|m| m.averaged_from.is_none() && m.training_scenario == members[0].training_scenario);
+    if one_scenario {
+        let seeds: Vec<String> = members.iter().map(|m| m.training_seed.to_string()).collect();
+        return format!(
+            "{count} trainings of {}: seeds {}",
+            members[0].training_scenario,
+            seeds.join(", ")
+        );
+    }
+    let each: Vec<String> = members
+        .iter()
+        .map(|m| match &m.averaged_from {
+            Some(inner) => format!("(average of {inner})"),
+            None => format!("{} seed {}", m.training_scenario, m.training_seed),
+        })
+        .collect();
+    format!("{count} policies: {}", each.join("; "))
 }
 
 /// The block construction of the module doc; the members are already checked to chain.
@@ -207,7 +234,14 @@ mod tests {
         ];
         let (avg, meta) = average(&members).unwrap();
         assert_eq!(avg.validate(), Ok((34, 12)));
-        assert_eq!(meta, sample_metadata());
+        let averaged_from = Some("3 trainings of etc/scenarios/paper-a100x8.toml: seeds 42, 42, 42".into());
+        assert_eq!(
+            meta,
+            PolicyMetadata {
+                averaged_from,
+                ..sample_metadata()
+            }
+        );
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let batch = 5;
         let x: Vec<f32> = (0..batch * 34).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -229,6 +263,27 @@ mod tests {
         let x = vec![0.25f32; 34];
         let (a, b) = (avg.forward(&x, 1).unwrap(), m.0.forward(&x, 1).unwrap());
         assert!(a.iter().zip(&b).all(|(a, b)| (a - b).abs() < 1e-5));
+    }
+
+    #[test]
+    fn an_average_names_the_trainings_it_holds_also_when_nested() {
+        let seeded = |seed, scenario: &str| {
+            let mut m = member(&[34, 8, 144], seed);
+            m.1.training_seed = seed;
+            m.1.training_scenario = scenario.into();
+            m
+        };
+        let (pair, pair_meta) = average(&[seeded(0, "a.toml"), seeded(1, "a.toml")]).unwrap();
+        assert_eq!(pair_meta.training_seed, 0, "the training keys stay member 0's");
+        assert_eq!(
+            pair_meta.averaged_from.as_deref(),
+            Some("2 trainings of a.toml: seeds 0, 1")
+        );
+        let (_, meta) = average(&[(pair, pair_meta), seeded(7, "b.toml")]).unwrap();
+        assert_eq!(
+            meta.averaged_from.as_deref(),
+            Some("2 policies: (average of 2 trainings of a.toml: seeds 0, 1); b.toml seed 7")
+        );
     }
 
     #[test]

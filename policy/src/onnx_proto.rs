@@ -175,15 +175,26 @@ pub enum MetadataError {
 
 /// The contract metadata of policy file `path` (its `bytes`), read without ONNX Runtime.
 pub fn read_metadata(path: &std::path::Path, bytes: &[u8]) -> Result<crate::PolicyMetadata, MetadataError> {
+    decode_policy(path, bytes).map(|(_, meta)| meta)
+}
+
+/// The decoded model of policy file `path` (its `bytes`) and its contract metadata.
+pub fn decode_policy(
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> Result<(ModelProto, crate::PolicyMetadata), MetadataError> {
     use prost::Message as _;
     let model = ModelProto::decode(bytes).map_err(|source| MetadataError::NotOnnx {
         path: path.to_path_buf(),
         source,
     })?;
-    crate::PolicyMetadata::from_pairs(&model.metadata_pairs()).map_err(|source| MetadataError::Contract {
-        path: path.to_path_buf(),
-        source,
-    })
+    let meta = crate::PolicyMetadata::from_pairs(&model.metadata_pairs()).map_err(|source| {
+        MetadataError::Contract {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok((model, meta))
 }
 
 impl ModelProto {

@@ -5,32 +5,18 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use prost::Message;
 use thiserror::Error;
 
 use super::contract::{PolicyMetadata, INPUT_NAME};
 use super::network::{Activation, Dense, NetworkError, PolicyNetwork};
-use super::onnx_proto::{ModelProto, NodeProto, TensorProto, DT_FLOAT};
+use super::onnx_proto::{decode_policy, MetadataError, ModelProto, NodeProto, TensorProto, DT_FLOAT};
 
 /// Why a policy file's network cannot be read back.
 #[derive(Debug, Error)]
 pub enum ReadError {
-    /// Not an ONNX model at all.
-    #[error("{} is not an ONNX model: {source}", path.display())]
-    NotOnnx {
-        /// The file.
-        path: PathBuf,
-        /// The protobuf error.
-        source: prost::DecodeError,
-    },
-    /// Its metadata is not a policy's.
-    #[error("{} breaks the policy contract: {source}", path.display())]
-    Contract {
-        /// The file.
-        path: PathBuf,
-        /// What the contract check found.
-        source: crate::ContractError,
-    },
+    /// Not an ONNX model, or its metadata is not a policy's.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
     /// A graph smartmig does not write (another exporter, or a hand-edited file).
     #[error("{} has a graph smartmig did not write: {what}", path.display())]
     Graph {
@@ -51,14 +37,7 @@ pub enum ReadError {
 
 /// The network and the metadata of policy file `path` (its `bytes`).
 pub fn read_policy(path: &Path, bytes: &[u8]) -> Result<(PolicyNetwork, PolicyMetadata), ReadError> {
-    let model = ModelProto::decode(bytes).map_err(|source| ReadError::NotOnnx {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let meta = PolicyMetadata::from_pairs(&model.metadata_pairs()).map_err(|source| ReadError::Contract {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let (model, meta) = decode_policy(path, bytes)?;
     let graph_error = |what: String| ReadError::Graph {
         path: path.to_path_buf(),
         what,
@@ -194,6 +173,7 @@ mod tests {
     use super::*;
     use crate::contract::tests::sample_metadata;
     use crate::onnx_writer::{model_proto, to_bytes};
+    use prost::Message as _;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
@@ -218,7 +198,7 @@ mod tests {
         let path = Path::new("p.onnx");
         assert!(matches!(
             read_policy(path, b"not a model"),
-            Err(ReadError::NotOnnx { .. })
+            Err(ReadError::Metadata(MetadataError::NotOnnx { .. }))
         ));
 
         let mut model = model_proto(&net, &meta).unwrap();
@@ -237,7 +217,7 @@ mod tests {
         model.metadata_props.clear();
         assert!(matches!(
             read_policy(path, &model.encode_to_vec()),
-            Err(ReadError::Contract { .. })
+            Err(ReadError::Metadata(MetadataError::Contract { .. }))
         ));
     }
 }

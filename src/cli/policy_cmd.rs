@@ -11,6 +11,7 @@ use serde::Serialize;
 use smartmig_core::mig::{resolve_configurations, Catalogue, Driver};
 
 use super::sim_cmd::{file_tuned, mean_field_start, progress, ScenarioArgs, GUARD_DAYS};
+use super::tune_cmd::TUNING_DAYS;
 use super::{print_json, table, CliError, CliResult, Format};
 use anyhow::Context;
 use smartmig_eval::compare::{guard, LayoutSpec, PolicySpec, SMART_MIG};
@@ -227,7 +228,7 @@ fn average(a: AverageArgs) -> CliResult {
         Some((layout, None)) => layout,
         _ => {
             eprintln!("static-best: tuning on the training days first (the guard compares with it)");
-            let days = (0..GUARD_DAYS)
+            let days = (0..u64::from(TUNING_DAYS))
                 .map(|d| {
                     Ok((
                         TRAIN_SEED_BASE + d,
@@ -322,6 +323,7 @@ struct InspectReport {
     top_k: u32,
     training_scenario: String,
     training_seed: u64,
+    averaged_from: Option<String>,
     semantics: &'static str,
     draw: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -385,6 +387,7 @@ fn inspect(a: InspectArgs) -> CliResult {
         top_k: meta.top_k,
         training_scenario: meta.training_scenario.clone(),
         training_seed: meta.training_seed,
+        averaged_from: meta.averaged_from.clone(),
         semantics: meta.semantics.as_str(),
         draw: meta.draw.as_str(),
         guard: meta.guard.clone(),
@@ -427,10 +430,13 @@ fn print_report(r: &InspectReport) {
     if let Some(g) = &r.guard {
         println!("  guard            {g}");
     }
-    println!(
-        "  trained on       {} (seed {}), requeued jobs {}",
-        r.training_scenario, r.training_seed, r.requeued
-    );
+    match &r.averaged_from {
+        Some(members) => println!("  average of       {members}, requeued jobs {}", r.requeued),
+        None => println!(
+            "  trained on       {} (seed {}), requeued jobs {}",
+            r.training_scenario, r.training_seed, r.requeued
+        ),
+    }
     println!("  ONNX Runtime     {}", r.onnxruntime);
     println!(
         "\nDecision on an all-zero feature vector (top-{}, renormalised):",
@@ -580,6 +586,10 @@ mod tests {
         assert_eq!(net.layers[1].out_dim, 144);
         let guard = meta.guard.expect("the average carries its guard verdict");
         assert!(guard.contains("over static-best on validation days"), "{guard}");
+        assert_eq!(
+            meta.averaged_from.as_deref(),
+            Some("2 trainings of untrained (random weights): seeds 3, 4")
+        );
         // Only the output is left: the unguarded file the guard ran is gone.
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -105,6 +105,10 @@ fn check_write(args: &ScenarioArgs, trace: &TraceArgs, repartitions: bool) -> Re
     Ok(())
 }
 
+/// Training days `tune-static` and `tune-periodic` search on by default, and `policy
+/// average` tunes static-best on when the scenario file has none.
+pub(crate) const TUNING_DAYS: u32 = 16;
+
 /// The training days: a trace's days, or generated for the seeds (default: `default`
 /// days from seed 1).
 fn training_days(
@@ -129,7 +133,7 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
     if a.write {
         check_write(&a.scenario, &a.trace, false)?;
     }
-    let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
+    let (days, train) = training_days(&sc, a.seeds, TUNING_DAYS, &a.trace)?;
     let pb = progress(30, "tune static-best");
     let t = tune_static_on(&sc, train, &pb);
     pb.finish_and_clear();
@@ -268,7 +272,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     if a.write {
         check_write(&a.scenario, &a.trace, true)?;
     }
-    let (days, train) = training_days(&sc, a.seeds, 16, &a.trace)?;
+    let (days, train) = training_days(&sc, a.seeds, TUNING_DAYS, &a.trace)?;
     let trace = matches!(days, Days::Trace { .. });
     let start = match file_tuned(&sc, &a.scenario, trace).static_best {
         Some((layout, None)) => layout,
