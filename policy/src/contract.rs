@@ -48,7 +48,8 @@ pub const KEY_DRAW: &str = "smartmig.draw";
 /// starting with `passed` or `failed`; a loader refuses a policy that failed.
 pub const KEY_GUARD: &str = "smartmig.guard";
 /// Metadata key (optional): for an average of trainings (`smartmig policy average`), the
-/// trainings it averages, as text; the training keys then hold member 0's.
+/// trainings it averages, a JSON list of `{"scenario": …, "seed": …}` (files of 2026-12-05
+/// hold the text `N trainings of S: seeds a, b, …`); the training keys then hold member 0's.
 pub const KEY_AVERAGED_FROM: &str = "smartmig.averaged_from";
 /// Metadata key (optional, default `resume`): what a job requeued by a re-layout kept in
 /// the simulations the policy was trained and validated on, `resume` or `restart`
@@ -303,7 +304,88 @@ pub struct PolicyMetadata {
     /// What a requeued job kept in training and validation.
     pub requeued: Requeued,
     /// For an average of trainings, which ones (the training fields are member 0's).
-    pub averaged_from: Option<String>,
+    pub averaged_from: Option<Trainings>,
+}
+
+/// One training of a policy: its scenario and seed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainingRef {
+    /// Training scenario (name or file).
+    pub scenario: String,
+    /// Training seed.
+    pub seed: u64,
+}
+
+/// The trainings an average holds, in the order of its members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Trainings(pub Vec<TrainingRef>);
+
+impl Trainings {
+    /// The value of [`KEY_AVERAGED_FROM`].
+    fn to_value(&self) -> String {
+        // Serialising strings and integers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads [`KEY_AVERAGED_FROM`]: the JSON list, or the text the first averages were
+    /// written with, `N trainings of S: seeds a, b, …`.
+    fn parse(text: &str) -> Result<Trainings, String> {
+        let list = if text.trim_start().starts_with('[') {
+            serde_json::from_str::<Vec<TrainingRef>>(text).map_err(|e| e.to_string())?
+        } else {
+            Self::parse_text(text).ok_or("expected a JSON list of {\"scenario\", \"seed\"}")?
+        };
+        if list.len() < 2 {
+            return Err(format!(
+                "an average holds at least two trainings, this names {}",
+                list.len()
+            ));
+        }
+        Ok(Trainings(list))
+    }
+
+    fn parse_text(text: &str) -> Option<Vec<TrainingRef>> {
+        let (count, rest) = text.split_once(" trainings of ")?;
+        let (scenario, seeds) = rest.rsplit_once(": seeds ")?;
+        let list = seeds
+            .split(", ")
+            .map(|seed| {
+                Some(TrainingRef {
+                    scenario: scenario.to_string(),
+                    seed: seed.parse().ok()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        (count.parse::<usize>().ok()? == list.len()).then_some(list)
+    }
+}
+
+impl fmt::Display for Trainings {
+    /// `3 trainings of S: seeds 0, 1, 2`, or `2 trainings: S seed 0; T seed 7` when their
+    /// scenarios differ.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = &self.0;
+        let Some(first) = list.first() else {
+            return write!(f, "no trainings");
+        };
+        if list.iter().all(|t| t.scenario == first.scenario) {
+            let seeds: Vec<String> = list.iter().map(|t| t.seed.to_string()).collect();
+            write!(
+                f,
+                "{} trainings of {}: seeds {}",
+                list.len(),
+                first.scenario,
+                seeds.join(", ")
+            )
+        } else {
+            let each: Vec<String> = list
+                .iter()
+                .map(|t| format!("{} seed {}", t.scenario, t.seed))
+                .collect();
+            write!(f, "{} trainings: {}", list.len(), each.join("; "))
+        }
+    }
 }
 
 /// Why a policy's metadata is unreadable or does not match what the loader expects.
@@ -490,7 +572,11 @@ impl PolicyMetadata {
         ]
         .into_iter()
         .chain(self.guard.clone().map(|g| (KEY_GUARD, g)))
-        .chain(self.averaged_from.clone().map(|m| (KEY_AVERAGED_FROM, m)))
+        .chain(
+            self.averaged_from
+                .as_ref()
+                .map(|t| (KEY_AVERAGED_FROM, t.to_value())),
+        )
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
@@ -545,7 +631,9 @@ impl PolicyMetadata {
                     .ok_or_else(|| bad(KEY_DRAW, &text, "expected `sample` or `apportion`"))?,
             },
             guard: get(KEY_GUARD),
-            averaged_from: get(KEY_AVERAGED_FROM),
+            averaged_from: get(KEY_AVERAGED_FROM)
+                .map(|text| Trainings::parse(&text).map_err(|why| bad(KEY_AVERAGED_FROM, &text, &why)))
+                .transpose()?,
             requeued: match get(KEY_REQUEUED) {
                 None => Requeued::Resume,
                 Some(text) => Requeued::parse(text.trim())
@@ -718,7 +806,14 @@ pub(crate) mod tests {
             draw: Draw::Apportion,
             guard: Some("failed: -0.3% ± 0.2% over static-best".into()),
             requeued: Requeued::Restart,
-            averaged_from: Some("2 trainings of paper.toml: seeds 0, 1".into()),
+            averaged_from: Some(Trainings(
+                [("paper.toml", 0), ("paper; night.toml", 1)]
+                    .map(|(scenario, seed)| TrainingRef {
+                        scenario: scenario.into(),
+                        seed,
+                    })
+                    .to_vec(),
+            )),
             ..m.clone()
         };
         assert_eq!(PolicyMetadata::from_pairs(&drain.to_props()), Ok(drain.clone()));
@@ -739,10 +834,38 @@ pub(crate) mod tests {
                 read.draw,
                 read.guard_failed(),
                 read.requeued,
-                read.averaged_from.as_deref()
+                read.averaged_from.clone()
             ),
             (Draw::Sample, None, Requeued::Resume, None)
         );
+        // The first averages named their trainings as text.
+        let first_average = [(
+            KEY_AVERAGED_FROM.to_string(),
+            "3 trainings of paper.toml: seeds 0, 1, 2".to_string(),
+        )];
+        let read = PolicyMetadata::from_pairs(&[m.to_props(), first_average.to_vec()].concat()).unwrap();
+        let seeds: Vec<u64> = read
+            .averaged_from
+            .iter()
+            .flat_map(|t| t.0.iter().map(|t| t.seed))
+            .collect();
+        assert_eq!(seeds, [0, 1, 2]);
+        for (text, why) in [
+            ("3 trainings of paper.toml: seeds 0, 1", "expected a JSON list"),
+            (r#"[{"scenario": "paper.toml", "seed": -1}]"#, "invalid value"),
+            (r#"[{"scenario": "paper.toml", "seed": 1}]"#, "names 1"),
+        ] {
+            let pairs = [
+                m.to_props(),
+                vec![(KEY_AVERAGED_FROM.to_string(), text.to_string())],
+            ]
+            .concat();
+            let e = PolicyMetadata::from_pairs(&pairs).unwrap_err().to_string();
+            assert!(
+                e.contains("smartmig.averaged_from") && e.contains(why),
+                "{text}: {e}"
+            );
+        }
         let mut bad_value = m.to_props();
         bad_value.retain(|(k, _)| k != KEY_REQUEUED);
         bad_value.push((KEY_REQUEUED.into(), "checkpoint".into()));

@@ -8,12 +8,17 @@
 //!
 //! How: the members' hidden layers sit side by side (the first layer stacks their rows,
 //! each later hidden layer is block-diagonal, so each block sees only its own member), and
-//! the last layer sums the blocks scaled by 1/M. The activation is element-wise, so the
-//! blocks never mix: the result computes exactly the mean of the members' logits.
+//! the last layer sums the blocks, each scaled by its share of the trainings. The
+//! activation is element-wise, so the blocks never mix: the result computes exactly the
+//! mean of the trainings' logits.
+//!
+//! A member that is itself an average counts as the trainings it holds, so a fourth
+//! training averaged with an average of three gives the mean of the four (its network as
+//! wide as the four members side by side), not an even split between the two files.
 
 use thiserror::Error;
 
-use super::contract::{ContractError, PolicyMetadata};
+use super::contract::{ContractError, PolicyMetadata, TrainingRef, Trainings};
 use super::network::{Dense, NetworkError, PolicyNetwork};
 
 /// Why policies cannot be averaged.
@@ -52,9 +57,10 @@ pub enum EnsembleError {
     },
 }
 
-/// The network computing the mean of `members`' logits, with member 0's metadata (its
-/// guard dropped: the average must be validated on its own). The members must share their
-/// contract, semantics, draw and decision cadence, their depth and activation.
+/// The network computing the mean of the logits of the trainings `members` hold (a member
+/// that is an average counts as its trainings), with member 0's metadata (its guard dropped:
+/// the average must be validated on its own) naming every training. The members must share
+/// their contract, semantics, draw and decision cadence, their depth and activation.
 pub fn average(
     members: &[(PolicyNetwork, PolicyMetadata)],
 ) -> Result<(PolicyNetwork, PolicyMetadata), EnsembleError> {
@@ -115,65 +121,56 @@ pub fn average(
             return Err(differs(what, found, expected));
         }
     }
-    let nets: Vec<&PolicyNetwork> = members.iter().map(|(n, _)| n).collect();
+    let held: Vec<Vec<TrainingRef>> = members.iter().map(|(_, m)| trainings_held(m)).collect();
+    let total = held.iter().map(Vec::len).sum::<usize>() as f32;
+    let nets: Vec<(&PolicyNetwork, f32)> = members
+        .iter()
+        .zip(&held)
+        .map(|((n, _), h)| (n, h.len() as f32 / total))
+        .collect();
     let net = average_networks(&nets);
     let mut meta = first_meta.clone();
     meta.guard = None;
-    meta.averaged_from = Some(describe_members(members.iter().map(|(_, m)| m)));
+    meta.averaged_from = Some(Trainings(held.into_iter().flatten().collect()));
     Ok((net, meta))
 }
 
-/// Which trainings an average holds, e.g. `3 trainings of S: seeds 0, 1, 2`; a member
-/// that is itself an average is shown by what it averages.
-fn describe_members<'a>(members: impl ExactSizeIterator<Item = &'a PolicyMetadata>) -> String {
-    let count = members.len();
-    let members: Vec<&PolicyMetadata> = members.collect();
-    let one_scenario = members
-        .iter()
-        .all(|m| m.averaged_from.is_none() && m.training_scenario == members[0].training_scenario);
-    if one_scenario {
-        let seeds: Vec<String> = members.iter().map(|m| m.training_seed.to_string()).collect();
-        return format!(
-            "{count} trainings of {}: seeds {}",
-            members[0].training_scenario,
-            seeds.join(", ")
-        );
+/// The trainings a policy holds: those it averages, or its own.
+fn trainings_held(meta: &PolicyMetadata) -> Vec<TrainingRef> {
+    match &meta.averaged_from {
+        Some(Trainings(list)) => list.clone(),
+        None => vec![TrainingRef {
+            scenario: meta.training_scenario.clone(),
+            seed: meta.training_seed,
+        }],
     }
-    let each: Vec<String> = members
-        .iter()
-        .map(|m| match &m.averaged_from {
-            Some(inner) => format!("(average of {inner})"),
-            None => format!("{} seed {}", m.training_scenario, m.training_seed),
-        })
-        .collect();
-    format!("{count} policies: {}", each.join("; "))
 }
 
-/// The block construction of the module doc; the members are already checked to chain.
-fn average_networks(nets: &[&PolicyNetwork]) -> PolicyNetwork {
-    let depth = nets[0].layers.len();
-    let scale = 1.0 / nets.len() as f32;
+/// The block construction of the module doc, each network's output scaled by its weight;
+/// the members are already checked to chain.
+fn average_networks(nets: &[(&PolicyNetwork, f32)]) -> PolicyNetwork {
+    let depth = nets[0].0.layers.len();
     let layers = (0..depth)
         .map(|l| {
             let first = l == 0;
             let last = l + 1 == depth;
-            let members: Vec<&Dense> = nets.iter().map(|n| &n.layers[l]).collect();
+            let members: Vec<(&Dense, f32)> = nets.iter().map(|&(n, w)| (&n.layers[l], w)).collect();
             // The first layer's input and the last layer's output are shared by all members.
             let in_dim = if first {
-                members[0].in_dim
+                members[0].0.in_dim
             } else {
-                members.iter().map(|d| d.in_dim).sum()
+                members.iter().map(|(d, _)| d.in_dim).sum()
             };
             let out_dim = if last {
-                members[0].out_dim
+                members[0].0.out_dim
             } else {
-                members.iter().map(|d| d.out_dim).sum()
+                members.iter().map(|(d, _)| d.out_dim).sum()
             };
             let mut w = vec![0.0f32; in_dim * out_dim];
             let mut b = vec![0.0f32; out_dim];
             let (mut in_off, mut out_off) = (0, 0);
-            for d in members {
-                let s = if last { scale } else { 1.0 };
+            for (d, weight) in members {
+                let s = if last { weight } else { 1.0 };
                 for o in 0..d.out_dim {
                     let row = (out_off + o) * in_dim + in_off;
                     for (x, v) in w[row..row + d.in_dim]
@@ -201,7 +198,7 @@ fn average_networks(nets: &[&PolicyNetwork]) -> PolicyNetwork {
         .collect();
     PolicyNetwork {
         layers,
-        hidden: nets[0].hidden,
+        hidden: nets[0].0.hidden,
     }
 }
 
@@ -234,7 +231,11 @@ mod tests {
         ];
         let (avg, meta) = average(&members).unwrap();
         assert_eq!(avg.validate(), Ok((34, 12)));
-        let averaged_from = Some("3 trainings of etc/scenarios/paper-a100x8.toml: seeds 42, 42, 42".into());
+        let one = TrainingRef {
+            scenario: "etc/scenarios/paper-a100x8.toml".into(),
+            seed: 42,
+        };
+        let averaged_from = Some(Trainings(vec![one; 3]));
         assert_eq!(
             meta,
             PolicyMetadata {
@@ -265,24 +266,42 @@ mod tests {
         assert!(a.iter().zip(&b).all(|(a, b)| (a - b).abs() < 1e-5));
     }
 
+    /// The largest difference between two networks' logits on a few random inputs.
+    fn largest_difference(a: &PolicyNetwork, b: &PolicyNetwork) -> f32 {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let x: Vec<f32> = (0..4 * 34).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (a, b) = (a.forward(&x, 4).unwrap(), b.forward(&x, 4).unwrap());
+        a.iter().zip(&b).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
+    }
+
     #[test]
-    fn an_average_names_the_trainings_it_holds_also_when_nested() {
+    fn an_average_counts_a_member_that_is_an_average_as_the_trainings_it_holds() {
         let seeded = |seed, scenario: &str| {
             let mut m = member(&[34, 8, 144], seed);
             m.1.training_seed = seed;
             m.1.training_scenario = scenario.into();
             m
         };
-        let (pair, pair_meta) = average(&[seeded(0, "a.toml"), seeded(1, "a.toml")]).unwrap();
-        assert_eq!(pair_meta.training_seed, 0, "the training keys stay member 0's");
+        let (s0, s1, s7) = (seeded(0, "a.toml"), seeded(1, "a.toml"), seeded(7, "b.toml"));
+        let pair = average(&[s0.clone(), s1.clone()]).unwrap();
+        assert_eq!(pair.1.training_seed, 0, "the training keys stay member 0's");
         assert_eq!(
-            pair_meta.averaged_from.as_deref(),
+            pair.1.averaged_from.as_ref().map(ToString::to_string).as_deref(),
             Some("2 trainings of a.toml: seeds 0, 1")
         );
-        let (_, meta) = average(&[(pair, pair_meta), seeded(7, "b.toml")]).unwrap();
+        // The pair and a third training: the mean of all three, not half and half.
+        let (nested, meta) = average(&[pair, s7.clone()]).unwrap();
+        let (flat, _) = average(&[s0, s1, s7.clone()]).unwrap();
+        assert!(largest_difference(&nested, &flat) < 1e-5);
+        let (half, _) = average(&[s7.clone(), s7.clone()]).unwrap();
+        assert!(
+            largest_difference(&nested, &half) > 1e-3,
+            "the check can tell them apart"
+        );
+        assert_eq!(nested.layers[0].out_dim, 3 * 8, "three members side by side");
         assert_eq!(
-            meta.averaged_from.as_deref(),
-            Some("2 policies: (average of 2 trainings of a.toml: seeds 0, 1); b.toml seed 7")
+            meta.averaged_from.as_ref().map(ToString::to_string).as_deref(),
+            Some("3 trainings: a.toml seed 0; a.toml seed 1; b.toml seed 7")
         );
     }
 

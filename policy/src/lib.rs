@@ -27,7 +27,7 @@ pub mod sampling;
 
 pub use contract::{
     ContractError, DecisionInterval, FeatureLayout, FeatureLayoutError, PolicyMetadata, TimeOfDay,
-    CONTRACT_VERSION, INPUT_NAME, OUTPUT_NAME,
+    TrainingRef, Trainings, CONTRACT_VERSION, INPUT_NAME, OUTPUT_NAME,
 };
 pub use network::{Activation, Dense, NetworkError, PolicyNetwork};
 pub use onnx_writer::WriteError;

@@ -35,7 +35,8 @@ pub enum PolicyCommand {
     /// Write an untrained policy (random weights) with the contract of a GPU model.
     Example(ExampleArgs),
     /// Average policy files of one contract (e.g. one recipe trained at several seeds) into
-    /// one whose logits are the mean of theirs, and run the deployment guard on it.
+    /// one whose logits are the mean of their trainings' (an average counts as the trainings
+    /// it holds), and run the deployment guard on it.
     Average(AverageArgs),
 }
 
@@ -273,9 +274,11 @@ fn average(a: AverageArgs) -> CliResult {
     meta.guard = Some(verdict.describe());
     onnx_writer::write(&a.out, &net, &meta).map_err(CliError::failure)?;
     println!(
-        "wrote {}: the mean of {} policies' logits ({}); guard {}",
+        "wrote {}: the mean of the logits of {} ({}); guard {}",
         a.out.display(),
-        members.len(),
+        meta.averaged_from
+            .as_ref()
+            .map_or_else(String::new, ToString::to_string),
         a.members
             .iter()
             .map(|p| p.display().to_string())
@@ -387,7 +390,7 @@ fn inspect(a: InspectArgs) -> CliResult {
         top_k: meta.top_k,
         training_scenario: meta.training_scenario.clone(),
         training_seed: meta.training_seed,
-        averaged_from: meta.averaged_from.clone(),
+        averaged_from: meta.averaged_from.as_ref().map(ToString::to_string),
         semantics: meta.semantics.as_str(),
         draw: meta.draw.as_str(),
         guard: meta.guard.clone(),
@@ -587,7 +590,7 @@ mod tests {
         let guard = meta.guard.expect("the average carries its guard verdict");
         assert!(guard.contains("over static-best on validation days"), "{guard}");
         assert_eq!(
-            meta.averaged_from.as_deref(),
+            meta.averaged_from.as_ref().map(ToString::to_string).as_deref(),
             Some("2 trainings of untrained (random weights): seeds 3, 4")
         );
         // Only the output is left: the unguarded file the guard ran is gone.
