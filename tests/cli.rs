@@ -708,6 +708,42 @@ fn onnx_runtime_leaves_no_telemetry_files_behind() {
     );
 }
 
+/// `policy inspect --format json` gives the trainings an average holds as the file stores
+/// them (scenario and seed each), so a script need not parse the table's text.
+#[test]
+fn inspect_json_lists_the_trainings_of_an_average_and_none_for_one_training() {
+    let file = |name: &str| format!("{}/onnx/{name}", env!("CARGO_MANIFEST_DIR"));
+    let average = json(&smartmig(&[
+        "policy",
+        "inspect",
+        &file("energy-capped/a100-40gb-preempt.onnx"),
+        "--format",
+        "json",
+    ]));
+    let held = average["averaged_from"]
+        .as_array()
+        .expect("the shipped energy-capped file is an average: a list of its trainings");
+    assert!(held.len() >= 2, "{held:?}");
+    for t in held {
+        assert!(
+            t["scenario"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("paper-a100x8.toml")),
+            "{t}"
+        );
+        assert!(t["seed"].is_u64(), "{t}");
+    }
+    let single = json(&smartmig(&[
+        "policy",
+        "inspect",
+        &file("a100-40gb-drain.onnx"),
+        "--format",
+        "json",
+    ]));
+    assert!(single.get("averaged_from").is_none(), "{single}");
+    assert!(single["training_seed"].is_u64(), "{single}");
+}
+
 /// docs/model.md's table of configurations is the catalogue's, placement by placement.
 #[test]
 fn the_configurations_table_in_docs_model_md_matches_the_catalogue() {

@@ -334,7 +334,9 @@ impl Trainings {
         let list = if text.trim_start().starts_with('[') {
             serde_json::from_str::<Vec<TrainingRef>>(text).map_err(|e| e.to_string())?
         } else {
-            Self::parse_text(text).ok_or("expected a JSON list of {\"scenario\", \"seed\"}")?
+            Self::parse_text(text).ok_or(
+                "expected a JSON list of {\"scenario\", \"seed\"} or `N trainings of S: seeds a, b, …`",
+            )?
         };
         if list.len() < 2 {
             return Err(format!(
@@ -851,7 +853,10 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(seeds, [0, 1, 2]);
         for (text, why) in [
-            ("3 trainings of paper.toml: seeds 0, 1", "expected a JSON list"),
+            (
+                "3 trainings of paper.toml: seeds 0, 1",
+                "or `N trainings of S: seeds a, b, …`",
+            ),
             (r#"[{"scenario": "paper.toml", "seed": -1}]"#, "invalid value"),
             (r#"[{"scenario": "paper.toml", "seed": 1}]"#, "names 1"),
         ] {

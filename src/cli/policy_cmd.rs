@@ -19,7 +19,7 @@ use smartmig_eval::tune::tune_static_on;
 use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use smartmig_policy::{
     ensemble, onnx_reader, onnx_writer, provision, Activation, FeatureLayout, OnnxRuntime, PolicyMetadata,
-    PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, TransitionTable,
+    PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, Trainings, TransitionTable,
 };
 use smartmig_sim::sched::Scheduler;
 use smartmig_sim::workload;
@@ -326,7 +326,9 @@ struct InspectReport {
     top_k: u32,
     training_scenario: String,
     training_seed: u64,
-    averaged_from: Option<String>,
+    /// The trainings an average holds, as the file stores them (scenario and seed each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    averaged_from: Option<Trainings>,
     semantics: &'static str,
     draw: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -390,7 +392,7 @@ fn inspect(a: InspectArgs) -> CliResult {
         top_k: meta.top_k,
         training_scenario: meta.training_scenario.clone(),
         training_seed: meta.training_seed,
-        averaged_from: meta.averaged_from.as_ref().map(ToString::to_string),
+        averaged_from: meta.averaged_from.clone(),
         semantics: meta.semantics.as_str(),
         draw: meta.draw.as_str(),
         guard: meta.guard.clone(),
