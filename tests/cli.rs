@@ -1029,7 +1029,7 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     assert!(
         e.contains("drain.toml runs smartmigd under other limits")
             && e.contains("repartition.semantics=\"drain\"")
-            && e.contains("repartition.index_rule=\"padded\""),
+            && e.contains("repartition.index_rule=\"padded-assigned\""),
         "{e}"
     );
     assert_eq!(

@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the messages below; a reader refuses any other (3: `Desired::padding`).
-pub const CHANNEL_VERSION: u32 = 3;
+/// Version of the messages below; a reader refuses any other (3: `Desired::padding`; 4:
+/// `Desired::order` and `Report::gres_order`, without which a reader would take a padded
+/// node's devices for GPU and placement order).
+pub const CHANNEL_VERSION: u32 = 4;
 
 /// The key of `Extra` and `Comment` (JSON objects) under which smartmig keeps its message.
 pub const KEY: &str = "smartmig";
@@ -75,6 +77,22 @@ pub struct Desired {
     /// the staged gres.conf fills every block with padding records. Empty: no padding.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub padding: BTreeMap<String, u32>,
+    /// `Apply`, with padding: the node's devices afterwards in the order the staged
+    /// gres.conf lists them ([`device_ref`] each), which keeps each device's position
+    /// within its type (`smartmig_core::mig::device_order`). Empty: GPU and placement order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<String>,
+}
+
+/// A device of a node as an order names it: `GPU:instance` (`0:3g.20gb@4`).
+pub fn device_ref(gpu: u32, instance: &str) -> String {
+    format!("{gpu}:{instance}")
+}
+
+/// The GPU index and instance of a [`device_ref`], None when it is not one.
+pub fn parse_device_ref(text: &str) -> Option<(u32, &str)> {
+    let (gpu, instance) = text.split_once(':')?;
+    Some((gpu.parse().ok()?, instance))
 }
 
 impl Desired {
@@ -88,6 +106,7 @@ impl Desired {
             stop_slurmd: false,
             slurmd_budget_s: 0.0,
             padding: BTreeMap::new(),
+            order: Vec::new(),
         }
     }
 }
@@ -134,6 +153,11 @@ pub struct Report {
     /// Why the GPUs could not be read (the central role then trusts nothing in `gpus`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_error: Option<String>,
+    /// The node's devices in the order its installed gres.conf block lists them
+    /// ([`device_ref`] each), which is the order Slurm numbers them in within each type;
+    /// empty when the block records none (GPU and placement order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gres_order: Vec<String>,
     /// Whether the node's slurmd is running.
     pub slurmd_running: bool,
     /// What the agent's watchdog did on its own, if anything (slurmd stopped too long).

@@ -207,8 +207,9 @@ fn idx(c: &Cluster, job: u32) -> usize {
 }
 
 /// The device (GPU position, instance) Slurm's `IDX` for running job `job` on `node` names,
-/// by the central role's reading of the node's `Gres` and `layouts` (`|` between GPUs);
-/// the job runs on a `ty`.
+/// by the central role's reading of the node's `Gres`, `layouts` (`|` between GPUs) and the
+/// device order the agent recorded in the node's gres.conf block (none: GPU and placement
+/// order); the job runs on a `ty`.
 fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str, ty: &str) -> (usize, String) {
     let idx = idx(c, job);
     let m = common::a100();
@@ -225,10 +226,55 @@ fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str, ty: &str) -> (usi
         .zip(&names)
         .map(|(l, n)| (l, n.as_slice()))
         .collect();
-    let order = smartmigd::central::view::slurm_index_order(&node_field(c, node, "Gres"), &pairs).unwrap();
+    let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{node}.conf"))).unwrap();
+    let within: Vec<(usize, smartmig_core::mig::Instance)> =
+        smartmigd::node::gres::recorded_order(&conf, node)
+            .iter()
+            .map(|r| {
+                let (gpu, label) = smartmigd::channel::parse_device_ref(r).unwrap();
+                let l = &parsed[gpu as usize];
+                let inst = l
+                    .instances()
+                    .iter()
+                    .find(|i| smartmig_core::mig::layout::display_instance(&m, i) == label)
+                    .unwrap_or_else(|| panic!("{r} is not in {layouts}"));
+                (gpu as usize, *inst)
+            })
+            .collect();
+    let order =
+        smartmigd::central::view::slurm_index_order(&node_field(c, node, "Gres"), &pairs, &within).unwrap();
     let (gpu, inst) = order[idx].expect("a MIG device");
     assert_eq!(m.profiles[inst.profile].name, ty, "IDX {idx} names another type");
     (gpu, smartmig_core::mig::layout::display_instance(&m, &inst))
+}
+
+/// The device file slurmd gives a job holding `IDX` `idx` on `node`, as slurmd logged its
+/// devices, in index order, when it last loaded gres.conf (`DebugFlags=Gres` at `verbose`:
+/// `GRES: gpu device number N(PATH):...`); `count` is the node's GPU device count.
+fn slurmd_file(c: &Cluster, node: &str, count: usize, idx: usize) -> String {
+    let log = std::fs::read_to_string(c.dir.join(format!("log/slurmd-{node}.log"))).unwrap();
+    let listed: Vec<&str> = log
+        .lines()
+        .filter_map(|l| {
+            l.split_once("gpu device number ")?
+                .1
+                .split_once('(')?
+                .1
+                .split_once(')')
+        })
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        listed.len() >= count,
+        "slurmd listed {} devices: {log}",
+        listed.len()
+    );
+    listed[listed.len() - count + idx].to_string()
+}
+
+/// The simulated backend's device file of GPU `gpu`'s instance at `start`.
+fn simulated_file(gpu: usize, start: u8) -> String {
+    format!("nvidia{}", gpu * 8 + usize::from(start))
 }
 
 /// The site's own lines of a node's gres.conf, and its non-MIG GRES in slurm.conf.
@@ -359,6 +405,7 @@ fn slurm_numbers_devices_in_the_order_of_the_nodes_gres_as_the_central_role_read
     let order = smartmigd::central::view::slurm_index_order(
         &node_field(&c, &n0, "Gres"),
         &[(&layout, names.as_slice())],
+        &[],
     )
     .unwrap();
     let computed: BTreeMap<u32, String> = order
@@ -782,4 +829,124 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     );
     assert_eq!(total(&nodes[0]), 28);
     assert_eq!(c.job(keep).get("JobState").map(String::as_str), Some("RUNNING"));
+}
+
+/// With padding, gres.conf keeps each device's position within its type across re-layouts
+/// (`smartmig_core::mig::device_order`): three jobs run on node 0's three 3g.20gb, and
+/// GPU 0 goes c2 → c5, adding a 3g.20gb@0 that GPU and placement order would put before
+/// all of them (so the change would wait for them). Kept in place, the new instance takes
+/// the fourth position, the change is made under the running jobs, and each job's index
+/// still names its instance: by the central role's reading, and by slurmd's own listing of
+/// its devices in index order (`DebugFlags=Gres`), before and after.
+#[test]
+fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices_and_devices() {
+    skip_unless_netns!();
+    let mut opts = two_nodes();
+    opts.extra_conf = "SlurmdDebug=verbose\nDebugFlags=Gres\n".into();
+    let mut c = Cluster::start(&opts);
+    let nodes = c.nodes.clone();
+    let g0 = start_agent_on(&mut c, 0, Kind::Simulated, &[C2, C2], &[]);
+    let _g1 = start_agent_on(&mut c, 1, Kind::Simulated, &[C1], &[]);
+    common::wait_announced(&c);
+    let padded = |policy| {
+        common::central_config_with(
+            &c,
+            &Policy::Static(policy),
+            "run/snapshot.json",
+            "padding = true\n",
+        )
+    };
+    let back_in_service = |c: &Cluster| {
+        for n in &nodes {
+            c.wait_for("the node back in service", Duration::from_secs(30), |c| {
+                !c.node_state(n).contains("DRAIN") && !c.node_state(n).contains("DOWN")
+            });
+        }
+    };
+    let conf =
+        |c: &Cluster| std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", nodes[0]))).unwrap();
+
+    // Idle: node 0's GPU 1 goes to c5 (node 1 to c2) and both nodes are padded. The new
+    // 3g.20gb@0 of GPU 1 is written after the node's two 3g.20gb@4, which keep their places.
+    let out = run_central(&c, &padded("\"c2\", \"c5\""), &[]);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    back_in_service(&c);
+    assert_eq!(g0.layouts(), format!("{C2} | {C5}"));
+    assert!(
+        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@4 1:3g.20gb@0 0:4g.20gb@0\n"),
+        "{}",
+        conf(&c)
+    );
+    let count: usize = smartmigd::slurm::parse_gres(&node_field(&c, &nodes[0], "Gres"), "Gres")
+        .unwrap()
+        .iter()
+        .map(|e| e.count as usize)
+        .sum();
+    assert_eq!(count, 28, "two A100s' blocks");
+
+    // A job on each of node 0's 3g.20gb: Slurm's index, the device smartmig reads it as,
+    // and the device file slurmd gives the job agree.
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        let (j, _) = c
+            .sbatch(&["-w", &nodes[0], "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+            .unwrap();
+        c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
+        jobs.push(j);
+    }
+    let seen = |c: &Cluster, j: u32| {
+        let device = device_of(c, j, &nodes[0], &g0.layouts(), "3g.20gb");
+        let start: u8 = device.1.rsplit('@').next().unwrap().parse().unwrap();
+        let file = slurmd_file(c, &nodes[0], count, idx(c, j));
+        assert!(
+            file.ends_with(&format!("/{}", simulated_file(device.0, start))),
+            "job {j}: IDX {} is {file} to slurmd, {device:?} to smartmig",
+            idx(c, j)
+        );
+        (idx(c, j), device, file)
+    };
+    let before: Vec<_> = jobs.iter().map(|&j| seen(&c, j)).collect();
+    let mut devices: Vec<_> = before.iter().map(|b| b.1.clone()).collect();
+    devices.sort();
+    assert_eq!(
+        devices,
+        [
+            (0, "3g.20gb@4".to_string()),
+            (1, "3g.20gb@0".to_string()),
+            (1, "3g.20gb@4".to_string())
+        ]
+    );
+    let started: Vec<String> = jobs
+        .iter()
+        .map(|&j| c.job(j).get("StartTime").cloned().unwrap_or_default())
+        .collect();
+
+    // Node 0's GPU 0 c2 → c5 under the three jobs (its 4g.20gb is idle): GPU and placement
+    // order would give the new 3g.20gb@0 index 0; kept order gives it the fourth place.
+    let out = run_central(&c, &padded("\"c5\", \"c5\""), &[]);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    let status = Status::read(&c.dir.join("central")).unwrap();
+    assert!(status.errors.is_empty(), "{:?}", status.errors);
+    back_in_service(&c);
+    assert_eq!(g0.layouts(), format!("{C5} | {C5}"));
+    assert!(
+        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@4 1:3g.20gb@0 0:3g.20gb@0\n"),
+        "{}",
+        conf(&c)
+    );
+    for ((&j, was), started) in jobs.iter().zip(&before).zip(&started) {
+        assert_ran_throughout(&c, j, started);
+        assert_eq!(
+            &seen(&c, j),
+            was,
+            "job {j} keeps its index, instance and device file"
+        );
+    }
+    // The new instance takes jobs at the fourth index, on its own device file.
+    let (j, _) = c
+        .sbatch(&["-w", &nodes[0], "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+        .unwrap();
+    c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
+    let (_, device, _) = seen(&c, j);
+    assert_eq!(device, (0, "3g.20gb@0".to_string()));
 }

@@ -348,6 +348,7 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish(kind: Kin
                 to: "3g@0 3g@4".into(),
             }],
             padding: Default::default(),
+            order: Vec::new(),
         })
         .unwrap();
     }

@@ -138,6 +138,7 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
             layout: "3g.40gb@4 1g.10gb@0 1g.10gb@1 1g.10gb@2".into(),
         }],
         read_error: None,
+        gres_order: Vec::new(),
         slurmd_running: true,
         watchdog: None,
         at: 1.5,

@@ -12,10 +12,12 @@
 //! `assigned`, where the `Gres` type order and gres.conf's order within a type are
 //! chosen at each re-layout so that busy devices keep their indices whenever some choice
 //! does (not done by smartmigd: it measures what that would be worth), and with padding
-//! records, where every type holds a block of fixed size: `padded` (smartmigd's
-//! `[controller.central] padding = true`: within a type GPU and placement order) and
-//! `padded-assigned` (the order within a type chosen at each re-layout; not built).
+//! records, where every type holds a block of fixed size: `padded` (within a type GPU and
+//! placement order, as smartmigd wrote gres.conf with padding until 2026-12-06) and
+//! `padded-assigned` (each device keeps its position within its type where the type's
+//! count allows: smartmigd's `[controller.central] padding = true`).
 
+use smartmig_core::mig::device_order::{kept_order, position_within_type};
 use smartmig_core::mig::Instance;
 
 use crate::cluster::Cluster;
@@ -335,8 +337,9 @@ impl Numbering {
     /// instances leave), so only a device's position within its type counts. `padded`:
     /// positions in GPU and placement order, as smartmigd's agent writes gres.conf; a busy
     /// device keeps its index when as many devices of its type come before it.
-    /// `padded-assigned`: each busy device still there keeps its position, the others take
-    /// the free positions in GPU and placement order. Returns the order (types in name
+    /// `padded-assigned`: each device still there keeps its position if its type's new
+    /// count allows, the others take the free positions in GPU and placement order
+    /// ([`kept_order`], as smartmigd writes gres.conf with padding). Returns the order (types in name
     /// order) and the busy devices whose position would name another device.
     fn padded(
         &self,
@@ -364,35 +367,13 @@ impl Numbering {
                 .collect();
             return (fixed, moved);
         }
-        let (mut order, mut moved) = (Vec::with_capacity(fixed.len()), Vec::new());
-        let mut rest = fixed.as_slice();
-        while let Some(first) = rest.first() {
-            let r = rank_of(first);
-            let n = rest.iter().take_while(|d| rank_of(d) == r).count();
-            let (devices, tail) = rest.split_at(n);
-            rest = tail;
-            let mut slots: Vec<Option<Device>> = vec![None; n];
-            let mut placed = Vec::new();
-            for &(d, k) in &now.busy {
-                if rank_of(&d) != r || !devices.contains(&d) {
-                    continue;
-                }
-                match slots.get_mut(position(k)) {
-                    Some(slot @ None) => {
-                        *slot = Some(d);
-                        placed.push(d);
-                    }
-                    _ => moved.push(d),
-                }
-            }
-            let mut idle = devices.iter().filter(|d| !placed.contains(d));
-            for slot in &mut slots {
-                if slot.is_none() {
-                    *slot = idle.next().copied();
-                }
-            }
-            order.extend(slots.into_iter().flatten());
-        }
+        let order = kept_order(&now.order, &fixed, rank_of);
+        let moved = now
+            .busy
+            .iter()
+            .filter(|&&(d, k)| position_within_type(&order, &d, rank_of).is_some_and(|p| p != position(k)))
+            .map(|&(d, _)| d)
+            .collect();
         (order, moved)
     }
 

@@ -338,14 +338,16 @@ pub enum IndexRule {
     /// The numbering chosen at each re-layout (type order in `Gres`, gres.conf order
     /// within a type) to keep busy indices whenever one can: not done by smartmigd yet.
     Assigned,
-    /// smartmigd with padding records: every type a block of fixed size in the node's
-    /// `Gres` (padding fills what its instances leave), so the node's GPU count never
-    /// changes (no node drains whole) and a change moves no other type's indices; within
-    /// a type the devices are in GPU and placement order (as the agent writes gres.conf),
-    /// so a busy device keeps its index while as many of its type come before it.
+    /// Padding records: every type a block of fixed size in the node's `Gres` (padding
+    /// fills what its instances leave), so the node's GPU count never changes (no node
+    /// drains whole) and a change moves no other type's indices; within a type the
+    /// devices are in GPU and placement order (as smartmigd wrote gres.conf until
+    /// 2026-12-06), so a busy device keeps its index while as many of its type come
+    /// before it.
     Padded,
-    /// Padding records, and gres.conf's order within a type chosen at each re-layout so
-    /// that each busy device keeps its position where the type still has it.
+    /// smartmigd with padding records (`[controller.central] padding = true`): as
+    /// `padded`, and gres.conf's order within a type kept across re-layouts, so that each
+    /// device keeps its position where its type's new count allows.
     PaddedAssigned,
     /// No rule: what the simulator did before smartmigd kept indices (Slurm may then
     /// hand a running job's device to another job).

@@ -31,7 +31,7 @@ pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Result<Vec<String>, S
         sets.push(format!("repartition.semantics=\"{}\"", s.as_str()));
     }
     let (rule, rule_name) = if central.padding {
-        (IndexRule::Padded, "padded")
+        (IndexRule::PaddedAssigned, "padded-assigned")
     } else {
         (IndexRule::Fixed, "fixed")
     };
@@ -81,7 +81,7 @@ pub fn searched_rules(r: &RepartitionSpec) -> RelayoutRules {
             Semantics::Drain => Mode::Drain,
             Semantics::Preempt => Mode::Preempt,
         },
-        padding: r.index_rule == IndexRule::Padded,
+        padding: r.index_rule.padded(),
         requeued: r.requeued,
         requeue_max_run_s: r.requeue_max_run_s,
         min_relayout_interval_s: r.min_relayout_interval_s,
@@ -123,7 +123,7 @@ mod tests {
             sets,
             [
                 "repartition.semantics=\"drain\"",
-                "repartition.index_rule=\"padded\"",
+                "repartition.index_rule=\"padded-assigned\"",
                 "repartition.min_relayout_interval_s=1800",
                 "repartition.persist_cycles=3",
                 "repartition.max_nodes_per_batch=2",

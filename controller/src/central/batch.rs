@@ -174,6 +174,11 @@ pub struct NodeTxn {
     /// not padded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub padding: BTreeMap<String, u32>,
+    /// With padding, the node's devices afterwards in the order its gres.conf is to list
+    /// them (`Desired::order`), fixed when the node is handed its plan; empty: GPU and
+    /// placement order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<String>,
 }
 
 /// What happened to Slurm's view of the batch.
@@ -351,6 +356,7 @@ mod tests {
                 old_gres: "gpu:7g.40gb:1".into(),
                 lines: vec![],
                 padding: [("3g.20gb".to_string(), 2)].into(),
+                order: vec!["0:3g.20gb@0".into(), "0:3g.20gb@4".into()],
             },
         );
         let ledger = Ledger {

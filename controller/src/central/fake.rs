@@ -67,6 +67,9 @@ pub struct FakeSlurm {
     pub nodes_read_at: Option<u64>,
     /// `version` at the last job-table read.
     pub jobs_read_at: Option<u64>,
+    /// Per node: the device order of the gres.conf its agent staged at Apply and the one
+    /// installed before, as the agent's reports carry them once installed (or reverted).
+    pub gres_orders: BTreeMap<String, (Vec<String>, Vec<String>)>,
 }
 
 fn err(call: &str) -> SlurmError {
@@ -106,6 +109,7 @@ impl FakeSlurm {
             phase: Phase::Start,
             outcome: Outcome::Done,
             gpus,
+            gres_order: Vec::new(),
             read_error: None,
             slurmd_running: true,
             watchdog: None,
@@ -149,6 +153,14 @@ impl FakeSlurm {
         crate::slurm::read_report(&self.nodes[i]).and_then(Result::ok)
     }
 
+    /// Sets node `i`'s report's gres.conf device order, as an agent that wrote it reports it.
+    pub fn set_gres_order(&mut self, i: usize, order: &[&str]) {
+        if let Some(mut r) = self.report_of(i) {
+            r.gres_order = order.iter().map(|s| s.to_string()).collect();
+            self.set_report(i, &r);
+        }
+    }
+
     fn set_report(&mut self, i: usize, r: &Report) {
         self.nodes[i].comment = channel::merge(self.nodes[i].comment.as_deref(), "fake", Some(r)).ok();
     }
@@ -179,6 +191,9 @@ impl FakeSlurm {
             }
             (Phase::Apply, None) => {
                 set_layouts(&mut report, &d, |t| &t.to);
+                let installed = report.gres_order.clone();
+                self.gres_orders
+                    .insert(self.nodes[i].name.clone(), (d.order.clone(), installed));
                 if let Some(p) = &self.block_after_apply {
                     if p.is_file() {
                         std::fs::remove_file(p).expect("the file to block");
@@ -186,10 +201,18 @@ impl FakeSlurm {
                     std::fs::create_dir_all(p.join("blocked")).expect("a test directory");
                 }
             }
-            (Phase::Install, _) => report.slurmd_running = !d.stop_slurmd,
+            (Phase::Install, _) => {
+                report.slurmd_running = !d.stop_slurmd;
+                if let Some((staged, _)) = self.gres_orders.get(&self.nodes[i].name) {
+                    report.gres_order = staged.clone();
+                }
+            }
             (Phase::Start, _) => report.slurmd_running = true,
             (Phase::Revert, _) => {
                 set_layouts(&mut report, &d, |t| &t.from);
+                if let Some((_, before)) = self.gres_orders.remove(&self.nodes[i].name) {
+                    report.gres_order = before;
+                }
                 report.slurmd_running = true;
             }
         }

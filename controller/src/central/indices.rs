@@ -7,12 +7,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use smartmig_core::mig::device_order::kept_order;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Instance, Layout};
 
 use super::padding::{mig_gres, type_counts};
 use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeView, View};
 use super::Central;
+use crate::channel::device_ref;
 use crate::slurm::merge_mig_gres;
 
 /// A busy device whose index a change would give to another device.
@@ -66,9 +68,11 @@ impl Central {
         let now = slurm_index_order(
             &nv.slurm.gres,
             &pairs(gpus.iter().map(|g| &g.layout).collect(), &types_now),
+            &nv.gres_order,
         )?;
         let gres = self.gres_for(nv, &types_after, blocks);
-        let then = slurm_index_order(&gres, &pairs(layout_after.clone(), &types_after))?;
+        let within = self.order_after(view, nv, &layout_after, blocks);
+        let then = slurm_index_order(&gres, &pairs(layout_after.clone(), &types_after), &within)?;
         let mut moved = Vec::new();
         for (p, g) in gpus.iter().enumerate() {
             for (inst, jobs) in g.busy.iter().zip(&g.jobs) {
@@ -98,6 +102,69 @@ impl Central {
             }
         }
         Ok(moved)
+    }
+
+    /// The order within each type of node `nv`'s devices once its GPUs have the layouts
+    /// `after` (one per GPU of the node), as the re-layout writes gres.conf: with padding
+    /// (`blocks` not empty), each device keeps its position within its type where the
+    /// type's new count allows, the new ones fill the positions left
+    /// ([`kept_order`]); without, empty (GPU and placement order).
+    pub(super) fn order_after(
+        &self,
+        view: &View,
+        nv: &NodeView,
+        after: &[&Layout],
+        blocks: &BTreeMap<String, u32>,
+    ) -> Vec<(usize, Instance)> {
+        if blocks.is_empty() {
+            return Vec::new();
+        }
+        let type_of = |&(p, i): &(usize, Instance)| -> &str {
+            let model = &self.resolved.models[view.gpus[nv.gpus[p]].model].model;
+            model.profiles.get(i.profile).map_or("", |p| p.name.as_str())
+        };
+        let devices = |layouts: &[&Layout]| -> Vec<(usize, Instance)> {
+            let mut out: Vec<(usize, Instance)> = layouts
+                .iter()
+                .enumerate()
+                .flat_map(|(p, l)| l.instances().iter().map(move |i| (p, *i)))
+                .collect();
+            out.sort_by(|a, b| {
+                type_of(a)
+                    .cmp(type_of(b))
+                    .then((a.0, a.1.start).cmp(&(b.0, b.1.start)))
+            });
+            out
+        };
+        let now = if nv.gres_order.is_empty() {
+            let layouts: Vec<&Layout> = nv.gpus.iter().map(|&g| &view.gpus[g].layout).collect();
+            devices(&layouts)
+        } else {
+            nv.gres_order.clone()
+        };
+        kept_order(&now, &devices(after), type_of)
+    }
+
+    /// [`Central::order_after`] as a re-layout asks the node's agent to write it
+    /// (`Desired::order`).
+    pub(super) fn order_refs(
+        &self,
+        view: &View,
+        nv: &NodeView,
+        after: &[(usize, &Layout)],
+        blocks: &BTreeMap<String, u32>,
+    ) -> Vec<String> {
+        let (layouts, _) = self.layouts_after(view, nv, after);
+        self.order_after(view, nv, &layouts, blocks)
+            .iter()
+            .map(|&(p, i)| {
+                let g = &view.gpus[nv.gpus[p]];
+                device_ref(
+                    g.index,
+                    &display_instance(&self.resolved.models[g.model].model, &i),
+                )
+            })
+            .collect()
     }
 
     /// The node `Gres` a re-layout of node `nv` to instances of `types` (one list per GPU

@@ -467,6 +467,7 @@ impl Central {
                     old_gres: nv.slurm.gres.clone(),
                     lines,
                     padding: self.blocks(view, nv),
+                    order: Vec::new(),
                 },
             );
         }

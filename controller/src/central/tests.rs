@@ -1509,7 +1509,7 @@ fn devices_are_numbered_in_the_order_of_the_nodes_gres_then_gres_conf_order_skip
         .map(|i| m.profiles[i.profile].name.clone())
         .collect();
     let text = |gres: &str| -> Vec<String> {
-        view::slurm_index_order(gres, &[(&c8, names.as_slice())])
+        view::slurm_index_order(gres, &[(&c8, names.as_slice())], &[])
             .unwrap()
             .iter()
             .map(|d| {
@@ -1534,7 +1534,7 @@ fn devices_are_numbered_in_the_order_of_the_nodes_gres_then_gres_conf_order_skip
         text("gpu:1g.5gb:4,gpu:3g.20gb:1"),
         ["1g.5gb@0", "1g.5gb@1", "1g.5gb@2", "1g.5gb@3", "3g.20gb@4"]
     );
-    let e = view::slurm_index_order("gpu:1g.5gb:3,gpu:3g.20gb:1", &[(&c8, names.as_slice())])
+    let e = view::slurm_index_order("gpu:1g.5gb:3,gpu:3g.20gb:1", &[(&c8, names.as_slice())], &[])
         .unwrap_err()
         .to_string();
     assert!(e.contains("Slurm has 3 1g.5gb, the agent reports 4"), "{e}");
@@ -1684,6 +1684,96 @@ fn with_padding_a_busy_nodes_count_change_goes_ahead_and_an_unpadded_node_is_pad
         "{:?}",
         c.status.decisions
     );
+}
+
+/// Node b with two GPUs in c2, padded: its `Gres` as the padding of two A100s writes it
+/// (the 3g.20gb block starts at index 20, after the 1g.10gb, 1g.5gb and 2g.10gb blocks).
+fn padded_b(dir: &std::path::Path, policy: &str) -> (Resolved, FakeSlurm) {
+    let limits = "min_relayout_interval_s = 0\npersist_cycles = 1\npadding = true\n";
+    let r = resolved_with(dir, policy, limits);
+    let a100 = &r.models[0];
+    let blocks =
+        smartmig_core::mig::padding::blocks((0..2).map(|_| (&a100.model, a100.configurations.as_slice())));
+    let counts: BTreeMap<String, u32> = [("3g.20gb".to_string(), 2), ("4g.20gb".to_string(), 2)].into();
+    let mut s = cluster();
+    s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", C2), ("A100-SXM4-40GB", C2)]);
+    s.nodes[1].gres = smartmig_core::mig::padding::padded_gres(&counts, &blocks).unwrap();
+    (r, s)
+}
+
+#[test]
+fn with_padding_a_new_instance_before_a_busy_one_of_its_type_goes_ahead_and_takes_a_free_position() {
+    let dir = temp("padded-kept");
+    // Job 2 on b's first 3g.20gb (GPU 0's 3g.20gb@4, index 20). b/0 to c5 adds a
+    // 3g.20gb@0 on GPU 0, which GPU and placement order would put at index 20: kept in
+    // place, the job's device stays first and the new one takes the third position.
+    // (The static layout goes round the GPUs a/0, b/0, b/1, c/0: only b/0 changes.)
+    let (r, mut s) = padded_b(
+        &dir,
+        "kind = \"static\"\nstatic_layout = [\"c2\", \"c5\", \"c2\"]",
+    );
+    s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 20);
+    let mut c = central(r, s, Mode::Drain, Recorder::default());
+    let rep = once(&mut c);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert_eq!(action(&c, "b/0"), "applied", "{:?}", c.status.decisions);
+    let report = read_report(&node(&mut c, "b")).unwrap().unwrap();
+    assert_eq!(report.gpus[0].layout, C5);
+    assert_eq!(
+        report.gres_order,
+        ["0:3g.20gb@4", "1:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@0"],
+        "the order the plan carried, as the agent installed it"
+    );
+}
+
+#[test]
+fn a_padded_nodes_running_job_is_placed_by_the_device_order_its_agent_reports() {
+    // b's agent wrote GPU 1's 3g.20gb first: index 20 is GPU 1's 3g.20gb@4, 21 GPU 0's.
+    // b/0 to c1 destroys GPU 0's 3g.20gb@4 (the static layout goes round a/0, b/0, b/1,
+    // c/0: only b/0 changes). With the job at index 20 it goes ahead (the job's device
+    // keeps the first position); at 21 it waits. Read in GPU and placement order, both
+    // would be the other way round, and the second would destroy the job's instance.
+    let order = ["1:3g.20gb@4", "0:3g.20gb@4", "0:4g.20gb@0", "1:4g.20gb@0"];
+    let policy = "kind = \"static\"\nstatic_layout = [\"c2\", \"c1\", \"c2\"]";
+    let b0 = |c: &mut Central| {
+        read_report(&node(c, "b")).unwrap().unwrap().gpus[0]
+            .layout
+            .clone()
+    };
+    for (idx, busy) in [(20, false), (21, true)] {
+        let dir = temp(&format!("padded-read-{idx}"));
+        let (r, mut s) = padded_b(&dir, policy);
+        s.set_gres_order(1, &order);
+        s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", idx);
+        let mut c = central(r, s, Mode::Drain, Recorder::default());
+        let rep = once(&mut c);
+        assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+        if busy {
+            assert!(
+                action(&c, "b/0").starts_with("skip: busy 3g.20gb@4"),
+                "{:?}",
+                c.status.decisions
+            );
+            assert_eq!(b0(&mut c), C2);
+        } else {
+            assert_eq!(action(&c, "b/0"), "applied", "{:?}", c.status.decisions);
+            assert_eq!(b0(&mut c), "7g.40gb@0");
+        }
+    }
+    // An order that does not list the node's devices: no index can be placed, so every
+    // 3g.20gb counts as busy (never wrongly idle).
+    let dir = temp("padded-read-bad");
+    let (r, mut s) = padded_b(&dir, policy);
+    s.set_gres_order(1, &["1:3g.20gb@4", "0:3g.20gb@0"]);
+    s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 20);
+    let mut c = central(r, s, Mode::Drain, Recorder::default());
+    once(&mut c);
+    assert!(
+        action(&c, "b/0").starts_with("skip: busy 3g.20gb@4"),
+        "{:?}",
+        c.status.decisions
+    );
+    assert_eq!(b0(&mut c), C2);
 }
 
 #[test]

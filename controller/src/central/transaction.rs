@@ -270,6 +270,7 @@ impl Central {
         let mut d = Desired::new(b.generation, phase, t.targets.clone());
         if phase == Phase::Apply {
             d.padding = t.padding.clone();
+            d.order = t.order.clone();
         }
         if phase == Phase::Install {
             d.stop_slurmd = self.relayout.stops_slurmd();
@@ -381,6 +382,12 @@ impl Central {
                     }
                     Some(_) => {} // preempt: the requeued jobs release their instances soon
                     None => {
+                        // Drained, with the indices checked on this view: the order that
+                        // keeps them goes with the plan (and into the ledger first).
+                        let order = self.order_now(view, node, &t);
+                        if let Some(t) = b.nodes.get_mut(node) {
+                            t.order = order;
+                        }
                         self.enter(b, node, NodeState::Applying);
                         to_apply.push(node.to_string());
                     }
@@ -553,6 +560,19 @@ impl Central {
         let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
         self.moved(view, nv, &after, &t.padding)
             .map_err(|e| e.to_string())
+    }
+
+    /// The order of node `node`'s devices within each type once `t`'s targets are reached,
+    /// as its gres.conf is to list them ([`Central::order_refs`]; empty without padding or
+    /// when the node cannot be read, which `busy_now` has refused before).
+    fn order_now(&self, view: &View, node: &str, t: &NodeTxn) -> Vec<String> {
+        match self.targets_now(view, node, t) {
+            Ok((nv, after)) => {
+                let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+                self.order_refs(view, nv, &after, &t.padding)
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Node `node` in `view` and `t`'s targets on it: (position in `View::gpus`, layout).

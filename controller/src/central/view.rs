@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use smartmig_core::config::Resolved;
+use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{identify, GpuModel, Instance, Layout, LayoutError};
 
 use super::Untrusted;
-use crate::channel::{ChannelError, Report};
+use crate::channel::{parse_device_ref, ChannelError, Report};
 use crate::slurm::{parse_gres, read_desired, read_report, GresError, JobState, SlurmJob, SlurmNode};
 
 /// Why a node's GPUs cannot be read from its agent's report and Slurm's record; the node
@@ -67,6 +68,10 @@ pub enum CountMismatch {
     /// A type the agent reports and Slurm does not have.
     #[error("Slurm has no {0}, the agent reports some")]
     Missing(String),
+    /// The agent's gres.conf order does not list the devices it reports (a re-layout under
+    /// way).
+    #[error("the agent's gres.conf order does not list the devices it reports")]
+    Order,
     /// The node's GRES does not read.
     #[error(transparent)]
     Gres(#[from] GresError),
@@ -107,6 +112,9 @@ pub struct NodeView {
     pub slurm: SlurmNode,
     /// Its agent's last report.
     pub report: Report,
+    /// Its devices in the order of its gres.conf block, from the report (position in
+    /// `gpus`, instance); empty: GPU and placement order.
+    pub gres_order: Vec<(usize, Instance)>,
     /// Generation of the desired state now in its `Extra` (0: none).
     pub generation: u64,
     /// Positions of its GPUs in [`View::gpus`].
@@ -142,6 +150,7 @@ struct Parsed {
     jobs: Vec<(u32, String)>,
     report: Report,
     gpus: Vec<GpuView>,
+    gres_order: Vec<(usize, Instance)>,
 }
 
 impl Parsed {
@@ -159,13 +168,16 @@ impl Parsed {
         if let Err(e) = report.gpu_set() {
             return Some(Err(Untrusted::Unreadable(e).into()));
         }
-        Some(parse_gpus(resolved, node, &report, jobs).map(|gpus| Parsed {
-            comment: node.comment.clone(),
-            gres_used: node.gres_used.clone(),
-            jobs: jobs.iter().map(|&(j, d)| (j, d.to_string())).collect(),
-            report,
-            gpus,
-        }))
+        Some(
+            parse_gpus(resolved, node, &report, jobs).map(|(gpus, gres_order)| Parsed {
+                comment: node.comment.clone(),
+                gres_used: node.gres_used.clone(),
+                jobs: jobs.iter().map(|&(j, d)| (j, d.to_string())).collect(),
+                report,
+                gpus,
+                gres_order,
+            }),
+        )
     }
 
     /// Whether `node`'s record and running jobs are what this was parsed from.
@@ -208,23 +220,40 @@ pub struct View {
     pub read_at: f64,
 }
 
+/// A device of a node: (position of its GPU among the node's, instance).
+pub type NodeDevice = (usize, Instance);
+
 /// The order in which Slurm numbers a node's GPU devices (`IDX`), as Slurm reports it:
 /// the types in the order of the node's `Gres` (slurmctld numbers them so, whatever order
-/// gres.conf lists them in), and the devices of one type in gres.conf's order, which the
-/// node agent writes GPU by GPU and by placement start (verified with slurmd 22.05 and
-/// mixed-length type names in the e2e tests). `gres` is the node's `Gres`; `layouts` its
-/// GPUs with their instances' type names. Each index is `(gpu position, instance)`, or
-/// None for a device of a type smartmig does not manage (a non-MIG GPU); Err when Slurm's
-/// counts of the managed types differ from the layouts (a re-layout under way).
+/// gres.conf lists them in), and the devices of one type in gres.conf's order (verified
+/// with slurmd 22.05 and mixed-length type names in the e2e tests; with `AutoDetect=off`
+/// slurmd sorts no record). `gres` is the node's `Gres`; `layouts` its GPUs with their
+/// instances' type names; `within` its devices in gres.conf's order (GPU position,
+/// instance), or empty for GPU and placement order (how the node agent writes gres.conf
+/// without padding). Each index is `(gpu position, instance)`, or None for a device of a
+/// type smartmig does not manage (a non-MIG GPU); Err when Slurm's counts of the managed
+/// types differ from the layouts (a re-layout under way), or `within` does not list the
+/// layouts' devices.
 pub fn slurm_index_order(
     gres: &str,
     layouts: &[(&Layout, &[String])],
+    within: &[(usize, Instance)],
 ) -> Result<Vec<Option<(usize, Instance)>>, CountMismatch> {
     let mut by_type: BTreeMap<&str, Vec<(usize, Instance)>> = BTreeMap::new();
     for (g, (layout, names)) in layouts.iter().enumerate() {
         for (i, inst) in layout.instances().iter().enumerate() {
             let name = names.get(i).map_or("", String::as_str);
             by_type.entry(name).or_default().push((g, *inst));
+        }
+    }
+    if !within.is_empty() {
+        let count: usize = by_type.values().map(Vec::len).sum();
+        let listed = |d: &(usize, Instance)| within.iter().position(|w| w == d);
+        if within.len() != count || by_type.values().flatten().any(|d| listed(d).is_none()) {
+            return Err(CountMismatch::Order);
+        }
+        for devices in by_type.values_mut() {
+            devices.sort_by_key(|d| listed(d));
         }
     }
     let mut order = Vec::new();
@@ -336,6 +365,7 @@ impl View {
             view.nodes.push(NodeView {
                 name: name.clone(),
                 report: parsed.report.clone(),
+                gres_order: parsed.gres_order.clone(),
                 generation,
                 gpus: (start..view.gpus.len()).collect(),
                 unrequeueable: take_sorted(&mut unrequeueable, &name),
@@ -422,7 +452,7 @@ fn parse_gpus(
     node: &SlurmNode,
     report: &Report,
     jobs: &[(u32, &str)],
-) -> Result<Vec<GpuView>, NodeReadError> {
+) -> Result<(Vec<GpuView>, Vec<NodeDevice>), NodeReadError> {
     let name = node.name.clone();
     let mut gpus = Vec::new();
     for g in &report.gpus {
@@ -457,7 +487,8 @@ fn parse_gpus(
         .zip(&names)
         .map(|(g, n)| (&g.layout, n.as_slice()))
         .collect();
-    let order = slurm_index_order(&node.gres, &layouts);
+    let within = gres_order(resolved, &gpus, &report.gres_order);
+    let order = slurm_index_order(&node.gres, &layouts, &within);
     drop(layouts);
     let type_of = |gpus: &[GpuView], (gi, inst): (usize, Instance)| -> String {
         let pos = gpus[gi]
@@ -529,5 +560,34 @@ fn parse_gpus(
             }
         }
     }
-    Ok(gpus)
+    Ok((gpus, within))
+}
+
+/// The devices a report's `gres_order` names (`GPU:instance` each), as (position in
+/// `gpus`, instance). A name that is not one of `gpus`' devices stays in the list as a
+/// device no layout has, so that [`slurm_index_order`] refuses the order rather than
+/// number the node by a guess.
+fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> Vec<(usize, Instance)> {
+    const NONE: (usize, Instance) = (
+        usize::MAX,
+        Instance {
+            profile: usize::MAX,
+            start: 0,
+        },
+    );
+    order
+        .iter()
+        .map(|r| {
+            let (index, label) = parse_device_ref(r)?;
+            let p = gpus.iter().position(|g| g.index == index)?;
+            let model = &resolved.models[gpus[p].model].model;
+            let inst = gpus[p]
+                .layout
+                .instances()
+                .iter()
+                .find(|i| display_instance(model, i) == label)?;
+            Some((p, *inst))
+        })
+        .map(|d| d.unwrap_or(NONE))
+        .collect()
 }

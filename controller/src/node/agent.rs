@@ -13,9 +13,9 @@ use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout, Plan, Step};
 use smartmig_gpu::{GpuBackend, GpuState};
 
-use super::journal::{Ending, Journal, Record};
+use super::journal::{Ending, Journal, OpenPlan, Record};
 use super::{gres, NodeChannel, NodeError, NodeRecord, Refusal};
-use crate::channel::{Desired, GpuActual, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
+use crate::channel::{device_ref, Desired, GpuActual, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
 use crate::command;
 
 /// What the agent needs besides its backend and channel.
@@ -101,7 +101,13 @@ impl Agent {
 
     /// Finishes or rolls back a re-layout a previous run left open, and reports it.
     pub fn recover(&mut self) -> Result<Option<Report>, NodeError> {
-        let Some((generation, gpus, padding)) = self.journal.open_plan() else {
+        let Some(OpenPlan {
+            generation,
+            gpus,
+            padding,
+            order,
+        }) = self.journal.open_plan()
+        else {
             return Ok(None);
         };
         log::warn!("re-layout {generation} was interrupted; reconciling the journal with the devices");
@@ -113,7 +119,7 @@ impl Agent {
             Ok(targets) => match self.move_all(&targets, |t| &t.to) {
                 Ok(()) => {
                     log::info!("re-layout {generation}: finished the interrupted plan");
-                    self.finish(generation, &targets, &padding)?
+                    self.finish(generation, &targets, &padding, &order)?
                 }
                 Err(e) => {
                     let why = format!("the interrupted re-layout could not be finished: {e}");
@@ -160,13 +166,24 @@ impl Agent {
             log::info!("GPU {}: restored {}", g.index, g.layout);
             restored.push(g.index);
         }
-        // The padding the file has is the one slurmctld has: write it again.
-        let blocks = match std::fs::read_to_string(&self.cfg.gres_conf) {
-            Ok(t) => gres::recorded_blocks(&t, &self.cfg.node),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+        // The padding and device order the file has are the ones slurmctld has: write them
+        // again (an order that no longer lists the devices, after a reboot that lost some,
+        // gives way to GPU and placement order: no job runs on the node yet).
+        let (blocks, order) = match std::fs::read_to_string(&self.cfg.gres_conf) {
+            Ok(t) => (
+                gres::recorded_blocks(&t, &self.cfg.node),
+                gres::recorded_order(&t, &self.cfg.node),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (BTreeMap::new(), Vec::new()),
             Err(e) => return Err(NodeError::io(&self.cfg.gres_conf, e)),
         };
-        let lines = self.render_lines(&blocks)?;
+        let lines = match self.render_lines(&blocks, &order) {
+            Err(NodeError::Render(e @ gres::RenderError::Order { .. })) => {
+                log::warn!("gres.conf: {e}; writing GPU and placement order");
+                self.render_lines(&blocks, &[])?
+            }
+            other => other?,
+        };
         self.install_lines(&lines, false)?;
         if let Ok(gpus) = self.actual() {
             self.journal.append(Record::Layouts { gpus })?;
@@ -255,15 +272,15 @@ impl Agent {
     }
 
     fn reannounce(&mut self, on_channel: Option<Report>, now: f64) -> Result<Option<Report>, NodeError> {
-        let (gpus, read_error) = match self.actual() {
-            Ok(g) => (g, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
-        };
+        let (gpus, gres_order, read_error) = self.observed();
         let why = match &on_channel {
             None => "the node's report is gone",
             Some(r) if r.read_error != read_error => "the GPUs' readability changed",
             Some(r) if read_error.is_none() && r.gpus != gpus => {
                 "a device's layout differs from the last report"
+            }
+            Some(r) if read_error.is_none() && r.gres_order != gres_order => {
+                "gres.conf's device order differs from the last report"
             }
             Some(_) if now - self.last_at >= self.cfg.announce_interval_s => "periodic",
             Some(_) => return Ok(None),
@@ -275,6 +292,7 @@ impl Agent {
             .unwrap_or_else(|| self.report(0, Phase::Start, Outcome::Done));
         let report = self.publish(Report {
             gpus,
+            gres_order,
             read_error,
             slurmd_running: self.journal.slurmd_running(),
             at: now,
@@ -396,9 +414,12 @@ impl Agent {
             Ok(t) => t,
             Err(e) => return Ok(Outcome::Failed { error: e.to_string() }),
         };
+        if let Err(error) = self.check_order(&targets, d) {
+            return Ok(Outcome::Failed { error });
+        }
         match self.check(&targets) {
             Err(e) => return Ok(Outcome::Failed { error: e.to_string() }),
-            Ok(false) => return self.stage(d.generation, &d.padding),
+            Ok(false) => return self.stage(d.generation, &d.padding, &d.order),
             Ok(true) => {}
         }
         if let Err(e) = self.prepare_padding(&targets, &d.padding) {
@@ -410,9 +431,10 @@ impl Agent {
             generation: d.generation,
             gpus: d.gpus.clone(),
             padding: d.padding.clone(),
+            order: d.order.clone(),
         })?;
         match self.move_all(&targets, |t| &t.to) {
-            Ok(()) => self.finish(d.generation, &targets, &d.padding),
+            Ok(()) => self.finish(d.generation, &targets, &d.padding, &d.order),
             Err(e) => self.roll_back(d.generation, &targets, e.to_string()),
         }
     }
@@ -425,8 +447,9 @@ impl Agent {
         generation: u64,
         targets: &[Target],
         padding: &BTreeMap<String, u32>,
+        order: &[String],
     ) -> Result<Outcome, NodeError> {
-        match self.render_lines(padding) {
+        match self.render_lines(padding, order) {
             Ok(lines) => {
                 self.end(generation, Ending::Done)?;
                 self.journal.append(Record::Staged { generation, lines })?;
@@ -437,9 +460,15 @@ impl Agent {
     }
 
     /// Journals the node's gres.conf lines as the devices are now, padded to `padding`'s
-    /// blocks (their device files made), for `Install`, when no GPU had to change.
-    fn stage(&mut self, generation: u64, padding: &BTreeMap<String, u32>) -> Result<Outcome, NodeError> {
-        match self.render_lines(padding) {
+    /// blocks (their device files made) and in `order`, for `Install`, when no GPU had to
+    /// change.
+    fn stage(
+        &mut self,
+        generation: u64,
+        padding: &BTreeMap<String, u32>,
+        order: &[String],
+    ) -> Result<Outcome, NodeError> {
+        match self.render_lines(padding, order) {
             Ok(lines) => {
                 self.journal.append(Record::Staged { generation, lines })?;
                 Ok(Outcome::Done)
@@ -823,17 +852,63 @@ impl Agent {
             }
         }
         let dir = self.cfg.state_dir.join("pad");
-        let padding = gres::Padding { blocks, dir: &dir };
+        let padding = gres::Padding {
+            blocks,
+            dir: &dir,
+            order: &[],
+        };
         gres::make_padding_files(&padding.devices(&counts)?).map_err(|e| NodeError::io(&dir, e))
     }
 
+    /// With padding, the device order `d` asks for must list the node's devices once the
+    /// targets are reached, each once (checked before any device changes); an order
+    /// without padding is refused too (only padded blocks are written in one).
+    fn check_order(&self, targets: &[Target], d: &Desired) -> Result<(), String> {
+        if d.order.is_empty() {
+            return Ok(());
+        }
+        if d.padding.is_empty() {
+            return Err("a device order without padding blocks; nothing changed".into());
+        }
+        let gpus = self.mig_gpus().map_err(|e| e.to_string())?;
+        let mut after: Vec<String> = Vec::new();
+        for (index, model, st) in &gpus {
+            let layout = targets
+                .iter()
+                .find(|t| t.index == *index)
+                .map_or(&st.layout, |t| &t.to);
+            after.extend(
+                layout
+                    .instances()
+                    .iter()
+                    .map(|i| device_ref(*index, &display_instance(model, i))),
+            );
+        }
+        let mut asked = d.order.clone();
+        after.sort();
+        asked.sort();
+        if asked != after {
+            return Err(format!(
+                "the device order {:?} does not list the node's devices afterwards ({}) once each; nothing changed",
+                d.order,
+                after.join(" ")
+            ));
+        }
+        Ok(())
+    }
+
     /// The node's gres.conf lines for the devices as they are now, with padding records
-    /// filling `blocks` (none when empty); makes the padding device files they name.
-    fn render_lines(&self, blocks: &BTreeMap<String, u32>) -> Result<String, NodeError> {
+    /// filling `blocks` (none when empty) and the devices in `order` (with blocks; empty:
+    /// GPU and placement order); makes the padding device files they name.
+    fn render_lines(&self, blocks: &BTreeMap<String, u32>, order: &[String]) -> Result<String, NodeError> {
         let gpus = self.mig_gpus()?;
         let view: Vec<(u32, &GpuModel, &GpuState)> = gpus.iter().map(|(i, m, s)| (*i, m, s)).collect();
         let dir = self.cfg.state_dir.join("pad");
-        let padding = gres::Padding { blocks, dir: &dir };
+        let padding = gres::Padding {
+            blocks,
+            dir: &dir,
+            order,
+        };
         let lines = gres::render(&self.cfg.node, &view, Some(&padding))?;
         if !blocks.is_empty() {
             gres::make_padding_files(&padding.devices(&gres::instance_counts(&view))?)
@@ -858,23 +933,39 @@ impl Agent {
     /// A report on `generation`/`phase`; a GPU read that fails is a `read_error`, never an
     /// empty GPU list the central role could take for the truth.
     fn report(&self, generation: u64, phase: Phase, outcome: Outcome) -> Report {
-        let (gpus, read_error) = match self.actual() {
-            Ok(g) => (g, None),
-            Err(e) => {
-                log::error!("cannot read the GPUs for the report: {e}");
-                (Vec::new(), Some(e.to_string()))
-            }
-        };
+        let (gpus, gres_order, read_error) = self.observed();
+        if let Some(e) = &read_error {
+            log::error!("cannot read the node for the report: {e}");
+        }
         Report {
             version: CHANNEL_VERSION,
             generation,
             phase,
             outcome,
             gpus,
+            gres_order,
             read_error,
             slurmd_running: self.journal.slurmd_running(),
             watchdog: None,
             at: unix_now(),
+        }
+    }
+
+    /// The node as a report describes it: every MIG GPU's layout and the device order of
+    /// the installed gres.conf block, or why they cannot be read (then neither is given:
+    /// the central role must not place device indices by a guess).
+    fn observed(&self) -> (Vec<GpuActual>, Vec<String>, Option<String>) {
+        let read = self.actual().and_then(|gpus| {
+            let order = match std::fs::read_to_string(&self.cfg.gres_conf) {
+                Ok(t) => gres::recorded_order(&t, &self.cfg.node),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(NodeError::io(&self.cfg.gres_conf, e)),
+            };
+            Ok((gpus, order))
+        });
+        match read {
+            Ok((gpus, order)) => (gpus, order, None),
+            Err(e) => (Vec::new(), Vec::new(), Some(e.to_string())),
         }
     }
 }

@@ -242,6 +242,73 @@ fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again
 }
 
 #[test]
+fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_and_restore_keeps() {
+    let n = Node::new(&["4g@0 3g@4", "4g@0 3g@4"]);
+    std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
+    let mut a = n.agent();
+    let blocks: BTreeMap<String, u32> = [("3g.20gb".to_string(), 4), ("4g.20gb".to_string(), 2)].into();
+    // GPU 0 to c5: its new 3g.20gb@0 goes third, after the two 3g.20gb@4 (kept in place).
+    let order = ["0:3g.20gb@4", "1:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@0"].map(String::from);
+    let apply = |generation: u64, order: &[String]| {
+        let mut d = Desired::new(
+            generation,
+            Phase::Apply,
+            vec![GpuTarget {
+                index: 0,
+                model: "A100-SXM4-40GB".into(),
+                from: "4g.20gb@0 3g.20gb@4".into(),
+                to: "3g.20gb@0 3g.20gb@4".into(),
+            }],
+        );
+        d.padding = blocks.clone();
+        d.order = order.to_vec();
+        d
+    };
+    // An order that leaves out a device is refused before any change.
+    n.spool().write_desired(&apply(1, &order[..3])).unwrap();
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("does not list the node's devices afterwards") && error.ends_with("nothing changed")),
+        "{r:?}"
+    );
+    assert_eq!(n.layout(0), "4g.20gb@0 3g.20gb@4");
+    n.spool().write_desired(&apply(2, &order)).unwrap();
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!(r.outcome, Outcome::Done);
+    assert!(r.gres_order.is_empty(), "staged, not installed: {r:?}");
+    n.desire(2, Phase::Install, &[]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome, r.gres_order.as_slice()), (Outcome::Done, &order[..]));
+    let files = || -> Vec<String> {
+        std::fs::read_to_string(n.path("gres.conf"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains("Type=pad-"))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("File=")))
+            .map(|f| f.rsplit('/').next().unwrap().to_string())
+            .collect()
+    };
+    // The simulated devices are `nvidia<gpu*8 + start>`: the lines follow the order.
+    assert_eq!(files(), ["nvidia4", "nvidia12", "nvidia0", "nvidia8"]);
+    assert_eq!(
+        n.gres_types(),
+        [
+            "3g.20gb",
+            "3g.20gb",
+            "3g.20gb",
+            "4g.20gb",
+            "pad-3g.20gb",
+            "pad-4g.20gb"
+        ]
+    );
+    // After a reboot the order comes from the file itself.
+    drop(a);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    assert_eq!(files(), ["nvidia4", "nvidia12", "nvidia0", "nvidia8"]);
+}
+
+#[test]
 fn a_device_that_differs_from_what_central_saw_is_not_touched() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
@@ -599,6 +666,7 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
                 to: "3g@0 3g@4".into(),
             }],
             padding: Default::default(),
+            order: Vec::new(),
         })
         .unwrap();
     }

@@ -3,15 +3,20 @@
 //! site wrote it (`AutoDetect`, non-MIG GPUs, `Cores=`, shards/MPS, other nodes' lines).
 //!
 //! Slurm keeps a running job's GPUs by *index* into the node's gres.conf records, so the
-//! lines follow a fixed physical order: GPU index, then placement start.
+//! lines follow a fixed physical order: GPU index, then placement start; with padding, the
+//! order the central role sends, which keeps each device's position within its type across
+//! re-layouts (`smartmig_core::mig::device_order`), recorded in the block.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::padding::{self, OverBlock, PAD_DEVICE_MAJOR};
 use smartmig_core::mig::GpuModel;
 use smartmig_gpu::GpuState;
+
+use crate::channel::device_ref;
 
 /// The first line of a node's block.
 pub fn begin_marker(node: &str) -> String {
@@ -50,14 +55,39 @@ pub enum GresConfError {
 /// write the same padding again (after a reboot) from the file alone.
 const PADDING_LINE: &str = "# padding blocks:";
 
+/// The comment line of a block written in a given order: the node's devices in that
+/// order (`GPU:instance` each, `crate::channel::device_ref`), which the agent reads again
+/// to report the order Slurm numbers them in.
+const ORDER_LINE: &str = "# device order:";
+
 /// Padding records to write after a node's MIG lines: each MIG type's block
-/// (`smartmig_core::mig::padding`) and the directory of the padding device files.
+/// (`smartmig_core::mig::padding`), the directory of the padding device files, and the
+/// order of the node's devices.
 #[derive(Debug, Clone)]
 pub struct Padding<'a> {
     /// Each MIG type's block on the node.
     pub blocks: &'a BTreeMap<String, u32>,
     /// Where the padding device files are (`<state_dir>/pad`).
     pub dir: &'a Path,
+    /// The node's devices in the order to write them (`GPU:instance` each); empty: GPU
+    /// and placement order.
+    pub order: &'a [String],
+}
+
+/// Why a node's gres.conf lines cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The instances exceed the padding blocks.
+    #[error("padding: {0}")]
+    Padding(#[from] OverBlock),
+    /// The order asked for does not list the node's devices, each once.
+    #[error("the device order {order:?} does not list the node's devices ({devices}) once each")]
+    Order {
+        /// The order asked for.
+        order: Vec<String>,
+        /// The devices, as the order names them.
+        devices: String,
+    },
 }
 
 /// Padding records of one type a node can hold at most (minor numbers per type).
@@ -116,37 +146,68 @@ pub fn instance_counts(gpus: &[(u32, &GpuModel, &GpuState)]) -> BTreeMap<String,
     counts
 }
 
-/// The lines of a node's MIG GPUs, given in GPU index order (no markers), then, with
-/// `padding`, the padding records that fill each type's block (one device file each: a
-/// record without `File=` beside records with one is fatal to slurmd).
+/// The lines of a node's MIG GPUs (no markers): in GPU index and placement order, or,
+/// with `padding` and its order, in that order after an order line; then, with `padding`,
+/// the padding records that fill each type's block (one device file each: a record
+/// without `File=` beside records with one is fatal to slurmd).
 pub fn render(
     node: &str,
     gpus: &[(u32, &GpuModel, &GpuState)],
     padding: Option<&Padding<'_>>,
-) -> Result<String, OverBlock> {
-    let mut out = String::new();
+) -> Result<String, RenderError> {
     let mut sorted: Vec<&(u32, &GpuModel, &GpuState)> = gpus.iter().collect();
     sorted.sort_by_key(|g| g.0);
-    for (index, model, state) in sorted {
-        let _ = writeln!(out, "# GPU {index}: {}", model.key);
-        let mut devices = state.devices.clone();
-        devices.sort_by_key(|d| d.instance);
-        for d in devices {
+    // Every device: (its GPU, its reference, its line), in GPU and placement order.
+    let mut devices: Vec<(u32, String, String)> = Vec::new();
+    for (index, model, state) in &sorted {
+        let mut own = state.devices.clone();
+        own.sort_by_key(|d| d.instance);
+        for d in own {
             let ty = model
                 .profiles
                 .get(d.instance.profile)
                 .map_or("unknown", |p| p.name.as_str());
             let files: Vec<String> = d.files.iter().map(|f| f.display().to_string()).collect();
             let key = if files.len() == 1 { "File" } else { "MultipleFiles" };
-            // Writing to a String cannot fail.
-            let _ = writeln!(
-                out,
-                "NodeName={node} Name=gpu Type={ty} {key}={}",
-                files.join(",")
-            );
+            devices.push((
+                *index,
+                device_ref(*index, &display_instance(model, &d.instance)),
+                format!("NodeName={node} Name=gpu Type={ty} {key}={}", files.join(",")),
+            ));
         }
     }
-    if let Some(p) = padding.filter(|p| !p.blocks.is_empty()) {
+    let mut out = String::new();
+    let padded = padding.filter(|p| !p.blocks.is_empty());
+    match padded.filter(|p| !p.order.is_empty()) {
+        Some(p) => {
+            let mut wanted: Vec<&String> = p.order.iter().collect();
+            let mut have: Vec<&String> = devices.iter().map(|d| &d.1).collect();
+            wanted.sort();
+            have.sort();
+            if wanted != have {
+                return Err(RenderError::Order {
+                    order: p.order.to_vec(),
+                    devices: have.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "),
+                });
+            }
+            // Writing to a String cannot fail.
+            let _ = writeln!(out, "{ORDER_LINE} {}", p.order.join(" "));
+            for r in p.order {
+                if let Some((_, _, line)) = devices.iter().find(|d| &d.1 == r) {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        }
+        None => {
+            for (index, model, _) in &sorted {
+                let _ = writeln!(out, "# GPU {index}: {}", model.key);
+                for (_, _, line) in devices.iter().filter(|d| d.0 == *index) {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        }
+    }
+    if let Some(p) = padded {
         let devices = p.devices(&instance_counts(gpus))?;
         let spec: Vec<String> = p.blocks.iter().map(|(t, n)| format!("{t}={n}")).collect();
         let _ = writeln!(out, "{PADDING_LINE} {}", spec.join(" "));
@@ -162,16 +223,19 @@ pub fn render(
     Ok(out)
 }
 
+/// The node's devices in the order its block of gres.conf lists them (its `# device
+/// order:` line), empty when the block has none (GPU and placement order) or the node has
+/// no block.
+pub fn recorded_order(text: &str, node: &str) -> Vec<String> {
+    block_line(text, node, ORDER_LINE)
+        .map(|spec| spec.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 /// The padding blocks a node's block of gres.conf records (its `# padding blocks:` line),
 /// empty when it has none or the node has no block.
 pub fn recorded_blocks(text: &str, node: &str) -> BTreeMap<String, u32> {
-    let lines: Vec<&str> = text.lines().collect();
-    let Ok(Some((b, e))) = find_block(&lines, node) else {
-        return BTreeMap::new();
-    };
-    lines[b..e]
-        .iter()
-        .find_map(|l| l.strip_prefix(PADDING_LINE))
+    block_line(text, node, PADDING_LINE)
         .map(|spec| {
             spec.split_whitespace()
                 .filter_map(|w| w.split_once('='))
@@ -179,6 +243,13 @@ pub fn recorded_blocks(text: &str, node: &str) -> BTreeMap<String, u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The rest of the line of node `node`'s block that starts with `prefix`, if any.
+fn block_line<'t>(text: &'t str, node: &str, prefix: &str) -> Option<&'t str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (b, e) = find_block(&lines, node).ok().flatten()?;
+    lines[b..e].iter().find_map(|l| l.strip_prefix(prefix))
 }
 
 /// Makes each padding device file: a character device of major [`PAD_DEVICE_MAJOR`] and
@@ -370,6 +441,82 @@ mod tests {
                 "NodeName=n1 Name=gpu Type=7g.40gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap3",
             ]
         );
+    }
+
+    #[test]
+    fn with_padding_lines_follow_the_order_given_which_the_block_records_and_a_wrong_order_is_refused() {
+        let m = Catalogue::embedded().model("a100-40gb").unwrap().clone();
+        let state = |text: &str, gpu: u32| {
+            let l = Layout::parse(&m, text).unwrap();
+            let devices = l
+                .instances()
+                .iter()
+                .map(|i| MigDevice {
+                    instance: *i,
+                    files: vec![format!("/dev/nvidia{}", gpu * 8 + u32::from(i.start)).into()],
+                })
+                .collect();
+            GpuState {
+                layout: l,
+                without_compute: vec![],
+                busy: vec![],
+                devices,
+            }
+        };
+        let (g0, g1) = (state("3g@0 3g@4", 0), state("4g@0 3g@4", 1));
+        let gpus = [(0, &m, &g0), (1, &m, &g1)];
+        let blocks: BTreeMap<String, u32> = [("3g.20gb".to_string(), 4), ("4g.20gb".to_string(), 2)].into();
+        let dir = Path::new("/pad");
+        let order = ["0:3g.20gb@4", "1:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@0"].map(String::from);
+        let padding = Padding {
+            blocks: &blocks,
+            dir,
+            order: &order,
+        };
+        let text = render("n1", &gpus, Some(&padding)).unwrap();
+        let files: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.contains("Type=pad-"))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("File=")))
+            .collect();
+        assert_eq!(
+            files,
+            ["/dev/nvidia4", "/dev/nvidia12", "/dev/nvidia0", "/dev/nvidia8"]
+        );
+        let conf = merge("", "n1", &text, &types(), false).unwrap();
+        assert_eq!(recorded_order(&conf, "n1"), order);
+        assert_eq!(recorded_order(&conf, "n2"), Vec::<String>::new());
+        // Without an order: GPU and placement order, and none recorded.
+        let plain = Padding {
+            order: &[],
+            ..padding.clone()
+        };
+        let conf = merge(
+            "",
+            "n1",
+            &render("n1", &gpus, Some(&plain)).unwrap(),
+            &types(),
+            false,
+        )
+        .unwrap();
+        assert!(recorded_order(&conf, "n1").is_empty(), "{conf}");
+        // An order that lists a device twice, or one the GPUs do not have, is refused.
+        for bad in [
+            ["0:3g.20gb@4", "0:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@0"],
+            ["0:3g.20gb@4", "1:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@4"],
+        ] {
+            let bad = bad.map(String::from);
+            let e = render(
+                "n1",
+                &gpus,
+                Some(&Padding {
+                    order: &bad,
+                    ..padding.clone()
+                }),
+            )
+            .unwrap_err();
+            assert!(matches!(e, RenderError::Order { .. }), "{e}");
+        }
     }
 
     const SITE: &str = "AutoDetect=nvml\n\

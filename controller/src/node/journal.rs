@@ -32,6 +32,19 @@ pub enum Ending {
     },
 }
 
+/// A re-layout that began and never ended (its `Begin`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenPlan {
+    /// Generation of the desired state.
+    pub generation: u64,
+    /// The GPUs that change.
+    pub gpus: Vec<GpuTarget>,
+    /// The node's padding blocks (empty: none).
+    pub padding: BTreeMap<String, u32>,
+    /// The order of the node's devices in the staged gres.conf (empty: GPU and placement).
+    pub order: Vec<String>,
+}
+
 /// One journal line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rec", rename_all = "kebab-case")]
@@ -45,6 +58,10 @@ pub enum Record {
         /// The node's padding blocks for the gres.conf staged after it (empty: none).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         padding: BTreeMap<String, u32>,
+        /// The order of the node's devices in that gres.conf (`Desired::order`; empty:
+        /// GPU and placement order).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        order: Vec<String>,
     },
     /// A driver call is about to run.
     Step {
@@ -231,8 +248,9 @@ impl Journal {
         Ok(true)
     }
 
-    /// The re-layout that began and never ended: its generation and GPUs.
-    pub fn open_plan(&self) -> Option<(u64, Vec<GpuTarget>, BTreeMap<String, u32>)> {
+    /// The re-layout that began and never ended: its generation, GPUs, padding blocks and
+    /// device order.
+    pub fn open_plan(&self) -> Option<OpenPlan> {
         let begin = self
             .records
             .iter()
@@ -248,7 +266,13 @@ impl Journal {
                 generation,
                 gpus,
                 padding,
-            } => Some((*generation, gpus.clone(), padding.clone())),
+                order,
+            } => Some(OpenPlan {
+                generation: *generation,
+                gpus: gpus.clone(),
+                padding: padding.clone(),
+                order: order.clone(),
+            }),
             _ => None,
         }
     }
@@ -373,6 +397,7 @@ mod tests {
             generation: 4,
             gpus: vec![],
             padding: Default::default(),
+            order: Vec::new(),
         })
         .unwrap();
         j.append(Record::Step {
@@ -388,7 +413,7 @@ mod tests {
             .unwrap();
         f.write_all(b"{\"rec\":\"do").unwrap();
         let j = Journal::open(dir.path()).unwrap();
-        assert_eq!(j.open_plan().map(|p| p.0), Some(4));
+        assert_eq!(j.open_plan().map(|p| p.generation), Some(4));
         assert_eq!(j.next_step(), 2);
         // A whole record whose newline never made it is torn too, in memory as on disk.
         drop(j);
@@ -422,6 +447,7 @@ mod tests {
                 generation: g,
                 gpus: vec![],
                 padding: Default::default(),
+                order: Vec::new(),
             })
             .unwrap();
             j.append(Record::Slurmd {
@@ -486,6 +512,7 @@ mod tests {
             generation: 7,
             gpus: vec![target.clone()],
             padding: Default::default(),
+            order: Vec::new(),
         })
         .unwrap();
         j.append(Record::End {

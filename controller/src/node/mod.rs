@@ -107,6 +107,9 @@ pub enum NodeError {
     /// The node's instances do not fit the padding blocks the central role sent.
     #[error("padding: {0}")]
     Padding(#[from] smartmig_core::mig::padding::OverBlock),
+    /// The node's gres.conf lines cannot be written as asked.
+    #[error(transparent)]
+    Render(#[from] gres::RenderError),
 }
 
 /// Why the agent refuses a re-layout before touching any device.

@@ -105,7 +105,8 @@ pub struct CentralConfig {
     pub partitions: Vec<String>,
     /// Pad each node's MIG types to blocks of fixed size with padding records
     /// (`smartmig_core::mig::padding`), so that a re-layout keeps the node's GPU count and
-    /// the other types' device indices and can change a busy node; the plugin then refuses
+    /// the other types' device indices and can change a busy node (within a type, gres.conf
+    /// keeps each device's position: `smartmig_core::mig::device_order`); the plugin then refuses
     /// untyped GPU requests (they could be given padding) unless it routes them.
     #[serde(default)]
     pub padding: bool,

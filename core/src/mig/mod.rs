@@ -4,6 +4,7 @@
 pub mod assign;
 pub mod catalogue;
 pub mod configuration;
+pub mod device_order;
 pub mod enumerate;
 pub mod layout;
 pub mod mig_parted;
