@@ -728,6 +728,34 @@ fn a_nodes_gres_type_order_is_kept_across_a_relayout_so_a_busy_device_keeps_its_
     common::assert_consistent(&c, &[&s0, &s1], &[job]);
 }
 
+/// The central role's configuration file with `policy` (a static layout) and padding.
+fn padded_config(c: &Cluster, policy: &'static str) -> std::path::PathBuf {
+    common::central_config_with(
+        c,
+        &Policy::Static(policy),
+        "run/snapshot.json",
+        "padding = true\n",
+    )
+}
+
+/// The GPU devices of node `n` in Slurm, padding included.
+fn gpu_total(c: &Cluster, n: &str) -> u32 {
+    smartmigd::slurm::parse_gres(&node_field(c, n, "Gres"), "Gres")
+        .unwrap()
+        .iter()
+        .map(|e| e.count)
+        .sum()
+}
+
+/// Waits until every node of `c` is out of DRAIN and DOWN.
+fn back_in_service(c: &Cluster) {
+    for n in &c.nodes {
+        c.wait_for("the node back in service", Duration::from_secs(30), |c| {
+            !c.node_state(n).contains("DRAIN") && !c.node_state(n).contains("DOWN")
+        });
+    }
+}
+
 /// Padding (`[controller.central] padding = true`): both nodes get padded blocks at a first
 /// re-layout while idle; then, with a job running on one of node 0's 3g.20gb, node 0's
 /// GPU 1 goes c2 → c6, from 2 to 3 instances. Without
@@ -742,30 +770,13 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     let g0 = start_agent_on(&mut c, 0, Kind::Simulated, &[C2, C2], &[]);
     let _g1 = start_agent_on(&mut c, 1, Kind::Simulated, &[C1], &[]);
     common::wait_announced(&c);
-    let total = |n: &str| -> u32 {
-        smartmigd::slurm::parse_gres(&node_field(&c, n, "Gres"), "Gres")
-            .unwrap()
-            .iter()
-            .map(|e| e.count)
-            .sum()
-    };
-    let padded = |policy| {
-        common::central_config_with(
-            &c,
-            &Policy::Static(policy),
-            "run/snapshot.json",
-            "padding = true\n",
-        )
-    };
+    let total = |n: &str| gpu_total(&c, n);
+    let padded = |policy| padded_config(&c, policy);
 
     // Idle: node 0's GPU 0 and node 1 go to c5, and both nodes are padded.
     let out = run_central(&c, &padded("\"c5\", \"c2\""), &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
-    for n in &nodes {
-        c.wait_for("the node back in service", Duration::from_secs(30), |c| {
-            !c.node_state(n).contains("DRAIN") && !c.node_state(n).contains("DOWN")
-        });
-    }
+    back_in_service(&c);
     // An A100 holds 14 devices of blocks (c1..c12): 28 on node 0, 14 on node 1.
     assert_eq!(
         (total(&nodes[0]), total(&nodes[1])),
@@ -848,21 +859,7 @@ fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices
     let g0 = start_agent_on(&mut c, 0, Kind::Simulated, &[C2, C2], &[]);
     let _g1 = start_agent_on(&mut c, 1, Kind::Simulated, &[C1], &[]);
     common::wait_announced(&c);
-    let padded = |policy| {
-        common::central_config_with(
-            &c,
-            &Policy::Static(policy),
-            "run/snapshot.json",
-            "padding = true\n",
-        )
-    };
-    let back_in_service = |c: &Cluster| {
-        for n in &nodes {
-            c.wait_for("the node back in service", Duration::from_secs(30), |c| {
-                !c.node_state(n).contains("DRAIN") && !c.node_state(n).contains("DOWN")
-            });
-        }
-    };
+    let padded = |policy| padded_config(&c, policy);
     let conf =
         |c: &Cluster| std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", nodes[0]))).unwrap();
 
@@ -877,11 +874,7 @@ fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices
         "{}",
         conf(&c)
     );
-    let count: usize = smartmigd::slurm::parse_gres(&node_field(&c, &nodes[0], "Gres"), "Gres")
-        .unwrap()
-        .iter()
-        .map(|e| e.count as usize)
-        .sum();
+    let count = gpu_total(&c, &nodes[0]) as usize;
     assert_eq!(count, 28, "two A100s' blocks");
 
     // A job on each of node 0's 3g.20gb: Slurm's index, the device smartmig reads it as,
