@@ -884,17 +884,7 @@ impl Agent {
                     .map(|i| device_ref(*index, &display_instance(model, i))),
             );
         }
-        let mut asked = d.order.clone();
-        after.sort();
-        asked.sort();
-        if asked != after {
-            return Err(format!(
-                "the device order {:?} does not list the node's devices afterwards ({}) once each; nothing changed",
-                d.order,
-                after.join(" ")
-            ));
-        }
-        Ok(())
+        gres::check_order(&d.order, &after).map_err(|e| format!("{e} afterwards; nothing changed"))
     }
 
     /// The node's gres.conf lines for the devices as they are now, with padding records

@@ -146,6 +146,21 @@ pub fn instance_counts(gpus: &[(u32, &GpuModel, &GpuState)]) -> BTreeMap<String,
     counts
 }
 
+/// Whether `order` lists `devices` (references, [`device_ref`]), each once.
+pub fn check_order(order: &[String], devices: &[String]) -> Result<(), RenderError> {
+    let mut wanted: Vec<&String> = order.iter().collect();
+    let mut have: Vec<&String> = devices.iter().collect();
+    wanted.sort();
+    have.sort();
+    if wanted != have {
+        return Err(RenderError::Order {
+            order: order.to_vec(),
+            devices: have.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "),
+        });
+    }
+    Ok(())
+}
+
 /// The lines of a node's MIG GPUs (no markers): in GPU index and placement order, or,
 /// with `padding` and its order, in that order after an order line; then, with `padding`,
 /// the padding records that fill each type's block (one device file each: a record
@@ -180,16 +195,8 @@ pub fn render(
     let padded = padding.filter(|p| !p.blocks.is_empty());
     match padded.filter(|p| !p.order.is_empty()) {
         Some(p) => {
-            let mut wanted: Vec<&String> = p.order.iter().collect();
-            let mut have: Vec<&String> = devices.iter().map(|d| &d.1).collect();
-            wanted.sort();
-            have.sort();
-            if wanted != have {
-                return Err(RenderError::Order {
-                    order: p.order.to_vec(),
-                    devices: have.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "),
-                });
-            }
+            let refs: Vec<String> = devices.iter().map(|d| d.1.clone()).collect();
+            check_order(p.order, &refs)?;
             // Writing to a String cannot fail.
             let _ = writeln!(out, "{ORDER_LINE} {}", p.order.join(" "));
             for r in p.order {
