@@ -842,13 +842,14 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     assert_eq!(c.job(keep).get("JobState").map(String::as_str), Some("RUNNING"));
 }
 
-/// With padding, gres.conf keeps each device's position within its type across re-layouts
-/// (`smartmig_core::mig::device_order`): three jobs run on node 0's three 3g.20gb, and
-/// GPU 0 goes c2 → c5, adding a 3g.20gb@0 that GPU and placement order would put before
-/// all of them (so the change would wait for them). Kept in place, the new instance takes
-/// the fourth position, the change is made under the running jobs, and each job's index
-/// still names its instance: by the central role's reading, and by slurmd's own listing of
-/// its devices in index order (`DebugFlags=Gres`), before and after.
+/// With padding, gres.conf keeps each busy device's position within its type across
+/// re-layouts (`smartmig_core::mig::device_order`): three jobs run on node 0's three
+/// 3g.20gb, and GPU 0 goes c2 → c5, adding a 3g.20gb@0 that GPU and placement order would
+/// put before all of them (so the change would wait for them). With the busy ones kept in
+/// place, the new instance takes the fourth position, the change is made under the running
+/// jobs, and each job's index still names its instance: by the central role's reading, and
+/// by slurmd's own listing of its devices in index order (`DebugFlags=Gres`), before and
+/// after.
 #[test]
 fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices_and_devices() {
     skip_unless_netns!();
@@ -863,14 +864,14 @@ fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices
     let conf =
         |c: &Cluster| std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", nodes[0]))).unwrap();
 
-    // Idle: node 0's GPU 1 goes to c5 (node 1 to c2) and both nodes are padded. The new
-    // 3g.20gb@0 of GPU 1 is written after the node's two 3g.20gb@4, which keep their places.
+    // Idle: node 0's GPU 1 goes to c5 (node 1 to c2) and both nodes are padded; with no
+    // job running, the devices are in GPU and placement order.
     let out = run_central(&c, &padded("\"c2\", \"c5\""), &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     back_in_service(&c);
     assert_eq!(g0.layouts(), format!("{C2} | {C5}"));
     assert!(
-        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@4 1:3g.20gb@0 0:4g.20gb@0\n"),
+        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4 0:4g.20gb@0\n"),
         "{}",
         conf(&c)
     );
@@ -915,7 +916,8 @@ fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices
         .collect();
 
     // Node 0's GPU 0 c2 → c5 under the three jobs (its 4g.20gb is idle): GPU and placement
-    // order would give the new 3g.20gb@0 index 0; kept order gives it the fourth place.
+    // order would give the new 3g.20gb@0 the first place; the busy ones keep theirs and it
+    // takes the fourth.
     let out = run_central(&c, &padded("\"c5\", \"c5\""), &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     let status = Status::read(&c.dir.join("central")).unwrap();
@@ -923,7 +925,7 @@ fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices
     back_in_service(&c);
     assert_eq!(g0.layouts(), format!("{C5} | {C5}"));
     assert!(
-        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@4 1:3g.20gb@0 0:3g.20gb@0\n"),
+        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4 0:3g.20gb@0\n"),
         "{}",
         conf(&c)
     );

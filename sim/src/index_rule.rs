@@ -14,8 +14,8 @@
 //! does (not done by smartmigd: it measures what that would be worth), and with padding
 //! records, where every type holds a block of fixed size: `padded` (within a type GPU and
 //! placement order, as smartmigd wrote gres.conf with padding until 2026-12-06) and
-//! `padded-assigned` (each device keeps its position within its type where the type's
-//! count allows: smartmigd's `[controller.central] padding = true`).
+//! `padded-assigned` (each busy device keeps its position within its type where the
+//! type's count allows: smartmigd's `[controller.central] padding = true`).
 
 use smartmig_core::mig::device_order::{kept_order, position_within_type};
 use smartmig_core::mig::Instance;
@@ -337,8 +337,8 @@ impl Numbering {
     /// instances leave), so only a device's position within its type counts. `padded`:
     /// positions in GPU and placement order, as smartmigd's agent writes gres.conf; a busy
     /// device keeps its index when as many devices of its type come before it.
-    /// `padded-assigned`: each device still there keeps its position if its type's new
-    /// count allows, the others take the free positions in GPU and placement order
+    /// `padded-assigned`: each busy device still there keeps its position if its type's
+    /// new count allows, the others take the free positions in GPU and placement order
     /// ([`kept_order`], as smartmigd writes gres.conf with padding). Returns the order (types in name
     /// order) and the busy devices whose position would name another device.
     fn padded(
@@ -367,7 +367,8 @@ impl Numbering {
                 .collect();
             return (fixed, moved);
         }
-        let order = kept_order(&now.order, &fixed, rank_of);
+        let busy = |d: &Device| now.busy.iter().any(|(b, _)| b == d);
+        let order = kept_order(&now.order, &fixed, rank_of, busy);
         let moved = now
             .busy
             .iter()

@@ -346,8 +346,8 @@ pub enum IndexRule {
     /// before it.
     Padded,
     /// smartmigd with padding records (`[controller.central] padding = true`): as
-    /// `padded`, and gres.conf's order within a type kept across re-layouts, so that each
-    /// device keeps its position where its type's new count allows.
+    /// `padded`, and gres.conf's order within a type chosen at each re-layout so that each
+    /// busy device keeps its position where its type's new count allows.
     PaddedAssigned,
     /// No rule: what the simulator did before smartmigd kept indices (Slurm may then
     /// hand a running job's device to another job).

@@ -106,9 +106,11 @@ impl Central {
 
     /// The order within each type of node `nv`'s devices once its GPUs have the layouts
     /// `after` (one per GPU of the node), as the re-layout writes gres.conf: with padding
-    /// (`blocks` not empty), each device keeps its position within its type where the
-    /// type's new count allows, the new ones fill the positions left
-    /// ([`kept_order`]); without, empty (GPU and placement order).
+    /// (`blocks` not empty), each busy device keeps its position within its type where the
+    /// type's new count allows, the others fill the positions left in GPU and placement
+    /// order ([`kept_order`]); without, empty (GPU and placement order). The idle ones may
+    /// move because the node is drained in Slurm from this view until the re-layout ends
+    /// (the order goes with the plan once the drained node's busy devices are read).
     pub(super) fn order_after(
         &self,
         view: &View,
@@ -142,7 +144,8 @@ impl Central {
         } else {
             nv.gres_order.clone()
         };
-        kept_order(&now, &devices(after), type_of)
+        let busy = |&(p, i): &(usize, Instance)| view.gpus[nv.gpus[p]].busy.contains(&i);
+        kept_order(&now, &devices(after), type_of, busy)
     }
 
     /// [`Central::order_after`] as a re-layout asks the node's agent to write it

@@ -1705,8 +1705,9 @@ fn padded_b(dir: &std::path::Path, policy: &str) -> (Resolved, FakeSlurm) {
 fn with_padding_a_new_instance_before_a_busy_one_of_its_type_goes_ahead_and_takes_a_free_position() {
     let dir = temp("padded-kept");
     // Job 2 on b's first 3g.20gb (GPU 0's 3g.20gb@4, index 20). b/0 to c5 adds a
-    // 3g.20gb@0 on GPU 0, which GPU and placement order would put at index 20: kept in
-    // place, the job's device stays first and the new one takes the third position.
+    // 3g.20gb@0 on GPU 0, which GPU and placement order would put at index 20: the job's
+    // device stays first, the others (GPU 1's idle 3g.20gb@4 and the new one) follow in
+    // GPU and placement order.
     // (The static layout goes round the GPUs a/0, b/0, b/1, c/0: only b/0 changes.)
     let (r, mut s) = padded_b(
         &dir,
@@ -1721,7 +1722,7 @@ fn with_padding_a_new_instance_before_a_busy_one_of_its_type_goes_ahead_and_take
     assert_eq!(report.gpus[0].layout, C5);
     assert_eq!(
         report.gres_order,
-        ["0:3g.20gb@4", "1:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@0"],
+        ["0:3g.20gb@4", "0:3g.20gb@0", "1:3g.20gb@4", "1:4g.20gb@0"],
         "the order the plan carried, as the agent installed it"
     );
 }
