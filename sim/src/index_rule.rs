@@ -335,8 +335,9 @@ impl Numbering {
 
     /// Padding records: every type is a block of fixed size (padding fills what its
     /// instances leave), so only a device's position within its type counts. `padded`:
-    /// positions in GPU and placement order, as smartmigd's agent writes gres.conf; a busy
-    /// device keeps its index when as many devices of its type come before it.
+    /// positions in GPU and placement order, as smartmigd wrote gres.conf until
+    /// 2026-12-06; a busy device keeps its index when as many devices of its type come
+    /// before it.
     /// `padded-assigned`: each busy device still there keeps its position if its type's
     /// new count allows, the others take the free positions in GPU and placement order
     /// ([`kept_order`], as smartmigd writes gres.conf with padding). Returns the order (types in name
@@ -589,7 +590,7 @@ mod tests {
     #[test]
     fn padded_numbering_lets_other_types_change_and_keeps_a_busy_position_within_its_type() {
         // The job on GPU 0's 3g.20gb@4 (first 3g.20gb). GPU 0 to c5 adds a 3g.20gb@0 before
-        // it in placement order: `fixed` and `padded` (the agent's order within a type)
+        // it in placement order: `fixed` and `padded` (GPU and placement order within a type)
         // refuse; `padded-assigned` keeps the job's device first and puts the new one next.
         for (rule, kept) in [("fixed", false), ("padded", false), ("padded-assigned", true)] {
             let (sc, cluster, n) = busy_node(rule);
