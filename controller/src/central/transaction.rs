@@ -381,16 +381,23 @@ impl Central {
                         self.enter(b, node, NodeState::Resuming { outcome })
                     }
                     Some(_) => {} // preempt: the requeued jobs release their instances soon
-                    None => {
-                        // Drained, with the indices checked on this view: the order that
-                        // keeps them goes with the plan (and into the ledger first).
-                        let order = self.order_now(view, node, &t);
-                        if let Some(t) = b.nodes.get_mut(node) {
-                            t.order = order;
+                    // Drained, with the indices checked on this view: the order that
+                    // keeps them goes with the plan (and into the ledger first). Without
+                    // it the agent would write GPU order, which may move a job's device.
+                    None => match self.order_now(view, node, &t) {
+                        Ok(order) => {
+                            if let Some(t) = b.nodes.get_mut(node) {
+                                t.order = order;
+                            }
+                            self.enter(b, node, NodeState::Applying);
+                            to_apply.push(node.to_string());
                         }
-                        self.enter(b, node, NodeState::Applying);
-                        to_apply.push(node.to_string());
-                    }
+                        Err(e) => {
+                            let outcome = format!("skip: cannot order its devices ({e})");
+                            report.skipped_busy += t.targets.len();
+                            self.enter(b, node, NodeState::Resuming { outcome })
+                        }
+                    },
                 }
             }
             NodeState::Applying => match settled(Phase::Apply) {
@@ -563,16 +570,13 @@ impl Central {
     }
 
     /// The order of node `node`'s devices within each type once `t`'s targets are reached,
-    /// as its gres.conf is to list them ([`Central::order_refs`]; empty without padding or
-    /// when the node cannot be read, which `busy_now` has refused before).
-    fn order_now(&self, view: &View, node: &str, t: &NodeTxn) -> Vec<String> {
-        match self.targets_now(view, node, t) {
-            Ok((nv, after)) => {
-                let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
-                self.order_refs(view, nv, &after, &t.padding)
-            }
-            Err(_) => Vec::new(),
-        }
+    /// as its gres.conf is to list them ([`Central::order_refs`]; empty without padding).
+    /// An error when the node or its targets cannot be read now (`busy_now` refuses that
+    /// first today): the node must not enter Applying with GPU order in place of it.
+    fn order_now(&self, view: &View, node: &str, t: &NodeTxn) -> Result<Vec<String>, String> {
+        let (nv, after) = self.targets_now(view, node, t)?;
+        let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+        Ok(self.order_refs(view, nv, &after, &t.padding))
     }
 
     /// Node `node` in `view` and `t`'s targets on it: (position in `View::gpus`, layout).
