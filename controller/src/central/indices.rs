@@ -12,7 +12,7 @@ use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Instance, Layout};
 
 use super::padding::{mig_gres, type_counts};
-use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeView, View};
+use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeDevice, NodeView, View};
 use super::Central;
 use crate::channel::device_ref;
 use crate::slurm::merge_mig_gres;
@@ -84,9 +84,8 @@ impl Central {
                     continue;
                 }
                 let m = &model(g).model;
-                let name = |(q, d): (usize, Instance)| {
-                    format!("{} of GPU {}", display_instance(m, &d), gpus[q].index)
-                };
+                let name =
+                    |(q, d): NodeDevice| format!("{} of GPU {}", display_instance(m, &d), gpus[q].index);
                 let named = i.and_then(|i| then.get(i).copied().flatten());
                 moved.push(Moved {
                     gpu: nv.gpus[p],
@@ -117,16 +116,16 @@ impl Central {
         nv: &NodeView,
         after: &[&Layout],
         blocks: &BTreeMap<String, u32>,
-    ) -> Vec<(usize, Instance)> {
+    ) -> Vec<NodeDevice> {
         if blocks.is_empty() {
             return Vec::new();
         }
-        let type_of = |&(p, i): &(usize, Instance)| -> &str {
+        let type_of = |&(p, i): &NodeDevice| -> &str {
             let model = &self.resolved.models[view.gpus[nv.gpus[p]].model].model;
             model.profiles.get(i.profile).map_or("", |p| p.name.as_str())
         };
-        let devices = |layouts: &[&Layout]| -> Vec<(usize, Instance)> {
-            let mut out: Vec<(usize, Instance)> = layouts
+        let devices = |layouts: &[&Layout]| -> Vec<NodeDevice> {
+            let mut out: Vec<NodeDevice> = layouts
                 .iter()
                 .enumerate()
                 .flat_map(|(p, l)| l.instances().iter().map(move |i| (p, *i)))
@@ -144,7 +143,7 @@ impl Central {
         } else {
             nv.gres_order.clone()
         };
-        let busy = |&(p, i): &(usize, Instance)| view.gpus[nv.gpus[p]].busy.contains(&i);
+        let busy = |&(p, i): &NodeDevice| view.gpus[nv.gpus[p]].busy.contains(&i);
         kept_order(&now, &devices(after), type_of, busy)
     }
 

@@ -114,7 +114,7 @@ pub struct NodeView {
     pub report: Report,
     /// Its devices in the order of its gres.conf block, from the report (position in
     /// `gpus`, instance); empty: GPU and placement order.
-    pub gres_order: Vec<(usize, Instance)>,
+    pub gres_order: Vec<NodeDevice>,
     /// Generation of the desired state now in its `Extra` (0: none).
     pub generation: u64,
     /// Positions of its GPUs in [`View::gpus`].
@@ -150,7 +150,7 @@ struct Parsed {
     jobs: Vec<(u32, String)>,
     report: Report,
     gpus: Vec<GpuView>,
-    gres_order: Vec<(usize, Instance)>,
+    gres_order: Vec<NodeDevice>,
 }
 
 impl Parsed {
@@ -237,9 +237,9 @@ pub type NodeDevice = (usize, Instance);
 pub fn slurm_index_order(
     gres: &str,
     layouts: &[(&Layout, &[String])],
-    within: &[(usize, Instance)],
-) -> Result<Vec<Option<(usize, Instance)>>, CountMismatch> {
-    let mut by_type: BTreeMap<&str, Vec<(usize, Instance)>> = BTreeMap::new();
+    within: &[NodeDevice],
+) -> Result<Vec<Option<NodeDevice>>, CountMismatch> {
+    let mut by_type: BTreeMap<&str, Vec<NodeDevice>> = BTreeMap::new();
     for (g, (layout, names)) in layouts.iter().enumerate() {
         for (i, inst) in layout.instances().iter().enumerate() {
             let name = names.get(i).map_or("", String::as_str);
@@ -248,7 +248,7 @@ pub fn slurm_index_order(
     }
     if !within.is_empty() {
         let count: usize = by_type.values().map(Vec::len).sum();
-        let listed = |d: &(usize, Instance)| within.iter().position(|w| w == d);
+        let listed = |d: &NodeDevice| within.iter().position(|w| w == d);
         if within.len() != count || by_type.values().flatten().any(|d| listed(d).is_none()) {
             return Err(CountMismatch::Order);
         }
@@ -490,7 +490,7 @@ fn parse_gpus(
     let within = gres_order(resolved, &gpus, &report.gres_order);
     let order = slurm_index_order(&node.gres, &layouts, &within);
     drop(layouts);
-    let type_of = |gpus: &[GpuView], (gi, inst): (usize, Instance)| -> String {
+    let type_of = |gpus: &[GpuView], (gi, inst): NodeDevice| -> String {
         let pos = gpus[gi]
             .layout
             .instances()
@@ -500,14 +500,14 @@ fn parse_gpus(
         names[gi][pos].clone()
     };
     // Every instance of `ty` on the node: what counts busy when an index cannot be placed.
-    let all_of = |gpus: &[GpuView], ty: &str| -> Vec<(usize, Instance)> {
+    let all_of = |gpus: &[GpuView], ty: &str| -> Vec<NodeDevice> {
         gpus.iter()
             .enumerate()
             .flat_map(|(gi, g)| g.layout.instances().iter().map(move |i| (gi, *i)))
             .filter(|&(gi, i)| type_of(gpus, (gi, i)) == ty)
             .collect()
     };
-    let mark = |gpus: &mut Vec<GpuView>, (g, inst): (usize, Instance), job: Option<u32>| {
+    let mark = |gpus: &mut Vec<GpuView>, (g, inst): NodeDevice, job: Option<u32>| {
         let gpu = &mut gpus[g];
         let pos = match gpu.busy.iter().position(|b| *b == inst) {
             Some(p) => p,
@@ -567,8 +567,8 @@ fn parse_gpus(
 /// `gpus`, instance). A name that is not one of `gpus`' devices stays in the list as a
 /// device no layout has, so that [`slurm_index_order`] refuses the order rather than
 /// number the node by a guess.
-fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> Vec<(usize, Instance)> {
-    const NONE: (usize, Instance) = (
+fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> Vec<NodeDevice> {
+    const NONE: NodeDevice = (
         usize::MAX,
         Instance {
             profile: usize::MAX,
