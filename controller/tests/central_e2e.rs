@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use backends::Kind;
+use backends::{Kind, TestGpus};
 use common::{node_field, run_central, start_agent, start_agent_on, two_nodes, Policy, C1, C2, C5, NODE0_C5};
 use slurm::Cluster;
 use smartmig_gpu::simulated::Simulated;
@@ -786,7 +786,7 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     );
     let gres = node_field(&c, &nodes[0], "Gres");
     assert!(gres.contains("gpu:3g.20gb:3,gpu:pad-3g.20gb:1"), "{gres}");
-    let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", nodes[0]))).unwrap();
+    let conf = gres_conf(&c, &nodes[0]);
     assert!(conf.contains("# padding blocks:"), "{conf}");
     assert_eq!(conf.matches("Type=pad-").count(), 28 - 4, "{conf}");
 
@@ -842,6 +842,120 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     assert_eq!(c.job(keep).get("JobState").map(String::as_str), Some("RUNNING"));
 }
 
+/// The device order of node 0's padded gres.conf in c2 | c5 with no job placed: GPU and
+/// placement order.
+const ORDER_C2_C5: &str = "0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4 0:4g.20gb@0";
+
+/// A running job as Slurm, smartmig and slurmd see it: Slurm's index (`IDX`), the device
+/// (GPU, instance) the central role reads it as, and the device file slurmd gives it.
+type Seen = (usize, (usize, String), String);
+
+/// Node 0 padded in c2 | c5 (node 1 in c2), a job running on each of node 0's three
+/// 3g.20gb; slurmd lists its devices (`DebugFlags=Gres` at `verbose`).
+struct ThreeJobs {
+    c: Cluster,
+    g0: TestGpus,
+    g1: TestGpus,
+    /// Node 0's GPU devices in Slurm, padding included.
+    count: usize,
+    jobs: Vec<u32>,
+    /// Each job as [`ThreeJobs::seen`] before any change.
+    before: Vec<Seen>,
+    /// Each job's start time.
+    started: Vec<String>,
+}
+
+impl ThreeJobs {
+    fn start() -> ThreeJobs {
+        let mut opts = two_nodes();
+        opts.extra_conf = "SlurmdDebug=verbose\nDebugFlags=Gres\n".into();
+        let mut c = Cluster::start(&opts);
+        let n0 = c.nodes[0].clone();
+        let g0 = start_agent_on(&mut c, 0, Kind::Simulated, &[C2, C2], &[]);
+        let g1 = start_agent_on(&mut c, 1, Kind::Simulated, &[C1], &[]);
+        common::wait_announced(&c);
+        // Idle: node 0's GPU 1 goes to c5 (node 1 to c2) and both nodes are padded; with
+        // no job running, the devices are in GPU and placement order.
+        let out = run_central(&c, &padded_config(&c, "\"c2\", \"c5\""), &[]);
+        assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+        back_in_service(&c);
+        assert_eq!(g0.layouts(), format!("{C2} | {C5}"));
+        let conf = gres_conf(&c, &n0);
+        assert!(
+            conf.contains(&format!("# device order: {ORDER_C2_C5}\n")),
+            "{conf}"
+        );
+        let count = gpu_total(&c, &n0) as usize;
+        assert_eq!(count, 28, "two A100s' blocks");
+        let mut t = ThreeJobs {
+            c,
+            g0,
+            g1,
+            count,
+            jobs: Vec::new(),
+            before: Vec::new(),
+            started: Vec::new(),
+        };
+        for _ in 0..3 {
+            let (j, _) =
+                t.c.sbatch(&["-w", &n0, "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+                    .unwrap();
+            t.c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
+            t.jobs.push(j);
+        }
+        t.before = t.jobs.iter().map(|&j| t.seen(j)).collect();
+        t.started = t
+            .jobs
+            .iter()
+            .map(|&j| t.c.job(j).get("StartTime").cloned().unwrap_or_default())
+            .collect();
+        let mut devices: Vec<_> = t.before.iter().map(|b| b.1.clone()).collect();
+        devices.sort();
+        assert_eq!(
+            devices,
+            [
+                (0, "3g.20gb@4".to_string()),
+                (1, "3g.20gb@0".to_string()),
+                (1, "3g.20gb@4".to_string())
+            ]
+        );
+        t
+    }
+
+    /// Job `j` on node 0 as Slurm, smartmig and slurmd see it; asserts that the device
+    /// smartmig reads its index as is the one whose file slurmd gives it.
+    fn seen(&self, j: u32) -> Seen {
+        let (c, n0) = (&self.c, &self.c.nodes[0]);
+        let device = device_of(c, j, n0, &self.g0.layouts(), "3g.20gb");
+        let start: u8 = device.1.rsplit('@').next().unwrap().parse().unwrap();
+        let file = slurmd_file(c, n0, self.count, idx(c, j));
+        assert!(
+            file.ends_with(&format!("/{}", simulated_file(device.0, start))),
+            "job {j}: IDX {} is {file} to slurmd, {device:?} to smartmig",
+            idx(c, j)
+        );
+        (idx(c, j), device, file)
+    }
+
+    /// Asserts that every job runs on, never restarted, on the index, instance and device
+    /// file it had at the start.
+    fn assert_jobs_kept_their_devices(&self) {
+        for ((&j, was), started) in self.jobs.iter().zip(&self.before).zip(&self.started) {
+            assert_ran_throughout(&self.c, j, started);
+            assert_eq!(
+                &self.seen(j),
+                was,
+                "job {j} keeps its index, instance and device file"
+            );
+        }
+    }
+}
+
+/// Node `node`'s gres.conf.
+fn gres_conf(c: &Cluster, node: &str) -> String {
+    std::fs::read_to_string(c.dir.join(format!("etc/gres-{node}.conf"))).unwrap()
+}
+
 /// With padding, gres.conf keeps each busy device's position within its type across
 /// re-layouts (`smartmig_core::mig::device_order`): three jobs run on node 0's three
 /// 3g.20gb, and GPU 0 goes c2 → c5, adding a 3g.20gb@0 that GPU and placement order would
@@ -853,95 +967,95 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
 #[test]
 fn with_padding_a_new_instance_before_busy_ones_of_its_type_leaves_their_indices_and_devices() {
     skip_unless_netns!();
-    let mut opts = two_nodes();
-    opts.extra_conf = "SlurmdDebug=verbose\nDebugFlags=Gres\n".into();
-    let mut c = Cluster::start(&opts);
-    let nodes = c.nodes.clone();
-    let g0 = start_agent_on(&mut c, 0, Kind::Simulated, &[C2, C2], &[]);
-    let _g1 = start_agent_on(&mut c, 1, Kind::Simulated, &[C1], &[]);
-    common::wait_announced(&c);
-    let padded = |policy| padded_config(&c, policy);
-    let conf =
-        |c: &Cluster| std::fs::read_to_string(c.dir.join(format!("etc/gres-{}.conf", nodes[0]))).unwrap();
-
-    // Idle: node 0's GPU 1 goes to c5 (node 1 to c2) and both nodes are padded; with no
-    // job running, the devices are in GPU and placement order.
-    let out = run_central(&c, &padded("\"c2\", \"c5\""), &[]);
-    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
-    back_in_service(&c);
-    assert_eq!(g0.layouts(), format!("{C2} | {C5}"));
-    assert!(
-        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4 0:4g.20gb@0\n"),
-        "{}",
-        conf(&c)
-    );
-    let count = gpu_total(&c, &nodes[0]) as usize;
-    assert_eq!(count, 28, "two A100s' blocks");
-
-    // A job on each of node 0's 3g.20gb: Slurm's index, the device smartmig reads it as,
-    // and the device file slurmd gives the job agree.
-    let mut jobs = Vec::new();
-    for _ in 0..3 {
-        let (j, _) = c
-            .sbatch(&["-w", &nodes[0], "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
-            .unwrap();
-        c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
-        jobs.push(j);
-    }
-    let seen = |c: &Cluster, j: u32| {
-        let device = device_of(c, j, &nodes[0], &g0.layouts(), "3g.20gb");
-        let start: u8 = device.1.rsplit('@').next().unwrap().parse().unwrap();
-        let file = slurmd_file(c, &nodes[0], count, idx(c, j));
-        assert!(
-            file.ends_with(&format!("/{}", simulated_file(device.0, start))),
-            "job {j}: IDX {} is {file} to slurmd, {device:?} to smartmig",
-            idx(c, j)
-        );
-        (idx(c, j), device, file)
-    };
-    let before: Vec<_> = jobs.iter().map(|&j| seen(&c, j)).collect();
-    let mut devices: Vec<_> = before.iter().map(|b| b.1.clone()).collect();
-    devices.sort();
-    assert_eq!(
-        devices,
-        [
-            (0, "3g.20gb@4".to_string()),
-            (1, "3g.20gb@0".to_string()),
-            (1, "3g.20gb@4".to_string())
-        ]
-    );
-    let started: Vec<String> = jobs
-        .iter()
-        .map(|&j| c.job(j).get("StartTime").cloned().unwrap_or_default())
-        .collect();
-
+    let t = ThreeJobs::start();
+    let (c, n0) = (&t.c, &t.c.nodes[0]);
     // Node 0's GPU 0 c2 → c5 under the three jobs (its 4g.20gb is idle): GPU and placement
     // order would give the new 3g.20gb@0 the first place; the busy ones keep theirs and it
     // takes the fourth.
-    let out = run_central(&c, &padded("\"c5\", \"c5\""), &[]);
+    let out = run_central(c, &padded_config(c, "\"c5\", \"c5\""), &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     let status = Status::read(&c.dir.join("central")).unwrap();
     assert!(status.errors.is_empty(), "{:?}", status.errors);
-    back_in_service(&c);
-    assert_eq!(g0.layouts(), format!("{C5} | {C5}"));
+    back_in_service(c);
+    assert_eq!(t.g0.layouts(), format!("{C5} | {C5}"));
+    let conf = gres_conf(c, n0);
     assert!(
-        conf(&c).contains("# device order: 0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4 0:3g.20gb@0\n"),
-        "{}",
-        conf(&c)
+        conf.contains("# device order: 0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4 0:3g.20gb@0\n"),
+        "{conf}"
     );
-    for ((&j, was), started) in jobs.iter().zip(&before).zip(&started) {
-        assert_ran_throughout(&c, j, started);
-        assert_eq!(
-            &seen(&c, j),
-            was,
-            "job {j} keeps its index, instance and device file"
-        );
-    }
+    t.assert_jobs_kept_their_devices();
     // The new instance takes jobs at the fourth index, on its own device file.
     let (j, _) = c
-        .sbatch(&["-w", &nodes[0], "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+        .sbatch(&["-w", n0, "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
         .unwrap();
     c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
-    let (_, device, _) = seen(&c, j);
+    let (_, device, _) = t.seen(j);
     assert_eq!(device, (0, "3g.20gb@0".to_string()));
+}
+
+/// With padding, a batch Slurm does not take once the nodes installed their new gres.conf
+/// (22.05: the slurmctld restart fails; 23.11 and later: the reconfigure is refused): the
+/// nodes are reverted and held, node 0's gres.conf is back with the device order from
+/// before, which its agent reports, and every job keeps its index, instance and device
+/// file (slurmd's own list: on 22.05 slurmd was stopped for the change and started again
+/// with the file put back). Resumed by the admin, the next run makes the change from there.
+#[test]
+fn with_padding_a_batch_slurm_refuses_after_install_puts_the_device_order_back_and_the_jobs_keep_their_devices(
+) {
+    skip_unless_netns!();
+    let t = ThreeJobs::start();
+    let (c, n0) = (&t.c, &t.c.nodes[0]);
+    let (restart, faults, why) = if slurm::release().at_least(23, 11) {
+        (
+            String::new(),
+            r#"[{"call": "reconfigure"}]"#,
+            "refused (injected)",
+        )
+    } else {
+        let wrapper = common::restart_wrapper(
+            c,
+            "restart-fails-once",
+            "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
+        );
+        (
+            format!("restart_slurmctld = [\"{}\"]\n", wrapper.display()),
+            "[]",
+            "restart-fails-once.sh` failed",
+        )
+    };
+    let config = common::central_config_with(
+        c,
+        &Policy::Static("\"c5\", \"c5\""),
+        "run/snapshot.json",
+        &format!("padding = true\n{restart}"),
+    );
+    let out = common::run_central_under(c, &config, faults);
+    assert!(out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(t.g0.layouts(), format!("{C2} | {C5}"), "node 0's GPUs reverted");
+    let conf = gres_conf(c, n0);
+    assert!(
+        conf.contains(&format!("# device order: {ORDER_C2_C5}\n")),
+        "{conf}"
+    );
+    common::assert_safe_on(c, &[&t.g0, &t.g1], &t.jobs, &[(0, why), (1, why)]);
+    let comment = node_field(c, n0, "Comment");
+    let report: smartmigd::channel::Report = smartmigd::channel::parse(Some(&comment), "Comment")
+        .unwrap()
+        .expect("node 0's report");
+    assert_eq!(
+        report.gres_order.join(" "),
+        ORDER_C2_C5,
+        "the agent reports the order put back"
+    );
+    t.assert_jobs_kept_their_devices();
+
+    // The admin resumes the nodes: the next run makes the change, the jobs on their devices.
+    for n in &c.nodes {
+        c.scontrol(&["update", &format!("nodename={n}"), "state=resume"]);
+    }
+    let out = run_central(c, &config, &[]);
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    back_in_service(c);
+    assert_eq!(t.g0.layouts(), format!("{C5} | {C5}"));
+    t.assert_jobs_kept_their_devices();
 }

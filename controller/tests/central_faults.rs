@@ -57,9 +57,9 @@ use std::time::{Duration, Instant};
 use backends::{Kind, Op, TestGpus};
 use common::{
     a100, assert_consistent, assert_consistent_on, assert_safe, central_command, central_config,
-    central_config_with, central_output, gres_counts, make_gpus, node_field, run_central, sim_layout,
-    start_agent, start_agent_named_on, start_agent_with, submit_workload, two_nodes, wait_announced, Policy,
-    Workload, C1, C2, C5, NODE0_C2, NODE0_C5,
+    central_config_with, central_output, gres_counts, make_gpus, node_field, restart_wrapper, run_central,
+    run_central_under, sim_layout, start_agent, start_agent_named_on, start_agent_with, submit_workload,
+    two_nodes, wait_announced, Policy, Workload, C1, C2, C5, NODE0_C2, NODE0_C5,
 };
 use slurm::{Cluster, Options};
 use smartmig_core::config::Mode;
@@ -127,20 +127,6 @@ fn wait_until(what: &str, limit: Duration, ready: impl Fn() -> bool) {
         assert!(start.elapsed() < limit, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// A restart command of the test: `script` runs first (its own shell lines, `$REAL` the
-/// harness's restart script), then, unless it exited, the real restart.
-fn restart_wrapper(c: &Cluster, name: &str, script: &str) -> PathBuf {
-    let path = c.dir.join(format!("etc/{name}.sh"));
-    let text = format!(
-        "#!/bin/sh\nREAL={real}\nFLAG={flag}\n{script}\nexec $REAL\n",
-        real = c.restart_slurmctld_script().display(),
-        flag = c.dir.join(format!("run/{name}.flag")).display()
-    );
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    path
 }
 
 /// A restart-path fault test's start: the cluster (with `opts`), its workload, both nodes'
@@ -782,16 +768,6 @@ fn a_node_report_slurmctld_lost_is_reannounced_and_the_central_role_manages_the_
         "{log}"
     );
     assert_consistent(&c, &[&s0, &s1], &[]);
-}
-
-/// One `smartmigd central --once` run with `config`, its Slurm calls failing as `faults`
-/// (JSON) says; its output.
-fn run_central_under(c: &Cluster, config: &Path, faults: &str) -> String {
-    let path = c.dir.join("etc/slurm-faults.json");
-    std::fs::write(&path, faults).unwrap();
-    let mut cmd = central_command(c, config, &[]);
-    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
-    central_output(c, cmd.output().unwrap())
 }
 
 /// Node 1's slurmctld calls fail as `faults` (JSON, `{node1}` for its name) says, for one

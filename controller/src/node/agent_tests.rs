@@ -242,7 +242,7 @@ fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again
 }
 
 #[test]
-fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_and_restore_keeps() {
+fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_and_restore_keeps_while_it_lists_them() {
     let n = Node::new(&["4g@0 3g@4", "4g@0 3g@4"]);
     std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
     let mut a = n.agent();
@@ -306,6 +306,30 @@ fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_a
     let mut a = n.agent();
     a.restore().unwrap();
     assert_eq!(files(), ["nvidia4", "nvidia12", "nvidia0", "nvidia8"]);
+    // GPU 1's 4g.20gb@0 re-made by hand as a 3g.20gb@0 (restore leaves it): the recorded
+    // order no longer lists the devices, so the file and the reports give way to GPU and
+    // placement order (no job runs before slurmd starts).
+    drop(a);
+    let mut sim = n.sim.clone();
+    let four = Layout::parse(&n.model, "4g@0").unwrap().instances()[0];
+    let three = Layout::parse(&n.model, "3g@0").unwrap().instances()[0];
+    for step in [
+        Step::DestroyCompute(four),
+        Step::DestroyGpu(four),
+        Step::CreateGpu(three),
+        Step::CreateCompute(three),
+    ] {
+        sim.apply(1, &n.model, step).unwrap();
+    }
+    let mut a = n.agent();
+    assert_eq!(a.restore().unwrap(), Vec::<u32>::new());
+    assert_eq!(files(), ["nvidia0", "nvidia4", "nvidia8", "nvidia12"]);
+    let conf = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    assert!(!conf.contains("# device order:"), "{conf}");
+    assert!(conf.contains("# padding blocks: 3g.20gb=4 4g.20gb=2"), "{conf}");
+    // GPU 1's layout differs from the last report: re-announced at once.
+    let r = a.tick(unix_now()).unwrap().unwrap();
+    assert!(r.gres_order.is_empty(), "{r:?}");
 }
 
 #[test]

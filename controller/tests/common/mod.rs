@@ -371,6 +371,30 @@ pub fn run_central(c: &Cluster, config: &Path, extra: &[&str]) -> String {
     central_output(c, central_command(c, config, extra).output().unwrap())
 }
 
+/// One `smartmigd central --once` run with `config`, its Slurm calls failing as `faults`
+/// (JSON) says; its output.
+pub fn run_central_under(c: &Cluster, config: &Path, faults: &str) -> String {
+    let path = c.dir.join("etc/slurm-faults.json");
+    std::fs::write(&path, faults).unwrap();
+    let mut cmd = central_command(c, config, &[]);
+    cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
+    central_output(c, cmd.output().unwrap())
+}
+
+/// A restart command of the test: `script` runs first (its own shell lines, `$REAL` the
+/// harness's restart script), then, unless it exited, the real restart.
+pub fn restart_wrapper(c: &Cluster, name: &str, script: &str) -> PathBuf {
+    let path = c.dir.join(format!("etc/{name}.sh"));
+    let text = format!(
+        "#!/bin/sh\nREAL={real}\nFLAG={flag}\n{script}\nexec $REAL\n",
+        real = c.restart_slurmctld_script().display(),
+        flag = c.dir.join(format!("run/{name}.flag")).display()
+    );
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
 /// A finished central cycle's output (stdout and log); panics, with the daemons' log
 /// tails, when it failed.
 pub fn central_output(c: &Cluster, out: std::process::Output) -> String {
