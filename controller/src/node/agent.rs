@@ -945,6 +945,9 @@ impl Agent {
     /// the installed gres.conf block, or why they cannot be read (then neither is given:
     /// the central role must not place device indices by a guess).
     fn observed(&self) -> (Vec<GpuActual>, Vec<String>, Option<String>) {
+        // The file is read for every report rather than remembered from the last install:
+        // the order reported must be the installed file's, whoever wrote it last (a revert,
+        // a restore, an admin); it is one small file per report.
         let read = self.actual().and_then(|gpus| {
             let order = match std::fs::read_to_string(&self.cfg.gres_conf) {
                 Ok(t) => gres::recorded_order(&t, &self.cfg.node),
