@@ -392,9 +392,10 @@ impl Central {
                             self.enter(b, node, NodeState::Applying);
                             to_apply.push(node.to_string());
                         }
+                        // Nothing changed yet: an error to show, and the node back.
                         Err(e) => {
                             let outcome = format!("skip: cannot order its devices ({e})");
-                            report.skipped_busy += t.targets.len();
+                            self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
                             self.enter(b, node, NodeState::Resuming { outcome })
                         }
                     },
