@@ -1012,11 +1012,7 @@ fn with_padding_a_batch_slurm_refuses_after_install_puts_the_device_order_back_a
             "refused (injected)",
         )
     } else {
-        let wrapper = common::restart_wrapper(
-            c,
-            "restart-fails-once",
-            "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
-        );
+        let wrapper = common::restart_wrapper(c, "restart-fails-once", common::RESTART_FAILS_ONCE);
         (
             format!("restart_slurmctld = [\"{}\"]\n", wrapper.display()),
             "[]",

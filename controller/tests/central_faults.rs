@@ -345,12 +345,9 @@ fn assert_reverted_and_held(c: &Cluster, s0: &Simulated, s1: &Simulated, jobs: &
 #[test]
 fn a_failing_restart_command_puts_the_include_back_reverts_the_nodes_and_holds_them() {
     skip_unless_netns!();
-    let Some((mut c, jobs, s0, s1, config)) = start_restart_fault(
-        &two_nodes(),
-        "restart-fails-once",
-        "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
-        "",
-    ) else {
+    let Some((mut c, jobs, s0, s1, config)) =
+        start_restart_fault(&two_nodes(), "restart-fails-once", common::RESTART_FAILS_ONCE, "")
+    else {
         return;
     };
     let before = ctld_starts(&c);

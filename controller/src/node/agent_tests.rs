@@ -242,7 +242,8 @@ fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again
 }
 
 #[test]
-fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_and_restore_keeps_while_it_lists_them() {
+fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_and_restore_keeps_while_it_lists_them(
+) {
     let n = Node::new(&["4g@0 3g@4", "4g@0 3g@4"]);
     std::fs::write(n.path("gres.conf"), "AutoDetect=off\n").unwrap();
     let mut a = n.agent();

@@ -381,6 +381,10 @@ pub fn run_central_under(c: &Cluster, config: &Path, faults: &str) -> String {
     central_output(c, cmd.output().unwrap())
 }
 
+/// A [`restart_wrapper`] script whose first restart fails as systemd's would.
+pub const RESTART_FAILS_ONCE: &str =
+    "if [ ! -e $FLAG ]; then touch $FLAG; echo 'Job for slurmctld.service failed' >&2; exit 1; fi";
+
 /// A restart command of the test: `script` runs first (its own shell lines, `$REAL` the
 /// harness's restart script), then, unless it exited, the real restart.
 pub fn restart_wrapper(c: &Cluster, name: &str, script: &str) -> PathBuf {
