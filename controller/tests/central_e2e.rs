@@ -229,6 +229,7 @@ fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str, ty: &str) -> (usi
     let conf = std::fs::read_to_string(c.dir.join(format!("etc/gres-{node}.conf"))).unwrap();
     let within: Vec<(usize, smartmig_core::mig::Instance)> =
         smartmigd::node::gres::recorded_order(&conf, node)
+            .unwrap()
             .iter()
             .map(|r| {
                 let (gpu, label) = smartmigd::channel::parse_device_ref(r).unwrap();

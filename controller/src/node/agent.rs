@@ -171,8 +171,8 @@ impl Agent {
         // gives way to GPU and placement order: no job runs on the node yet).
         let (blocks, order) = match std::fs::read_to_string(&self.cfg.gres_conf) {
             Ok(t) => (
-                gres::recorded_blocks(&t, &self.cfg.node),
-                gres::recorded_order(&t, &self.cfg.node),
+                gres::recorded_blocks(&t, &self.cfg.node)?,
+                gres::recorded_order(&t, &self.cfg.node)?,
             ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (BTreeMap::new(), Vec::new()),
             Err(e) => return Err(NodeError::io(&self.cfg.gres_conf, e)),
@@ -950,7 +950,7 @@ impl Agent {
         // a restore, an admin); it is one small file per report.
         let read = self.actual().and_then(|gpus| {
             let order = match std::fs::read_to_string(&self.cfg.gres_conf) {
-                Ok(t) => gres::recorded_order(&t, &self.cfg.node),
+                Ok(t) => gres::recorded_order(&t, &self.cfg.node)?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
                 Err(e) => return Err(NodeError::io(&self.cfg.gres_conf, e)),
             };

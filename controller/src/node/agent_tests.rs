@@ -435,6 +435,33 @@ fn a_gpu_read_error_is_reported_as_such_never_as_a_node_without_gpus() {
 }
 
 #[test]
+fn a_gres_conf_block_with_broken_markers_is_reported_as_a_read_error_never_as_gpu_order() {
+    let n = Node::new(&["3g@0 3g@4"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    assert!(a.announce().unwrap().unwrap().read_error.is_none());
+    // A second BEGIN marker (a hand edit gone wrong): slurmd still reads the lines in the
+    // order written, which the agent can no longer tell.
+    let conf = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    std::fs::write(
+        n.path("gres.conf"),
+        format!("{conf}{}\n", gres::begin_marker("n1")),
+    )
+    .unwrap();
+    let r = a.tick(unix_now()).unwrap().unwrap();
+    assert!(
+        r.read_error
+            .as_deref()
+            .is_some_and(|e| e.contains("exactly once")),
+        "{r:?}"
+    );
+    assert!(
+        r.gpu_set().is_err(),
+        "the central role must not place indices on it"
+    );
+}
+
+#[test]
 fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();

@@ -232,31 +232,32 @@ pub fn render(
 
 /// The node's devices in the order its block of gres.conf lists them (its `# device
 /// order:` line), empty when the block has none (GPU and placement order) or the node has
-/// no block.
-pub fn recorded_order(text: &str, node: &str) -> Vec<String> {
-    block_line(text, node, ORDER_LINE)
+/// no block; an error when the block's markers are broken (the order is then unknown, not
+/// GPU order).
+pub fn recorded_order(text: &str, node: &str) -> Result<Vec<String>, GresConfError> {
+    Ok(block_line(text, node, ORDER_LINE)?
         .map(|spec| spec.split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// The padding blocks a node's block of gres.conf records (its `# padding blocks:` line),
-/// empty when it has none or the node has no block.
-pub fn recorded_blocks(text: &str, node: &str) -> BTreeMap<String, u32> {
-    block_line(text, node, PADDING_LINE)
+/// empty when it has none or the node has no block; an error when the block's markers are
+/// broken.
+pub fn recorded_blocks(text: &str, node: &str) -> Result<BTreeMap<String, u32>, GresConfError> {
+    Ok(block_line(text, node, PADDING_LINE)?
         .map(|spec| {
             spec.split_whitespace()
                 .filter_map(|w| w.split_once('='))
                 .filter_map(|(t, n)| Some((t.to_string(), n.parse().ok()?)))
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// The rest of the line of node `node`'s block that starts with `prefix`, if any.
-fn block_line<'t>(text: &'t str, node: &str, prefix: &str) -> Option<&'t str> {
+fn block_line<'t>(text: &'t str, node: &str, prefix: &str) -> Result<Option<&'t str>, GresConfError> {
     let lines: Vec<&str> = text.lines().collect();
-    let (b, e) = find_block(&lines, node).ok().flatten()?;
-    lines[b..e].iter().find_map(|l| l.strip_prefix(prefix))
+    Ok(find_block(&lines, node)?.and_then(|(b, e)| lines[b..e].iter().find_map(|l| l.strip_prefix(prefix))))
 }
 
 /// Makes each padding device file: a character device of major [`PAD_DEVICE_MAJOR`] and
@@ -491,8 +492,18 @@ mod tests {
             ["/dev/nvidia4", "/dev/nvidia12", "/dev/nvidia0", "/dev/nvidia8"]
         );
         let conf = merge("", "n1", &text, &types(), false).unwrap();
-        assert_eq!(recorded_order(&conf, "n1"), order);
-        assert_eq!(recorded_order(&conf, "n2"), Vec::<String>::new());
+        assert_eq!(recorded_order(&conf, "n1").unwrap(), order);
+        assert_eq!(recorded_order(&conf, "n2").unwrap(), Vec::<String>::new());
+        // Broken markers: the order is unknown, never taken for GPU order.
+        let twice = format!("{conf}{}\n", begin_marker("n1"));
+        assert!(matches!(
+            recorded_order(&twice, "n1"),
+            Err(GresConfError::Markers { .. })
+        ));
+        assert!(matches!(
+            recorded_blocks(&twice, "n1"),
+            Err(GresConfError::Markers { .. })
+        ));
         // Without an order: GPU and placement order, and none recorded.
         let plain = Padding {
             order: &[],
@@ -506,7 +517,7 @@ mod tests {
             false,
         )
         .unwrap();
-        assert!(recorded_order(&conf, "n1").is_empty(), "{conf}");
+        assert!(recorded_order(&conf, "n1").unwrap().is_empty(), "{conf}");
         // An order that lists a device twice, or one the GPUs do not have, is refused.
         for bad in [
             ["0:3g.20gb@4", "0:3g.20gb@4", "0:3g.20gb@0", "1:4g.20gb@0"],
