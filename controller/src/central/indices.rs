@@ -71,7 +71,7 @@ impl Central {
             &nv.gres_order,
         )?;
         let gres = self.gres_for(nv, &types_after, blocks);
-        let within = self.order_after(view, nv, &layout_after, blocks);
+        let within = self.order_after(view, nv, &layout_after, blocks)?;
         let then = slurm_index_order(&gres, &pairs(layout_after.clone(), &types_after), &within)?;
         let mut moved = Vec::new();
         for (p, g) in gpus.iter().enumerate() {
@@ -110,15 +110,18 @@ impl Central {
     /// order ([`kept_order`]); without, empty (GPU and placement order). The idle ones may
     /// move because the node is drained in Slurm from this view until the re-layout ends
     /// (the order goes with the plan once the drained node's busy devices are read).
+    /// A reported order that does not list the node's devices (a GPU laid out by hand since
+    /// the file was written) places no index: on an idle node the devices start from GPU
+    /// and placement order, with a busy one it is an error.
     pub(super) fn order_after(
         &self,
         view: &View,
         nv: &NodeView,
         after: &[&Layout],
         blocks: &BTreeMap<String, u32>,
-    ) -> Vec<NodeDevice> {
+    ) -> Result<Vec<NodeDevice>, CountMismatch> {
         if blocks.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let type_of = |&(p, i): &NodeDevice| -> &str {
             let model = &self.resolved.models[view.gpus[nv.gpus[p]].model].model;
@@ -137,14 +140,19 @@ impl Central {
             });
             out
         };
-        let now = if nv.gres_order.is_empty() {
-            let layouts: Vec<&Layout> = nv.gpus.iter().map(|&g| &view.gpus[g].layout).collect();
-            devices(&layouts)
-        } else {
-            nv.gres_order.clone()
-        };
         let busy = |&(p, i): &NodeDevice| view.gpus[nv.gpus[p]].busy.contains(&i);
-        kept_order(&now, &devices(after), type_of, busy)
+        let layouts: Vec<&Layout> = nv.gpus.iter().map(|&g| &view.gpus[g].layout).collect();
+        let current = devices(&layouts);
+        let reported = &nv.gres_order;
+        let lists = reported.len() == current.len() && current.iter().all(|d| reported.contains(d));
+        let now = if lists {
+            reported.clone()
+        } else if reported.is_empty() || !current.iter().any(busy) {
+            current
+        } else {
+            return Err(CountMismatch::Order);
+        };
+        Ok(kept_order(&now, &devices(after), type_of, busy))
     }
 
     /// [`Central::order_after`] as a re-layout asks the node's agent to write it
@@ -155,9 +163,10 @@ impl Central {
         nv: &NodeView,
         after: &[(usize, &Layout)],
         blocks: &BTreeMap<String, u32>,
-    ) -> Vec<String> {
+    ) -> Result<Vec<String>, CountMismatch> {
         let (layouts, _) = self.layouts_after(view, nv, after);
-        self.order_after(view, nv, &layouts, blocks)
+        Ok(self
+            .order_after(view, nv, &layouts, blocks)?
             .iter()
             .map(|&(p, i)| {
                 let g = &view.gpus[nv.gpus[p]];
@@ -166,7 +175,7 @@ impl Central {
                     &display_instance(&self.resolved.models[g.model].model, &i),
                 )
             })
-            .collect()
+            .collect())
     }
 
     /// The node `Gres` a re-layout of node `nv` to instances of `types` (one list per GPU

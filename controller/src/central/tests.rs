@@ -1775,6 +1775,36 @@ fn a_padded_nodes_running_job_is_placed_by_the_device_order_its_agent_reports() 
         c.status.decisions
     );
     assert_eq!(b0(&mut c), C2);
+    // Likewise for an untyped entry (`gpu:1`): every instance of the node counts as busy.
+    let dir = temp("padded-read-bad-untyped");
+    let (r, mut s) = padded_b(&dir, policy);
+    s.set_gres_order(1, &["1:3g.20gb@4", "0:3g.20gb@0"]);
+    s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 20);
+    s.jobs[1].gres_detail = vec!["gpu:1(IDX:20)".into()];
+    let mut c = central(r, s, Mode::Drain, Recorder::default());
+    once(&mut c);
+    assert!(
+        action(&c, "b/0").starts_with("skip: busy"),
+        "{:?}",
+        c.status.decisions
+    );
+    assert_eq!(b0(&mut c), C2);
+    // The same order on an idle node (a GPU laid out by hand since the file was written):
+    // no index to keep, so the change goes ahead and the new file is in GPU and placement
+    // order (before, the central role panicked on the order's unknown device).
+    let dir = temp("padded-read-bad-idle");
+    let (r, mut s) = padded_b(&dir, policy);
+    s.set_gres_order(1, &["1:3g.20gb@4", "0:3g.20gb@0"]);
+    s.jobs.retain(|j| !j.nodes.iter().any(|n| n == "b"));
+    let mut c = central(r, s, Mode::Drain, Recorder::default());
+    let rep = once(&mut c);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert_eq!(action(&c, "b/0"), "applied", "{:?}", c.status.decisions);
+    assert_eq!(b0(&mut c), "7g.40gb@0");
+    assert_eq!(
+        read_report(&node(&mut c, "b")).unwrap().unwrap().gres_order,
+        ["1:3g.20gb@4", "1:4g.20gb@0", "0:7g.40gb@0"]
+    );
 }
 
 #[test]

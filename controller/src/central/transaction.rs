@@ -572,12 +572,14 @@ impl Central {
 
     /// The order of node `node`'s devices within each type once `t`'s targets are reached,
     /// as its gres.conf is to list them ([`Central::order_refs`]; empty without padding).
-    /// An error when the node or its targets cannot be read now (`busy_now` refuses that
-    /// first today): the node must not enter Applying with GPU order in place of it.
+    /// An error when the node, its targets or its reported order cannot be read now
+    /// (`busy_now` refuses that first today): the node must not enter Applying with GPU
+    /// order in place of it.
     fn order_now(&self, view: &View, node: &str, t: &NodeTxn) -> Result<Vec<String>, String> {
         let (nv, after) = self.targets_now(view, node, t)?;
         let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
-        Ok(self.order_refs(view, nv, &after, &t.padding))
+        self.order_refs(view, nv, &after, &t.padding)
+            .map_err(|e| e.to_string())
     }
 
     /// Node `node` in `view` and `t`'s targets on it: (position in `View::gpus`, layout).

@@ -499,12 +499,13 @@ fn parse_gpus(
             .unwrap_or(0);
         names[gi][pos].clone()
     };
-    // Every instance of `ty` on the node: what counts busy when an index cannot be placed.
+    // Every instance of `ty` on the node (every instance for an untyped entry): what
+    // counts busy when an index cannot be placed.
     let all_of = |gpus: &[GpuView], ty: &str| -> Vec<NodeDevice> {
         gpus.iter()
             .enumerate()
             .flat_map(|(gi, g)| g.layout.instances().iter().map(move |i| (gi, *i)))
-            .filter(|&(gi, i)| type_of(gpus, (gi, i)) == ty)
+            .filter(|&(gi, i)| ty.is_empty() || type_of(gpus, (gi, i)) == ty)
             .collect()
     };
     let mark = |gpus: &mut Vec<GpuView>, (g, inst): NodeDevice, job: Option<u32>| {
