@@ -1762,33 +1762,26 @@ fn a_padded_nodes_running_job_is_placed_by_the_device_order_its_agent_reports() 
         }
     }
     // An order that does not list the node's devices: no index can be placed, so every
-    // 3g.20gb counts as busy (never wrongly idle).
-    let dir = temp("padded-read-bad");
-    let (r, mut s) = padded_b(&dir, policy);
-    s.set_gres_order(1, &["1:3g.20gb@4", "0:3g.20gb@0"]);
-    s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 20);
-    let mut c = central(r, s, Mode::Drain, Recorder::default());
-    once(&mut c);
-    assert!(
-        action(&c, "b/0").starts_with("skip: busy 3g.20gb@4"),
-        "{:?}",
-        c.status.decisions
-    );
-    assert_eq!(b0(&mut c), C2);
-    // Likewise for an untyped entry (`gpu:1`): every instance of the node counts as busy.
-    let dir = temp("padded-read-bad-untyped");
-    let (r, mut s) = padded_b(&dir, policy);
-    s.set_gres_order(1, &["1:3g.20gb@4", "0:3g.20gb@0"]);
-    s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 20);
-    s.jobs[1].gres_detail = vec!["gpu:1(IDX:20)".into()];
-    let mut c = central(r, s, Mode::Drain, Recorder::default());
-    once(&mut c);
-    assert!(
-        action(&c, "b/0").starts_with("skip: busy"),
-        "{:?}",
-        c.status.decisions
-    );
-    assert_eq!(b0(&mut c), C2);
+    // 3g.20gb counts as busy (never wrongly idle); for an untyped entry (`gpu:1`), every
+    // instance of the node.
+    for (detail, busy) in [
+        ("gpu:3g.20gb:1(IDX:20)", "skip: busy 3g.20gb@4"),
+        ("gpu:1(IDX:20)", "skip: busy"),
+    ] {
+        let dir = temp("padded-read-bad");
+        let (r, mut s) = padded_b(&dir, policy);
+        s.set_gres_order(1, &["1:3g.20gb@4", "0:3g.20gb@0"]);
+        s.jobs[1] = FakeSlurm::running(2, "b", "3g.20gb", 20);
+        s.jobs[1].gres_detail = vec![detail.into()];
+        let mut c = central(r, s, Mode::Drain, Recorder::default());
+        once(&mut c);
+        assert!(
+            action(&c, "b/0").starts_with(busy),
+            "{detail}: {:?}",
+            c.status.decisions
+        );
+        assert_eq!(b0(&mut c), C2);
+    }
     // The same order on an idle node (a GPU laid out by hand since the file was written):
     // no index to keep, so the change goes ahead and the new file is in GPU and placement
     // order (before, the central role panicked on the order's unknown device).
