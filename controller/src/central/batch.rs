@@ -281,6 +281,14 @@ pub enum LedgerError {
         /// Why.
         source: serde_json::Error,
     },
+    /// The file parses but contradicts itself.
+    #[error("{}: inconsistent re-layout ledger: {why} (move it away only after checking every node it names: see docs/admin-guide.md)", path.display())]
+    Inconsistent {
+        /// The file.
+        path: PathBuf,
+        /// What contradicts what.
+        why: String,
+    },
     /// Writing failed.
     #[error(transparent)]
     Write(#[from] smartmig_core::durable::DurableError),
@@ -291,7 +299,29 @@ impl Ledger {
     pub fn load(state_dir: &Path) -> Result<Ledger, LedgerError> {
         let path = state_dir.join(BATCH_FILE);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| LedgerError::Parse { path, source }),
+            Ok(bytes) => {
+                let ledger: Ledger = serde_json::from_slice(&bytes).map_err(|source| LedgerError::Parse {
+                    path: path.clone(),
+                    source,
+                })?;
+                // Every step of the batch acts on nodes of its own: a Slurm step naming
+                // another node would have nothing to revert (a hand-edited file).
+                if let Some(b) = &ledger.batch {
+                    let named = match &b.slurm {
+                        SlurmStep::Refreshing { gres } | SlurmStep::Undoing { gres, .. } => {
+                            gres.keys().collect()
+                        }
+                        _ => Vec::new(),
+                    };
+                    if let Some(n) = named.into_iter().find(|n| !b.nodes.contains_key(*n)) {
+                        return Err(LedgerError::Inconsistent {
+                            path,
+                            why: format!("its Slurm step names node {n}, which is not one of its nodes"),
+                        });
+                    }
+                }
+                Ok(ledger)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ledger::default()),
             Err(source) => Err(LedgerError::Read { path, source }),
         }
@@ -377,6 +407,23 @@ mod tests {
         std::fs::write(dir.path().join(BATCH_FILE), "{").unwrap();
         let e = Ledger::load(dir.path()).unwrap_err().to_string();
         assert!(e.contains(BATCH_FILE) && e.contains("admin-guide"), "{e}");
+        // A Slurm step naming a node the batch does not have (a hand edit): refused by
+        // name, never acted on.
+        let mut edited = ledger.clone();
+        if let Some(b) = &mut edited.batch {
+            b.slurm = SlurmStep::Undoing {
+                gres: [("n9".to_string(), "gpu:3g.20gb:2".to_string())].into(),
+                error: "x".into(),
+                after_revert: false,
+                put_back: false,
+            };
+        }
+        edited.save(dir.path()).unwrap();
+        let e = Ledger::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains(BATCH_FILE) && e.contains("node n9, which is not one of its nodes"),
+            "{e}"
+        );
     }
 
     #[test]
