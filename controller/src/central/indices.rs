@@ -144,7 +144,10 @@ impl Central {
         let layouts: Vec<&Layout> = nv.gpus.iter().map(|&g| &view.gpus[g].layout).collect();
         let current = devices(&layouts);
         let reported = &nv.gres_order;
-        let lists = reported.len() == current.len() && current.iter().all(|d| reported.contains(d));
+        // Both ways: a report may carry a layout listing an instance twice.
+        let lists = reported.len() == current.len()
+            && current.iter().all(|d| reported.contains(d))
+            && reported.iter().all(|d| current.contains(d));
         let now = if lists {
             reported.clone()
         } else if reported.is_empty() || !current.iter().any(busy) {

@@ -1538,6 +1538,16 @@ fn devices_are_numbered_in_the_order_of_the_nodes_gres_then_gres_conf_order_skip
         .unwrap_err()
         .to_string();
     assert!(e.contains("Slurm has 3 1g.5gb, the agent reports 4"), "{e}");
+    // A reported layout that lists an instance twice, and an order of as many entries
+    // that lists it twice too but names a device the GPU does not have: refused, never
+    // numbered by the unknown device.
+    let twice = smartmig_core::mig::Layout::parse(m, "3g.20gb@4,3g.20gb@4").unwrap();
+    let names = vec!["3g.20gb".to_string(); 2];
+    let i = twice.instances()[0];
+    let unknown = (7, i);
+    assert!(
+        view::slurm_index_order("gpu:3g.20gb:2", &[(&twice, names.as_slice())], &[(0, i), unknown]).is_err()
+    );
 }
 
 #[test]

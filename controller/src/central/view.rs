@@ -146,6 +146,7 @@ impl NodeView {
 #[derive(Debug)]
 struct Parsed {
     comment: Option<String>,
+    gres: String,
     gres_used: String,
     jobs: Vec<(u32, String)>,
     report: Report,
@@ -171,6 +172,7 @@ impl Parsed {
         Some(
             parse_gpus(resolved, node, &report, jobs).map(|(gpus, gres_order)| Parsed {
                 comment: node.comment.clone(),
+                gres: node.gres.clone(),
                 gres_used: node.gres_used.clone(),
                 jobs: jobs.iter().map(|&(j, d)| (j, d.to_string())).collect(),
                 report,
@@ -182,7 +184,9 @@ impl Parsed {
 
     /// Whether `node`'s record and running jobs are what this was parsed from.
     fn matches(&self, node: &SlurmNode, jobs: &[(u32, &str)]) -> bool {
+        // The node's Gres decides which device each index names.
         self.comment == node.comment
+            && self.gres == node.gres
             && self.gres_used == node.gres_used
             && self.jobs.len() == jobs.len()
             && self.jobs.iter().zip(jobs).all(|(a, b)| a.0 == b.0 && a.1 == b.1)
@@ -249,7 +253,11 @@ pub fn slurm_index_order(
     if !within.is_empty() {
         let count: usize = by_type.values().map(Vec::len).sum();
         let listed = |d: &NodeDevice| within.iter().position(|w| w == d);
-        if within.len() != count || by_type.values().flatten().any(|d| listed(d).is_none()) {
+        let known = |w: &NodeDevice| by_type.values().flatten().any(|d| d == w);
+        if within.len() != count
+            || by_type.values().flatten().any(|d| listed(d).is_none())
+            || !within.iter().all(known)
+        {
             return Err(CountMismatch::Order);
         }
         for devices in by_type.values_mut() {
