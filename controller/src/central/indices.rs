@@ -12,7 +12,9 @@ use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Instance, Layout};
 
 use super::padding::{mig_gres, type_counts};
-use super::view::{instance_types, slurm_index_order, CountMismatch, GpuView, NodeDevice, NodeView, View};
+use super::view::{
+    instance_types, slurm_index_order, CountMismatch, GpuView, GresOrder, NodeDevice, NodeView, View,
+};
 use super::Central;
 use crate::channel::device_ref;
 use crate::slurm::merge_mig_gres;
@@ -68,7 +70,7 @@ impl Central {
         let now = slurm_index_order(
             &nv.slurm.gres,
             &pairs(gpus.iter().map(|g| &g.layout).collect(), &types_now),
-            &nv.gres_order,
+            nv.gres_order.within()?,
         )?;
         let gres = self.gres_for(nv, &types_after, blocks);
         let within = self.order_after(view, nv, &layout_after, blocks)?;
@@ -143,17 +145,11 @@ impl Central {
         let busy = |&(p, i): &NodeDevice| view.gpus[nv.gpus[p]].busy.contains(&i);
         let layouts: Vec<&Layout> = nv.gpus.iter().map(|&g| &view.gpus[g].layout).collect();
         let current = devices(&layouts);
-        let reported = &nv.gres_order;
-        // Both ways: a report may carry a layout listing an instance twice.
-        let lists = reported.len() == current.len()
-            && current.iter().all(|d| reported.contains(d))
-            && reported.iter().all(|d| current.contains(d));
-        let now = if lists {
-            reported.clone()
-        } else if reported.is_empty() || !current.iter().any(busy) {
-            current
-        } else {
-            return Err(CountMismatch::Order);
+        let now = match &nv.gres_order {
+            GresOrder::Listed(reported) => reported.clone(),
+            GresOrder::Placement => current,
+            GresOrder::Unknown if !current.iter().any(busy) => current,
+            GresOrder::Unknown => return Err(CountMismatch::Order),
         };
         Ok(kept_order(&now, &devices(after), type_of, busy))
     }

@@ -1538,16 +1538,46 @@ fn devices_are_numbered_in_the_order_of_the_nodes_gres_then_gres_conf_order_skip
         .unwrap_err()
         .to_string();
     assert!(e.contains("Slurm has 3 1g.5gb, the agent reports 4"), "{e}");
-    // A reported layout that lists an instance twice, and an order of as many entries
-    // that lists it twice too but names a device the GPU does not have: refused, never
-    // numbered by the unknown device.
-    let twice = smartmig_core::mig::Layout::parse(m, "3g.20gb@4,3g.20gb@4").unwrap();
-    let names = vec!["3g.20gb".to_string(); 2];
-    let i = twice.instances()[0];
-    let unknown = (7, i);
-    assert!(
-        view::slurm_index_order("gpu:3g.20gb:2", &[(&twice, names.as_slice())], &[(0, i), unknown]).is_err()
+}
+
+#[test]
+fn a_reported_device_order_counts_only_when_it_names_each_of_the_nodes_devices_once() {
+    let dir = temp("order-read");
+    let r = resolved(&dir, TO_C5);
+    let order_of = |layout: &str, order: &[&str]| -> view::GresOrder {
+        let mut s = cluster();
+        s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", layout)]);
+        s.set_gres_order(1, order);
+        let v = View::build(&r, s.nodes.clone(), s.jobs.clone(), &mut Default::default());
+        let b = v.nodes.iter().find(|n| n.name == "b").expect("b is managed");
+        b.gres_order.clone()
+    };
+    let c2 = smartmig_core::mig::Layout::parse(&r.models[0].model, C2).unwrap();
+    let (g4, g3) = (c2.instances()[0], c2.instances()[1]);
+    assert_eq!(order_of(C2, &[]), view::GresOrder::Placement);
+    assert_eq!(
+        order_of(C2, &["0:3g.20gb@4", "0:4g.20gb@0"]),
+        view::GresOrder::Listed(vec![(0, g3), (0, g4)])
     );
+    for (layout, order) in [
+        // One device twice, one left out.
+        (C2, &["0:3g.20gb@4", "0:3g.20gb@4"][..]),
+        // A device the node does not have (another GPU, another placement).
+        (C2, &["0:3g.20gb@4", "1:4g.20gb@0"]),
+        (C2, &["0:3g.20gb@0", "0:4g.20gb@0"]),
+        // Too few, too many, unreadable.
+        (C2, &["0:3g.20gb@4"]),
+        (C2, &["0:3g.20gb@4", "0:4g.20gb@0", "0:4g.20gb@0"]),
+        (C2, &["0:3g.20gb@4", "GPU zero"]),
+        // A layout that lists an instance twice, named twice: still not each device once.
+        ("3g.20gb@4 3g.20gb@4", &["0:3g.20gb@4", "0:3g.20gb@4"]),
+    ] {
+        assert_eq!(
+            order_of(layout, order),
+            view::GresOrder::Unknown,
+            "{layout} {order:?}"
+        );
+    }
 }
 
 #[test]

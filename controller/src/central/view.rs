@@ -112,9 +112,8 @@ pub struct NodeView {
     pub slurm: SlurmNode,
     /// Its agent's last report.
     pub report: Report,
-    /// Its devices in the order of its gres.conf block, from the report (position in
-    /// `gpus`, instance); empty: GPU and placement order.
-    pub gres_order: Vec<NodeDevice>,
+    /// Its devices in the order of its gres.conf block, from the report.
+    pub gres_order: GresOrder,
     /// Generation of the desired state now in its `Extra` (0: none).
     pub generation: u64,
     /// Positions of its GPUs in [`View::gpus`].
@@ -151,7 +150,7 @@ struct Parsed {
     jobs: Vec<(u32, String)>,
     report: Report,
     gpus: Vec<GpuView>,
-    gres_order: Vec<NodeDevice>,
+    gres_order: GresOrder,
 }
 
 impl Parsed {
@@ -227,17 +226,42 @@ pub struct View {
 /// A device of a node: (position of its GPU among the node's, instance).
 pub type NodeDevice = (usize, Instance);
 
+/// The order of a node's devices in its gres.conf block, as its agent reports it, checked
+/// once against the devices the same report lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GresOrder {
+    /// GPU and placement order: the block has no `# device order:` line.
+    Placement,
+    /// Each of the node's devices once, in this order.
+    Listed(Vec<NodeDevice>),
+    /// The recorded order does not list the node's devices (a GPU laid out by hand since
+    /// the file was written): Slurm numbers them by lines nobody can place.
+    Unknown,
+}
+
+impl GresOrder {
+    /// The devices in gres.conf's order as [`slurm_index_order`] takes them (empty: GPU
+    /// and placement order); Err when the order is unknown.
+    pub fn within(&self) -> Result<&[NodeDevice], CountMismatch> {
+        match self {
+            GresOrder::Placement => Ok(&[]),
+            GresOrder::Listed(devices) => Ok(devices),
+            GresOrder::Unknown => Err(CountMismatch::Order),
+        }
+    }
+}
+
 /// The order in which Slurm numbers a node's GPU devices (`IDX`), as Slurm reports it:
 /// the types in the order of the node's `Gres` (slurmctld numbers them so, whatever order
 /// gres.conf lists them in), and the devices of one type in gres.conf's order (verified
 /// with slurmd 22.05 and mixed-length type names in the e2e tests; with `AutoDetect=off`
 /// slurmd sorts no record). `gres` is the node's `Gres`; `layouts` its GPUs with their
 /// instances' type names; `within` its devices in gres.conf's order (GPU position,
-/// instance), or empty for GPU and placement order (how the node agent writes gres.conf
+/// instance), each of the layouts' devices once ([`GresOrder::within`], or a re-layout's
+/// order), or empty for GPU and placement order (how the node agent writes gres.conf
 /// without padding). Each index is `(gpu position, instance)`, or None for a device of a
 /// type smartmig does not manage (a non-MIG GPU); Err when Slurm's counts of the managed
-/// types differ from the layouts (a re-layout under way), or `within` does not list the
-/// layouts' devices.
+/// types differ from the layouts (a re-layout under way).
 pub fn slurm_index_order(
     gres: &str,
     layouts: &[(&Layout, &[String])],
@@ -251,17 +275,8 @@ pub fn slurm_index_order(
         }
     }
     if !within.is_empty() {
-        let count: usize = by_type.values().map(Vec::len).sum();
-        let listed = |d: &NodeDevice| within.iter().position(|w| w == d);
-        let known = |w: &NodeDevice| by_type.values().flatten().any(|d| d == w);
-        if within.len() != count
-            || by_type.values().flatten().any(|d| listed(d).is_none())
-            || !within.iter().all(known)
-        {
-            return Err(CountMismatch::Order);
-        }
         for devices in by_type.values_mut() {
-            devices.sort_by_key(|d| listed(d));
+            devices.sort_by_key(|d| within.iter().position(|w| w == d));
         }
     }
     let mut order = Vec::new();
@@ -460,7 +475,7 @@ fn parse_gpus(
     node: &SlurmNode,
     report: &Report,
     jobs: &[(u32, &str)],
-) -> Result<(Vec<GpuView>, Vec<NodeDevice>), NodeReadError> {
+) -> Result<(Vec<GpuView>, GresOrder), NodeReadError> {
     let name = node.name.clone();
     let mut gpus = Vec::new();
     for g in &report.gpus {
@@ -496,7 +511,9 @@ fn parse_gpus(
         .map(|(g, n)| (&g.layout, n.as_slice()))
         .collect();
     let within = gres_order(resolved, &gpus, &report.gres_order);
-    let order = slurm_index_order(&node.gres, &layouts, &within);
+    let order = within
+        .within()
+        .and_then(|w| slurm_index_order(&node.gres, &layouts, w));
     drop(layouts);
     let type_of = |gpus: &[GpuView], (gi, inst): NodeDevice| -> String {
         let pos = gpus[gi]
@@ -572,19 +589,14 @@ fn parse_gpus(
     Ok((gpus, within))
 }
 
-/// The devices a report's `gres_order` names (`GPU:instance` each), as (position in
-/// `gpus`, instance). A name that is not one of `gpus`' devices stays in the list as a
-/// device no layout has, so that [`slurm_index_order`] refuses the order rather than
-/// number the node by a guess.
-fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> Vec<NodeDevice> {
-    const NONE: NodeDevice = (
-        usize::MAX,
-        Instance {
-            profile: usize::MAX,
-            start: 0,
-        },
-    );
-    order
+/// The order of `gpus`' devices a report's `gres_order` gives (`GPU:instance` each):
+/// [`GresOrder::Unknown`] unless it names each of their devices exactly once, so that no
+/// later step numbers the node by a device it does not have.
+fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> GresOrder {
+    if order.is_empty() {
+        return GresOrder::Placement;
+    }
+    let named: Option<Vec<NodeDevice>> = order
         .iter()
         .map(|r| {
             let (index, label) = parse_device_ref(r)?;
@@ -597,6 +609,25 @@ fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> Vec<No
                 .find(|i| display_instance(model, i) == label)?;
             Some((p, *inst))
         })
-        .map(|d| d.unwrap_or(NONE))
-        .collect()
+        .collect();
+    let mut devices: Vec<NodeDevice> = gpus
+        .iter()
+        .enumerate()
+        .flat_map(|(p, g)| g.layout.instances().iter().map(move |i| (p, *i)))
+        .collect();
+    devices.sort_unstable();
+    match named {
+        Some(named) => {
+            let mut sorted = named.clone();
+            sorted.sort_unstable();
+            // Sorted lists equal and free of repeats: each device named once (a report's
+            // layout may list an instance twice).
+            if sorted == devices && sorted.windows(2).all(|w| w[0] != w[1]) {
+                GresOrder::Listed(named)
+            } else {
+                GresOrder::Unknown
+            }
+        }
+        None => GresOrder::Unknown,
+    }
 }
