@@ -1581,6 +1581,30 @@ fn a_reported_device_order_counts_only_when_it_names_each_of_the_nodes_devices_o
 }
 
 #[test]
+fn a_change_of_the_nodes_gres_alone_renumbers_its_devices_in_the_next_view() {
+    // Same report, same job at index 1, same GresUsed: only the order of the types in
+    // the node's Gres changes, which decides which device index 1 names.
+    let dir = temp("gres-only");
+    let r = resolved(&dir, TO_C5);
+    let m = &r.models[0].model;
+    let mut s = cluster();
+    s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", C8)]);
+    s.jobs[1] = FakeSlurm::running(2, "b", "1g.5gb", 1);
+    let mut cache = Default::default();
+    let mut busy_of_b = |gres: &str| -> Vec<String> {
+        s.nodes[1].gres = gres.to_string();
+        let v = View::build(&r, s.nodes.clone(), s.jobs.clone(), &mut cache);
+        let b = v.gpus.iter().find(|g| g.node == "b").expect("b's GPU");
+        b.busy
+            .iter()
+            .map(|i| smartmig_core::mig::layout::display_instance(m, i))
+            .collect()
+    };
+    assert_eq!(busy_of_b("gpu:1g.5gb:4,gpu:3g.20gb:1"), ["1g.5gb@1"]);
+    assert_eq!(busy_of_b("gpu:3g.20gb:1,gpu:1g.5gb:4"), ["1g.5gb@0"]);
+}
+
+#[test]
 fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_busy() {
     let dir = temp("shifted");
     let mut s = cluster();
