@@ -69,7 +69,14 @@ pub enum TresError {
     /// A device index list that does not read (`IDX:0,2-3` expected).
     #[error("`{0}` has an unreadable device index list")]
     Indices(String),
+    /// More devices than any node has ([`MAX_DEVICES`]).
+    #[error("`{0}` names more than {MAX_DEVICES} devices")]
+    TooManyDevices(String),
 }
+
+/// The most GPU devices one GRES string may name (counts or indices): far above any
+/// node's, low enough that a garbled `IDX:0-4294967295` cannot exhaust memory.
+pub const MAX_DEVICES: u32 = 1 << 16;
 
 /// The entries of `text`, split at commas outside parentheses; empty entries and Slurm's
 /// `(null)` are left out.
@@ -191,6 +198,12 @@ impl Entry<'_> {
         for r in list.split(',').filter(|s| !s.is_empty()) {
             let (a, b) = r.split_once('-').unwrap_or((r, r));
             let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            if b < a {
+                return Err(bad());
+            }
+            if (b - a) as usize + out.len() >= MAX_DEVICES as usize {
+                return Err(TresError::TooManyDevices(self.raw.to_string()));
+            }
             out.extend(a..=b);
         }
         Ok(out)
@@ -267,5 +280,26 @@ mod tests {
         assert_eq!(e.indices(), Ok(vec![0, 2, 3, 6]));
         assert_eq!(parse("gpu:1g.10gb:1(IDX:N/A)").unwrap().indices(), Ok(vec![]));
         assert!(parse("gpu:1g.10gb:1(IDX:a-b)").unwrap().indices().is_err());
+        assert!(parse("gpu:1g.10gb:1(IDX:3-2)").unwrap().indices().is_err());
+    }
+
+    #[test]
+    fn an_index_list_longer_than_any_node_is_refused_before_it_is_expanded() {
+        let ok = format!("gpu:1g.10gb:1(IDX:0-{})", MAX_DEVICES - 1);
+        assert_eq!(
+            parse(&ok).unwrap().indices().map(|i| i.len()),
+            Ok(MAX_DEVICES as usize)
+        );
+        for raw in [
+            format!("gpu:1g.10gb:1(IDX:0-{MAX_DEVICES})"),
+            "gpu:1g.10gb:1(IDX:0-4294967295)".to_string(),
+            format!("gpu:1g.10gb:1(IDX:7,0-{})", MAX_DEVICES - 1),
+        ] {
+            assert_eq!(
+                parse(&raw).unwrap().indices(),
+                Err(TresError::TooManyDevices(raw.clone())),
+                "{raw}"
+            );
+        }
     }
 }

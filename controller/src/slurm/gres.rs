@@ -35,6 +35,9 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, GresError> {
         source,
     };
     let mut out = Vec::new();
+    // Devices named so far: callers build a list per device, so a garbled count is
+    // refused here rather than allocated.
+    let mut total: u64 = 0;
     for raw in tres::entries(text) {
         let e = match tres::parse(raw) {
             Ok(e) if e.is_gpu() => e,
@@ -42,14 +45,14 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, GresError> {
             Err(_) if !tres::names_gpu(raw) => continue,
             Err(err) => return Err(bad(err)),
         };
+        let count = e.count().map_err(bad)?;
+        total = total.saturating_add(count);
+        if total > u64::from(tres::MAX_DEVICES) {
+            return Err(bad(TresError::TooManyDevices(raw.to_string())));
+        }
         out.push(GresCount {
             gpu_type: e.gpu_type.unwrap_or_default().to_string(),
-            count: u32::try_from(e.count().map_err(bad)?).map_err(|_| {
-                bad(TresError::Count {
-                    entry: raw.to_string(),
-                    count: e.count.unwrap_or_default().to_string(),
-                })
-            })?,
+            count: count as u32, // at most MAX_DEVICES
             indices: e.indices().map_err(bad)?,
         });
     }
@@ -203,5 +206,23 @@ mod tests {
         assert_eq!(j[0].gpu_type, "1g.10gb");
         let e = parse_gres("gpu:a:b:c", "n2 Gres").unwrap_err().to_string();
         assert!(e.contains("n2 Gres") && e.contains("gpu:a:b:c"), "{e}");
+    }
+
+    #[test]
+    fn a_gres_string_naming_more_devices_than_any_node_is_refused_by_name() {
+        let max = tres::MAX_DEVICES;
+        assert_eq!(
+            parse_gres(&format!("gpu:1g.10gb:{max}"), "n1 Gres").unwrap()[0].count,
+            max
+        );
+        for text in [
+            format!("gpu:1g.10gb:{}", max + 1),
+            "gpu:1g.10gb:4294967296".to_string(),
+            format!("gpu:1g.10gb:{max},gpu:3g.40gb:1"),
+        ] {
+            let e = parse_gres(&text, "n1 Gres").unwrap_err();
+            assert!(matches!(e.source, TresError::TooManyDevices(_)), "{text}: {e}");
+            assert!(e.to_string().contains("n1 Gres"), "{e}");
+        }
     }
 }
