@@ -372,11 +372,20 @@ impl Central {
             return;
         }
         self.status.decided(lines);
-        let generation = view
+        let last = view
             .max_generation
             .max(self.ledger.generation)
-            .max(self.status.generation)
-            + 1;
+            .max(self.status.generation);
+        let Some(generation) = last.checked_add(1) else {
+            self.fail(
+                report,
+                format!(
+                    "no re-layout started: generation {last} (a node's smartmig record in Slurm) \
+                     leaves no next one; clear that node's Extra and Comment keys"
+                ),
+            );
+            return;
+        };
         let budget = budget.unwrap_or_default();
         let mut b = self.new_batch(view, by_node, generation, now, budget);
         log::info!(

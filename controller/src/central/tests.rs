@@ -1605,6 +1605,26 @@ fn a_change_of_the_nodes_gres_alone_renumbers_its_devices_in_the_next_view() {
 }
 
 #[test]
+fn a_generation_with_no_next_one_starts_no_relayout_and_says_so() {
+    let dir = temp("last-generation");
+    let mut s = cluster();
+    let mut rep = s.report_of(1).expect("b reports");
+    rep.generation = u64::MAX;
+    s.nodes[1].comment = crate::channel::merge(s.nodes[1].comment.as_deref(), "fake", Some(&rep)).ok();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    assert_eq!(r.changed, 0);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains(&format!("generation {}", u64::MAX))),
+        "{:?}",
+        r.errors
+    );
+    assert!(c.api().nodes().unwrap().iter().all(|n| !n.drain));
+}
+
+#[test]
 fn a_job_whose_device_index_names_another_type_after_a_relayout_keeps_its_type_busy() {
     let dir = temp("shifted");
     let mut s = cluster();
