@@ -255,6 +255,14 @@ fn slow_node_1(c: &mut Cluster) -> Simulated {
 /// change, gives it `faults` until the cycle ends; the cluster, workload, both GPUs and
 /// what the central role printed.
 fn fault_mid_apply(faults: &Faults) -> (Cluster, Workload, Simulated, Simulated, String) {
+    let out = mid_apply(|_, s1| s1.set_faults(faults).unwrap());
+    out.3.set_faults(&Faults::default()).unwrap();
+    out
+}
+
+/// Runs a central cycle moving both nodes to c5 and, once node 1's GPU has begun to
+/// change, does `act`; the cluster, workload, both GPUs and what the central role printed.
+fn mid_apply(act: impl FnOnce(&Cluster, &Simulated)) -> (Cluster, Workload, Simulated, Simulated, String) {
     let (mut c, jobs, s0) = start_with_workload();
     let s1 = slow_node_1(&mut c);
     wait_announced(&c);
@@ -263,9 +271,8 @@ fn fault_mid_apply(faults: &Faults) -> (Cluster, Workload, Simulated, Simulated,
     wait_until("node 1's re-layout to start", Duration::from_secs(60), || {
         !sim_layout(&s1).contains("7g")
     });
-    s1.set_faults(faults).unwrap();
+    act(&c, &s1);
     let out = finish(&c, central);
-    s1.set_faults(&Faults::default()).unwrap();
     (c, jobs, s0, s1, out)
 }
 
@@ -304,7 +311,43 @@ fn an_nvml_read_error_while_the_agent_reports_leaves_its_node_drained_and_slurm_
         "node 0 goes on: {out}\n{}",
         c.log_tails()
     );
-    assert_node_1_held_with_slurm_untouched(&c, &jobs, &s0, &s1, "its agent cannot read the GPUs");
+    assert_node_1_held_with_slurm_untouched(
+        &c,
+        &jobs,
+        &s0,
+        &s1,
+        "its agent cannot read the GPUs or gres.conf",
+    );
+}
+
+#[test]
+fn a_gres_conf_whose_markers_break_mid_relayout_leaves_its_node_drained_and_slurm_untouched() {
+    skip_unless_netns!();
+    // Someone (a config-management run, an admin) copies node 1's BEGIN marker while its
+    // GPU changes: the agent can no longer tell its block, so its report carries a read
+    // error, never an order or "no GPUs".
+    let (c, jobs, s0, s1, out) = mid_apply(|c, _| {
+        let path = c.dir.join(format!("etc/gres-{}.conf", c.nodes[1]));
+        let conf = std::fs::read_to_string(&path).unwrap();
+        let begin = conf
+            .lines()
+            .find(|l| l.starts_with("# BEGIN smartmig"))
+            .expect("node 1's block")
+            .to_string();
+        std::fs::write(&path, format!("{conf}{begin}\n")).unwrap();
+    });
+    assert!(
+        out.contains("1 changed"),
+        "node 0 goes on: {out}\n{}",
+        c.log_tails()
+    );
+    assert_node_1_held_with_slurm_untouched(
+        &c,
+        &jobs,
+        &s0,
+        &s1,
+        "its agent cannot read the GPUs or gres.conf: gres.conf: the markers of node",
+    );
 }
 
 #[test]

@@ -114,8 +114,8 @@ pub enum NotShown {
 /// Why a node agent's report is not trusted; nothing is written to Slurm from it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Untrusted {
-    /// The agent could not read its GPUs (never "no GPUs").
-    #[error("its agent cannot read the GPUs: {0}")]
+    /// The agent could not read its GPUs or its gres.conf block (never "no GPUs").
+    #[error("its agent cannot read the GPUs or gres.conf: {0}")]
     Unreadable(#[from] crate::channel::AgentReadError),
     /// The GPUs are not the ones the batch was planned on (one fell off the bus).
     #[error("the agent reports the GPU set {reported:?}, the batch was planned on {planned:?}; nothing is written to Slurm for it")]
