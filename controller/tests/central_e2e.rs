@@ -1056,3 +1056,84 @@ fn with_padding_a_batch_slurm_refuses_after_install_puts_the_device_order_back_a
     assert_eq!(t.g0.layouts(), format!("{C5} | {C5}"));
     t.assert_jobs_kept_their_devices();
 }
+
+/// With padding, a gres.conf whose recorded device order names a device the node no
+/// longer has (edited by hand, or written before a GPU was re-laid out by hand): no index
+/// can be placed by it. With jobs on node 0's 3g.20gb the change to node 0 waits, naming
+/// the order, and the jobs keep their devices; once the node is idle the change goes ahead
+/// and the new file is in GPU and placement order.
+#[test]
+fn with_padding_a_recorded_order_naming_a_vanished_device_holds_a_busy_nodes_change_and_lets_an_idle_ones_go()
+{
+    skip_unless_netns!();
+    let t = ThreeJobs::start();
+    let (c, n0) = (&t.c, &t.c.nodes[0]);
+    let path = c.dir.join(format!("etc/gres-{n0}.conf"));
+    let conf = gres_conf(c, n0);
+    let stale = ORDER_C2_C5.replace("1:3g.20gb@0", "1:1g.5gb@0");
+    std::fs::write(
+        &path,
+        conf.replace(
+            &format!("# device order: {ORDER_C2_C5}\n"),
+            &format!("# device order: {stale}\n"),
+        ),
+    )
+    .unwrap();
+    c.wait_for(
+        "node 0's agent to report the edited order",
+        Duration::from_secs(30),
+        |c| node_field(c, n0, "Comment").contains("1:1g.5gb@0"),
+    );
+
+    let config = padded_config(c, "\"c5\", \"c5\"");
+    let out = run_central(c, &config, &[]);
+    assert!(
+        out.contains("1 changed"),
+        "node 1 goes on: {out}\n{}",
+        c.log_tails()
+    );
+    let status = Status::read(&c.dir.join("central")).unwrap();
+    let gpu0 = format!("{n0}/0");
+    assert!(
+        status.decisions.iter().any(|d| d.gpu == gpu0
+            && d.action.starts_with("skip")
+            && d.action.contains("gres.conf order does not list the devices")),
+        "{:?}",
+        status.decisions
+    );
+    back_in_service(c);
+    assert_eq!(t.g0.layouts(), format!("{C2} | {C5}"), "node 0 unchanged");
+    assert!(gres_conf(c, n0).contains(&stale), "node 0's gres.conf untouched");
+    common::assert_safe_on(c, &[&t.g0, &t.g1], &t.jobs, &[]);
+    // (The recorded order no longer describes the lines, so the jobs are checked by
+    // slurmd's own list: the same index, the same device file.)
+    for ((&j, was), started) in t.jobs.iter().zip(&t.before).zip(&t.started) {
+        assert_ran_throughout(c, j, started);
+        assert_eq!(idx(c, j), was.0, "job {j}'s index");
+        assert_eq!(slurmd_file(c, n0, t.count, was.0), was.2, "job {j}'s device file");
+    }
+
+    // Idle, the change goes ahead, in GPU and placement order.
+    for &j in &t.jobs {
+        assert!(c.client("scancel", &[&j.to_string()]).status.success());
+    }
+    for &j in &t.jobs {
+        c.wait_job(j, &["CANCELLED"], Duration::from_secs(30));
+    }
+    let out = run_central(c, &config, &[]);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    back_in_service(c);
+    assert_eq!(t.g0.layouts(), format!("{C5} | {C5}"));
+    let conf = gres_conf(c, n0);
+    assert!(
+        conf.contains("# device order: 0:3g.20gb@0 0:3g.20gb@4 1:3g.20gb@0 1:3g.20gb@4\n"),
+        "{conf}"
+    );
+    common::assert_safe_on(c, &[&t.g0, &t.g1], &[], &[]);
+    // A new job's index names its device, to smartmig and to slurmd.
+    let (j, _) = c
+        .sbatch(&["-w", n0, "--gres=gpu:3g.20gb:1", "--wrap", "sleep 600"])
+        .unwrap();
+    c.wait_job(j, &["RUNNING"], Duration::from_secs(20));
+    t.seen(j);
+}

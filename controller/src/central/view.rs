@@ -68,8 +68,8 @@ pub enum CountMismatch {
     /// A type the agent reports and Slurm does not have.
     #[error("Slurm has no {0}, the agent reports some")]
     Missing(String),
-    /// The agent's gres.conf order does not list the devices it reports (a re-layout under
-    /// way).
+    /// The agent's gres.conf order does not list the devices it reports (a GPU laid out by
+    /// hand since the file was written): [`GresOrder::Unknown`].
     #[error("the agent's gres.conf order does not list the devices it reports")]
     Order,
     /// The node's GRES does not read.
