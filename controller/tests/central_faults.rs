@@ -299,25 +299,26 @@ fn assert_node_1_held_with_slurm_untouched(
 fn an_nvml_read_error_while_the_agent_reports_leaves_its_node_drained_and_slurm_untouched() {
     skip_unless_netns!();
     // Listing the GPUs fails from then on, as NVML does with a GPU in trouble.
-    let (c, jobs, s0, s1, out) = fault_mid_apply(&Faults {
+    let run = fault_mid_apply(&Faults {
         fail: vec![FailFault {
             always: true,
             ..FailFault::once("list", None, "NVML_ERROR_GPU_IS_LOST")
         }],
         ..Faults::default()
     });
+    assert_read_error_holds_node_1(run, "its agent cannot read the GPUs or gres.conf");
+}
+
+/// After a cycle run by [`mid_apply`] in which node 1's agent could no longer read its
+/// node: node 0 went on, node 1 is held with `why`, Slurm still has its old GPU.
+fn assert_read_error_holds_node_1(run: (Cluster, Workload, Simulated, Simulated, String), why: &str) {
+    let (c, jobs, s0, s1, out) = run;
     assert!(
         out.contains("1 changed"),
         "node 0 goes on: {out}\n{}",
         c.log_tails()
     );
-    assert_node_1_held_with_slurm_untouched(
-        &c,
-        &jobs,
-        &s0,
-        &s1,
-        "its agent cannot read the GPUs or gres.conf",
-    );
+    assert_node_1_held_with_slurm_untouched(&c, &jobs, &s0, &s1, why);
 }
 
 #[test]
@@ -326,7 +327,7 @@ fn a_gres_conf_whose_markers_break_mid_relayout_leaves_its_node_drained_and_slur
     // Someone (a config-management run, an admin) copies node 1's BEGIN marker while its
     // GPU changes: the agent can no longer tell its block, so its report carries a read
     // error, never an order or "no GPUs".
-    let (c, jobs, s0, s1, out) = mid_apply(|c, _| {
+    let run = mid_apply(|c, _| {
         let path = c.dir.join(format!("etc/gres-{}.conf", c.nodes[1]));
         let conf = std::fs::read_to_string(&path).unwrap();
         let begin = conf
@@ -336,16 +337,8 @@ fn a_gres_conf_whose_markers_break_mid_relayout_leaves_its_node_drained_and_slur
             .to_string();
         std::fs::write(&path, format!("{conf}{begin}\n")).unwrap();
     });
-    assert!(
-        out.contains("1 changed"),
-        "node 0 goes on: {out}\n{}",
-        c.log_tails()
-    );
-    assert_node_1_held_with_slurm_untouched(
-        &c,
-        &jobs,
-        &s0,
-        &s1,
+    assert_read_error_holds_node_1(
+        run,
         "its agent cannot read the GPUs or gres.conf: gres.conf: the markers of node",
     );
 }
