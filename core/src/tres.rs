@@ -69,8 +69,8 @@ pub enum TresError {
     /// A device index list that does not read (`IDX:0,2-3` expected).
     #[error("`{0}` has an unreadable device index list")]
     Indices(String),
-    /// More devices than any node has ([`MAX_DEVICES`]).
-    #[error("`{0}` names more than {MAX_DEVICES} devices")]
+    /// The entry brings the devices named past any node's ([`MAX_DEVICES`]).
+    #[error("`{0}` brings the GPU devices named past {MAX_DEVICES}")]
     TooManyDevices(String),
 }
 

@@ -46,14 +46,17 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, GresError> {
             Err(err) => return Err(bad(err)),
         };
         let count = e.count().map_err(bad)?;
-        total = total.saturating_add(count);
+        let indices = e.indices().map_err(bad)?;
+        // An entry names its count of devices, or its indices where more (`GresUsed`
+        // writes `gpu:T:0(IDX:N/A)` and counts that need not match its list).
+        total = total.saturating_add(count.max(indices.len() as u64));
         if total > u64::from(tres::MAX_DEVICES) {
             return Err(bad(TresError::TooManyDevices(raw.to_string())));
         }
         out.push(GresCount {
             gpu_type: e.gpu_type.unwrap_or_default().to_string(),
             count: count as u32, // at most MAX_DEVICES
-            indices: e.indices().map_err(bad)?,
+            indices,
         });
     }
     Ok(out)
@@ -215,14 +218,30 @@ mod tests {
             parse_gres(&format!("gpu:1g.10gb:{max}"), "n1 Gres").unwrap()[0].count,
             max
         );
-        for text in [
-            format!("gpu:1g.10gb:{}", max + 1),
-            "gpu:1g.10gb:4294967296".to_string(),
-            format!("gpu:1g.10gb:{max},gpu:3g.40gb:1"),
+        let full = format!("gpu:1g.10gb:0(IDX:0-{})", max - 1);
+        for (text, entry) in [
+            (
+                format!("gpu:1g.10gb:{}", max + 1),
+                format!("gpu:1g.10gb:{}", max + 1),
+            ),
+            (
+                "gpu:1g.10gb:4294967296".to_string(),
+                "gpu:1g.10gb:4294967296".to_string(),
+            ),
+            (
+                format!("gpu:1g.10gb:{max},gpu:3g.40gb:1"),
+                "gpu:3g.40gb:1".to_string(),
+            ),
+            // Indices count too: entries of count 0 with full lists, one after another.
+            (format!("{full},{full}"), full.clone()),
         ] {
             let e = parse_gres(&text, "n1 Gres").unwrap_err();
-            assert!(matches!(e.source, TresError::TooManyDevices(_)), "{text}: {e}");
+            assert_eq!(e.source, TresError::TooManyDevices(entry), "{text}");
             assert!(e.to_string().contains("n1 Gres"), "{e}");
         }
+        assert_eq!(
+            parse_gres(&full, "n1 GresUsed").unwrap()[0].indices.len(),
+            max as usize
+        );
     }
 }
