@@ -242,6 +242,14 @@ fn device_of(c: &Cluster, job: u32, node: &str, layouts: &str, ty: &str) -> (usi
                 (gpu as usize, *inst)
             })
             .collect();
+    let mut listed = within.clone();
+    listed.sort();
+    let mut devices = smartmigd::central::view::node_devices(&parsed);
+    devices.sort();
+    assert!(
+        within.is_empty() || listed == devices,
+        "the recorded order {within:?} does not list each device of {layouts} once"
+    );
     let order =
         smartmigd::central::view::slurm_index_order(&node_field(c, node, "Gres"), &pairs, &within).unwrap();
     let (gpu, inst) = order[idx].expect("a MIG device");

@@ -306,7 +306,10 @@ fn an_nvml_read_error_while_the_agent_reports_leaves_its_node_drained_and_slurm_
         }],
         ..Faults::default()
     });
-    assert_read_error_holds_node_1(run, "its agent cannot read the GPUs or gres.conf");
+    assert_read_error_holds_node_1(
+        run,
+        "its agent reports a read error: GPU 0: nvmlDeviceGetHandleByIndex failed: NVML_ERROR_GPU_IS_LOST",
+    );
 }
 
 /// After a cycle run by [`mid_apply`] in which node 1's agent could no longer read its
@@ -339,7 +342,7 @@ fn a_gres_conf_whose_markers_break_mid_relayout_leaves_its_node_drained_and_slur
     });
     assert_read_error_holds_node_1(
         run,
-        "its agent cannot read the GPUs or gres.conf: gres.conf: the markers of node",
+        "its agent reports a read error: gres.conf: the markers of node",
     );
 }
 

@@ -13,7 +13,8 @@ use smartmig_core::mig::{Instance, Layout};
 
 use super::padding::{mig_gres, type_counts};
 use super::view::{
-    instance_types, slurm_index_order, CountMismatch, GpuView, GresOrder, NodeDevice, NodeView, View,
+    instance_types, node_devices, slurm_index_order, CountMismatch, GpuView, GresOrder, NodeDevice, NodeView,
+    View,
 };
 use super::Central;
 use crate::channel::device_ref;
@@ -130,11 +131,7 @@ impl Central {
             model.profiles.get(i.profile).map_or("", |p| p.name.as_str())
         };
         let devices = |layouts: &[&Layout]| -> Vec<NodeDevice> {
-            let mut out: Vec<NodeDevice> = layouts
-                .iter()
-                .enumerate()
-                .flat_map(|(p, l)| l.instances().iter().map(move |i| (p, *i)))
-                .collect();
+            let mut out = node_devices(layouts.iter().copied());
             out.sort_by(|a, b| {
                 type_of(a)
                     .cmp(type_of(b))

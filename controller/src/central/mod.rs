@@ -186,6 +186,35 @@ impl Central {
         std::mem::take(&mut self.events)
     }
 
+    /// Where generation `g` is recorded: nodes' `Extra` (desired) and `Comment` (report),
+    /// the ledger, the status file.
+    fn holders_of(&self, view: &View, g: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in &view.nodes {
+            if n.generation == g {
+                out.push(format!("node {}'s Extra", n.name));
+            }
+            if n.report.generation == g {
+                out.push(format!("node {}'s Comment", n.name));
+            }
+        }
+        for (name, n) in &view.others {
+            if crate::slurm::read_desired(n)
+                .and_then(Result::ok)
+                .is_some_and(|d| d.generation == g)
+            {
+                out.push(format!("node {name}'s Extra"));
+            }
+        }
+        if self.ledger.generation == g {
+            out.push("the ledger".into());
+        }
+        if self.status.generation == g {
+            out.push("the status file".into());
+        }
+        out
+    }
+
     fn fail(&mut self, report: &mut CycleReport, message: String) {
         log::error!("{message}");
         self.status.error(unix_now(), message.clone());
@@ -377,11 +406,12 @@ impl Central {
             .max(self.ledger.generation)
             .max(self.status.generation);
         let Some(generation) = last.checked_add(1) else {
+            let held_by = self.holders_of(view, last).join(", ");
             self.fail(
                 report,
                 format!(
-                    "no re-layout started: generation {last} (a node's smartmig record in Slurm) \
-                     leaves no next one; clear that node's Extra and Comment keys"
+                    "no re-layout started: generation {last} ({held_by}) leaves no next one; \
+                     smartmigd never counts that high, so that record was written by hand"
                 ),
             );
             return;

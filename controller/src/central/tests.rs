@@ -1569,8 +1569,6 @@ fn a_reported_device_order_counts_only_when_it_names_each_of_the_nodes_devices_o
         (C2, &["0:3g.20gb@4"]),
         (C2, &["0:3g.20gb@4", "0:4g.20gb@0", "0:4g.20gb@0"]),
         (C2, &["0:3g.20gb@4", "GPU zero"]),
-        // A layout that lists an instance twice, named twice: still not each device once.
-        ("3g.20gb@4 3g.20gb@4", &["0:3g.20gb@4", "0:3g.20gb@4"]),
     ] {
         assert_eq!(
             order_of(layout, order),
@@ -1578,6 +1576,19 @@ fn a_reported_device_order_counts_only_when_it_names_each_of_the_nodes_devices_o
             "{layout} {order:?}"
         );
     }
+    // A layout that lists an instance twice describes no GPU: the node is not managed, and
+    // the problem names the GPU and the instance.
+    let mut s = cluster();
+    s.nodes[1] = FakeSlurm::node("b", &[("A100-SXM4-40GB", "3g.20gb@4 3g.20gb@4")]);
+    let v = View::build(&r, s.nodes.clone(), s.jobs.clone(), &mut Default::default());
+    assert!(v.nodes.iter().all(|n| n.name != "b"));
+    assert_eq!(
+        v.problems,
+        [(
+            "b".to_string(),
+            "GPU 0: 3g.20gb@4 and 3g.20gb@4 overlap in memory slices".to_string()
+        )]
+    );
 }
 
 #[test]
@@ -1617,7 +1628,7 @@ fn a_generation_with_no_next_one_starts_no_relayout_and_says_so() {
     assert!(
         r.errors
             .iter()
-            .any(|e| e.contains(&format!("generation {}", u64::MAX))),
+            .any(|e| e.contains(&format!("generation {} (node b's Comment)", u64::MAX))),
         "{:?}",
         r.errors
     );

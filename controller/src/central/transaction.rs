@@ -115,7 +115,7 @@ pub enum NotShown {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Untrusted {
     /// The agent could not read its GPUs or its gres.conf block (never "no GPUs").
-    #[error("its agent cannot read the GPUs or gres.conf: {0}")]
+    #[error("its agent reports a read error: {0}")]
     Unreadable(#[from] crate::channel::AgentReadError),
     /// The GPUs are not the ones the batch was planned on (one fell off the bus).
     #[error("the agent reports the GPU set {reported:?}, the batch was planned on {planned:?}; nothing is written to Slurm for it")]

@@ -19,7 +19,7 @@ pub enum NodeReadError {
     /// The report is not a smartmig message this version reads.
     #[error(transparent)]
     Report(#[from] ChannelError),
-    /// The report cannot be trusted (its agent cannot read the GPUs).
+    /// The report cannot be trusted (its agent cannot read the GPUs or gres.conf).
     #[error(transparent)]
     Untrusted(#[from] Untrusted),
     /// A GRES string of the node or of a job on it does not read.
@@ -226,11 +226,22 @@ pub struct View {
 /// A device of a node: (position of its GPU among the node's, instance).
 pub type NodeDevice = (usize, Instance);
 
+/// The devices of a node whose GPUs have `layouts` (in the node's GPU order), in GPU and
+/// layout order.
+pub fn node_devices<'a>(layouts: impl IntoIterator<Item = &'a Layout>) -> Vec<NodeDevice> {
+    layouts
+        .into_iter()
+        .enumerate()
+        .flat_map(|(p, l)| l.instances().iter().map(move |i| (p, *i)))
+        .collect()
+}
+
 /// The order of a node's devices in its gres.conf block, as its agent reports it, checked
 /// once against the devices the same report lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GresOrder {
-    /// GPU and placement order: the block has no `# device order:` line.
+    /// GPU and placement order: the report carries no order (the block has no `# device
+    /// order:` line, or the node no block).
     Placement,
     /// Each of the node's devices once, in this order.
     Listed(Vec<NodeDevice>),
@@ -490,6 +501,23 @@ fn parse_gpus(
         let m = &resolved.models[model];
         let layout = Layout::parse(&m.model, &g.layout)
             .map_err(|error| NodeReadError::BadLayout { gpu: g.index, error })?;
+        // One instance listed twice describes no GPU; refused here, every later step may
+        // take each listed instance to be one device.
+        let instances = layout.instances();
+        if let Some(twice) = instances
+            .iter()
+            .enumerate()
+            .find_map(|(k, i)| instances[..k].contains(i).then_some(i))
+        {
+            let name = display_instance(&m.model, twice);
+            return Err(NodeReadError::BadLayout {
+                gpu: g.index,
+                error: LayoutError::Overlap {
+                    first: name.clone(),
+                    second: name,
+                },
+            });
+        }
         gpus.push(GpuView {
             node: name.clone(),
             index: g.index,
@@ -527,11 +555,9 @@ fn parse_gpus(
     // Every instance of `ty` on the node (every instance for an untyped entry): what
     // counts busy when an index cannot be placed.
     let all_of = |gpus: &[GpuView], ty: &str| -> Vec<NodeDevice> {
-        gpus.iter()
-            .enumerate()
-            .flat_map(|(gi, g)| g.layout.instances().iter().map(move |i| (gi, *i)))
-            .filter(|&(gi, i)| ty.is_empty() || type_of(gpus, (gi, i)) == ty)
-            .collect()
+        let mut all = node_devices(gpus.iter().map(|g| &g.layout));
+        all.retain(|&d| ty.is_empty() || type_of(gpus, d) == ty);
+        all
     };
     let mark = |gpus: &mut Vec<GpuView>, (g, inst): NodeDevice, job: Option<u32>| {
         let gpu = &mut gpus[g];
@@ -610,19 +636,15 @@ fn gres_order(resolved: &Resolved, gpus: &[GpuView], order: &[String]) -> GresOr
             Some((p, *inst))
         })
         .collect();
-    let mut devices: Vec<NodeDevice> = gpus
-        .iter()
-        .enumerate()
-        .flat_map(|(p, g)| g.layout.instances().iter().map(move |i| (p, *i)))
-        .collect();
+    let mut devices = node_devices(gpus.iter().map(|g| &g.layout));
     devices.sort_unstable();
     match named {
         Some(named) => {
             let mut sorted = named.clone();
             sorted.sort_unstable();
-            // Sorted lists equal and free of repeats: each device named once (a report's
-            // layout may list an instance twice).
-            if sorted == devices && sorted.windows(2).all(|w| w[0] != w[1]) {
+            // The layouts list each instance once (`parse_gpus`): equal sorted lists name
+            // each device once.
+            if sorted == devices {
                 GresOrder::Listed(named)
             } else {
                 GresOrder::Unknown
