@@ -667,7 +667,12 @@ fn check_onnx(r: &Resolved) -> Finding {
             Err(e) => return Finding::bad("onnx", Status::Fail, format!("{}: {e}", path.display()), fix),
         };
         // What smartmigd refuses to run (its GPUs then take the static layout).
-        if let Some(why) = meta.refusal(r.config.controller.central.requeued) {
+        let central = &r.config.controller.central;
+        let site = smartmig_policy::Site {
+            requeued: central.requeued,
+            padding: central.padding,
+        };
+        if let Some(why) = meta.refusal(site) {
             return Finding::bad(
                 "onnx",
                 Status::Fail,
@@ -867,7 +872,7 @@ mod tests {
     /// A policy smartmigd refuses is a failure here too: a preempt policy validated where
     /// requeued jobs resume, at a site whose jobs start over (the default).
     #[test]
-    fn a_preempt_policy_validated_where_jobs_resume_fails_where_they_restart() {
+    fn a_policy_fails_where_its_validation_assumed_resumed_jobs_or_padding_the_site_lacks() {
         let Ok(rt) = smartmig_policy::OnnxRuntime::init(None) else {
             eprintln!("skipped: no ONNX Runtime here");
             return;
@@ -876,11 +881,11 @@ mod tests {
         // The unit cannot see a home directory: give the check a copy outside it.
         let library = d.path().join("libonnxruntime.so");
         std::fs::copy(rt.library(), &library).unwrap();
-        let check = |requeued: &str| {
+        let check = |central: &str, padding: bool| {
             let text = format!(
                 "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{dir}\"\n\
                  [controller]\nmode = \"preempt\"\nonnxruntime = \"{lib}\"\n\
-                 [controller.central]\n{requeued}",
+                 [controller.central]\n{central}",
                 dir = d.path().display(),
                 lib = library.display()
             );
@@ -894,6 +899,7 @@ mod tests {
                 training_scenario: "paper".into(),
                 training_seed: 1,
                 guard: Some("passed: +7.4% ± 0.8%".into()),
+                padding,
                 ..smartmig_policy::PolicyMetadata::new(
                     m.model.key.clone(),
                     m.configurations.iter().map(|c| c.name.clone()).collect(),
@@ -915,14 +921,20 @@ mod tests {
             smartmig_policy::onnx_writer::write(&path, &net, &meta).unwrap();
             check_onnx(&r)
         };
-        let f = check("");
+        let f = check("", false);
         assert_eq!(f.status, Status::Fail, "{}", f.message);
         assert!(
             f.message.contains("smartmigd will not run it") && f.message.contains("requeued jobs resume"),
             "{}",
             f.message
         );
-        let f = check("requeued = \"resume\"\n");
+        let f = check("requeued = \"resume\"\n", false);
+        assert_eq!(f.status, Status::Ok, "{}", f.message);
+        // A policy validated with padding records, at a site without them.
+        let f = check("requeued = \"resume\"\n", true);
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert!(f.message.contains("padding = false"), "{}", f.message);
+        let f = check("requeued = \"resume\"\npadding = true\n", true);
         assert_eq!(f.status, Status::Ok, "{}", f.message);
     }
 

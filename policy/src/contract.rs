@@ -55,6 +55,10 @@ pub const KEY_AVERAGED_FROM: &str = "smartmig.averaged_from";
 /// the simulations the policy was trained and validated on, `resume` or `restart`
 /// ([`crate::Requeued`]); files written before the key were all validated under `resume`.
 pub const KEY_REQUEUED: &str = "smartmig.requeued";
+/// Metadata key (optional, default `false`): whether training and validation numbered
+/// device indices as smartmigd does with `[controller.central] padding = true` (`true` or
+/// `false`); files written before the key were all trained without padding.
+pub const KEY_PADDING: &str = "smartmig.padding";
 
 /// How the time of day enters the features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -303,8 +307,20 @@ pub struct PolicyMetadata {
     pub guard: Option<String>,
     /// What a requeued job kept in training and validation.
     pub requeued: Requeued,
+    /// Whether training and validation assumed smartmigd's padding records.
+    pub padding: bool,
     /// For an average of trainings, which ones (the training fields are member 0's).
     pub averaged_from: Option<Trainings>,
+}
+
+/// What a site's smartmigd does that a policy's validation must have assumed
+/// ([`PolicyMetadata::refusal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    /// What its requeued jobs keep (`[controller.central] requeued`).
+    pub requeued: Requeued,
+    /// Whether it writes padding records (`[controller.central] padding`).
+    pub padding: bool,
 }
 
 /// One training of a policy: its scenario and seed.
@@ -489,6 +505,7 @@ impl PolicyMetadata {
             draw: Draw::Sample,
             guard: None,
             requeued,
+            padding: false,
             averaged_from: None,
         }
     }
@@ -571,6 +588,7 @@ impl PolicyMetadata {
             (KEY_SEMANTICS, self.semantics.as_str().to_string()),
             (KEY_DRAW, self.draw.as_str().to_string()),
             (KEY_REQUEUED, self.requeued.as_str().to_string()),
+            (KEY_PADDING, self.padding.to_string()),
         ]
         .into_iter()
         .chain(self.guard.clone().map(|g| (KEY_GUARD, g)))
@@ -641,6 +659,13 @@ impl PolicyMetadata {
                 Some(text) => Requeued::parse(text.trim())
                     .ok_or_else(|| bad(KEY_REQUEUED, &text, "expected `resume` or `restart`"))?,
             },
+            padding: match get(KEY_PADDING) {
+                None => false,
+                Some(text) => text
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(KEY_PADDING, &text, "expected `true` or `false`"))?,
+            },
         };
         meta.validate()?;
         let dim_text = req(KEY_INPUT_DIM)?;
@@ -665,24 +690,32 @@ impl PolicyMetadata {
         self.guard.as_deref().filter(|g| g.starts_with("failed"))
     }
 
-    /// Why the policy must not run at a site whose requeued jobs keep `site` (smartmigd's
-    /// `controller.central.requeued`): its guard failed, or it repartitions by requeueing
-    /// and was validated where requeued jobs resume while the site's start over (such a
-    /// policy requeues far too often for jobs that lose their work).
-    pub fn refusal(&self, site: Requeued) -> Option<String> {
+    /// Why the policy must not run at `site`: its guard failed; or it repartitions by
+    /// requeueing and was validated where requeued jobs resume while the site's start over
+    /// (such a policy requeues far too often for jobs that lose their work); or it was
+    /// validated with padding records the site does not write (without them, most of the
+    /// changes it counts on wait for idle nodes).
+    pub fn refusal(&self, site: Site) -> Option<String> {
         if let Some(why) = self.guard_failed() {
             return Some(format!("its deployment guard {why}"));
         }
-        (self.semantics == Semantics::Preempt
+        if self.semantics == Semantics::Preempt
             && self.requeued == Requeued::Resume
-            && site == Requeued::Restart)
-            .then(|| {
+            && site.requeued == Requeued::Restart
+        {
+            return Some(
                 "it was validated where requeued jobs resume from a checkpoint, and \
                  controller.central.requeued = \"restart\" says this site's jobs start over \
                  (set requeued = \"resume\" if they checkpoint, use a policy trained with \
                  --set repartition.requeued=restart, or run drain mode)"
-                    .to_string()
-            })
+                    .to_string(),
+            );
+        }
+        (self.padding && !site.padding).then(|| {
+            "it was validated with padding records, and [controller.central] padding = false \
+             (set padding = true, or use a policy trained without padding)"
+                .to_string()
+        })
     }
 
     /// Whether a policy with this metadata can serve where `expected` is configured.
@@ -768,7 +801,16 @@ pub(crate) mod tests {
             draw: Draw::Sample,
             guard: None,
             requeued: Requeued::Resume,
+            padding: false,
             averaged_from: None,
+        }
+    }
+
+    /// A site whose requeued jobs keep `requeued`, without padding.
+    fn site(requeued: Requeued) -> Site {
+        Site {
+            requeued,
+            padding: false,
         }
     }
 
@@ -808,6 +850,7 @@ pub(crate) mod tests {
             draw: Draw::Apportion,
             guard: Some("failed: -0.3% ± 0.2% over static-best".into()),
             requeued: Requeued::Restart,
+            padding: true,
             averaged_from: Some(Trainings(
                 [("paper.toml", 0), ("paper; night.toml", 1)]
                     .map(|(scenario, seed)| TrainingRef {
@@ -828,7 +871,9 @@ pub(crate) mod tests {
         let old: Vec<(String, String)> = drain
             .to_props()
             .into_iter()
-            .filter(|(k, _)| ![KEY_DRAW, KEY_GUARD, KEY_REQUEUED, KEY_AVERAGED_FROM].contains(&k.as_str()))
+            .filter(|(k, _)| {
+                ![KEY_DRAW, KEY_GUARD, KEY_REQUEUED, KEY_PADDING, KEY_AVERAGED_FROM].contains(&k.as_str())
+            })
             .collect();
         let read = PolicyMetadata::from_pairs(&old).unwrap();
         assert_eq!(
@@ -836,9 +881,10 @@ pub(crate) mod tests {
                 read.draw,
                 read.guard_failed(),
                 read.requeued,
+                read.padding,
                 read.averaged_from.clone()
             ),
-            (Draw::Sample, None, Requeued::Resume, None)
+            (Draw::Sample, None, Requeued::Resume, false, None)
         );
         // The first averages named their trainings as text.
         let first_average = [(
@@ -879,34 +925,65 @@ pub(crate) mod tests {
             e.contains("smartmig.requeued") && e.contains("`resume` or `restart`"),
             "{e}"
         );
+        let mut bad_padding = m.to_props();
+        bad_padding.retain(|(k, _)| k != KEY_PADDING);
+        bad_padding.push((KEY_PADDING.into(), "on".into()));
+        let e = PolicyMetadata::from_pairs(&bad_padding).unwrap_err().to_string();
+        assert!(
+            e.contains("smartmig.padding") && e.contains("`true` or `false`"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_preempt_policy_validated_where_jobs_resume_is_refused_where_they_restart() {
         let resumed = sample_metadata();
-        assert_eq!(resumed.refusal(Requeued::Resume), None);
-        let why = resumed.refusal(Requeued::Restart).unwrap_or_default();
+        assert_eq!(resumed.refusal(site(Requeued::Resume)), None);
+        let why = resumed.refusal(site(Requeued::Restart)).unwrap_or_default();
         assert!(why.contains("requeued = \"restart\""), "{why}");
         // Trained where jobs restart, it runs at either site; a drain policy requeues nothing.
         let restarted = PolicyMetadata {
             requeued: Requeued::Restart,
             ..resumed.clone()
         };
-        assert_eq!(restarted.refusal(Requeued::Restart), None);
+        assert_eq!(restarted.refusal(site(Requeued::Restart)), None);
         let drain = PolicyMetadata {
             semantics: Semantics::Drain,
             ..resumed.clone()
         };
-        assert_eq!(drain.refusal(Requeued::Restart), None);
+        assert_eq!(drain.refusal(site(Requeued::Restart)), None);
         // A failed guard refuses it everywhere, and says so first.
         let failed = PolicyMetadata {
             guard: Some("failed: -1.0% ± 0.5%".into()),
             ..drain
         };
         assert_eq!(
-            failed.refusal(Requeued::Resume).as_deref(),
+            failed.refusal(site(Requeued::Resume)).as_deref(),
             Some("its deployment guard failed: -1.0% ± 0.5%")
         );
+    }
+
+    #[test]
+    fn a_policy_validated_with_padding_runs_only_where_smartmigd_writes_padding() {
+        let padded = PolicyMetadata {
+            semantics: Semantics::Drain,
+            padding: true,
+            ..sample_metadata()
+        };
+        let why = padded.refusal(site(Requeued::Restart)).unwrap_or_default();
+        assert!(why.contains("padding = false"), "{why}");
+        let padding_site = Site {
+            requeued: Requeued::Restart,
+            padding: true,
+        };
+        assert_eq!(padded.refusal(padding_site), None);
+        // One validated without padding runs at a padding site too (padding only lets
+        // more changes through).
+        let unpadded = PolicyMetadata {
+            padding: false,
+            ..padded
+        };
+        assert_eq!(unpadded.refusal(padding_site), None);
     }
 
     #[test]

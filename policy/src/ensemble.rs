@@ -60,7 +60,8 @@ pub enum EnsembleError {
 /// The network computing the mean of the logits of the trainings `members` hold (a member
 /// that is an average counts as its trainings), with member 0's metadata (its guard dropped:
 /// the average must be validated on its own) naming every training. The members must share
-/// their contract, semantics, draw and decision cadence, their depth and activation.
+/// their contract, semantics, draw, requeued and padding assumptions and decision cadence,
+/// their depth and activation.
 pub fn average(
     members: &[(PolicyNetwork, PolicyMetadata)],
 ) -> Result<(PolicyNetwork, PolicyMetadata), EnsembleError> {
@@ -99,6 +100,11 @@ pub fn average(
                 "requeued",
                 meta.requeued.as_str().to_string(),
                 first_meta.requeued.as_str().to_string(),
+            ),
+            (
+                "padding",
+                meta.padding.to_string(),
+                first_meta.padding.to_string(),
             ),
             (
                 "decision cadence",

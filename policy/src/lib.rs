@@ -26,7 +26,7 @@ pub mod runtime;
 pub mod sampling;
 
 pub use contract::{
-    ContractError, DecisionInterval, FeatureLayout, FeatureLayoutError, PolicyMetadata, TimeOfDay,
+    ContractError, DecisionInterval, FeatureLayout, FeatureLayoutError, PolicyMetadata, Site, TimeOfDay,
     TrainingRef, Trainings, CONTRACT_VERSION, INPUT_NAME, OUTPUT_NAME,
 };
 pub use network::{Activation, Dense, NetworkError, PolicyNetwork};

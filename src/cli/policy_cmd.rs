@@ -334,6 +334,7 @@ struct InspectReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     guard: Option<String>,
     requeued: &'static str,
+    padding: bool,
     onnxruntime: String,
     zero_features_decision: Vec<RowReport>,
 }
@@ -397,6 +398,7 @@ fn inspect(a: InspectArgs) -> CliResult {
         draw: meta.draw.as_str(),
         guard: meta.guard.clone(),
         requeued: meta.requeued.as_str(),
+        padding: meta.padding,
         onnxruntime: rt.library().display().to_string(),
         zero_features_decision: rows,
     };
@@ -432,6 +434,11 @@ fn print_report(r: &InspectReport) {
         r.decision_events, r.decision_interval_s, r.top_k, r.semantics
     );
     println!("  draw             {}", r.draw);
+    if r.padding {
+        println!(
+            "  padding          validated with padding records (smartmigd runs it only with padding = true)"
+        );
+    }
     if let Some(g) = &r.guard {
         println!("  guard            {g}");
     }

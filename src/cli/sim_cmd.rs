@@ -815,7 +815,12 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
         LayoutSpec::MeanField { model, .. } => std::fs::read(model)
             .ok()
             .and_then(|b| smartmig_policy::onnx_proto::read_metadata(model, &b).ok())
-            .and_then(|m| m.refusal(sc.scenario.repartition.requeued)),
+            .and_then(|m| {
+                m.refusal(smartmig_policy::Site {
+                    requeued: sc.scenario.repartition.requeued,
+                    padding: sc.scenario.repartition.index_rule.padded(),
+                })
+            }),
         _ => None,
     };
     let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();

@@ -187,7 +187,11 @@ impl Decider {
             // The trainer's deployment guard (a policy that did not beat the best static
             // layout on its validation days is not run), and what its validation assumed
             // of requeued jobs against what this site's do.
-            let site = resolved.config.controller.central.requeued;
+            let central = &resolved.config.controller.central;
+            let site = smartmig_policy::Site {
+                requeued: central.requeued,
+                padding: central.padding,
+            };
             match policy.metadata().refusal(site) {
                 Some(why) => Err(Unusable::Refused {
                     path: path.clone(),
@@ -705,6 +709,50 @@ mod tests {
         let mut decider = Decider::new(&resume, Mode::Preempt, 1);
         assert!(decider.policies[0].is_ok());
         let decision = decider.decide(&resume, &view(&resume), 0.0);
+        assert_eq!(decision.targets, vec![c("c5"); 3]);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_policy_validated_with_padding_runs_only_where_smartmigd_writes_padding() {
+        let d = dir("padded-policy");
+        let site = |padding: bool| {
+            let text = format!(
+                "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\n\
+                 static_layout = [\"c1\"]\n[controller]\nmode = \"drain\"\n\
+                 [controller.central]\npadding = {padding}\n",
+                d.display()
+            );
+            Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
+        };
+        let unpadded = site(false);
+        let c = |name: &str| {
+            unpadded.models[0]
+                .configurations
+                .iter()
+                .position(|c| c.name == name)
+        };
+        let mut meta = expected_metadata(&unpadded, 0, Mode::Drain);
+        meta.padding = true;
+        let path = policy_path(&unpadded, 0, Mode::Drain);
+        smartmig_policy::onnx_writer::write(&path, &preferring(&meta, &[4]), &meta).unwrap();
+        let mut decider = Decider::new(&unpadded, Mode::Drain, 1);
+        if decider.runtime.is_err() {
+            eprintln!("skipped: no ONNX Runtime here");
+            return;
+        }
+        let decision = decider.decide(&unpadded, &view(&unpadded), 0.0);
+        assert_eq!(decision.targets, vec![c("c1"); 3], "the static layout");
+        assert!(
+            matches!(&decision.sources[0], Source::Fixed { why }
+                if why.starts_with("static (fallback: ") && why.contains("padding = false")),
+            "{:?}",
+            decision.sources
+        );
+        let padded = site(true);
+        let mut decider = Decider::new(&padded, Mode::Drain, 1);
+        assert!(decider.policies[0].is_ok());
+        let decision = decider.decide(&padded, &view(&padded), 0.0);
         assert_eq!(decision.targets, vec![c("c5"); 3]);
         std::fs::remove_dir_all(&d).ok();
     }

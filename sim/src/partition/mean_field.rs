@@ -32,6 +32,7 @@ pub fn scenario_metadata(
         top_k,
         training_scenario: sc.scenario.name.clone(),
         training_seed: seed,
+        padding: sc.scenario.repartition.index_rule.padded(),
         ..PolicyMetadata::new(
             cm.model.key.clone(),
             cm.configurations.iter().map(|c| c.name.clone()).collect(),
