@@ -744,6 +744,32 @@ fn inspect_json_lists_the_trainings_of_an_average_and_none_for_one_training() {
     assert!(single["training_seed"].is_u64(), "{single}");
 }
 
+/// The shipped drain policy for padded sites says so in its contract (smartmigd runs it
+/// only with `padding = true`), and its guard passed; the other shipped files were
+/// validated without padding.
+#[test]
+fn only_the_padded_familys_policy_is_marked_as_validated_with_padding() {
+    let inspect = |name: &str| {
+        json(&smartmig(&[
+            "policy",
+            "inspect",
+            &format!("{}/onnx/{name}", env!("CARGO_MANIFEST_DIR")),
+            "--format",
+            "json",
+        ]))
+    };
+    let padded = inspect("padded/a100-40gb-drain.onnx");
+    assert_eq!(padded["padding"], true, "{padded}");
+    assert_eq!(padded["semantics"], "drain", "{padded}");
+    assert!(
+        padded["guard"].as_str().is_some_and(|g| g.starts_with("passed")),
+        "{padded}"
+    );
+    for name in ["a100-40gb-drain.onnx", "a100-40gb-preempt.onnx"] {
+        assert_eq!(inspect(name)["padding"], false, "{name}");
+    }
+}
+
 /// docs/model.md's table of configurations is the catalogue's, placement by placement.
 #[test]
 fn the_configurations_table_in_docs_model_md_matches_the_catalogue() {
