@@ -917,22 +917,16 @@ pub(crate) mod tests {
                 "{text}: {e}"
             );
         }
-        let mut bad_value = m.to_props();
-        bad_value.retain(|(k, _)| k != KEY_REQUEUED);
-        bad_value.push((KEY_REQUEUED.into(), "checkpoint".into()));
-        let e = PolicyMetadata::from_pairs(&bad_value).unwrap_err().to_string();
-        assert!(
-            e.contains("smartmig.requeued") && e.contains("`resume` or `restart`"),
-            "{e}"
-        );
-        let mut bad_padding = m.to_props();
-        bad_padding.retain(|(k, _)| k != KEY_PADDING);
-        bad_padding.push((KEY_PADDING.into(), "on".into()));
-        let e = PolicyMetadata::from_pairs(&bad_padding).unwrap_err().to_string();
-        assert!(
-            e.contains("smartmig.padding") && e.contains("`true` or `false`"),
-            "{e}"
-        );
+        for (key, value, expected) in [
+            (KEY_REQUEUED, "checkpoint", "`resume` or `restart`"),
+            (KEY_PADDING, "on", "`true` or `false`"),
+        ] {
+            let mut bad_value = m.to_props();
+            bad_value.retain(|(k, _)| k != key);
+            bad_value.push((key.into(), value.into()));
+            let e = PolicyMetadata::from_pairs(&bad_value).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(expected), "{e}");
+        }
     }
 
     #[test]

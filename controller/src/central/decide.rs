@@ -657,26 +657,30 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
+    /// A site running mean-field policies from `d` in `mode`, static layout c1, with
+    /// `central` as its `[controller.central]` keys.
+    fn mean_field_site(d: &std::path::Path, mode: &str, central: &str) -> Resolved {
+        let text = format!(
+            "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\n\
+             static_layout = [\"c1\"]\n[controller]\nmode = \"{mode}\"\n\
+             [controller.central]\n{central}",
+            d.display()
+        );
+        Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
+    }
+
+    /// The position of configuration `name` among model 0's.
+    fn config_index(r: &Resolved, name: &str) -> Option<usize> {
+        r.models[0].configurations.iter().position(|c| c.name == name)
+    }
+
     #[test]
     fn a_preempt_policy_validated_where_requeued_jobs_resume_runs_only_where_they_do() {
         let d = dir("requeued");
-        let site = |requeued: &str| {
-            let text = format!(
-                "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\n\
-                 static_layout = [\"c1\"]\n[controller]\nmode = \"preempt\"\n\
-                 [controller.central]\n{requeued}",
-                d.display()
-            );
-            Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
-        };
+        let site = |requeued: &str| mean_field_site(&d, "preempt", requeued);
         // The shipped preempt policies' case: trained and validated under `resume`.
         let restart = site("");
-        let c = |name: &str| {
-            restart.models[0]
-                .configurations
-                .iter()
-                .position(|c| c.name == name)
-        };
+        let c = |name: &str| config_index(&restart, name);
         let mut meta = expected_metadata(&restart, 0, Mode::Preempt);
         assert_eq!(meta.requeued, Requeued::Restart, "the default: jobs start over");
         meta.requeued = Requeued::Resume;
@@ -716,22 +720,9 @@ mod tests {
     #[test]
     fn a_policy_validated_with_padding_runs_only_where_smartmigd_writes_padding() {
         let d = dir("padded-policy");
-        let site = |padding: bool| {
-            let text = format!(
-                "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{}\"\n\
-                 static_layout = [\"c1\"]\n[controller]\nmode = \"drain\"\n\
-                 [controller.central]\npadding = {padding}\n",
-                d.display()
-            );
-            Config::parse(&text, "t.toml").unwrap().resolve(None).unwrap()
-        };
+        let site = |padding: bool| mean_field_site(&d, "drain", &format!("padding = {padding}\n"));
         let unpadded = site(false);
-        let c = |name: &str| {
-            unpadded.models[0]
-                .configurations
-                .iter()
-                .position(|c| c.name == name)
-        };
+        let c = |name: &str| config_index(&unpadded, name);
         let mut meta = expected_metadata(&unpadded, 0, Mode::Drain);
         meta.padding = true;
         let path = policy_path(&unpadded, 0, Mode::Drain);
