@@ -770,6 +770,32 @@ fn only_the_padded_familys_policy_is_marked_as_validated_with_padding() {
     }
 }
 
+/// `policy average` guards on a scenario that makes its members' assumptions (semantics,
+/// padding), or says which `--set` would: the verdict goes into a contract that records them.
+#[test]
+fn policy_average_refuses_a_scenario_other_than_its_members_were_validated_on() {
+    let file = |name: &str| format!("{}/onnx/{name}", env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("average.onnx");
+    let out_arg = out.display().to_string();
+    let (drain, padded) = (file("a100-40gb-drain.onnx"), file("padded/a100-40gb-drain.onnx"));
+    for (members, args, want) in [
+        ([&drain, &drain], vec![], "repartition.semantics=\"drain\""),
+        (
+            [&padded, &padded],
+            vec!["--semantics", "drain"],
+            "validated with padding records, the scenario has none",
+        ),
+    ] {
+        let mut argv = vec!["policy", "average", members[0], members[1], "--out", &out_arg];
+        argv.extend(args);
+        let o = smartmig(&argv);
+        assert!(!o.status.success(), "{}", stdout(&o));
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+        assert!(!out.exists(), "nothing written");
+    }
+}
+
 /// docs/model.md's table of configurations is the catalogue's, placement by placement.
 #[test]
 fn the_configurations_table_in_docs_model_md_matches_the_catalogue() {

@@ -198,6 +198,42 @@ fn example(a: ExampleArgs) -> CliResult {
     Ok(())
 }
 
+/// How scenario repartition `r` differs from what policy `meta` was validated under, in
+/// what its contract records and smartmigd acts on (semantics, padding, and for preempt what
+/// a requeued job keeps), with the `--set` that matches it.
+fn scenario_differs(meta: &PolicyMetadata, r: &smartmig_sim::scenario::RepartitionSpec) -> Option<String> {
+    if r.semantics != meta.semantics {
+        return Some(format!(
+            "the members were trained with {} semantics, the scenario has {} (`--set \
+             repartition.semantics=\"{}\"`)",
+            meta.semantics.as_str(),
+            r.semantics.as_str(),
+            meta.semantics.as_str()
+        ));
+    }
+    if r.index_rule.padded() != meta.padding {
+        let (members, scenario, rule) = if meta.padding {
+            ("with", "has none", "padded-assigned")
+        } else {
+            ("without", "has them", "fixed")
+        };
+        return Some(format!(
+            "the members were validated {members} padding records, the scenario {scenario} \
+             (`--set repartition.index_rule=\"{rule}\"`)"
+        ));
+    }
+    if meta.semantics == Semantics::Preempt && r.requeued != meta.requeued {
+        return Some(format!(
+            "the members were validated where requeued jobs {}, the scenario's {} (`--set \
+             repartition.requeued=\"{}\"`)",
+            meta.requeued.as_str(),
+            r.requeued.as_str(),
+            meta.requeued.as_str()
+        ));
+    }
+    None
+}
+
 /// `policy average`: reads every member, builds the average, guards it on the validation
 /// days against static-best (tuned first on the training days when the scenario does not
 /// name one for its overrides) and writes it with the verdict.
@@ -225,6 +261,12 @@ fn average(a: AverageArgs) -> CliResult {
         ))
     })?;
     let sc = a.scenario.load()?;
+    if let Some(why) = scenario_differs(&meta, &sc.scenario.repartition) {
+        return Err(CliError::input(anyhow::anyhow!(
+            "cannot guard the average on this scenario: {why}; the verdict would not be the \
+             one its contract describes"
+        )));
+    }
     let static_layout = match file_tuned(&sc, &a.scenario, false).static_best {
         Some((layout, None)) => layout,
         _ => {
