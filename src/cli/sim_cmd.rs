@@ -794,8 +794,9 @@ fn tuning_days(sc: &ResolvedScenario, a: &CompareArgs, days: &Days) -> Result<Tu
 
 /// The deployment guard on `compare`'s learned policy: validated against static-best on
 /// this scenario's validation days, it runs as itself when it passes; when it fails (or
-/// smartmigd would refuse its file here: its own guard failed, or it was validated where
-/// requeued jobs resume and this scenario's restart) the deployed behaviour
+/// smartmigd would refuse its file here: its own guard failed, it was validated where
+/// requeued jobs resume and this scenario's restart, or with padding records this
+/// scenario does not have) the deployed behaviour
 /// is static-best's layout, and the policy itself is shown as `smart-mig-unguarded`.
 fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResult {
     let Some(i) = policies.iter().position(|p| p.name == SMART_MIG) else {

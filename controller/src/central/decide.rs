@@ -80,8 +80,9 @@ pub enum Unusable {
     /// The file is missing, corrupt or does not match the config (its error chain).
     #[error("{0}")]
     File(String),
-    /// Its metadata says it must not run here (a failed deployment guard, or validated
-    /// where requeued jobs resume at a site whose jobs start over).
+    /// Its metadata says it must not run here (a failed deployment guard, validated where
+    /// requeued jobs resume at a site whose jobs start over, or with padding records at a
+    /// site without them).
     #[error("{}: {why}", path.display())]
     Refused {
         /// The policy file.
@@ -202,6 +203,9 @@ impl Decider {
         });
         match &loaded {
             Ok(_) => log::info!("policy for {key}: {}", path.display()),
+            Err(e @ Unusable::Refused { .. }) => {
+                log::error!("policy for {key} refused; its GPUs take policy.static_layout: {e}")
+            }
             Err(e) => log::error!("policy for {key} unusable; its GPUs keep their layouts: {e}"),
         }
         self.policies[m] = loaded;
