@@ -765,7 +765,12 @@ fn only_the_padded_familys_policy_is_marked_as_validated_with_padding() {
         padded["guard"].as_str().is_some_and(|g| g.starts_with("passed")),
         "{padded}"
     );
-    for name in ["a100-40gb-drain.onnx", "a100-40gb-preempt.onnx"] {
+    for name in [
+        "a100-40gb-drain.onnx",
+        "a100-40gb-preempt.onnx",
+        "moving-mix/a100-40gb-preempt.onnx",
+        "energy-capped/a100-40gb-preempt.onnx",
+    ] {
         assert_eq!(inspect(name)["padding"], false, "{name}");
     }
 }
