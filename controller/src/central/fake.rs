@@ -161,7 +161,8 @@ impl FakeSlurm {
         }
     }
 
-    fn set_report(&mut self, i: usize, r: &Report) {
+    /// Puts report `r` in node `i`'s `Comment`, as its agent writes it.
+    pub fn set_report(&mut self, i: usize, r: &Report) {
         self.nodes[i].comment = channel::merge(self.nodes[i].comment.as_deref(), "fake", Some(r)).ok();
     }
 

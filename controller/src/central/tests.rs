@@ -1621,7 +1621,7 @@ fn a_generation_with_no_next_one_starts_no_relayout_and_says_so() {
     let mut s = cluster();
     let mut rep = s.report_of(1).expect("b reports");
     rep.generation = u64::MAX;
-    s.nodes[1].comment = crate::channel::merge(s.nodes[1].comment.as_deref(), "fake", Some(&rep)).ok();
+    s.set_report(1, &rep);
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
     let r = once(&mut c);
     assert_eq!(r.changed, 0);
