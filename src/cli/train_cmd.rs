@@ -94,7 +94,8 @@ pub struct TrainArgs {
     /// Training seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// PPO: continue from the checkpoint in `<out>.ckpt/`.
+    /// PPO: continue from the checkpoint in `<out>.ckpt/`, with its settings and scenario
+    /// (refused otherwise); only `--iterations` may change.
     #[arg(long)]
     resume: bool,
     /// Imitation: draw the figures in `<out>.ckpt/` again from its `imitation.json` (a

@@ -52,6 +52,9 @@ pub enum TrainError {
     /// The scenario cannot be trained on.
     #[error("{0}")]
     Scenario(String),
+    /// `--resume` would continue a checkpoint under other settings or another scenario.
+    #[error("--resume: {0}")]
+    Resume(String),
     /// A bug or broken invariant.
     #[error("internal: {0}")]
     Internal(String),
@@ -147,6 +150,91 @@ pub struct Progress {
     /// Best validated weights so far.
     #[serde(default)]
     pub best: Option<Best>,
+    /// The scenario trained on (after `--set`), so `--resume` can refuse another one;
+    /// absent in checkpoints written before it was recorded.
+    #[serde(default)]
+    pub scenario: Option<serde_json::Value>,
+}
+
+/// The dotted paths at which two JSON values differ (at most `limit` of them).
+fn differences(a: &serde_json::Value, b: &serde_json::Value, limit: usize) -> Vec<String> {
+    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>, limit: usize) {
+        use serde_json::Value::Object;
+        if out.len() >= limit || a == b {
+            return;
+        }
+        if let (Object(x), Object(y)) = (a, b) {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            let null = serde_json::Value::Null;
+            for key in keys {
+                let sub = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                walk(
+                    &sub,
+                    x.get(key).unwrap_or(&null),
+                    y.get(key).unwrap_or(&null),
+                    out,
+                    limit,
+                );
+            }
+        } else {
+            out.push(format!(
+                "{} ({a} in the checkpoint, {b} now)",
+                if path.is_empty() { "(all)" } else { path }
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    walk("", a, b, &mut out, limit);
+    out
+}
+
+/// Refuses to continue a checkpoint under other settings or another scenario: its weights
+/// and curve would then describe neither run. Only `iterations` may change.
+fn check_resume(
+    ckpt: &Path,
+    saved: &Progress,
+    cfg: &TrainConfig,
+    scenario: &serde_json::Value,
+) -> Result<(), TrainError> {
+    let json = |c: &TrainConfig| {
+        let mut v = serde_json::to_value(c).map_err(|e| TrainError::Internal(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("iterations");
+        }
+        Ok::<_, TrainError>(v)
+    };
+    let settings = differences(&json(&saved.config)?, &json(cfg)?, 4);
+    let refuse = |what: &str, diffs: Vec<String>| {
+        TrainError::Resume(format!(
+            "{}: the checkpoint was trained with other {what}: {}; resume with the same ones \
+             (only --iterations may change), or train afresh into another --out",
+            ckpt.display(),
+            diffs.join(", ")
+        ))
+    };
+    if !settings.is_empty() {
+        return Err(refuse("settings", settings));
+    }
+    match &saved.scenario {
+        Some(saved) => {
+            let diffs = differences(saved, scenario, 4);
+            if !diffs.is_empty() {
+                return Err(refuse("scenario values", diffs));
+            }
+        }
+        None => log::warn!(
+            "{}: the checkpoint does not record its scenario (written by an older release); \
+             resuming on the one given now",
+            ckpt.display()
+        ),
+    }
+    Ok(())
 }
 
 /// Where training keeps its files: `<out>.ckpt/` beside the ONNX output.
@@ -210,6 +298,7 @@ pub fn train(
     let weights = ckpt.join("weights.safetensors");
     let best_weights = ckpt.join("best.safetensors");
     let progress_file = ckpt.join("progress.json");
+    let scenario = serde_json::to_value(&sc.scenario).map_err(|e| TrainError::Internal(e.to_string()))?;
     let mut learner = Learner::new(dim, k, cfg.ppo.clone(), cfg.seed)?;
     let mut progress = Progress {
         config: cfg.clone(),
@@ -217,13 +306,19 @@ pub fn train(
         curve: Vec::new(),
         seconds: 0.0,
         best: None,
+        scenario: Some(scenario.clone()),
     };
     if resume {
-        learner.load(&weights)?;
         let text = std::fs::read_to_string(&progress_file).map_err(io_err(&progress_file))?;
-        progress = serde_json::from_str(&text)
-            .map_err(|e| TrainError::Scenario(format!("{}: {e}", progress_file.display())))?;
-        progress.config.iterations = cfg.iterations;
+        let saved: Progress = serde_json::from_str(&text)
+            .map_err(|e| TrainError::Resume(format!("{}: {e}", progress_file.display())))?;
+        check_resume(&ckpt, &saved, &cfg, &scenario)?;
+        learner.load(&weights)?;
+        progress = Progress {
+            config: cfg.clone(),
+            scenario: Some(scenario.clone()),
+            ..saved
+        };
     }
     let initial = sc
         .scenario
@@ -406,6 +501,57 @@ mod tests {
                 "the last weights differ"
             );
         }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn resume_continues_only_the_checkpoints_own_settings_and_scenario() {
+        let day = "workload.days=0.02".to_string();
+        let sc = smartmig_sim::scenario::Scenario::reference(std::slice::from_ref(&day)).unwrap();
+        let cfg = TrainConfig {
+            iterations: 1,
+            episodes: 1,
+            validation_days: 0,
+            ..TrainConfig::default()
+        };
+        let meta = smartmig_sim::partition::mean_field::scenario_metadata(&sc, 0, 5, 3, 0);
+        let dir = std::env::temp_dir().join(format!("smartmig-resume-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("p.onnx");
+        train(&sc, cfg.clone(), &out, false, meta.clone(), |_| {}).unwrap();
+        let progress_file = checkpoint_dir(&out).join("progress.json");
+        let before = std::fs::read_to_string(&progress_file).unwrap();
+
+        let reseeded = TrainConfig {
+            seed: 2,
+            iterations: 2,
+            ..cfg.clone()
+        };
+        let err = train(&sc, reseeded, &out, true, meta.clone(), |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--resume: ") && err.contains("seed (0 in the checkpoint, 2 now)"),
+            "{err}"
+        );
+        let padded = smartmig_sim::scenario::Scenario::reference(&[
+            day,
+            "repartition.index_rule=\"padded-assigned\"".into(),
+        ])
+        .unwrap();
+        let more = TrainConfig { iterations: 2, ..cfg };
+        let err = train(&padded, more.clone(), &out, true, meta.clone(), |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("scenario values: repartition.index_rule"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&progress_file).unwrap(),
+            before,
+            "a refused resume changes nothing"
+        );
+
+        let p = train(&sc, more, &out, true, meta, |_| {}).unwrap();
+        assert_eq!((p.done, p.curve.len(), p.config.iterations), (2, 2, 2));
         std::fs::remove_dir_all(&dir).ok();
     }
 
