@@ -374,31 +374,23 @@ impl Central {
                     // The view predates the drain: a job may have started in between.
                     return;
                 }
-                match self.busy_now(view, node, &t, !preempt_mode) {
-                    Some(busy) if !preempt_mode || waited > self.report_timeout_s() => {
+                match self.ready_now(view, node, &t, !preempt_mode) {
+                    Err(busy) if !preempt_mode || waited > self.report_timeout_s() => {
                         let outcome = format!("skip: became busy before the drain ({busy})");
                         report.skipped_busy += t.targets.len();
                         self.enter(b, node, NodeState::Resuming { outcome })
                     }
-                    Some(_) => {} // preempt: the requeued jobs release their instances soon
+                    Err(_) => {} // preempt: the requeued jobs release their instances soon
                     // Drained, with the indices checked on this view: the order that
                     // keeps them goes with the plan (and into the ledger first). Without
                     // it the agent would write GPU order, which may move a job's device.
-                    None => match self.order_now(view, node, &t) {
-                        Ok(order) => {
-                            if let Some(t) = b.nodes.get_mut(node) {
-                                t.order = order;
-                            }
-                            self.enter(b, node, NodeState::Applying);
-                            to_apply.push(node.to_string());
+                    Ok(order) => {
+                        if let Some(t) = b.nodes.get_mut(node) {
+                            t.order = order;
                         }
-                        // Nothing changed yet: an error to show, and the node back.
-                        Err(e) => {
-                            let outcome = format!("skip: cannot order its devices ({e})");
-                            self.fail(report, format!("gen {} {node}: {outcome}", b.generation));
-                            self.enter(b, node, NodeState::Resuming { outcome })
-                        }
-                    },
+                        self.enter(b, node, NodeState::Applying);
+                        to_apply.push(node.to_string());
+                    }
                 }
             }
             NodeState::Applying => match settled(Phase::Apply) {
@@ -570,18 +562,6 @@ impl Central {
             .map_err(|e| e.to_string())
     }
 
-    /// The order of node `node`'s devices within each type once `t`'s targets are reached,
-    /// as its gres.conf is to list them ([`Central::order_refs`]; empty without padding).
-    /// An error when the node, its targets or its reported order cannot be read now
-    /// (`busy_now` refuses that first today): the node must not enter Applying with GPU
-    /// order in place of it.
-    fn order_now(&self, view: &View, node: &str, t: &NodeTxn) -> Result<Vec<String>, String> {
-        let (nv, after) = self.targets_now(view, node, t)?;
-        let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
-        self.order_refs(view, nv, &after, &t.padding)
-            .map_err(|e| e.to_string())
-    }
-
     /// Node `node` in `view` and `t`'s targets on it: (position in `View::gpus`, layout).
     fn targets_now<'v>(&self, view: &'v View, node: &str, t: &NodeTxn) -> Result<TargetsNow<'v>, String> {
         let nv = view
@@ -608,11 +588,19 @@ impl Central {
         Ok((nv, after))
     }
 
-    /// Why `t`'s plans cannot run now: busy instances they destroy, busy devices whose
-    /// Slurm index they would move, GPUs changed, and with `check_count` a GPU count
-    /// change under running jobs (None: none). Preempt mode checks the count before it
-    /// requeues, so only drain mode asks for it here.
-    fn busy_now(&self, view: &View, node: &str, t: &NodeTxn, check_count: bool) -> Option<String> {
+    /// Whether `t`'s plans can run now, as the node is in `view`: the order of its devices
+    /// within each type once they ran, as its gres.conf is to list them
+    /// ([`Central::order_refs`]; empty without padding), or why not: busy instances they
+    /// destroy, busy devices whose Slurm index they would move, GPUs changed, an order
+    /// that cannot be read, and with `check_count` a GPU count change under running jobs.
+    /// Preempt mode checks the count before it requeues, so only drain mode asks for it.
+    fn ready_now(
+        &self,
+        view: &View,
+        node: &str,
+        t: &NodeTxn,
+        check_count: bool,
+    ) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
         match self.moved_now(view, node, t) {
             Ok(moved) => out.extend(moved.iter().map(Moved::to_string)),
@@ -633,7 +621,14 @@ impl Central {
         if check_count && self.count_changes_now(view, node, t) {
             out.push("the node's GPU count would change under running jobs".into());
         }
-        (!out.is_empty()).then(|| out.join(", "))
+        if !out.is_empty() {
+            return Err(out.join(", "));
+        }
+        // The node must not enter Applying with GPU order in place of this one.
+        let (nv, after) = self.targets_now(view, node, t)?;
+        let after: Vec<(usize, &Layout)> = after.iter().map(|(p, l)| (*p, l)).collect();
+        self.order_refs(view, nv, &after, &t.padding)
+            .map_err(|e| format!("cannot order its devices ({e})"))
     }
 
     /// Whether `t`'s plans change the node's GPU count under running jobs.
@@ -646,7 +641,7 @@ impl Central {
 
     /// In preempt mode, requeues the jobs on the instances a node's plans destroy and on
     /// the devices whose Slurm index they would move (the node then waits until Slurm has
-    /// them off it: `busy_now`). Requeues none when one of them may not be (Slurm cannot
+    /// them off it: `ready_now`). Requeues none when one of them may not be (Slurm cannot
     /// requeue it, or it ran longer than `requeue_max_run_s`: it started or aged since the
     /// plan), and stops at the first job Slurm refuses: the change cannot go ahead while
     /// it runs.
