@@ -830,6 +830,61 @@ fn run_with_slurm_faults_to(faults: &str, node1: &str) -> String {
 }
 
 #[test]
+fn a_job_that_starts_on_a_changing_instance_just_before_the_drain_keeps_it_and_the_node_resumes_unchanged() {
+    skip_unless_netns!();
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    // The central role has planned node 1 (idle, c1 to c5); its drain waits at the gate
+    // while a job starts on the 7g.40gb the change would destroy.
+    let gate = c.dir.join("run/drain-gate");
+    let faults = format!(
+        r#"[{{"call": "update_node", "node": "{}", "drain_reason": "smartmig: repartition", "pause": "{}"}}]"#,
+        c.nodes[1],
+        gate.display()
+    );
+    let central = common::central_command_under(&c, &config, &faults)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reached = c.dir.join("run/drain-gate.reached");
+    wait_until("node 1's drain", Duration::from_secs(60), || reached.exists());
+    let n1 = c.nodes[1].clone();
+    let (late, _) = c
+        .sbatch(&["-w", &n1, "--gres=gpu:7g.40gb:1", "--wrap", "sleep 600"])
+        .unwrap();
+    c.wait_job(late, &["RUNNING"], Duration::from_secs(20));
+    std::fs::write(&gate, "").unwrap();
+    let out = finish(&c, central);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    let name = format!("{n1}/0");
+    let why = status(&c)
+        .decisions
+        .iter()
+        .find(|d| d.gpu == name)
+        .map(|d| d.action.clone())
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("skip: became busy before the drain (GPU 0: busy 7g.40gb"),
+        "{why}\n{out}"
+    );
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C1.into()));
+    let record = c.job(late);
+    assert_eq!(
+        (
+            record.get("JobState").map(String::as_str),
+            record.get("Restarts").map(String::as_str)
+        ),
+        (Some("RUNNING"), Some("0")),
+        "{record:?}"
+    );
+    let mut all = jobs.all();
+    all.push(late);
+    common::wait_nodes_in_service(&c, &[]);
+    assert_consistent(&c, &[&s0, &s1], &all);
+}
+
+#[test]
 fn a_resume_slurmctld_refuses_twice_is_retried_until_it_takes() {
     skip_unless_netns!();
     let out =

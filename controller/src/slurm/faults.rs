@@ -40,7 +40,15 @@ pub struct SlurmFault {
     /// The call reaches slurmctld and takes effect; only its reply is lost.
     #[serde(default)]
     pub reply_lost: bool,
+    /// Not a failure: the call waits, after creating `<pause>.reached`, until a file
+    /// `pause` exists (at most [`PAUSE_LIMIT`]), then goes through: a test's window to act
+    /// between smartmigd's decision and the call.
+    #[serde(default)]
+    pub pause: Option<std::path::PathBuf>,
 }
+
+/// The longest a `pause` fault holds its call.
+pub const PAUSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn one() -> u32 {
     1
@@ -112,6 +120,18 @@ impl Faulty {
         let Some(f) = self.fault(&call) else {
             return run(self.inner.as_mut());
         };
+        if let Some(gate) = &f.pause {
+            let mut reached = gate.clone().into_os_string();
+            reached.push(".reached");
+            if let Err(e) = std::fs::write(&reached, "") {
+                log::warn!("{FAULTS_ENV}: {}: {e}", Path::new(&reached).display());
+            }
+            log::warn!("{FAULTS_ENV}: {what} waits for {}", gate.display());
+            crate::command::poll_until(PAUSE_LIMIT, std::time::Duration::from_millis(50), || {
+                gate.exists().then_some(())
+            });
+            return run(self.inner.as_mut());
+        }
         let (errno, message) = if f.reply_lost {
             run(self.inner.as_mut())?;
             // SLURM_COMMUNICATIONS_RECEIVE_ERROR: sent, no answer.

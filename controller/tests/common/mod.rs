@@ -374,11 +374,16 @@ pub fn run_central(c: &Cluster, config: &Path, extra: &[&str]) -> String {
 /// One `smartmigd central --once` run with `config`, its Slurm calls failing as `faults`
 /// (JSON) says; its output.
 pub fn run_central_under(c: &Cluster, config: &Path, faults: &str) -> String {
+    central_output(c, central_command_under(c, config, faults).output().unwrap())
+}
+
+/// The central role's one-cycle command with Slurm calls failing as `faults` (JSON) says.
+pub fn central_command_under(c: &Cluster, config: &Path, faults: &str) -> Command {
     let path = c.dir.join("etc/slurm-faults.json");
     std::fs::write(&path, faults).unwrap();
     let mut cmd = central_command(c, config, &[]);
     cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
-    central_output(c, cmd.output().unwrap())
+    cmd
 }
 
 /// A [`restart_wrapper`] script whose first restart fails as systemd's would.
