@@ -183,19 +183,6 @@ fn assert_ran_throughout(c: &Cluster, job: u32, started: &str) {
     assert_eq!(record.get("Restarts").map(String::as_str), Some("0"));
 }
 
-/// Asserts job `job` is running and was never requeued.
-fn assert_never_requeued(c: &Cluster, job: u32) {
-    let record = c.job(job);
-    assert_eq!(
-        (
-            record.get("JobState").map(String::as_str),
-            record.get("Restarts").map(String::as_str)
-        ),
-        (Some("RUNNING"), Some("0")),
-        "{record:?}"
-    );
-}
-
 /// Slurm's device index (`IDX`) of running job `job`'s one GPU.
 fn idx(c: &Cluster, job: u32) -> usize {
     let out = c.scontrol(&["-d", "show", "job", &job.to_string()]);
@@ -536,7 +523,7 @@ fn requeue_a_job_whose_device_index_moves(faults: Option<&str>) {
         Some("1"),
         "requeued: {job:?}"
     );
-    assert_never_requeued(&c, kept);
+    common::assert_never_requeued(&c, kept);
     assert_eq!(idx(&c, kept), 3, "its index still names GPU 1's 4g.20gb@0");
     assert_eq!(
         device_of(&c, kept, &n0, &common::sim_layout(&s0), "4g.20gb"),
@@ -601,7 +588,7 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));
     assert_eq!(common::sim_layout(&s1), C5);
     for j in [interactive, batch] {
-        assert_never_requeued(&c, j);
+        common::assert_never_requeued(&c, j);
     }
     assert_eq!((idx(&c, interactive), idx(&c, batch)), (0, 2));
     assert!(!node_field(&c, &n0, "State").contains("DRAIN"));
@@ -652,7 +639,7 @@ fn old_job(c: &Cluster, ty: &str, idx_expected: usize, limit_s: u64) -> u32 {
 fn assert_old_job_kept(c: &Cluster, s0: &Simulated, s1: &Simulated, job: u32, idx_expected: usize) {
     assert_eq!(common::sim_layout(s0), format!("{C2} | {C2}"));
     assert_eq!(common::sim_layout(s1), C5);
-    assert_never_requeued(c, job);
+    common::assert_never_requeued(c, job);
     assert_eq!(idx(c, job), idx_expected);
     common::assert_consistent(c, &[s0, s1], &[job]);
 }
@@ -729,7 +716,7 @@ fn a_nodes_gres_type_order_is_kept_across_a_relayout_so_a_busy_device_keeps_its_
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C5}"));
     assert_eq!(node_field(&c, &n0, "Gres"), "gpu:4g.20gb:1,gpu:3g.20gb:3");
-    assert_never_requeued(&c, job);
+    common::assert_never_requeued(&c, job);
     assert_eq!(
         device_of(&c, job, &n0, &common::sim_layout(&s0), "4g.20gb"),
         (0, "4g.20gb@0".to_string())

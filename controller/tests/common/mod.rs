@@ -377,6 +377,19 @@ pub fn run_central_under(c: &Cluster, config: &Path, faults: &str) -> String {
     central_output(c, central_command_under(c, config, faults).output().unwrap())
 }
 
+/// Asserts job `job` is running and was never requeued.
+pub fn assert_never_requeued(c: &Cluster, job: u32) {
+    let record = c.job(job);
+    assert_eq!(
+        (
+            record.get("JobState").map(String::as_str),
+            record.get("Restarts").map(String::as_str)
+        ),
+        (Some("RUNNING"), Some("0")),
+        "{record:?}"
+    );
+}
+
 /// The central role's one-cycle command with Slurm calls failing as `faults` (JSON) says.
 pub fn central_command_under(c: &Cluster, config: &Path, faults: &str) -> Command {
     let path = c.dir.join("etc/slurm-faults.json");
