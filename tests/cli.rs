@@ -1001,6 +1001,59 @@ fn a_stay_threshold_holds_back_the_learned_policys_moves_and_a_bad_one_is_refuse
 }
 
 #[test]
+fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hold_its_mix() {
+    // Three GPUs to a node: no whole number of nodes holds static-best's c2×6 c6×2, so the
+    // search starts from its nearest share; with no pass the guard refuses the start.
+    let dir = std::env::temp_dir().join(format!("smartmig-fallback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("s.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/etc/scenarios/paper-a100x8.toml"
+    ))
+    .unwrap()
+    .replace("gpus_per_node = 8", "gpus_per_node = 3")
+    .replace("multiplier = 20", "multiplier = 10")
+    .replace("days = 1\n", "days = 0.1\n");
+    std::fs::write(&scenario, text).unwrap();
+    let v = json(&smartmig(&[
+        "tune-periodic",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--blocks",
+        "1",
+        "--passes",
+        "0",
+        "--validation-seeds",
+        "2",
+        "--eval-seeds",
+        "2",
+        "--format",
+        "json",
+    ]));
+    let layout = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(v["search"]["start_exact"], false, "{v}");
+    assert_eq!(layout(&v["search"]["start"]).len(), 3, "{v}");
+    assert_eq!(v["guard"]["passed"], false, "{v}");
+    let static_best = layout(&v["static_best"]);
+    assert_eq!(static_best, ["c2", "c2", "c2", "c2", "c2", "c2", "c6", "c6"]);
+    let schedule = v["search"]["schedule"].as_array().unwrap();
+    assert_eq!(schedule.len(), 1, "{v}");
+    assert_eq!(layout(&schedule[0]["layout"]), static_best, "{v}");
+    // What is reported as periodic-best is then static-best, day by day.
+    assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned_under_its_limits() {
     let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

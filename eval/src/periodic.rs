@@ -2,7 +2,8 @@
 //! each with its own layout, found by coordinate descent on training days.
 //!
 //! A layout is a count per configuration over one node's GPUs (`cluster.gpus_per_node`,
-//! or all GPUs when fewer), cycled over the cluster as smartmigd cycles
+//! or all GPUs when fewer; as many whole nodes as it takes to hold the best static
+//! layout's mix exactly), cycled over the cluster as smartmigd cycles
 //! `[[policy.periodic]]` layouts, so a schedule found on one node applies to any number
 //! of them. The search starts with every block in the best static layout and, block by
 //! block, tries moving one GPU from one configuration to another (under Slurm 22.05's
@@ -52,8 +53,11 @@ pub struct PeriodicTuneResult {
     pub et: f64,
     /// The starting (static) layout's mean ET on the same days.
     pub start_et: f64,
-    /// The starting layout (one node's GPUs).
+    /// The starting layout (the search's pattern: whole nodes' GPUs).
     pub start: Vec<String>,
+    /// Whether `start` holds the static layout's mix exactly (else it is its nearest
+    /// share, and `start_et` is not the static layout's ET).
+    pub start_exact: bool,
     /// Mean re-layout batches per training day.
     pub relayout_batches: f64,
     /// Schedules simulated.
@@ -192,6 +196,26 @@ fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[
     out
 }
 
+/// GPUs in the search's pattern, and whether it holds `start`'s mix exactly: the fewest
+/// whole nodes (`cluster.gpus_per_node`, or all GPUs when fewer) whose share of `start` is
+/// exact, so that the search starts from the static layout itself (on 1- or 4-GPU nodes
+/// one node's share of `c2×6 c6×2` is not that mix); one node when no number of nodes up
+/// to the cluster's holds it exactly.
+fn pattern_gpus(sc: &ResolvedScenario, start: &[String]) -> (usize, bool) {
+    let node = (sc.scenario.cluster.gpus_per_node as usize)
+        .min(sc.gpus.len())
+        .max(1);
+    let mut whole: HashMap<usize, usize> = HashMap::new();
+    for c in sc.layout_indices(start) {
+        *whole.entry(c).or_default() += 1;
+    }
+    let n = start.len().max(1);
+    (node..=sc.gpus.len().max(node))
+        .step_by(node)
+        .find(|p| whole.values().all(|&w| (w * p) % n == 0))
+        .map_or((node, false), |p| (p, true))
+}
+
 /// One node's share of a cluster-wide layout: configuration counts over `pattern` GPUs,
 /// proportional to the layout's (largest remainders).
 fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> Vec<u32> {
@@ -248,9 +272,7 @@ pub fn tune_periodic_on(
         cache: HashMap::new(),
         block_min: DAY_MIN / f64::from(blocks),
     };
-    let pattern = (sc.scenario.cluster.gpus_per_node as usize)
-        .min(sc.gpus.len())
-        .max(1);
+    let (pattern, start_exact) = pattern_gpus(sc, start);
     let start_counts = node_counts(sc, start, pattern);
     let available: Vec<usize> = (0..sc.models[0].configurations.len())
         .filter(|&c| sc.models[0].configurations[c].is_available())
@@ -293,6 +315,7 @@ pub fn tune_periodic_on(
         et: best_et,
         start_et,
         start: s.names(&start_counts),
+        start_exact,
         relayout_batches: s.cache[&best].1,
         evaluations: s.cache.len(),
         passes,
@@ -353,6 +376,47 @@ mod tests {
             .collect();
         let counts = node_counts(&sc, &layout, 8);
         assert_eq!((counts[1], counts[5], counts.iter().sum::<u32>()), (6, 2, 8));
+    }
+
+    #[test]
+    fn on_small_nodes_the_search_starts_from_the_static_layouts_own_mix() {
+        // One GPU to a node: one node's share of c2×6 c6×2 would be c2 alone, a worse
+        // start than the layout the result is compared with.
+        let sc = Scenario::reference(&[
+            "cluster.gpus_per_node=1".into(),
+            "workload.multiplier=10".into(),
+            "workload.days=0.25".into(),
+        ])
+        .unwrap();
+        let days: Vec<(u64, JobSet)> = [1u64, 2]
+            .iter()
+            .map(|&s| (s, smartmig_sim::workload::from_scenario(&sc, s, false).unwrap()))
+            .collect();
+        let start: Vec<String> = ["c2", "c2", "c2", "c2", "c2", "c2", "c6", "c6"]
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let t = tune_periodic_on(&sc, days.clone(), &start, 2, 0, &indicatif::ProgressBar::hidden()).unwrap();
+        assert!(t.start_exact);
+        assert_eq!(t.start, ["c2", "c2", "c2", "c6"], "four nodes hold the mix");
+        let spec = PolicySpec::new("s", Scheduler::Cedf, LayoutSpec::Static(start.clone()));
+        let static_et = days
+            .iter()
+            .map(|(seed, jobs)| {
+                run_policy(&sc, jobs, &spec, *seed, None)
+                    .unwrap()
+                    .et(&run_reference(&sc, jobs, *seed), &sc.scenario.objective)
+            })
+            .sum::<f64>()
+            / 2.0;
+        assert!(
+            (t.start_et - static_et).abs() < 1e-9,
+            "{} vs {static_et}",
+            t.start_et
+        );
+        // Three to a node: no whole number of nodes up to the cluster's 8 GPUs holds 6:2.
+        let sc = Scenario::reference(&["cluster.gpus_per_node=3".into()]).unwrap();
+        assert_eq!(pattern_gpus(&sc, &start), (3, false));
     }
 
     #[test]

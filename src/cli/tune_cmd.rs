@@ -253,7 +253,8 @@ struct PeriodicReport {
     /// The searched schedule against static-best on the validation days; when it did not
     /// pass, `search.schedule` is the static layout.
     guard: GuardVerdict,
-    /// `static-best`'s layout, the search's start.
+    /// `static-best`'s layout: what the guard measures against, and the schedule when
+    /// the guard refuses the search's.
     static_best: Vec<String>,
     /// Evaluation days.
     evaluation_days: String,
@@ -310,9 +311,11 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
                 eprintln!("  from {}  {}", e.at, super::layout_summary(&e.layout));
             }
         }
+        // The layout the guard measured against, not the search's start: where whole
+        // nodes cannot hold static-best's mix, that start is only its nearest share.
         t.schedule = vec![PeriodicSpec {
             at: "00:00".into(),
-            layout: t.start.clone(),
+            layout: start.clone(),
         }];
     }
     let eval = Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE));
@@ -361,7 +364,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
 fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &PeriodicReport) {
     let s = &r.search;
     println!(
-        "best time-of-day schedule ({} blocks of {} min, {} semantics, {} GPUs per node pattern) on {}:",
+        "best time-of-day schedule ({} blocks of {} min, {} semantics, a pattern of {} GPUs) on {}:",
         a.blocks,
         1440 / a.blocks,
         sc.scenario.repartition.semantics.as_str(),
@@ -371,8 +374,17 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
     for e in &s.schedule {
         println!("  from {}  {}", e.at, super::layout_summary(&e.layout));
     }
+    let start = if s.start_exact {
+        "static-best".to_string()
+    } else {
+        format!(
+            "its start ({}, static-best's nearest share of {} GPUs)",
+            super::layout_summary(&s.start),
+            s.start.len()
+        )
+    };
     println!(
-        "training days: ET {:.3} vs static-cedf, static-best {:.3} ({:+.1}%); {:.1} re-layout batches/day; {} schedules simulated in {} passes",
+        "training days: ET {:.3} vs static-cedf, {start} {:.3} ({:+.1}%); {:.1} re-layout batches/day; {} schedules simulated in {} passes",
         s.et,
         s.start_et,
         100.0 * (1.0 - s.et / s.start_et),
