@@ -776,7 +776,7 @@ fn only_the_padded_familys_policy_is_marked_as_validated_with_padding() {
 }
 
 /// `policy average` guards on a scenario that makes its members' assumptions (semantics,
-/// padding), or says which `--set` would: the verdict goes into a contract that records them.
+/// padding, what a requeued job keeps), or says which `--set` would: the verdict goes into a contract that records them.
 #[test]
 fn policy_average_refuses_a_scenario_other_than_its_members_were_validated_on() {
     let file = |name: &str| format!("{}/onnx/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -784,12 +784,18 @@ fn policy_average_refuses_a_scenario_other_than_its_members_were_validated_on() 
     let out = dir.path().join("average.onnx");
     let out_arg = out.display().to_string();
     let (drain, padded) = (file("a100-40gb-drain.onnx"), file("padded/a100-40gb-drain.onnx"));
+    let preempt = file("a100-40gb-preempt.onnx");
     for (members, args, want) in [
         ([&drain, &drain], vec![], "repartition.semantics=\"drain\""),
         (
             [&padded, &padded],
             vec!["--semantics", "drain"],
             "validated with padding records, the scenario has none",
+        ),
+        (
+            [&preempt, &preempt],
+            vec!["--set", "repartition.requeued=\"restart\""],
+            "validated where requeued jobs resume, the scenario's restart",
         ),
     ] {
         let mut argv = vec!["policy", "average", members[0], members[1], "--out", &out_arg];
