@@ -1006,22 +1006,36 @@ fn a_stay_threshold_holds_back_the_learned_policys_moves_and_a_bad_one_is_refuse
     );
 }
 
-#[test]
-fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hold_its_mix() {
-    // Three GPUs to a node: no whole number of nodes holds static-best's c2×6 c6×2, so the
-    // search starts from its nearest share; with no pass the guard refuses the start.
-    let dir = std::env::temp_dir().join(format!("smartmig-fallback-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("s.toml");
-    let text = std::fs::read_to_string(concat!(
+/// `dir/s.toml`: the reference scenario file over a tenth of a day, with `edits` (text
+/// replaced) applied.
+fn reference_copy(dir: &std::path::Path, edits: &[(&str, &str)]) -> std::path::PathBuf {
+    let mut text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/etc/scenarios/paper-a100x8.toml"
     ))
     .unwrap()
-    .replace("gpus_per_node = 8", "gpus_per_node = 3")
-    .replace("multiplier = 20", "multiplier = 10")
     .replace("days = 1\n", "days = 0.1\n");
-    std::fs::write(&scenario, text).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.join("s.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hold_its_mix() {
+    // Three GPUs to a node: no whole number of nodes holds static-best's c2×6 c6×2, so the
+    // search starts from its nearest share; with no pass the guard refuses the start.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = reference_copy(
+        dir.path(),
+        &[
+            ("gpus_per_node = 8", "gpus_per_node = 3"),
+            ("multiplier = 20", "multiplier = 10"),
+        ],
+    );
     let v = json(&smartmig(&[
         "tune-periodic",
         "--scenario",
@@ -1056,23 +1070,19 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
     assert_eq!(layout(&schedule[0]["layout"]), static_best, "{v}");
     // What is reported as periodic-best is then static-best, day by day.
     assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned_under_its_limits() {
     let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("s.toml");
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/etc/scenarios/paper-a100x8.toml"
-    ))
-    .unwrap()
-    .replace("count = 8 }", "count = 2 }")
-    .replace("multiplier = 20", "multiplier = 5")
-    .replace("days = 1\n", "days = 0.1\n");
-    std::fs::write(&scenario, text).unwrap();
+    let scenario = reference_copy(
+        &dir,
+        &[
+            ("count = 8 }", "count = 2 }"),
+            ("multiplier = 20", "multiplier = 5"),
+        ],
+    );
     let conf = dir.join("smartmig.toml");
     std::fs::write(&conf, "version = 1\n# site\n[policy]\nkind = \"periodic\"\n").unwrap();
     // A small search, writing its schedule into smartmig.toml `conf` when there is one.

@@ -329,6 +329,27 @@ mod tests {
     use crate::compare::run_reference;
     use smartmig_sim::scenario::Scenario;
 
+    /// Training days 1 and 2 of `sc`.
+    fn two_days(sc: &ResolvedScenario) -> Vec<(u64, JobSet)> {
+        [1u64, 2]
+            .iter()
+            .map(|&s| (s, smartmig_sim::workload::from_scenario(sc, s, false).unwrap()))
+            .collect()
+    }
+
+    /// Mean ET of `layout` (CEDF) against static CEDF over `days`.
+    fn mean_et(sc: &ResolvedScenario, days: &[(u64, JobSet)], layout: LayoutSpec) -> f64 {
+        let spec = PolicySpec::new("p", Scheduler::Cedf, layout);
+        days.iter()
+            .map(|(seed, jobs)| {
+                run_policy(sc, jobs, &spec, *seed, None)
+                    .unwrap()
+                    .et(&run_reference(sc, jobs, *seed), &sc.scenario.objective)
+            })
+            .sum::<f64>()
+            / days.len() as f64
+    }
+
     #[test]
     fn the_search_never_ends_worse_than_its_static_start_and_merges_equal_blocks() {
         let sc = Scenario::reference(&[
@@ -337,10 +358,7 @@ mod tests {
             "workload.days=0.25".into(),
         ])
         .unwrap();
-        let days: Vec<(u64, JobSet)> = [1u64, 2]
-            .iter()
-            .map(|&s| (s, smartmig_sim::workload::from_scenario(&sc, s, false).unwrap()))
-            .collect();
+        let days = two_days(&sc);
         let start = vec!["c2".to_string(), "c6".to_string()];
         let t = tune_periodic_on(&sc, days.clone(), &start, 4, 2, &indicatif::ProgressBar::hidden()).unwrap();
         assert!(t.et <= t.start_et + 1e-12, "{} vs {}", t.et, t.start_et);
@@ -355,16 +373,7 @@ mod tests {
             .iter()
             .all(|e| e.layout.len() == 2 && sc.check_layout(&e.layout).is_ok()));
         // Re-running the written schedule on the same days reproduces the reported ET.
-        let spec = PolicySpec::new("p", Scheduler::Cedf, LayoutSpec::Periodic(t.schedule.clone()));
-        let et = days
-            .iter()
-            .map(|(seed, jobs)| {
-                run_policy(&sc, jobs, &spec, *seed, None)
-                    .unwrap()
-                    .et(&run_reference(&sc, jobs, *seed), &sc.scenario.objective)
-            })
-            .sum::<f64>()
-            / 2.0;
+        let et = mean_et(&sc, &days, LayoutSpec::Periodic(t.schedule.clone()));
         assert!((et - t.et).abs() < 1e-9, "{et} vs {}", t.et);
     }
 
@@ -388,10 +397,7 @@ mod tests {
             "workload.days=0.25".into(),
         ])
         .unwrap();
-        let days: Vec<(u64, JobSet)> = [1u64, 2]
-            .iter()
-            .map(|&s| (s, smartmig_sim::workload::from_scenario(&sc, s, false).unwrap()))
-            .collect();
+        let days = two_days(&sc);
         let start: Vec<String> = ["c2", "c2", "c2", "c2", "c2", "c2", "c6", "c6"]
             .iter()
             .map(|c| c.to_string())
@@ -399,16 +405,7 @@ mod tests {
         let t = tune_periodic_on(&sc, days.clone(), &start, 2, 0, &indicatif::ProgressBar::hidden()).unwrap();
         assert!(t.start_exact);
         assert_eq!(t.start, ["c2", "c2", "c2", "c6"], "four nodes hold the mix");
-        let spec = PolicySpec::new("s", Scheduler::Cedf, LayoutSpec::Static(start.clone()));
-        let static_et = days
-            .iter()
-            .map(|(seed, jobs)| {
-                run_policy(&sc, jobs, &spec, *seed, None)
-                    .unwrap()
-                    .et(&run_reference(&sc, jobs, *seed), &sc.scenario.objective)
-            })
-            .sum::<f64>()
-            / 2.0;
+        let static_et = mean_et(&sc, &days, LayoutSpec::Static(start.clone()));
         assert!(
             (t.start_et - static_et).abs() < 1e-9,
             "{} vs {static_et}",
