@@ -1026,13 +1026,14 @@ fn reference_copy(dir: &std::path::Path, edits: &[(&str, &str)]) -> std::path::P
 
 #[test]
 fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hold_its_mix() {
-    // Three GPUs to a node: no whole number of nodes holds static-best's c2×6 c6×2, so the
-    // search starts from its nearest share; with no pass the guard refuses the start.
+    // Seven GPUs to a node: one node cannot hold static-best's c2×6 c6×2, so the search
+    // starts from its nearest share, c2×5 c6×2; cycled over the 8 GPUs that is
+    // static-best's mix again, no better, so with no pass the guard refuses it.
     let dir = tempfile::tempdir().unwrap();
     let scenario = reference_copy(
         dir.path(),
         &[
-            ("gpus_per_node = 8", "gpus_per_node = 3"),
+            ("gpus_per_node = 8", "gpus_per_node = 7"),
             ("multiplier = 20", "multiplier = 10"),
         ],
     );
@@ -1061,7 +1062,7 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
             .collect()
     };
     assert_eq!(v["search"]["start_exact"], false, "{v}");
-    assert_eq!(layout(&v["search"]["start"]).len(), 3, "{v}");
+    assert_eq!(layout(&v["search"]["start"]).len(), 7, "{v}");
     assert_eq!(v["guard"]["passed"], false, "{v}");
     let static_best = layout(&v["static_best"]);
     assert_eq!(static_best, ["c2", "c2", "c2", "c2", "c2", "c2", "c6", "c6"]);

@@ -2,8 +2,8 @@
 //! each with its own layout, found by coordinate descent on training days.
 //!
 //! A layout is a count per configuration over one node's GPUs (`cluster.gpus_per_node`,
-//! or all GPUs when fewer; as many whole nodes as it takes to hold the best static
-//! layout's mix exactly), cycled over the cluster as smartmigd cycles
+//! or all GPUs when fewer; on nodes of fewer than 8 GPUs, as many whole nodes as cover 8),
+//! cycled over the cluster as smartmigd cycles
 //! `[[policy.periodic]]` layouts, so a schedule found on one node applies to any number
 //! of them. The search starts with every block in the best static layout and, block by
 //! block, tries moving one GPU from one configuration to another (under Slurm 22.05's
@@ -196,24 +196,25 @@ fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[
     out
 }
 
-/// GPUs in the search's pattern, and whether it holds `start`'s mix exactly: the fewest
-/// whole nodes (`cluster.gpus_per_node`, or all GPUs when fewer) whose share of `start` is
-/// exact, so that the search starts from the static layout itself (on 1- or 4-GPU nodes
-/// one node's share of `c2×6 c6×2` is not that mix); one node when no number of nodes up
-/// to the cluster's holds it exactly.
+/// Fewest GPUs a search pattern covers: a mix is searched in eighths at least, as on one
+/// node of the paper's eight GPUs.
+const MIN_PATTERN_GPUS: usize = 8;
+
+/// GPUs in the search's pattern, and whether it holds `start`'s mix exactly: whole nodes
+/// (`cluster.gpus_per_node`, or all GPUs when fewer), as few as cover
+/// [`MIN_PATTERN_GPUS`] and no more than the cluster has. On nodes of 1, 2 or 4 GPUs one
+/// node cannot hold a mix like `c2×6 c6×2`; a pattern of 8 can.
 fn pattern_gpus(sc: &ResolvedScenario, start: &[String]) -> (usize, bool) {
-    let node = (sc.scenario.cluster.gpus_per_node as usize)
-        .min(sc.gpus.len())
-        .max(1);
+    let gpus = sc.gpus.len().max(1);
+    let node = (sc.scenario.cluster.gpus_per_node as usize).clamp(1, gpus);
+    let pattern = node * MIN_PATTERN_GPUS.div_ceil(node).min(gpus / node).max(1);
     let mut whole: HashMap<usize, usize> = HashMap::new();
     for c in sc.layout_indices(start) {
         *whole.entry(c).or_default() += 1;
     }
     let n = start.len().max(1);
-    (node..=sc.gpus.len().max(node))
-        .step_by(node)
-        .find(|p| whole.values().all(|&w| (w * p) % n == 0))
-        .map_or((node, false), |p| (p, true))
+    let exact = whole.values().all(|&w| (w * pattern) % n == 0);
+    (pattern, exact)
 }
 
 /// One node's share of a cluster-wide layout: configuration counts over `pattern` GPUs,
@@ -404,16 +405,30 @@ mod tests {
             .collect();
         let t = tune_periodic_on(&sc, days.clone(), &start, 2, 0, &indicatif::ProgressBar::hidden()).unwrap();
         assert!(t.start_exact);
-        assert_eq!(t.start, ["c2", "c2", "c2", "c6"], "four nodes hold the mix");
+        assert_eq!(t.start, start, "eight nodes hold the mix");
         let static_et = mean_et(&sc, &days, LayoutSpec::Static(start.clone()));
         assert!(
             (t.start_et - static_et).abs() < 1e-9,
             "{} vs {static_et}",
             t.start_et
         );
-        // Three to a node: no whole number of nodes up to the cluster's 8 GPUs holds 6:2.
+        // Three to a node: two nodes are all the cluster's 8 GPUs hold, and 6 GPUs cannot
+        // hold 6:2; on a cluster of 9, three nodes can.
         let sc = Scenario::reference(&["cluster.gpus_per_node=3".into()]).unwrap();
-        assert_eq!(pattern_gpus(&sc, &start), (3, false));
+        assert_eq!(pattern_gpus(&sc, &start), (6, false));
+        let nine = Scenario::reference(&[
+            "cluster.gpus_per_node=3".into(),
+            "cluster.gpus=[{model=\"a100-40gb\",count=9}]".into(),
+        ])
+        .unwrap();
+        assert_eq!(pattern_gpus(&nine, &start).0, 9);
+        // Nodes of 8: one node, even where only the whole cluster holds the mix exactly
+        // (a search over a 64-GPU pattern moves in steps too small to gain).
+        let big = Scenario::reference(&["cluster.gpus=[{model=\"a100-40gb\",count=64}]".into()]).unwrap();
+        let layout: Vec<String> = (0..64)
+            .map(|i| if i < 57 { "c2" } else { "c6" }.to_string())
+            .collect();
+        assert_eq!(pattern_gpus(&big, &layout), (8, false));
     }
 
     #[test]
