@@ -55,8 +55,8 @@ pub struct PeriodicTuneResult {
     pub start_et: f64,
     /// The starting layout (the search's pattern: whole nodes' GPUs).
     pub start: Vec<String>,
-    /// Whether `start` holds the static layout's mix exactly (else it is its nearest
-    /// share, and `start_et` is not the static layout's ET).
+    /// Whether `start` holds the static layout's mix in its proportions (else it is its
+    /// nearest share, and `start_et` is that share's ET, not the static layout's).
     pub start_exact: bool,
     /// Mean re-layout batches per training day.
     pub relayout_batches: f64,
