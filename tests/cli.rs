@@ -1066,9 +1066,11 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
     assert_eq!(v["guard"]["passed"], false, "{v}");
     let static_best = layout(&v["static_best"]);
     assert_eq!(static_best, ["c2", "c2", "c2", "c2", "c2", "c2", "c6", "c6"]);
-    let schedule = v["search"]["schedule"].as_array().unwrap();
+    let schedule = v["schedule"].as_array().unwrap();
     assert_eq!(schedule.len(), 1, "{v}");
     assert_eq!(layout(&schedule[0]["layout"]), static_best, "{v}");
+    // The search's own result stays as found, beside what is written.
+    assert_eq!(layout(&v["search"]["schedule"][0]["layout"]).len(), 7, "{v}");
     // What is reported as periodic-best is then static-best, day by day.
     assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
 }

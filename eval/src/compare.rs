@@ -617,11 +617,12 @@ pub fn guard(
 }
 
 impl GuardVerdict {
-    /// The guard's rule applied to a paired comparison with `static-best`.
+    /// The guard's rule applied to a paired comparison with `static-best`. One day has no
+    /// standard error to clear, so fewer than two days never pass.
     pub fn of(paired: Paired) -> GuardVerdict {
         GuardVerdict {
             vs_static_best: paired,
-            passed: paired.mean > 0.0 && paired.mean > GUARD_STANDARD_ERRORS * paired.se,
+            passed: paired.days >= 2 && paired.mean > 0.0 && paired.mean > GUARD_STANDARD_ERRORS * paired.se,
         }
     }
 
@@ -632,5 +633,19 @@ impl GuardVerdict {
             if self.passed { "passed" } else { "failed" },
             self.vs_static_best.describe()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_passes_a_gain_two_standard_errors_clear_of_zero_on_two_days_or_more() {
+        let verdict = |ets: &[f64]| GuardVerdict::of(Paired::of(ets, &vec![1.0; ets.len()])).passed;
+        assert!(verdict(&[0.9, 0.91]), "a steady 9-10% gain");
+        assert!(!verdict(&[0.9]), "one day has no standard error");
+        assert!(!verdict(&[0.9, 1.08]), "a gain within its noise");
+        assert!(!verdict(&[1.1, 1.12]), "a loss");
     }
 }

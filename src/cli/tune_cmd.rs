@@ -249,10 +249,13 @@ pub fn policy_periodic_toml(schedule: &[PeriodicSpec]) -> String {
 /// The report of `tune-periodic`: the search and the evaluation against static-best.
 #[derive(Debug, serde::Serialize)]
 struct PeriodicReport {
+    /// What the search found on the training days.
     search: PeriodicTuneResult,
-    /// The searched schedule against static-best on the validation days; when it did not
-    /// pass, `search.schedule` is the static layout.
+    /// The searched schedule against static-best on the validation days.
     guard: GuardVerdict,
+    /// The schedule written and evaluated as periodic-best: the search's when the guard
+    /// passed it, else static-best's layout all day.
+    schedule: Vec<PeriodicSpec>,
     /// `static-best`'s layout: what the guard measures against, and the schedule when
     /// the guard refuses the search's.
     static_best: Vec<String>,
@@ -289,7 +292,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         }
     };
     let pb = progress(u64::from(a.blocks * a.passes), "tune periodic-best");
-    let mut t = tune_periodic_on(&sc, train, &start, a.blocks, a.passes, &pb).map_err(CliError::input)?;
+    let t = tune_periodic_on(&sc, train, &start, a.blocks, a.passes, &pb).map_err(CliError::input)?;
     pb.finish_and_clear();
     let candidate = PolicySpec::new(
         PERIODIC_BEST,
@@ -303,25 +306,21 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         a.validation_seeds.seeds(VALIDATION_SEED_BASE),
     )
     .map_err(CliError::input)?;
-    if !verdict.passed {
-        let found_static = t.schedule.iter().all(|e| e.layout == t.start);
-        if !found_static {
-            eprintln!("the schedule the search found, refused by the guard:");
-            for e in &t.schedule {
-                eprintln!("  from {}  {}", e.at, super::layout_summary(&e.layout));
-            }
-        }
-        // The layout the guard measured against, not the search's start: where whole
-        // nodes cannot hold static-best's mix, that start is only its nearest share.
-        t.schedule = vec![PeriodicSpec {
+    // Refused, the schedule is the layout the guard measured against, not the search's
+    // start: where whole nodes cannot hold static-best's mix, that start is only its
+    // nearest share.
+    let schedule = if verdict.passed {
+        t.schedule.clone()
+    } else {
+        vec![PeriodicSpec {
             at: "00:00".into(),
             layout: start.clone(),
-        }];
-    }
+        }]
+    };
     let eval = Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE));
     let tuned = Tuned {
         static_best: Some((start.clone(), None)),
-        periodic_best: Some((t.schedule.clone(), None)),
+        periodic_best: Some((schedule.clone(), None)),
     };
     let policies: Vec<_> = smartmig_eval::compare::baselines(&sc, &tuned)
         .into_iter()
@@ -342,15 +341,16 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         vs_static_best: row(PERIODIC_BEST).and_then(|p| p.vs_static_best),
         repartitions: row(PERIODIC_BEST).map_or(f64::NAN, |p| p.repartitions),
         search: t,
+        schedule,
     };
     if a.write {
         if let Some(path) = &a.scenario.scenario {
-            write_periodic_best(path, &report.search.schedule)?;
+            write_periodic_best(path, &report.schedule)?;
         }
     }
     if let Some(path) = &a.scenario.smartmig_toml {
         let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-        write_policy_periodic(path, &report.search.schedule, &rules)?;
+        write_policy_periodic(path, &report.schedule, &rules)?;
     }
     match a.format {
         Format::Json => print_json(&report),
@@ -400,9 +400,10 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         );
     } else {
         println!(
-            "guard: {} against static-best on the validation days, not {GUARD_STANDARD_ERRORS} standard errors above 0: \
-             the schedule is the static layout",
-            g.vs_static_best.describe()
+            "guard: {} against static-best on the validation days, not {GUARD_STANDARD_ERRORS} standard errors above 0 \
+             (or fewer than 2 days): the schedule is static-best's layout all day ({})",
+            g.vs_static_best.describe(),
+            super::layout_summary(&r.static_best)
         );
     }
     println!(
@@ -432,7 +433,7 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
                  not your smartmigd's: --smartmig-toml FILE searches under FILE's and writes it there; \
                  with periodic_tuned_under in [policy], smartmigd runs the schedule only under the same rules):\n\
                  periodic_tuned_under = \"{rules}\"  # under [policy]\n{}",
-                policy_periodic_toml(&s.schedule)
+                policy_periodic_toml(&r.schedule)
             )
         }
     }
