@@ -1075,6 +1075,55 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
     assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
 }
 
+/// A site whose layouts come from a mig-parted file: a schedule of catalogue layouts would
+/// not load there, so none is written and the file stays as it was.
+#[test]
+fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = reference_copy(
+        dir.path(),
+        &[
+            ("count = 8 }", "count = 2 }"),
+            ("multiplier = 20", "multiplier = 5"),
+        ],
+    );
+    std::fs::write(
+        dir.path().join("mig.yaml"),
+        "version: v1\nmig-configs:\n  whole:\n    - devices: all\n      mig-enabled: true\n      \
+         mig-devices:\n        \"7g.40gb\": 1\n  balanced:\n    - devices: all\n      mig-enabled: true\n      \
+         mig-devices:\n        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n",
+    )
+    .unwrap();
+    let conf = dir.path().join("smartmig.toml");
+    let site = "version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n[policy]\nstatic_layout = [\"whole\"]\n";
+    std::fs::write(&conf, site).unwrap();
+    let o = smartmig(&[
+        "tune-periodic",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--blocks",
+        "2",
+        "--passes",
+        "1",
+        "--validation-seeds",
+        "2",
+        "--eval-seeds",
+        "2",
+        "--smartmig-toml",
+        conf.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("the schedule found does not load there, nothing written")
+            && e.contains("unknown configuration `c"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), site);
+}
+
 #[test]
 fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned_under_its_limits() {
     let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));

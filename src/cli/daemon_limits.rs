@@ -3,7 +3,45 @@
 //! daemon will do (docs/evaluation.md, "Searching layouts and schedules").
 
 use smartmig_core::config::{Config, Mode, RelayoutRules};
-use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, Semantics};
+use smartmig_core::mig::{Catalogue, Driver};
+use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics};
+
+/// The `--set` override that gives scenario `sc` the driver rules smartmigd applies with
+/// `cfg` (before R510, no 4g and 3g instance on one GPU), or an error naming the
+/// scenario's GPU models `cfg` does not list: smartmigd would reject every layout searched
+/// for them.
+pub fn daemon_hardware(cfg: &Config, sc: &ResolvedScenario) -> Result<Vec<String>, String> {
+    let catalogue = Catalogue::embedded();
+    let key = |name: &str| {
+        catalogue
+            .model(name)
+            .map_or_else(|_| name.to_string(), |m| m.key.clone())
+    };
+    let site: Vec<String> = cfg.gpu.models.iter().map(|m| key(m.get_ref())).collect();
+    let missing: Vec<&str> = sc
+        .models
+        .iter()
+        .map(|m| m.model.key.as_str())
+        .filter(|k| !site.iter().any(|s| s == k))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the scenario's GPUs include {}, which its [gpu] models ({}) does not list: smartmigd \
+             there would reject what is searched for them; list them there, or use a scenario of \
+             the site's GPUs",
+            missing.join(", "),
+            site.join(", ")
+        ));
+    }
+    if cfg.gpu.driver == sc.scenario.cluster.driver {
+        return Ok(Vec::new());
+    }
+    let driver = match cfg.gpu.driver {
+        Driver::R510 => "r510",
+        Driver::PreR510 => "pre-r510",
+    };
+    Ok(vec![format!("cluster.driver=\"{driver}\"")])
+}
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
 /// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
@@ -159,5 +197,43 @@ mod tests {
                 "repartition.drain_hold=\"none\""
             ]
         );
+    }
+
+    #[test]
+    fn the_search_takes_smartmigds_driver_and_refuses_gpus_the_file_does_not_list() {
+        // Baselines of whole GPUs, which every driver allows (c2 is a 4g and a 3g).
+        let whole = |more: &[String]| {
+            let mut sets: Vec<String> = [
+                "baselines.reference_layout=[\"c1\"]",
+                "baselines.static_best=[\"c1\"]",
+                "baselines.periodic=[]",
+                "baselines.periodic_best=[{at = \"00:00\", layout = [\"c1\"]}]",
+            ]
+            .map(String::from)
+            .to_vec();
+            sets.extend_from_slice(more);
+            smartmig_sim::scenario::Scenario::reference(&sets).unwrap()
+        };
+        let sc = whole(&[]);
+        let cfg = |body: &str| Config::parse(&format!("version = 1\n{body}"), "smartmig.toml").unwrap();
+        assert_eq!(daemon_hardware(&cfg(""), &sc), Ok(Vec::new()));
+        let old = cfg("[gpu]\ndriver = \"pre-r510\"\n");
+        let sets = daemon_hardware(&old, &sc).unwrap();
+        assert_eq!(sets, ["cluster.driver=\"pre-r510\""]);
+        let applied = whole(&sets);
+        assert!(applied.check_layout(&["c2".into()]).is_err(), "no c2 before R510");
+        assert_eq!(daemon_hardware(&old, &applied), Ok(Vec::new()));
+        let a30 = smartmig_sim::scenario::Scenario::reference(&[
+            "cluster.gpus=[{model=\"a30-24gb\",count=4}]".into(),
+            "baselines.reference_layout=[\"q1\"]".into(),
+            "baselines.static_best=[\"q1\"]".into(),
+            "baselines.periodic=[]".into(),
+            "baselines.periodic_best=[{at = \"00:00\", layout = [\"q1\"]}]".into(),
+        ])
+        .unwrap();
+        let e = daemon_hardware(&cfg(""), &a30).unwrap_err();
+        assert!(e.contains("include a30-24gb") && e.contains("(a100-40gb)"), "{e}");
+        let listed = cfg("[gpu]\nmodels = [\"a30-24gb\"]\n");
+        assert_eq!(daemon_hardware(&listed, &a30), Ok(Vec::new()));
     }
 }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::daemon_limits::daemon_limits;
+use super::daemon_limits::{daemon_hardware, daemon_limits};
 use super::{print_json, table, CliError, CliResult, Format};
 use smartmig_core::config::Config;
 use smartmig_eval::compare::{
@@ -72,20 +72,18 @@ impl ScenarioArgs {
     /// Loads and resolves the scenario with its overrides, then, with `--smartmig-toml`,
     /// again under that file's limits where they differ (said on stderr).
     pub fn load(&self) -> Result<ResolvedScenario, CliError> {
-        let load = |sets: &[String]| {
-            match &self.scenario {
-                Some(p) => Scenario::load(p, sets),
-                None => Scenario::reference(sets),
-            }
-            .map_err(CliError::input)
+        let load = |sets: &[String]| match &self.scenario {
+            Some(p) => Scenario::load(p, sets),
+            None => Scenario::reference(sets),
         };
-        let sc = load(&self.all_sets())?;
+        let sc = load(&self.all_sets()).map_err(CliError::input)?;
         let Some(path) = &self.smartmig_toml else {
             return Ok(sc);
         };
         let cfg = Config::from_file(path).map_err(CliError::input)?;
-        let daemon = daemon_limits(&cfg, &sc.scenario.repartition)
-            .map_err(|e| CliError::input(anyhow::anyhow!("{}: {e}", path.display())))?;
+        let named = |e: String| CliError::input(anyhow::anyhow!("{}: {e}", path.display()));
+        let mut daemon = daemon_hardware(&cfg, &sc).map_err(named)?;
+        daemon.extend(daemon_limits(&cfg, &sc.scenario.repartition).map_err(named)?);
         let daemon = self.daemon_sets.get_or_init(|| daemon);
         if daemon.is_empty() {
             return Ok(sc);
@@ -95,7 +93,14 @@ impl ScenarioArgs {
             path.display(),
             daemon.join(" --set ")
         );
-        load(&self.all_sets())
+        // A layout the scenario names may be one the site cannot run (its driver rules).
+        load(&self.all_sets()).map_err(|e| {
+            CliError::input(anyhow::anyhow!(
+                "under {}'s limits (--set {}): {e}",
+                path.display(),
+                daemon.join(" --set ")
+            ))
+        })
     }
 
     /// The overrides `--smartmig-toml` gave (empty before [`ScenarioArgs::load`]).

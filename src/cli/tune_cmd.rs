@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
-use smartmig_core::config::RelayoutRules;
+use smartmig_core::config::{Config, RelayoutRules};
 use smartmig_eval::compare::{
     compare as run_compare, guard, Days, GuardVerdict, LayoutSpec, Paired, PolicySpec, Tuned,
     GUARD_STANDARD_ERRORS, PERIODIC_BEST, STATIC_BEST,
@@ -165,6 +165,15 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
 
 /// Edits a TOML file in place, keeping its comments and layout.
 fn edit_toml(path: &Path, edit: impl FnOnce(&mut toml_edit::DocumentMut)) -> CliResult {
+    edit_toml_checked(path, edit, |_, _| Ok(()))
+}
+
+/// [`edit_toml`], writing only when `check(before, after)` accepts the edited text.
+fn edit_toml_checked(
+    path: &Path,
+    edit: impl FnOnce(&mut toml_edit::DocumentMut),
+    check: impl FnOnce(&str, &str) -> anyhow::Result<()>,
+) -> CliResult {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read {}", path.display()))
         .map_err(CliError::input)?;
@@ -173,7 +182,9 @@ fn edit_toml(path: &Path, edit: impl FnOnce(&mut toml_edit::DocumentMut)) -> Cli
         .with_context(|| format!("cannot edit {}", path.display()))
         .map_err(CliError::input)?;
     edit(&mut doc);
-    std::fs::write(path, doc.to_string())
+    let edited = doc.to_string();
+    check(&text, &edited).map_err(CliError::input)?;
+    std::fs::write(path, edited)
         .with_context(|| format!("cannot write {}", path.display()))
         .map_err(CliError::failure)
 }
@@ -215,21 +226,36 @@ fn write_periodic_best(path: &Path, schedule: &[PeriodicSpec]) -> CliResult {
 
 /// Replaces `[[policy.periodic]]` in a smartmig.toml, with the rules it was searched under
 /// as `policy.periodic_tuned_under` (smartmigd runs the static layout while its own differ).
+/// A file that loaded before must load after (its GPUs' mig-configs, say, may not offer a
+/// layout the scenario's catalogue does): else nothing is written.
 fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec], rules: &RelayoutRules) -> CliResult {
-    edit_toml(path, |doc| {
-        if !doc.contains_table("policy") {
-            doc["policy"] = toml_edit::table();
-        }
-        doc["policy"]["periodic_tuned_under"] = toml_edit::value(rules.to_string());
-        let mut tables = toml_edit::ArrayOfTables::new();
-        for e in schedule {
-            let mut t = toml_edit::Table::new();
-            t["at"] = toml_edit::value(e.at.as_str());
-            t["layout"] = toml_edit::value(names(&e.layout));
-            tables.push(t);
-        }
-        doc["policy"]["periodic"] = toml_edit::Item::ArrayOfTables(tables);
-    })
+    let loads =
+        |text: &str| Config::parse(text, &path.display().to_string()).and_then(|c| c.resolve(path.parent()));
+    let check = |before: &str, after: &str| match (loads(before), loads(after)) {
+        (Ok(_), Err(e)) => Err(anyhow!(
+            "{}: the schedule found does not load there, nothing written: {e}",
+            path.display()
+        )),
+        _ => Ok(()),
+    };
+    edit_toml_checked(
+        path,
+        |doc| {
+            if !doc.contains_table("policy") {
+                doc["policy"] = toml_edit::table();
+            }
+            doc["policy"]["periodic_tuned_under"] = toml_edit::value(rules.to_string());
+            let mut tables = toml_edit::ArrayOfTables::new();
+            for e in schedule {
+                let mut t = toml_edit::Table::new();
+                t["at"] = toml_edit::value(e.at.as_str());
+                t["layout"] = toml_edit::value(names(&e.layout));
+                tables.push(t);
+            }
+            doc["policy"]["periodic"] = toml_edit::Item::ArrayOfTables(tables);
+        },
+        check,
+    )
 }
 
 /// The `[[policy.periodic]]` text of a schedule, as smartmigd reads it.
