@@ -1075,6 +1075,37 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
     assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
 }
 
+/// On a site's history the schedule is searched on the earlier half of its days and judged
+/// (guard and report) on the later half, never on generated days.
+#[test]
+fn tune_periodic_on_a_trace_is_judged_on_the_trace_days_it_did_not_search() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/alibaba/openb_pod_list_default.csv"
+    );
+    let v = json(&smartmig(&[
+        "tune-periodic",
+        "--trace",
+        trace,
+        "--trace-format",
+        "alibaba",
+        "--blocks",
+        "2",
+        "--passes",
+        "0",
+        "--format",
+        "json",
+    ]));
+    // The trace's 44 days: 22 searched, 22 held out for the guard and the report.
+    assert_eq!(v["search"]["seeds"].as_array().unwrap().len(), 22, "{v}");
+    assert_eq!(v["guard"]["vs_static_best"]["days"], 22, "{v}");
+    let eval = v["evaluation_days"].as_str().unwrap();
+    assert!(
+        eval.contains("22 days of trace") && eval.contains("(days 23..=44 of 44, held out)"),
+        "{eval}"
+    );
+}
+
 /// A site whose layouts come from a mig-parted file: a schedule of catalogue layouts would
 /// not load there, so none is written and the file stays as it was.
 #[test]

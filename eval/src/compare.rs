@@ -586,13 +586,13 @@ pub struct GuardVerdict {
 }
 
 /// The deployment guard: runs `candidate` and `static-best` (`static_layout`) on the
-/// validation `seeds` (never trained or evaluated on) and lets the candidate replace the
+/// validation `days` (never trained or evaluated on) and lets the candidate replace the
 /// static layout only when its paired gain is positive by [`GUARD_STANDARD_ERRORS`].
 pub fn guard(
     sc: &ResolvedScenario,
     candidate: PolicySpec,
     static_layout: &[String],
-    seeds: Vec<u64>,
+    days: &Days,
 ) -> Result<GuardVerdict, CompareError> {
     let reference = sc.scenario.baselines.reference_layout.clone();
     let policies = vec![
@@ -607,7 +607,7 @@ pub fn guard(
     let cmp = compare(
         sc,
         &policies,
-        &Days::Seeds(seeds),
+        days,
         None,
         false,
         &indicatif::ProgressBar::hidden(),

@@ -14,7 +14,7 @@ use super::sim_cmd::{file_tuned, mean_field_start, progress, ScenarioArgs, GUARD
 use super::tune_cmd::TUNING_DAYS;
 use super::{print_json, table, CliError, CliResult, Format};
 use anyhow::Context;
-use smartmig_eval::compare::{guard, LayoutSpec, PolicySpec, SMART_MIG};
+use smartmig_eval::compare::{guard, Days, LayoutSpec, PolicySpec, SMART_MIG};
 use smartmig_eval::tune::tune_static_on;
 use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use smartmig_policy::{
@@ -311,7 +311,7 @@ fn average(a: AverageArgs) -> CliResult {
     );
     let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
     let pb = progress(1, "guard");
-    let verdict = guard(&sc, candidate, &static_layout, seeds).map_err(CliError::input)?;
+    let verdict = guard(&sc, candidate, &static_layout, &Days::Seeds(seeds)).map_err(CliError::input)?;
     pb.finish_and_clear();
     meta.guard = Some(verdict.describe());
     onnx_writer::write(&a.out, &net, &meta).map_err(CliError::failure)?;

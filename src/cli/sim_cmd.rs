@@ -831,7 +831,8 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
     };
     let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
     let pb = progress(1, "guard");
-    let verdict = guard(sc, policies[i].clone(), &static_layout, seeds).map_err(CliError::input)?;
+    let verdict =
+        guard(sc, policies[i].clone(), &static_layout, &Days::Seeds(seeds)).map_err(CliError::input)?;
     pb.finish_and_clear();
     let mut note = format!("guard {}", verdict.describe());
     if let Some(why) = &file_verdict {

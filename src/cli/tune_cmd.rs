@@ -47,12 +47,14 @@ pub struct TunePeriodicArgs {
     #[arg(long)]
     seeds: Option<SeedArg>,
     /// Evaluation days for the report against static-best: a count from the first
-    /// evaluation seed, or a range.
+    /// evaluation seed, or a range (with a trace: its later half, below).
     #[arg(long, default_value = "20")]
     eval_seeds: SeedArg,
     /// Validation days for the guard (never trained or evaluated on): a count from the
     /// first validation seed, or a range. The schedule is kept only if it beats
     /// static-best there by two standard errors; otherwise the static layout is written.
+    /// With a trace the search runs on its earlier half of days and the guard and the
+    /// report on the later half (on all of them, said so, below 4 days).
     #[arg(long, default_value = "16")]
     validation_seeds: SeedArg,
     #[command(flatten)]
@@ -296,6 +298,37 @@ struct PeriodicReport {
     repartitions: f64,
 }
 
+/// A trace's days split for `tune-periodic`: the search on the earlier half, the guard and
+/// the report on the later half it never saw (a site's history has no other days to judge
+/// a schedule on). A trace of fewer than 4 days has no 2 to hold out: the guard and the
+/// report then run on the days searched, which is said. Generated days are left alone
+/// (`None`: validation and evaluation seeds of their own).
+fn hold_out(days: Days, train: Vec<(u64, JobSet)>) -> (Days, Vec<(u64, JobSet)>, Option<Days>) {
+    let Days::Trace { name, days: all } = days else {
+        return (days, train, None);
+    };
+    let n = all.len();
+    let later = n / 2;
+    if later < 2 {
+        eprintln!(
+            "warning: trace {name} has {n} days, too few to hold 2 out: the guard and the report \
+             run on the days searched (in-sample)"
+        );
+        let days = Days::Trace { name, days: all };
+        return (days.clone(), train, Some(days));
+    }
+    let first = n - later;
+    let searched = Days::Trace {
+        name: format!("{name} (days 1..={first} of {n})"),
+        days: all[..first].to_vec(),
+    };
+    let held = Days::Trace {
+        name: format!("{name} (days {}..={n} of {n}, held out)", first + 1),
+        days: all[first..].to_vec(),
+    };
+    (searched, train.into_iter().take(first).collect(), Some(held))
+}
+
 /// Runs `tune-periodic`.
 pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     let sc = a.scenario.load()?;
@@ -304,6 +337,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     }
     let (days, train) = training_days(&sc, a.seeds, TUNING_DAYS, &a.trace)?;
     let trace = matches!(days, Days::Trace { .. });
+    let (days, train, held_out) = hold_out(days, train);
     let start = match file_tuned(&sc, &a.scenario, trace).static_best {
         Some((layout, None)) => layout,
         _ => {
@@ -325,13 +359,10 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         Scheduler::Cedf,
         LayoutSpec::Periodic(t.schedule.clone()),
     );
-    let verdict = guard(
-        &sc,
-        candidate,
-        &start,
-        a.validation_seeds.seeds(VALIDATION_SEED_BASE),
-    )
-    .map_err(CliError::input)?;
+    let validation = held_out
+        .clone()
+        .unwrap_or_else(|| Days::Seeds(a.validation_seeds.seeds(VALIDATION_SEED_BASE)));
+    let verdict = guard(&sc, candidate, &start, &validation).map_err(CliError::input)?;
     // Refused, the schedule is the layout the guard measured against, not the search's
     // start: where whole nodes cannot hold static-best's mix, that start is only its
     // nearest share.
@@ -343,7 +374,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
             layout: start.clone(),
         }]
     };
-    let eval = Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE));
+    let eval = held_out.unwrap_or_else(|| Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE)));
     let tuned = Tuned {
         static_best: Some((start.clone(), None)),
         periodic_best: Some((schedule.clone(), None)),
@@ -426,9 +457,13 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         );
     } else {
         println!(
-            "guard: {} against static-best on the validation days, not {GUARD_STANDARD_ERRORS} standard errors above 0 \
-             (or fewer than 2 days): the schedule is static-best's layout all day ({})",
+            "guard: {} against static-best on the validation days, {}: the schedule is static-best's layout all day ({})",
             g.vs_static_best.describe(),
+            if g.vs_static_best.days < 2 {
+                "fewer than 2 days, no standard error".to_string()
+            } else {
+                format!("not {GUARD_STANDARD_ERRORS} standard errors above 0")
+            },
             super::layout_summary(&r.static_best)
         );
     }
