@@ -208,11 +208,13 @@ fn pattern_gpus(sc: &ResolvedScenario, start: &[String]) -> (usize, bool) {
     let gpus = sc.gpus.len().max(1);
     let node = (sc.scenario.cluster.gpus_per_node as usize).clamp(1, gpus);
     let pattern = node * MIN_PATTERN_GPUS.div_ceil(node).min(gpus / node).max(1);
+    // The layout as it runs: cycled over the cluster's GPUs.
+    let per_gpu = sc.layout_indices(start);
     let mut whole: HashMap<usize, usize> = HashMap::new();
-    for c in sc.layout_indices(start) {
+    for &c in &per_gpu {
         *whole.entry(c).or_default() += 1;
     }
-    let n = start.len().max(1);
+    let n = per_gpu.len().max(1);
     let exact = whole.values().all(|&w| (w * pattern) % n == 0);
     (pattern, exact)
 }
@@ -429,6 +431,11 @@ mod tests {
             .map(|i| if i < 57 { "c2" } else { "c6" }.to_string())
             .collect();
         assert_eq!(pattern_gpus(&big, &layout), (8, false));
+        // A layout shorter than the cluster runs cycled: c2 c2 c6 over 8 GPUs is c2×6 c6×2,
+        // which one node of 8 holds.
+        let eight = Scenario::reference(&[]).unwrap();
+        let short = ["c2", "c2", "c6"].map(String::from);
+        assert_eq!(pattern_gpus(&eight, &short), (8, true));
     }
 
     #[test]
