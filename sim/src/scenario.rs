@@ -884,6 +884,40 @@ impl ResolvedScenario {
             .unwrap_or_else(|_| vec![0; self.gpus.len()])
     }
 
+    /// The configuration each GPU takes from `names`, by name: the layout as it runs
+    /// (cycled over the GPUs, cut at the last), for reports.
+    pub fn layout_as_run(&self, names: &[String]) -> Vec<String> {
+        self.layout_indices(names)
+            .iter()
+            .zip(&self.gpus)
+            .map(|(&c, g)| self.models[g.model].configurations[c].name.clone())
+            .collect()
+    }
+
+    /// The scenario's layouts with more configurations than the cluster has GPUs (the
+    /// rest never run; a file tuned for a larger cluster, say), as `(key, entries)`.
+    pub fn layouts_longer_than_the_cluster(&self) -> Vec<(String, usize)> {
+        let b = &self.scenario.baselines;
+        let mut all: Vec<(String, &Vec<String>)> =
+            vec![("baselines.reference_layout".into(), &b.reference_layout)];
+        if let Some(l) = &b.static_best {
+            all.push(("baselines.static_best".into(), l));
+        }
+        for (key, schedule) in [
+            ("baselines.periodic", Some(&b.periodic)),
+            ("baselines.periodic_best", b.periodic_best.as_ref()),
+        ] {
+            // A schedule counts once, by its longest entry.
+            if let Some(e) = schedule.into_iter().flatten().max_by_key(|e| e.layout.len()) {
+                all.push((key.into(), &e.layout));
+            }
+        }
+        all.into_iter()
+            .filter(|(_, l)| l.len() > self.gpus.len())
+            .map(|(k, l)| (k, l.len()))
+            .collect()
+    }
+
     /// [`ResolvedScenario::layout_indices`] as the engine numbers configurations (what a
     /// partition policy's `initial_layout` returns).
     pub fn layout_configs(&self, names: &[String]) -> Vec<u16> {
@@ -894,6 +928,31 @@ impl ResolvedScenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layout_longer_than_the_cluster_runs_cut_and_is_reported() {
+        let sc = Scenario::reference(&["cluster.gpus=[{model=\"a100-40gb\",count=6}]".into()]).unwrap();
+        let best = sc.scenario.baselines.static_best.clone().unwrap();
+        assert_eq!(best.len(), 8);
+        assert_eq!(sc.layout_as_run(&best), ["c2"; 6]);
+        let keys: Vec<String> = sc
+            .layouts_longer_than_the_cluster()
+            .into_iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "baselines.reference_layout 8",
+                "baselines.static_best 8",
+                "baselines.periodic_best 8"
+            ]
+        );
+        // Cycled, a shorter layout covers every GPU.
+        let sc = Scenario::reference(&[]).unwrap();
+        assert_eq!(sc.layout_as_run(&["c1".into(), "c6".into()]).len(), 8);
+        assert!(sc.layouts_longer_than_the_cluster().is_empty());
+    }
 
     #[test]
     fn a_cluster_larger_than_the_engine_can_number_is_refused_naming_the_key() {

@@ -77,6 +77,19 @@ impl ScenarioArgs {
             None => Scenario::reference(sets),
         };
         let sc = load(&self.all_sets()).map_err(CliError::input)?;
+        let long: Vec<String> = sc
+            .layouts_longer_than_the_cluster()
+            .into_iter()
+            .map(|(key, entries)| format!("{key} ({entries})"))
+            .collect();
+        if !long.is_empty() {
+            eprintln!(
+                "warning: the cluster has {} GPUs and these layouts name more configurations, whose \
+                 rest never runs: {}",
+                sc.gpus.len(),
+                long.join(", ")
+            );
+        }
         let Some(path) = &self.smartmig_toml else {
             return Ok(sc);
         };
@@ -480,6 +493,14 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
                 .unwrap_or_else(|| sc.scenario.baselines.reference_layout.clone());
             sc.check_layout(&l)
                 .map_err(|m| CliError::input(anyhow::anyhow!("--layout {}: {m}", l.join(","))))?;
+            if l.len() > sc.gpus.len() {
+                eprintln!(
+                    "warning: --layout names {} configurations for the cluster's {} GPUs: it runs as {}",
+                    l.len(),
+                    sc.gpus.len(),
+                    super::layout_summary(&sc.layout_as_run(&l))
+                );
+            }
             LayoutSpec::Static(l)
         }
         PolicyArg::StaticBest => LayoutSpec::Static(
@@ -762,7 +783,8 @@ pub fn compare(a: CompareArgs) -> CliResult {
     match a.format {
         Format::Json => print_json(&cmp),
         Format::Table => {
-            print_comparison(&cmp, tuned.static_best.as_ref().map(|(l, _)| l.as_slice()));
+            let best = tuned.static_best.as_ref().map(|(l, _)| sc.layout_as_run(l));
+            print_comparison(&cmp, best.as_deref());
             Ok(())
         }
     }

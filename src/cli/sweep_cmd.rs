@@ -297,7 +297,13 @@ fn collect(dir: &Path, format: Format) -> CliResult {
     match format {
         Format::Json => print_json(&cmp),
         Format::Table => {
-            print_comparison(&cmp, sc.scenario.baselines.static_best.as_deref());
+            let best = sc
+                .scenario
+                .baselines
+                .static_best
+                .as_ref()
+                .map(|l| sc.layout_as_run(l));
+            print_comparison(&cmp, best.as_deref());
             Ok(())
         }
     }

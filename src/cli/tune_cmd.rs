@@ -464,14 +464,14 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
             } else {
                 format!("not {GUARD_STANDARD_ERRORS} standard errors above 0")
             },
-            super::layout_summary(&r.static_best)
+            super::layout_summary(&sc.layout_as_run(&r.static_best))
         );
     }
     println!(
         "evaluation days ({}): periodic-best ET {:.3}, static-best ({}) {:.3}; periodic-best vs static-best {}; {:.1} repartitions/day",
         r.evaluation_days,
         r.periodic_best_et,
-        super::layout_summary(&r.static_best),
+        super::layout_summary(&sc.layout_as_run(&r.static_best)),
         r.static_best_et,
         r.vs_static_best.map_or("-".into(), |p| p.describe()),
         r.repartitions
