@@ -970,6 +970,44 @@ fn simulate_over_several_days_reports_et_per_day_and_warns_of_ignored_flags() {
     assert!(e.contains("`5..3` is empty"), "{e}");
 }
 
+/// `simulate --policy none` schedules as compare's `none` row does (EDF), and a policy file
+/// trained under other semantics than the run's is named.
+#[test]
+fn simulate_none_runs_edf_and_a_policy_of_other_semantics_is_warned_of() {
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--policy",
+            "none",
+            "--set",
+            "workload.days=0.05",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        json(&smartmig(&args))["scheduler"].clone()
+    };
+    assert_eq!(sim(&[]), "edf");
+    assert_eq!(sim(&["--scheduler", "cedf"]), "cedf");
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/onnx/a100-40gb-preempt.onnx");
+    let o = smartmig(&[
+        "simulate",
+        "--policy",
+        "mean-field",
+        "--model",
+        model,
+        "--semantics",
+        "drain",
+        "--set",
+        "workload.days=0.05",
+    ]);
+    assert!(
+        stderr(&o).contains("was trained under preempt semantics and runs here under drain"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn a_stay_threshold_holds_back_the_learned_policys_moves_and_a_bad_one_is_refused() {
     let model = concat!(env!("CARGO_MANIFEST_DIR"), "/onnx/a100-40gb-preempt.onnx");

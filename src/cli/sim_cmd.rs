@@ -302,9 +302,9 @@ pub struct SimulateArgs {
     /// staying, as smartmigd's `policy.stay_threshold` (0: off).
     #[arg(long, default_value_t = 0.0, value_parser = super::parse_fraction)]
     stay_threshold: f64,
-    /// Scheduler.
-    #[arg(long, value_enum, default_value = "cedf")]
-    scheduler: Scheduler,
+    /// Scheduler (default: EDF with `--policy none`, as compare's `none` row, else CEDF).
+    #[arg(long, value_enum)]
+    scheduler: Option<Scheduler>,
     /// Seed of the job stream and the run.
     #[arg(long, default_value_t = EVAL_SEED_BASE, conflicts_with = "seeds")]
     seed: u64,
@@ -409,11 +409,34 @@ pub(crate) fn smart_mig_model(
         return None;
     }
     match model.clone().map_or_else(|| shipped_model(sc), Ok) {
-        Ok(p) => Some(p),
+        Ok(p) => {
+            warn_other_semantics(sc, &p);
+            Some(p)
+        }
         Err(why) => {
             eprintln!("smartmig: no smart-mig row: {why}");
             None
         }
+    }
+}
+
+/// Warns when policy file `path` was trained under other semantics than the scenario's:
+/// smartmigd loads the file of its own mode, so the run shows what no site would run.
+fn warn_other_semantics(sc: &ResolvedScenario, path: &std::path::Path) {
+    let trained = std::fs::read(path)
+        .ok()
+        .and_then(|b| smartmig_policy::onnx_proto::read_metadata(path, &b).ok())
+        .map(|m| m.semantics);
+    let here = sc.scenario.repartition.semantics;
+    if let Some(trained) = trained.filter(|t| *t != here) {
+        eprintln!(
+            "warning: {} was trained under {} semantics and runs here under {}: smartmigd in {} \
+             mode loads a file trained for it",
+            path.display(),
+            trained.as_str(),
+            here.as_str(),
+            here.as_str()
+        );
     }
 }
 
@@ -526,6 +549,7 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
                 })?,
             };
             super::policy_cmd::ensure_runtime()?;
+            warn_other_semantics(sc, &model);
             LayoutSpec::MeanField {
                 model,
                 initial: mean_field_start(sc),
@@ -539,7 +563,11 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
 pub fn simulate(a: SimulateArgs) -> CliResult {
     warn_ignored(&a);
     let sc = a.scenario.load()?;
-    let spec = PolicySpec::new(&policy_name(a.policy), a.scheduler, simulate_layout(&a, &sc)?);
+    let scheduler = a.scheduler.unwrap_or(match a.policy {
+        PolicyArg::None => Scheduler::Edf,
+        _ => Scheduler::Cedf,
+    });
+    let spec = PolicySpec::new(&policy_name(a.policy), scheduler, simulate_layout(&a, &sc)?);
     let days: Vec<(u64, JobSet)> = match a.trace.load()? {
         Some((_, jobs)) => vec![(a.seed, jobs)],
         None => {
@@ -661,11 +689,11 @@ fn print_run(sc: &ResolvedScenario, day: &SimulatedDay) {
 fn print_days(sc: &ResolvedScenario, days: &[SimulatedDay]) {
     let first = &days[0].run;
     println!(
-        "scenario {} | policy {} | scheduler {} | semantics {:?} | {} days on {} GPUs",
+        "scenario {} | policy {} | scheduler {} | semantics {} | {} days on {} GPUs",
         sc.scenario.name,
         first.policy,
         first.scheduler.name(),
-        first.semantics,
+        first.semantics.as_str(),
         days.len(),
         sc.gpus.len()
     );

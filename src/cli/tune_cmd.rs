@@ -441,13 +441,14 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
         )
     };
     println!(
-        "training days: ET {:.3} vs static-cedf, {start} {:.3} ({:+.1}%); {:.1} re-layout batches/day; {} schedules simulated in {} passes",
+        "training days: ET {:.3} vs static-cedf, {start} {:.3} ({:+.1}%); {:.1} re-layout batches/day; {} schedules simulated in {} pass{}",
         s.et,
         s.start_et,
         100.0 * (1.0 - s.et / s.start_et),
         s.relayout_batches,
         s.evaluations,
-        s.passes
+        s.passes,
+        if s.passes == 1 { "" } else { "es" }
     );
     let g = &r.guard;
     if g.passed {
