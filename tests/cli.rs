@@ -1113,6 +1113,28 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
     assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
 }
 
+/// `tune-periodic` on `scenario` over 2 training, validation and evaluation days, 2 blocks
+/// and 1 pass, with `extra` arguments.
+fn small_tune_periodic(scenario: &std::path::Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "tune-periodic",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--blocks",
+        "2",
+        "--passes",
+        "1",
+        "--validation-seeds",
+        "2",
+        "--eval-seeds",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    smartmig(&args)
+}
+
 /// On a site's history the schedule is searched on the earlier half of its days and judged
 /// (guard and report) on the later half, never on generated days.
 #[test]
@@ -1166,23 +1188,7 @@ fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() 
     let conf = dir.path().join("smartmig.toml");
     let site = "version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n[policy]\nstatic_layout = [\"whole\"]\n";
     std::fs::write(&conf, site).unwrap();
-    let o = smartmig(&[
-        "tune-periodic",
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--seeds",
-        "2",
-        "--blocks",
-        "2",
-        "--passes",
-        "1",
-        "--validation-seeds",
-        "2",
-        "--eval-seeds",
-        "2",
-        "--smartmig-toml",
-        conf.to_str().unwrap(),
-    ]);
+    let o = small_tune_periodic(&scenario, &["--smartmig-toml", conf.to_str().unwrap()]);
     assert!(!o.status.success(), "{}", stdout(&o));
     let e = stderr(&o);
     assert!(
@@ -1208,26 +1214,12 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     std::fs::write(&conf, "version = 1\n# site\n[policy]\nkind = \"periodic\"\n").unwrap();
     // A small search, writing its schedule into smartmig.toml `conf` when there is one.
     let search = |conf: Option<&std::path::Path>, extra: &[&str]| {
-        let mut args = vec![
-            "tune-periodic",
-            "--scenario",
-            scenario.to_str().unwrap(),
-            "--seeds",
-            "2",
-            "--blocks",
-            "2",
-            "--passes",
-            "1",
-            "--validation-seeds",
-            "2",
-            "--eval-seeds",
-            "2",
-        ];
+        let mut args = Vec::new();
         if let Some(conf) = conf {
             args.extend(["--smartmig-toml", conf.to_str().unwrap()]);
         }
         args.extend_from_slice(extra);
-        smartmig(&args)
+        small_tune_periodic(&scenario, &args)
     };
     let tune = |conf: &std::path::Path, extra: &[&str]| search(Some(conf), extra);
     let o = tune(&conf, &["--write"]);
