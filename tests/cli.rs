@@ -1075,23 +1075,7 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
             ("multiplier = 20", "multiplier = 10"),
         ],
     );
-    let v = json(&smartmig(&[
-        "tune-periodic",
-        "--scenario",
-        scenario.to_str().unwrap(),
-        "--seeds",
-        "2",
-        "--blocks",
-        "1",
-        "--passes",
-        "0",
-        "--validation-seeds",
-        "2",
-        "--eval-seeds",
-        "2",
-        "--format",
-        "json",
-    ]));
+    let v = json(&small_tune_periodic(&scenario, "1", "0", &["--format", "json"]));
     let layout = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -1113,9 +1097,9 @@ fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hol
     assert_eq!(v["periodic_best_et"], v["static_best_et"], "{v}");
 }
 
-/// `tune-periodic` on `scenario` over 2 training, validation and evaluation days, 2 blocks
-/// and 1 pass, with `extra` arguments.
-fn small_tune_periodic(scenario: &std::path::Path, extra: &[&str]) -> Output {
+/// `tune-periodic` on `scenario` over 2 training, validation and evaluation days, with
+/// `blocks` blocks, `passes` passes and `extra` arguments.
+fn small_tune_periodic(scenario: &std::path::Path, blocks: &str, passes: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "tune-periodic",
         "--scenario",
@@ -1123,9 +1107,9 @@ fn small_tune_periodic(scenario: &std::path::Path, extra: &[&str]) -> Output {
         "--seeds",
         "2",
         "--blocks",
-        "2",
+        blocks,
         "--passes",
-        "1",
+        passes,
         "--validation-seeds",
         "2",
         "--eval-seeds",
@@ -1188,7 +1172,7 @@ fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() 
     let conf = dir.path().join("smartmig.toml");
     let site = "version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n[policy]\nstatic_layout = [\"whole\"]\n";
     std::fs::write(&conf, site).unwrap();
-    let o = small_tune_periodic(&scenario, &["--smartmig-toml", conf.to_str().unwrap()]);
+    let o = small_tune_periodic(&scenario, "2", "1", &["--smartmig-toml", conf.to_str().unwrap()]);
     assert!(!o.status.success(), "{}", stdout(&o));
     let e = stderr(&o);
     assert!(
@@ -1219,7 +1203,7 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
             args.extend(["--smartmig-toml", conf.to_str().unwrap()]);
         }
         args.extend_from_slice(extra);
-        small_tune_periodic(&scenario, &args)
+        small_tune_periodic(&scenario, "2", "1", &args)
     };
     let tune = |conf: &std::path::Path, extra: &[&str]| search(Some(conf), extra);
     let o = tune(&conf, &["--write"]);
