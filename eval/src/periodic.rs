@@ -200,38 +200,30 @@ fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[
 /// node of the paper's eight GPUs.
 const MIN_PATTERN_GPUS: usize = 8;
 
-/// GPUs in the search's pattern, and whether it holds `start`'s mix exactly: whole nodes
-/// (`cluster.gpus_per_node`, or all GPUs when fewer), as few as cover
-/// [`MIN_PATTERN_GPUS`] and no more than the cluster has. On nodes of 1, 2 or 4 GPUs one
-/// node cannot hold a mix like `c2×6 c6×2`; a pattern of 8 can.
-fn pattern_gpus(sc: &ResolvedScenario, start: &[String]) -> (usize, bool) {
+/// GPUs in the search's pattern: whole nodes (`cluster.gpus_per_node`, or all GPUs when
+/// fewer), as few as cover [`MIN_PATTERN_GPUS`] and no more than the cluster has. On nodes
+/// of 1, 2 or 4 GPUs one node cannot hold a mix like `c2×6 c6×2`; a pattern of 8 can.
+fn pattern_gpus(sc: &ResolvedScenario) -> usize {
     let gpus = sc.gpus.len().max(1);
     let node = (sc.scenario.cluster.gpus_per_node as usize).clamp(1, gpus);
-    let pattern = node * MIN_PATTERN_GPUS.div_ceil(node).min(gpus / node).max(1);
-    // The layout as it runs: cycled over the cluster's GPUs.
-    let per_gpu = sc.layout_indices(start);
-    let mut whole: HashMap<usize, usize> = HashMap::new();
-    for &c in &per_gpu {
-        *whole.entry(c).or_default() += 1;
-    }
-    let n = per_gpu.len().max(1);
-    let exact = whole.values().all(|&w| (w * pattern) % n == 0);
-    (pattern, exact)
+    node * MIN_PATTERN_GPUS.div_ceil(node).min(gpus / node).max(1)
 }
 
 /// One node's share of a cluster-wide layout: configuration counts over `pattern` GPUs,
-/// proportional to the layout's (largest remainders).
-fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> Vec<u32> {
+/// proportional to the layout's as it runs (cycled over the GPUs; largest remainders),
+/// and whether the share is exact.
+fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> (Vec<u32>, bool) {
     let k = sc.models[0].configurations.len();
     let mut whole = vec![0u32; k];
     let idx = sc.layout_indices(layout);
     for &c in &idx {
         whole[c] += 1;
     }
-    let total = idx.len().max(1) as f64;
+    let total = idx.len().max(1);
+    let exact_share = whole.iter().all(|&n| (n as usize * pattern) % total == 0);
     let exact: Vec<f64> = whole
         .iter()
-        .map(|&n| f64::from(n) * pattern as f64 / total)
+        .map(|&n| f64::from(n) * pattern as f64 / total as f64)
         .collect();
     let mut counts: Vec<u32> = exact.iter().map(|x| x.floor() as u32).collect();
     let mut order: Vec<usize> = (0..k).collect();
@@ -246,7 +238,7 @@ fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> Vec<
             left -= 1;
         }
     }
-    counts
+    (counts, exact_share)
 }
 
 /// Searches a schedule of `blocks` equal blocks on the given days (seed and jobs each),
@@ -275,8 +267,7 @@ pub fn tune_periodic_on(
         cache: HashMap::new(),
         block_min: DAY_MIN / f64::from(blocks),
     };
-    let (pattern, start_exact) = pattern_gpus(sc, start);
-    let start_counts = node_counts(sc, start, pattern);
+    let (start_counts, start_exact) = node_counts(sc, start, pattern_gpus(sc));
     let available: Vec<usize> = (0..sc.models[0].configurations.len())
         .filter(|&c| sc.models[0].configurations[c].is_available())
         .collect();
@@ -386,7 +377,8 @@ mod tests {
         let layout: Vec<String> = (0..64)
             .map(|i| if i < 48 { "c2" } else { "c6" }.to_string())
             .collect();
-        let counts = node_counts(&sc, &layout, 8);
+        let (counts, exact) = node_counts(&sc, &layout, 8);
+        assert!(exact);
         assert_eq!((counts[1], counts[5], counts.iter().sum::<u32>()), (6, 2, 8));
     }
 
@@ -417,25 +409,28 @@ mod tests {
         // Three to a node: two nodes are all the cluster's 8 GPUs hold, and 6 GPUs cannot
         // hold 6:2; on a cluster of 9, three nodes can.
         let sc = Scenario::reference(&["cluster.gpus_per_node=3".into()]).unwrap();
-        assert_eq!(pattern_gpus(&sc, &start), (6, false));
+        assert_eq!(pattern_gpus(&sc), 6);
+        assert!(!node_counts(&sc, &start, 6).1);
         let nine = Scenario::reference(&[
             "cluster.gpus_per_node=3".into(),
             "cluster.gpus=[{model=\"a100-40gb\",count=9}]".into(),
         ])
         .unwrap();
-        assert_eq!(pattern_gpus(&nine, &start).0, 9);
+        assert_eq!(pattern_gpus(&nine), 9);
         // Nodes of 8: one node, even where only the whole cluster holds the mix exactly
         // (a search over a 64-GPU pattern moves in steps too small to gain).
         let big = Scenario::reference(&["cluster.gpus=[{model=\"a100-40gb\",count=64}]".into()]).unwrap();
         let layout: Vec<String> = (0..64)
             .map(|i| if i < 57 { "c2" } else { "c6" }.to_string())
             .collect();
-        assert_eq!(pattern_gpus(&big, &layout), (8, false));
+        assert_eq!(pattern_gpus(&big), 8);
+        assert!(!node_counts(&big, &layout, 8).1);
         // A layout shorter than the cluster runs cycled: c2 c2 c6 over 8 GPUs is c2×6 c6×2,
         // which one node of 8 holds.
         let eight = Scenario::reference(&[]).unwrap();
         let short = ["c2", "c2", "c6"].map(String::from);
-        assert_eq!(pattern_gpus(&eight, &short), (8, true));
+        assert_eq!(pattern_gpus(&eight), 8);
+        assert!(node_counts(&eight, &short, 8).1);
     }
 
     #[test]
