@@ -3,7 +3,7 @@
 //! daemon will do (docs/evaluation.md, "Searching layouts and schedules").
 
 use smartmig_core::config::{Config, Mode, RelayoutRules};
-use smartmig_core::mig::{Catalogue, Driver};
+use smartmig_core::mig::Catalogue;
 use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics};
 
 /// The `--set` override that gives scenario `sc` the driver rules smartmigd applies with
@@ -36,11 +36,7 @@ pub fn daemon_hardware(cfg: &Config, sc: &ResolvedScenario) -> Result<Vec<String
     if cfg.gpu.driver == sc.scenario.cluster.driver {
         return Ok(Vec::new());
     }
-    let driver = match cfg.gpu.driver {
-        Driver::R510 => "r510",
-        Driver::PreR510 => "pre-r510",
-    };
-    Ok(vec![format!("cluster.driver=\"{driver}\"")])
+    Ok(vec![format!("cluster.driver=\"{}\"", cfg.gpu.driver.as_str())])
 }
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with

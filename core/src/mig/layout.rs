@@ -17,6 +17,16 @@ pub enum Driver {
     PreR510,
 }
 
+impl Driver {
+    /// The spelling in smartmig.toml and scenario files (`pre-r510`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Driver::R510 => "r510",
+            Driver::PreR510 => "pre-r510",
+        }
+    }
+}
+
 /// One GPU instance: a profile at a placement start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Instance {
@@ -436,6 +446,18 @@ fn join(v: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drivers_spelling_reads_back_as_that_driver() {
+        #[derive(serde::Deserialize)]
+        struct D {
+            driver: Driver,
+        }
+        for d in [Driver::R510, Driver::PreR510] {
+            let read: D = toml::from_str(&format!("driver = \"{}\"", d.as_str())).unwrap();
+            assert_eq!(read.driver, d);
+        }
+    }
     use crate::mig::catalogue::Catalogue;
 
     fn a100() -> GpuModel {
