@@ -1361,5 +1361,29 @@ fn compare_on_a_trace_runs_its_days_and_says_so() {
         out.contains("static-best*"),
         "tuned on the generator, not the trace: {out}"
     );
+    // The learned policy's guard runs on the trace's 2 days too, not on 16 generated ones.
+    let v = json(&smartmig(&[
+        "compare",
+        "--trace",
+        csv.to_str().unwrap(),
+        "--trace-format",
+        "jobs",
+        "--no-bounds",
+        "--no-tune",
+        "--format",
+        "json",
+    ]));
+    let note = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "smart-mig")
+        .and_then(|p| p["note"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        note.contains("/2 days better") && note.contains("in-sample"),
+        "{note}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -362,7 +362,8 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0.0, value_parser = super::parse_fraction, conflicts_with = "no_model")]
     stay_threshold: f64,
     /// Show the learned policy as it is, without the deployment guard (which runs it only
-    /// where it beats static-best on 16 validation days of this scenario).
+    /// where it beats static-best on 16 validation days of this scenario, or on the days of
+    /// `--trace`).
     #[arg(long)]
     no_guard: bool,
     /// Output format.
@@ -799,7 +800,7 @@ pub fn compare(a: CompareArgs) -> CliResult {
     }
     let mut policies = compare_policies(&sc, &tuned, model, a.stay_threshold);
     if !a.no_guard {
-        apply_guard(&sc, &mut policies)?;
+        apply_guard(&sc, &mut policies, &days)?;
     }
     let pb = progress(days.seeds().len() as u64, "compare");
     let sample = a.plot.as_ref().map(|_| 10.0);
@@ -848,12 +849,14 @@ fn tuning_days(sc: &ResolvedScenario, a: &CompareArgs, days: &Days) -> Result<Tu
 }
 
 /// The deployment guard on `compare`'s learned policy: validated against static-best on
-/// this scenario's validation days, it runs as itself when it passes; when it fails (or
+/// this scenario's validation days (on a trace, on the trace's own days: a site judges a
+/// policy on its history, not on the generator's), it runs as itself when it passes; when
+/// it fails (or
 /// smartmigd would refuse its file here: its own guard failed, it was validated where
 /// requeued jobs resume and this scenario's restart, or with padding records this
 /// scenario does not have) the deployed behaviour
 /// is static-best's layout, and the policy itself is shown as `smart-mig-unguarded`.
-fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResult {
+fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>, days: &Days) -> CliResult {
     let Some(i) = policies.iter().position(|p| p.name == SMART_MIG) else {
         return Ok(());
     };
@@ -879,12 +882,22 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>) -> CliResu
             }),
         _ => None,
     };
-    let seeds = (0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect();
+    // The trace's days are also the ones reported: in-sample, as tuning on a trace is.
+    let validation;
+    let (guard_days, in_sample) = match days {
+        Days::Trace { .. } => (days, true),
+        Days::Seeds(_) => {
+            validation = Days::Seeds((0..GUARD_DAYS).map(|d| VALIDATION_SEED_BASE + d).collect());
+            (&validation, false)
+        }
+    };
     let pb = progress(1, "guard");
-    let verdict =
-        guard(sc, policies[i].clone(), &static_layout, &Days::Seeds(seeds)).map_err(CliError::input)?;
+    let verdict = guard(sc, policies[i].clone(), &static_layout, guard_days).map_err(CliError::input)?;
     pb.finish_and_clear();
     let mut note = format!("guard {}", verdict.describe());
+    if in_sample {
+        note.push_str(" (the trace's days shown here, in-sample)");
+    }
     if let Some(why) = &file_verdict {
         note.push_str(&format!("; smartmigd would refuse its file: {why}"));
     }
