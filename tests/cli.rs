@@ -1319,6 +1319,30 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `simulate` does not tune: a file baseline run in a world `--set` changes is marked, as
+/// `compare` marks its row, and one run as tuned is not.
+#[test]
+fn simulate_warns_when_set_changes_the_world_a_file_baseline_was_tuned_for() {
+    let o = smartmig(&[
+        "simulate",
+        "--policy",
+        "static-best",
+        "--set",
+        "workload.multiplier=10",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "warning: static-best: tuned for the scenario file, not for --set workload.multiplier=10"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let o = smartmig(&["simulate", "--policy", "periodic-best", "--set", "name=renamed"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("tuned for"), "{}", stderr(&o));
+}
+
 #[test]
 fn compare_on_a_trace_runs_its_days_and_says_so() {
     let dir = std::env::temp_dir().join(format!("smartmig-trace-days-{}", std::process::id()));

@@ -527,21 +527,27 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
             }
             LayoutSpec::Static(l)
         }
-        PolicyArg::StaticBest => LayoutSpec::Static(
-            sc.scenario
-                .baselines
-                .static_best
-                .clone()
-                .ok_or_else(|| missing("static_best", "tune-static"))?,
-        ),
+        PolicyArg::StaticBest | PolicyArg::PeriodicBest => {
+            // `compare` marks a file baseline whose world the run changes; simulate, which
+            // does not tune, says so once.
+            let tuned = file_tuned(sc, &a.scenario, a.trace.trace.is_some());
+            let (spec, note) = if a.policy == PolicyArg::StaticBest {
+                let (l, note) = tuned
+                    .static_best
+                    .ok_or_else(|| missing("static_best", "tune-static"))?;
+                (LayoutSpec::Static(l), note)
+            } else {
+                let (p, note) = tuned
+                    .periodic_best
+                    .ok_or_else(|| missing("periodic_best", "tune-periodic"))?;
+                (LayoutSpec::Periodic(p), note)
+            };
+            if let Some(note) = note {
+                eprintln!("warning: {}: {note}", policy_name(a.policy));
+            }
+            spec
+        }
         PolicyArg::Periodic => LayoutSpec::Periodic(sc.scenario.baselines.periodic.clone()),
-        PolicyArg::PeriodicBest => LayoutSpec::Periodic(
-            sc.scenario
-                .baselines
-                .periodic_best
-                .clone()
-                .ok_or_else(|| missing("periodic_best", "tune-periodic"))?,
-        ),
         PolicyArg::MeanField => {
             let model = match a.model.clone() {
                 Some(m) => m,
