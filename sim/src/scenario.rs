@@ -508,38 +508,26 @@ impl Scenario {
 
     /// Parses scenario text, applies `KEY=VALUE` overrides, checks and resolves it.
     pub fn parse(text: &str, origin: &str, sets: &[String]) -> Result<ResolvedScenario, ScenarioError> {
-        let scenario: Scenario = if sets.is_empty() {
-            toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?
-        } else {
-            let mut table: toml::Table = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
-            for s in sets {
-                apply_set(&mut table, s)?;
-            }
-            let merged = toml::to_string(&table).map_err(|e| ScenarioError::Set(e.to_string()))?;
-            let origin = format!("{origin} with --set {}", sets.join(" --set "));
-            toml::from_str(&merged).map_err(|e| {
-                let mut err = toml_error(&origin, &merged, &e);
+        if sets.is_empty() {
+            let scenario: Scenario = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
+            return scenario.resolve(origin);
+        }
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| toml_error(origin, text, &e))?;
+        for s in sets {
+            apply_set(&mut table, s)?;
+        }
+        let merged = toml::to_string(&table).map_err(|e| ScenarioError::Set(e.to_string()))?;
+        let with_sets = format!("{origin} with --set {}", sets.join(" --set "));
+        toml::from_str::<Scenario>(&merged)
+            .map_err(|e| {
+                let mut err = toml_error(&with_sets, &merged, &e);
                 // Line numbers refer to the merged text, not the file: drop them.
                 err.line = None;
                 err.column = None;
-                // A value an override set is wrong: name the override, not the merged text.
-                let culprit = err.key.as_deref().and_then(|k| {
-                    let mut hits = sets.iter().filter(|s| {
-                        let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k).trim();
-                        key == k || key.ends_with(&format!(".{k}"))
-                    });
-                    match (hits.next(), hits.next()) {
-                        (Some(one), None) => Some(one.clone()),
-                        _ => None,
-                    }
-                });
-                match culprit {
-                    Some(set) => ScenarioError::Set(format!("{set}: {}", err.message)),
-                    None => err.into(),
-                }
-            })?
-        };
-        scenario.resolve(origin)
+                ScenarioError::from(err)
+            })
+            .and_then(|scenario| scenario.resolve(&with_sets))
+            .map_err(|err| blame_set(err, sets, || Scenario::parse(text, origin, &[]).is_ok()))
     }
 
     fn resolve(self, origin: &str) -> Result<ResolvedScenario, ScenarioError> {
@@ -608,11 +596,11 @@ impl Scenario {
                 if w.hourly_rates.iter().any(|r| !r.is_finite() || *r < 0.0) {
                     return Err(bad("workload.hourly_rates", "rates must be >= 0".into()));
                 }
-                if !(w.days > 0.0) || !(w.multiplier > 0.0) {
-                    return Err(bad(
-                        "workload.days",
-                        "days and multiplier must be positive".into(),
-                    ));
+                if !(w.days > 0.0) {
+                    return Err(bad("workload.days", "must be positive".into()));
+                }
+                if !(w.multiplier > 0.0) {
+                    return Err(bad("workload.multiplier", "must be positive".into()));
                 }
                 let [lo, hi] = w.deadline_factor;
                 if !(lo >= 1.0 && hi >= lo) {
@@ -758,6 +746,40 @@ fn check_class(c: &JobClassSpec) -> Result<(), String> {
 }
 
 /// Applies `a.b.c=VALUE` to a TOML tree. VALUE is read as a TOML value when it parses
+
+/// A scenario error with overrides, laid at the override's door where one is to blame:
+/// the one whose key the error names, or the only one when the file alone loads
+/// (`file_loads`, asked only then).
+fn blame_set(err: ScenarioError, sets: &[String], file_loads: impl FnOnce() -> bool) -> ScenarioError {
+    let ScenarioError::Source(source) = &err else {
+        return err;
+    };
+    let by_key = source.key.as_deref().and_then(|k| {
+        let mut hits = sets.iter().filter(|s| {
+            let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k).trim();
+            // Keys from the merged text are bare (`multiplier`), the checks' dotted.
+            key == k || key.ends_with(&format!(".{k}")) || k.starts_with(&format!("{key}."))
+        });
+        match (hits.next(), hits.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
+    });
+    let culprit = by_key.or_else(|| match sets {
+        [only] if file_loads() => Some(only),
+        _ => None,
+    });
+    match culprit {
+        // A key inside the override's value (`cluster.gpus.count` of `--set cluster.gpus=…`)
+        // is named; the override's own key is already in it.
+        Some(set) => match source.key.as_deref().filter(|k| !set.contains(&format!("{k}="))) {
+            Some(k) if k.contains('.') => ScenarioError::Set(format!("{set}: key `{k}`: {}", source.message)),
+            _ => ScenarioError::Set(format!("{set}: {}", source.message)),
+        },
+        None => err,
+    }
+}
+
 /// as one (`20`, `[1, 2]`, `"x"`, `true`), else taken as a bare string.
 pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ScenarioError> {
     let (key, raw) = set
@@ -981,14 +1003,39 @@ mod tests {
     fn set_overrides_a_nested_key_and_is_validated() {
         let r = Scenario::reference(&["workload.multiplier=12".into()]).unwrap();
         assert_eq!(r.scenario.workload.multiplier, 12.0);
-        let e = Scenario::reference(&["workload.multiplier=-1".into()])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("workload.days") || e.contains("multiplier"), "{e}");
         let e = Scenario::reference(&["workload.multipler=3".into()])
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown field `multipler`"), "{e}");
+    }
+
+    /// A check that fails after overrides names the override that broke it, not the file.
+    #[test]
+    fn a_value_an_override_breaks_names_the_override() {
+        let err = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            Scenario::reference(&sets).unwrap_err().to_string()
+        };
+        assert_eq!(
+            err(&["workload.multiplier=-1", "name=x"]),
+            "--set workload.multiplier=-1: must be positive"
+        );
+        assert_eq!(
+            err(&["cluster.gpus=[{model = \"a100-40gb\", count = 0}]"]),
+            "--set cluster.gpus=[{model = \"a100-40gb\", count = 0}]: key `cluster.gpus.count`: \
+             a100-40gb has count 0"
+        );
+        // One override and a file that loads without it: the override is to blame.
+        assert!(err(&["nosuch.key=1"]).starts_with("--set nosuch.key=1: unknown field `nosuch`"));
+        // A file that is itself wrong keeps its own name when an unrelated override is given.
+        let broken = REFERENCE.replace("multiplier = 20", "multiplier = 0");
+        let e = Scenario::parse(&broken, "broken.toml", &["name=x".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("broken.toml with --set name=x: key `workload.multiplier`"),
+            "{e}"
+        );
     }
 
     #[test]
