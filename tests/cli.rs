@@ -1319,6 +1319,24 @@ fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// On a cluster of several GPU models a policy file drives its own model's GPUs: the run
+/// says which keep their layout and which files smartmigd would look for.
+#[test]
+fn a_policy_on_a_mixed_cluster_names_the_models_it_does_not_drive() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/etc/scenarios/mixed-a100-h100-a30.toml"
+    );
+    let o = smartmig(&["simulate", "--scenario", scenario, "--policy", "mean-field"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("drives the a100-40gb GPUs only; the h100-80gb, a30-24gb GPUs keep")
+            && stderr(&o).contains("h100-80gb-preempt.onnx, a30-24gb-preempt.onnx"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `simulate` does not tune: a file baseline run in a world `--set` changes is marked, as
 /// `compare` marks its row, and one run as tuned is not.
 #[test]

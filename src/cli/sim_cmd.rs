@@ -411,7 +411,7 @@ pub(crate) fn smart_mig_model(
     }
     match model.clone().map_or_else(|| shipped_model(sc), Ok) {
         Ok(p) => {
-            warn_other_semantics(sc, &p);
+            warn_policy_scope(sc, &p);
             Some(p)
         }
         Err(why) => {
@@ -421,9 +421,31 @@ pub(crate) fn smart_mig_model(
     }
 }
 
-/// Warns when policy file `path` was trained under other semantics than the scenario's:
-/// smartmigd loads the file of its own mode, so the run shows what no site would run.
-fn warn_other_semantics(sc: &ResolvedScenario, path: &std::path::Path) {
+/// Warns where policy file `path` does not cover the run: trained under other semantics
+/// than the scenario's (smartmigd loads the file of its own mode, so the run shows what no
+/// site would run), or a cluster of several GPU models, whose others it does not drive.
+fn warn_policy_scope(sc: &ResolvedScenario, path: &std::path::Path) {
+    if let [first, others @ ..] = sc.models.as_slice() {
+        if !others.is_empty() {
+            let semantics = sc.scenario.repartition.semantics;
+            let files: Vec<String> = others
+                .iter()
+                .map(|m| smartmig_policy::policy_file_name(&m.model.key, semantics))
+                .collect();
+            eprintln!(
+                "warning: {} drives the {} GPUs only; the {} GPUs keep their starting layout \
+                 (smartmigd loads one file per model: {})",
+                path.display(),
+                first.model.key,
+                others
+                    .iter()
+                    .map(|m| m.model.key.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                files.join(", ")
+            );
+        }
+    }
     let trained = std::fs::read(path)
         .ok()
         .and_then(|b| smartmig_policy::onnx_proto::read_metadata(path, &b).ok())
@@ -556,7 +578,7 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
                 })?,
             };
             super::policy_cmd::ensure_runtime()?;
-            warn_other_semantics(sc, &model);
+            warn_policy_scope(sc, &model);
             LayoutSpec::MeanField {
                 model,
                 initial: mean_field_start(sc),
