@@ -41,8 +41,10 @@ pub fn daemon_hardware(cfg: &Config, sc: &ResolvedScenario) -> Result<Vec<String
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
 /// `cfg`: its mode (a dry run keeps the scenario's semantics), the index rule its padding
-/// setting gives, its batch interval, hysteresis, batch size, run-time limit on requeues
-/// and what its requeued jobs keep (preempt mode), and Slurm's node rule with nothing held free (smartmigd holds no instance).
+/// setting gives, its batch interval, hysteresis, batch size, the seconds between its
+/// decisions (when a schedule's block takes effect), run-time limit on requeues and what
+/// its requeued jobs keep (preempt mode), and Slurm's node rule with nothing held free
+/// (smartmigd holds no instance).
 /// Empty when they already agree. An error when the scenario limits requeues by run time
 /// and `cfg` does not: no `--set` removes a limit, and the search would hold jobs that
 /// smartmigd requeues.
@@ -93,6 +95,13 @@ pub fn daemon_limits(cfg: &Config, r: &RepartitionSpec) -> Result<Vec<String>, S
             central.max_nodes_per_batch
         ));
     }
+    // A schedule's block starts take effect at smartmigd's next decision.
+    if r.decision_interval_s != cfg.policy.decision_interval_s {
+        sets.push(format!(
+            "repartition.decision_interval_s={}",
+            cfg.policy.decision_interval_s
+        ));
+    }
     if let Some(max) = central
         .requeue_max_run_s
         .filter(|m| r.requeue_max_run_s != Some(*m))
@@ -138,7 +147,7 @@ mod tests {
         let site = cfg(
             "[controller]\nmode = \"drain\"\n[controller.central]\npadding = true\n\
              min_relayout_interval_s = 1800\npersist_cycles = 3\nmax_nodes_per_batch = 2\n\
-             requeue_max_run_s = 60\n",
+             requeue_max_run_s = 60\n[policy]\ndecision_interval_s = 300\n",
         );
         // In preempt mode the site's requeued jobs restart unless the file says they resume.
         let preempt = |central: &str| {
@@ -161,6 +170,7 @@ mod tests {
                 "repartition.min_relayout_interval_s=1800",
                 "repartition.persist_cycles=3",
                 "repartition.max_nodes_per_batch=2",
+                "repartition.decision_interval_s=300",
                 "repartition.requeue_max_run_s=60",
             ]
         );
