@@ -1150,10 +1150,10 @@ fn tune_periodic_on_a_trace_is_judged_on_the_trace_days_it_did_not_search() {
     );
 }
 
-/// A site whose layouts come from a mig-parted file: a schedule of catalogue layouts would
-/// not load there, so none is written and the file stays as it was.
+/// A site whose layouts come from a mig-parted file: the schedule is searched among its
+/// mig-configs and written in their names, and the file still loads.
 #[test]
-fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() {
+fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = reference_copy(
         dir.path(),
@@ -1173,11 +1173,50 @@ fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() 
     let site = "version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n[policy]\nstatic_layout = [\"whole\"]\n";
     std::fs::write(&conf, site).unwrap();
     let o = small_tune_periodic(&scenario, "2", "1", &["--smartmig-toml", conf.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--set cluster.configurations=[\"c1\", \"c"),
+        "{}",
+        stderr(&o)
+    );
+    let written = std::fs::read_to_string(&conf).unwrap();
+    let v: toml::Table = written.parse().unwrap();
+    let layouts: Vec<&str> = v["policy"]["periodic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["layout"].as_array().unwrap())
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        !layouts.is_empty() && layouts.iter().all(|l| ["whole", "balanced"].contains(l)),
+        "{written}"
+    );
+    let o = smartmig(&["config", "check", conf.to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// A site with GPU models the scenario does not have: a schedule of the scenario's layouts
+/// names none for them and would not load there, so none is written and the file stays.
+#[test]
+fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = reference_copy(
+        dir.path(),
+        &[
+            ("count = 8 }", "count = 2 }"),
+            ("multiplier = 20", "multiplier = 5"),
+        ],
+    );
+    let conf = dir.path().join("smartmig.toml");
+    let site = "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nstatic_layout = [\"c1\", \"q1\"]\n";
+    std::fs::write(&conf, site).unwrap();
+    let o = small_tune_periodic(&scenario, "2", "1", &["--smartmig-toml", conf.to_str().unwrap()]);
     assert!(!o.status.success(), "{}", stdout(&o));
     let e = stderr(&o);
     assert!(
         e.contains("the schedule found does not load there, nothing written")
-            && e.contains("unknown configuration `c"),
+            && e.contains("names no layout for a30-24gb"),
         "{e}"
     );
     assert_eq!(std::fs::read_to_string(&conf).unwrap(), site);

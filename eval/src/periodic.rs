@@ -269,7 +269,7 @@ pub fn tune_periodic_on(
     };
     let (start_counts, start_exact) = node_counts(sc, start, pattern_gpus(sc));
     let available: Vec<usize> = (0..sc.models[0].configurations.len())
-        .filter(|&c| sc.models[0].configurations[c].is_available())
+        .filter(|&c| sc.searchable(0, c))
         .collect();
     let rep = &sc.scenario.repartition;
     let instances: Option<Vec<usize>> = (rep.semantics == Semantics::Drain

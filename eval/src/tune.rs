@@ -121,9 +121,10 @@ pub fn tune_static_on(
     let available: Vec<Vec<usize>> = sc
         .models
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             (0..m.configurations.len())
-                .filter(|&c| m.configurations[c].is_available())
+                .filter(|&c| sc.searchable(i, c))
                 .collect()
         })
         .collect();
@@ -133,20 +134,24 @@ pub fn tune_static_on(
         .map(|m| m.configurations.len())
         .max()
         .unwrap_or(0);
+    // Every GPU of model m as configuration `pick(m)`.
+    let uniform = |pick: &dyn Fn(usize) -> Option<usize>| -> Counts {
+        sc.models
+            .iter()
+            .enumerate()
+            .map(|(m, cm)| {
+                let mut row = vec![0; cm.configurations.len()];
+                if let Some(c) = pick(m) {
+                    row[c] = per_model[m];
+                }
+                row
+            })
+            .collect()
+    };
     // Uniform layouts, by configuration index, and the reference.
     let mut starts: Vec<Counts> = (0..k)
         .filter(|&c| available.iter().all(|av| av.contains(&c)))
-        .map(|c| {
-            sc.models
-                .iter()
-                .enumerate()
-                .map(|(m, cm)| {
-                    let mut row = vec![0; cm.configurations.len()];
-                    row[c] = per_model[m];
-                    row
-                })
-                .collect()
-        })
+        .map(|c| uniform(&|_| Some(c)))
         .collect();
     let mut reference_counts: Counts = sc
         .models
@@ -161,7 +166,17 @@ pub fn tune_static_on(
         reference_counts[g.model][c] += 1;
     }
     let uniform_count = starts.len();
-    starts.push(reference_counts.clone());
+    // The reference starts the search where the search may lay GPUs out as it (a site's
+    // `cluster.configurations` may not hold it); else each model's first such layout.
+    let searchable = reference_counts
+        .iter()
+        .zip(&available)
+        .all(|(row, av)| row.iter().enumerate().all(|(c, &n)| n == 0 || av.contains(&c)));
+    starts.push(if searchable {
+        reference_counts.clone()
+    } else {
+        uniform(&|m| available[m].first().copied())
+    });
     let scored = s.evaluate_many(starts);
     progress.inc(1);
     let best_uniform = scored[..uniform_count]
@@ -255,5 +270,20 @@ mod tests {
             .sum::<f64>()
             / 2.0;
         assert!((et - t.et).abs() < 1e-9, "{et} vs {}", t.et);
+    }
+
+    /// A site that lays its GPUs out as a few configurations gets a layout of those, even
+    /// where the reference (a start elsewhere) names others.
+    #[test]
+    fn the_search_keeps_to_the_sites_configurations() {
+        let sc = Scenario::reference(&[
+            "cluster.gpus=[{model=\"a100-40gb\",count=3}]".into(),
+            "workload.days=0.25".into(),
+            "workload.multiplier=6".into(),
+            "cluster.configurations=[\"c1\", \"c7\"]".into(),
+        ])
+        .unwrap();
+        let t = tune_static(&sc, &[1], &indicatif::ProgressBar::hidden()).unwrap();
+        assert!(t.layout.iter().all(|c| c == "c1" || c == "c7"), "{:?}", t.layout);
     }
 }

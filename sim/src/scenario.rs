@@ -86,6 +86,11 @@ pub struct ClusterSpec {
     /// re-lay out nodes, not single GPUs).
     #[serde(default = "default_gpus_per_node")]
     pub gpus_per_node: u32,
+    /// The configurations the site lays its GPUs out as (a site whose layouts are a
+    /// mig-parted file's mig-configs): `tune-static` and `tune-periodic` search only these.
+    /// The baselines named in the file may use others. None: every configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configurations: Option<Vec<String>>,
 }
 
 /// A number of GPUs of one model.
@@ -551,6 +556,18 @@ impl Scenario {
             ));
         }
         let catalogue = Catalogue::embedded();
+        let unknown = self.cluster.configurations.iter().flatten().find(|a| {
+            !catalogue
+                .configurations
+                .iter()
+                .any(|c| c.name.eq_ignore_ascii_case(a))
+        });
+        if let Some(name) = unknown {
+            return Err(bad(
+                "cluster.configurations",
+                format!("unknown configuration `{name}`"),
+            ));
+        }
         let mut models: Vec<ClusterModel> = Vec::new();
         let mut gpus = Vec::new();
         if self.cluster.gpus.is_empty() {
@@ -568,6 +585,19 @@ impl Scenario {
                 None => {
                     let configurations = resolve_configurations(&catalogue, m, self.cluster.driver)
                         .map_err(|e| bad("cluster.gpus.model", e.to_string()))?;
+                    if let Some(site) = &self.cluster.configurations {
+                        let named = |c: &&Configuration| site.iter().any(|a| a.eq_ignore_ascii_case(&c.name));
+                        if !configurations
+                            .iter()
+                            .filter(named)
+                            .any(Configuration::is_available)
+                        {
+                            return Err(bad(
+                                "cluster.configurations",
+                                format!("names no configuration {} can take", m.key),
+                            ));
+                        }
+                    }
                     models.push(ClusterModel {
                         model: m.clone(),
                         configurations,
@@ -873,6 +903,19 @@ fn entry_indices(
 }
 
 impl ResolvedScenario {
+    /// Whether a search may lay GPUs of `model` out as configuration `c`: one the GPU can
+    /// take and, with `cluster.configurations`, one the site lays its GPUs out as.
+    pub fn searchable(&self, model: usize, c: usize) -> bool {
+        let config = &self.models[model].configurations[c];
+        config.is_available()
+            && self
+                .scenario
+                .cluster
+                .configurations
+                .as_ref()
+                .is_none_or(|site| site.iter().any(|a| a.eq_ignore_ascii_case(&config.name)))
+    }
+
     /// Compute slices of every GPU together.
     pub fn total_slices(&self) -> u32 {
         self.gpus
@@ -974,6 +1017,46 @@ mod tests {
         let sc = Scenario::reference(&[]).unwrap();
         assert_eq!(sc.layout_as_run(&["c1".into(), "c6".into()]).len(), 8);
         assert!(sc.layouts_longer_than_the_cluster().is_empty());
+    }
+
+    /// `cluster.configurations` narrows what searches may choose, not what the file's
+    /// baselines name; a name that is no configuration, or a list a model cannot take
+    /// any of, is refused naming the key.
+    #[test]
+    fn a_sites_configurations_are_what_searches_may_choose() {
+        let sc = Scenario::reference(&["cluster.configurations=[\"c1\", \"C7\"]".into()]).unwrap();
+        let searchable: Vec<&str> = (0..sc.models[0].configurations.len())
+            .filter(|&c| sc.searchable(0, c))
+            .map(|c| sc.models[0].configurations[c].name.as_str())
+            .collect();
+        assert_eq!(searchable, ["c1", "c7"]);
+        assert!(
+            sc.check_layout(&["c2".into()]).is_ok(),
+            "the baselines may name others"
+        );
+        let e = Scenario::reference(&["cluster.configurations=[\"c1\", \"c99\"]".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown configuration `c99`"), "{e}");
+        // q1 is an A30 configuration: the A100s could be laid out as none of the list.
+        let e = Scenario::reference(&["cluster.configurations=[\"q1\"]".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names no configuration a100-40gb can take"), "{e}");
+        let e = Scenario::reference(&[
+            "cluster.driver=\"pre-r510\"".into(),
+            "cluster.configurations=[\"c2\"]".into(),
+            "baselines.reference_layout=[\"c1\"]".into(),
+            "baselines.static_best=[\"c1\"]".into(),
+            "baselines.periodic=[]".into(),
+            "baselines.periodic_best=[{at = \"00:00\", layout = [\"c1\"]}]".into(),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("names no configuration a100-40gb can take"),
+            "c2 needs R510: {e}"
+        );
     }
 
     #[test]

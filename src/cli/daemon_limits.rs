@@ -2,15 +2,22 @@
 //! site's smartmig.toml, so that a schedule or policy is searched and judged for what the
 //! daemon will do (docs/evaluation.md, "Searching layouts and schedules").
 
+use std::path::Path;
+
 use smartmig_core::config::{Config, Mode, RelayoutRules};
-use smartmig_core::mig::Catalogue;
+use smartmig_core::mig::{identify, Catalogue};
 use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics};
 
-/// The `--set` override that gives scenario `sc` the driver rules smartmigd applies with
-/// `cfg` (before R510, no 4g and 3g instance on one GPU), or an error naming the
-/// scenario's GPU models `cfg` does not list: smartmigd would reject every layout searched
-/// for them.
-pub fn daemon_hardware(cfg: &Config, sc: &ResolvedScenario) -> Result<Vec<String>, String> {
+/// The `--set` overrides that give scenario `sc` the driver rules smartmigd applies with
+/// `cfg` (before R510, no 4g and 3g instance on one GPU) and, on a site whose layouts are
+/// a mig-parted file's (`layouts`, from [`site_layouts`]), only the configurations its
+/// mig-configs are; or an error naming the scenario's GPU models `cfg` does not list:
+/// smartmigd would reject every layout searched for them.
+pub fn daemon_hardware(
+    cfg: &Config,
+    layouts: Option<&SiteLayouts>,
+    sc: &ResolvedScenario,
+) -> Result<Vec<String>, String> {
     let catalogue = Catalogue::embedded();
     let key = |name: &str| {
         catalogue
@@ -33,10 +40,92 @@ pub fn daemon_hardware(cfg: &Config, sc: &ResolvedScenario) -> Result<Vec<String
             site.join(", ")
         ));
     }
-    if cfg.gpu.driver == sc.scenario.cluster.driver {
-        return Ok(Vec::new());
+    let mut sets = Vec::new();
+    if cfg.gpu.driver != sc.scenario.cluster.driver {
+        sets.push(format!("cluster.driver=\"{}\"", cfg.gpu.driver.as_str()));
     }
-    Ok(vec![format!("cluster.driver=\"{}\"", cfg.gpu.driver.as_str())])
+    sets.extend(layouts.and_then(|s| s.restriction(sc)));
+    Ok(sets)
+}
+
+/// A mig-parted site's layouts in the simulator's terms: which catalogue configuration
+/// each of its mig-configs is, per GPU model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteLayouts {
+    /// (model key, mig-config, catalogue configuration), in the file's order.
+    pub named: Vec<(String, String, String)>,
+    /// `mig-config (model)` of those that are none of the catalogue's configurations: the
+    /// simulator cannot lay GPUs out as them, so searches leave them out.
+    pub left_out: Vec<String>,
+}
+
+/// The layouts of `cfg`'s `[gpu] mig_parted` file (read relative to `base_dir`) on the
+/// scenario's GPU models; `None` without one (the site takes every configuration).
+pub fn site_layouts(
+    cfg: &Config,
+    base_dir: Option<&Path>,
+    sc: &ResolvedScenario,
+) -> Result<Option<SiteLayouts>, String> {
+    if cfg.gpu.mig_parted.is_none() {
+        return Ok(None);
+    }
+    let (_, site) = cfg.gpus(base_dir).map_err(|e| e.to_string())?;
+    let mut layouts = SiteLayouts {
+        named: Vec::new(),
+        left_out: Vec::new(),
+    };
+    for cm in &sc.models {
+        let Some(sm) = site.iter().find(|m| m.model.key == cm.model.key) else {
+            continue;
+        };
+        for c in &sm.configurations {
+            match identify(&cm.configurations, &cm.model, &c.layout) {
+                Some(i) => layouts.named.push((
+                    cm.model.key.clone(),
+                    c.name.clone(),
+                    cm.configurations[i].name.clone(),
+                )),
+                None => layouts.left_out.push(format!("{} ({})", c.name, cm.model.key)),
+            }
+        }
+    }
+    Ok(Some(layouts))
+}
+
+impl SiteLayouts {
+    /// `cluster.configurations=[…]` when the site leaves out some configuration of the
+    /// scenario's models.
+    fn restriction(&self, sc: &ResolvedScenario) -> Option<String> {
+        let mut names: Vec<&str> = Vec::new();
+        for (_, _, c) in &self.named {
+            if !names.contains(&c.as_str()) {
+                names.push(c);
+            }
+        }
+        let all = sc
+            .models
+            .iter()
+            .flat_map(|m| &m.configurations)
+            .all(|c| names.contains(&c.name.as_str()));
+        let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        (!all).then(|| format!("cluster.configurations=[{}]", quoted.join(", ")))
+    }
+
+    /// `layout`, catalogue configurations of the scenario's first GPU model (what the
+    /// searches cover), as the site's mig-config names; an error names one that is none.
+    pub fn site_names(&self, sc: &ResolvedScenario, layout: &[String]) -> Result<Vec<String>, String> {
+        let key = sc.models.first().map_or("", |m| m.model.key.as_str());
+        layout
+            .iter()
+            .map(|name| {
+                self.named
+                    .iter()
+                    .find(|(k, _, c)| k == key && c.eq_ignore_ascii_case(name))
+                    .map(|(_, mig, _)| mig.clone())
+                    .ok_or_else(|| format!("{name} is none of the site's mig-configs for {key}"))
+            })
+            .collect()
+    }
 }
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
@@ -222,13 +311,13 @@ mod tests {
         };
         let sc = whole(&[]);
         let cfg = |body: &str| Config::parse(&format!("version = 1\n{body}"), "smartmig.toml").unwrap();
-        assert_eq!(daemon_hardware(&cfg(""), &sc), Ok(Vec::new()));
+        assert_eq!(daemon_hardware(&cfg(""), None, &sc), Ok(Vec::new()));
         let old = cfg("[gpu]\ndriver = \"pre-r510\"\n");
-        let sets = daemon_hardware(&old, &sc).unwrap();
+        let sets = daemon_hardware(&old, None, &sc).unwrap();
         assert_eq!(sets, ["cluster.driver=\"pre-r510\""]);
         let applied = whole(&sets);
         assert!(applied.check_layout(&["c2".into()]).is_err(), "no c2 before R510");
-        assert_eq!(daemon_hardware(&old, &applied), Ok(Vec::new()));
+        assert_eq!(daemon_hardware(&old, None, &applied), Ok(Vec::new()));
         let a30 = smartmig_sim::scenario::Scenario::reference(&[
             "cluster.gpus=[{model=\"a30-24gb\",count=4}]".into(),
             "baselines.reference_layout=[\"q1\"]".into(),
@@ -237,9 +326,57 @@ mod tests {
             "baselines.periodic_best=[{at = \"00:00\", layout = [\"q1\"]}]".into(),
         ])
         .unwrap();
-        let e = daemon_hardware(&cfg(""), &a30).unwrap_err();
+        let e = daemon_hardware(&cfg(""), None, &a30).unwrap_err();
         assert!(e.contains("include a30-24gb") && e.contains("(a100-40gb)"), "{e}");
         let listed = cfg("[gpu]\nmodels = [\"a30-24gb\"]\n");
-        assert_eq!(daemon_hardware(&listed, &a30), Ok(Vec::new()));
+        assert_eq!(daemon_hardware(&listed, None, &a30), Ok(Vec::new()));
+    }
+
+    /// A mig-parted site: searches choose among the configurations its mig-configs are, and
+    /// what they find is written back in its mig-config names.
+    #[test]
+    fn a_mig_parted_sites_layouts_are_searched_as_configurations_and_named_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = |devices: &str| {
+            format!("    - devices: all\n      mig-enabled: true\n      mig-devices:\n{devices}")
+        };
+        std::fs::write(
+            dir.path().join("mig.yaml"),
+            format!(
+                "version: v1\nmig-configs:\n  whole:\n{}  balanced:\n{}  one-3g:\n{}",
+                spec("        \"7g.40gb\": 1\n"),
+                spec("        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n"),
+                spec("        \"3g.20gb\": 1\n"),
+            ),
+        )
+        .unwrap();
+        let cfg = Config::parse("version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n", "smartmig.toml").unwrap();
+        let sc = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
+        let site = site_layouts(&cfg, Some(dir.path()), &sc).unwrap().unwrap();
+        let balanced = &site.named[1].2;
+        assert_eq!(site.named[0], ("a100-40gb".into(), "whole".into(), "c1".into()));
+        assert_eq!(
+            site.left_out,
+            ["one-3g (a100-40gb)"],
+            "a lone 3g is no configuration"
+        );
+        assert_eq!(
+            daemon_hardware(&cfg, Some(&site), &sc).unwrap(),
+            [format!("cluster.configurations=[\"c1\", \"{balanced}\"]")]
+        );
+        assert_eq!(
+            site.site_names(&sc, &[balanced.clone(), "c1".into()]).unwrap(),
+            ["balanced", "whole"]
+        );
+        let e = site.site_names(&sc, &["c2".into()]).unwrap_err();
+        assert!(
+            e.contains("c2 is none of the site's mig-configs for a100-40gb"),
+            "{e}"
+        );
+        // Without a mig-parted file the site takes every configuration.
+        assert_eq!(
+            site_layouts(&Config::parse("version = 1\n", "s").unwrap(), None, &sc),
+            Ok(None)
+        );
     }
 }

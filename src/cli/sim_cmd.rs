@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::daemon_limits::{daemon_hardware, daemon_limits};
+use super::daemon_limits::{daemon_hardware, daemon_limits, site_layouts};
 use super::{print_json, table, CliError, CliResult, Format};
 use smartmig_core::config::Config;
 use smartmig_eval::compare::{
@@ -95,7 +95,16 @@ impl ScenarioArgs {
         };
         let cfg = Config::from_file(path).map_err(CliError::input)?;
         let named = |e: String| CliError::input(anyhow::anyhow!("{}: {e}", path.display()));
-        let mut daemon = daemon_hardware(&cfg, &sc).map_err(named)?;
+        let site = site_layouts(&cfg, path.parent(), &sc).map_err(named)?;
+        if let Some(left_out) = site.as_ref().map(|s| &s.left_out).filter(|l| !l.is_empty()) {
+            eprintln!(
+                "warning: {}'s mig-configs {} are none of the configurations the simulator runs: \
+                 searches and runs here leave them out",
+                path.display(),
+                left_out.join(", ")
+            );
+        }
+        let mut daemon = daemon_hardware(&cfg, site.as_ref(), &sc).map_err(named)?;
         daemon.extend(daemon_limits(&cfg, &sc.scenario.repartition).map_err(named)?);
         let daemon = self.daemon_sets.get_or_init(|| daemon);
         if daemon.is_empty() {
@@ -909,7 +918,16 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>, days: &Day
                 })
             }),
         _ => None,
-    };
+    }
+    // smartmigd takes a policy whose configurations are its action space, which on a
+    // mig-parted site is the file's mig-configs.
+    .or_else(|| {
+        sc.scenario.cluster.configurations.as_ref().map(|_| {
+            "its configurations are the catalogue's, not the site's mig-configs \
+             (cluster.configurations)"
+                .to_string()
+        })
+    });
     // The trace's days are also the ones reported: in-sample, as tuning on a trace is.
     let validation;
     let (guard_days, in_sample) = match days {

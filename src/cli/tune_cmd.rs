@@ -260,6 +260,30 @@ fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec], rules: &Relayou
     )
 }
 
+/// `schedule` as smartmig.toml `path` names its layouts: a site whose layouts are a
+/// mig-parted file's gets its mig-config names (the search ran over the configurations
+/// they are), any other the catalogue's.
+fn site_schedule(
+    path: &Path,
+    sc: &ResolvedScenario,
+    schedule: &[PeriodicSpec],
+) -> Result<Vec<PeriodicSpec>, CliError> {
+    let named = |e: String| CliError::input(anyhow!("{}: {e}", path.display()));
+    let cfg = Config::from_file(path).map_err(CliError::input)?;
+    let Some(site) = super::daemon_limits::site_layouts(&cfg, path.parent(), sc).map_err(named)? else {
+        return Ok(schedule.to_vec());
+    };
+    schedule
+        .iter()
+        .map(|e| {
+            Ok(PeriodicSpec {
+                at: e.at.clone(),
+                layout: site.site_names(sc, &e.layout).map_err(named)?,
+            })
+        })
+        .collect()
+}
+
 /// The `[[policy.periodic]]` text of a schedule, as smartmigd reads it.
 pub fn policy_periodic_toml(schedule: &[PeriodicSpec]) -> String {
     let mut out = String::new();
@@ -407,7 +431,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     }
     if let Some(path) = &a.scenario.smartmig_toml {
         let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-        write_policy_periodic(path, &report.schedule, &rules)?;
+        write_policy_periodic(path, &site_schedule(path, &sc, &report.schedule)?, &rules)?;
     }
     match a.format {
         Format::Json => print_json(&report),

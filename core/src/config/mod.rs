@@ -433,6 +433,63 @@ impl Config {
 
     /// Loads the catalogue (the only I/O) and checks every cross-field rule.
     pub fn resolve(self, base_dir: Option<&Path>) -> Result<Resolved, ConfigError> {
+        let (catalogue, mut models) = self.gpus(base_dir)?;
+        // Layouts outside the action space would change the learned policy's K.
+        let extend = self.policy.kind != PolicyKind::MeanField;
+        let defaulted = self.policy.static_layout.iter().all(|s| s.span().is_empty());
+        let layouts = self.layout_lists(
+            &catalogue,
+            &mut models,
+            &self.policy.static_layout,
+            "policy.static_layout",
+            extend,
+            defaulted,
+        )?;
+        for (m, l) in models.iter_mut().zip(layouts) {
+            m.static_layout = l;
+        }
+        let mut last = None;
+        for entry in &self.policy.periodic {
+            let minute = parse_time_of_day(entry.at.get_ref())
+                .map_err(|m| self.at(&entry.at, "policy.periodic.at", m))?;
+            if last.is_some_and(|l| minute <= l) {
+                return Err(self
+                    .at(&entry.at, "policy.periodic.at", "times must increase".into())
+                    .into());
+            }
+            last = Some(minute);
+            let layouts = self.layout_lists(
+                &catalogue,
+                &mut models,
+                &entry.layout,
+                "policy.periodic.layout",
+                extend,
+                false,
+            )?;
+            for (m, l) in models.iter_mut().zip(layouts) {
+                m.periodic.push(l);
+            }
+        }
+        if self.policy.kind == PolicyKind::Periodic && self.policy.periodic.is_empty() {
+            return Err(self
+                .error_at_key(
+                    "policy.kind",
+                    "kind",
+                    "is periodic but [[policy.periodic]] is empty",
+                )
+                .into());
+        }
+        Ok(Resolved {
+            config: self,
+            catalogue,
+            models,
+        })
+    }
+
+    /// The catalogue with the site's additions and each `[gpu] models` entry with its
+    /// action space (the catalogue's configurations, or `[gpu] mig_parted`'s mig-configs),
+    /// whatever `[policy]` says: what the site's GPUs can be laid out as.
+    pub fn gpus(&self, base_dir: Option<&Path>) -> Result<(Catalogue, Vec<ResolvedModel>), ConfigError> {
         let mut catalogue = Catalogue::embedded();
         if let Some(extra) = &self.gpu.catalogue {
             let path = match base_dir {
@@ -497,56 +554,7 @@ impl Config {
                 .error_at_key("gpu.models", "models", "names no GPU model")
                 .into());
         }
-        // Layouts outside the action space would change the learned policy's K.
-        let extend = self.policy.kind != PolicyKind::MeanField;
-        let defaulted = self.policy.static_layout.iter().all(|s| s.span().is_empty());
-        let layouts = self.layout_lists(
-            &catalogue,
-            &mut models,
-            &self.policy.static_layout,
-            "policy.static_layout",
-            extend,
-            defaulted,
-        )?;
-        for (m, l) in models.iter_mut().zip(layouts) {
-            m.static_layout = l;
-        }
-        let mut last = None;
-        for entry in &self.policy.periodic {
-            let minute = parse_time_of_day(entry.at.get_ref())
-                .map_err(|m| self.at(&entry.at, "policy.periodic.at", m))?;
-            if last.is_some_and(|l| minute <= l) {
-                return Err(self
-                    .at(&entry.at, "policy.periodic.at", "times must increase".into())
-                    .into());
-            }
-            last = Some(minute);
-            let layouts = self.layout_lists(
-                &catalogue,
-                &mut models,
-                &entry.layout,
-                "policy.periodic.layout",
-                extend,
-                false,
-            )?;
-            for (m, l) in models.iter_mut().zip(layouts) {
-                m.periodic.push(l);
-            }
-        }
-        if self.policy.kind == PolicyKind::Periodic && self.policy.periodic.is_empty() {
-            return Err(self
-                .error_at_key(
-                    "policy.kind",
-                    "kind",
-                    "is periodic but [[policy.periodic]] is empty",
-                )
-                .into());
-        }
-        Ok(Resolved {
-            config: self,
-            catalogue,
-            models,
-        })
+        Ok((catalogue, models))
     }
 
     /// Reads `[gpu] mig_parted`, if set.
