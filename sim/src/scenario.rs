@@ -775,8 +775,6 @@ fn check_class(c: &JobClassSpec) -> Result<(), String> {
     }
 }
 
-/// Applies `a.b.c=VALUE` to a TOML tree. VALUE is read as a TOML value when it parses
-
 /// A scenario error with overrides, laid at the override's door where one is to blame:
 /// the one whose key the error names, or the only one when the file alone loads
 /// (`file_loads`, asked only then).
@@ -810,6 +808,7 @@ fn blame_set(err: ScenarioError, sets: &[String], file_loads: impl FnOnce() -> b
     }
 }
 
+/// Applies `a.b.c=VALUE` to a TOML tree. VALUE is read as a TOML value when it parses
 /// as one (`20`, `[1, 2]`, `"x"`, `true`), else taken as a bare string.
 pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ScenarioError> {
     let (key, raw) = set
