@@ -1194,6 +1194,39 @@ fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
     );
     let o = smartmig(&["config", "check", conf.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    // tune-static names its layout by the mig-configs too; a learned policy, whose action
+    // space is the catalogue's, is refused before training.
+    let o = smartmig(&[
+        "tune-static",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--seeds",
+        "1",
+        "--smartmig-toml",
+        conf.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("'s mig-configs (policy.static_layout): "),
+        "{}",
+        stdout(&o)
+    );
+    let out = dir.path().join("p.onnx");
+    let o = smartmig(&[
+        "train",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--smartmig-toml",
+        conf.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("a learned policy chooses among every configuration") && !out.exists(),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A site with GPU models the scenario does not have: a schedule of the scenario's layouts

@@ -396,9 +396,26 @@ fn parse_non_negative(text: &str) -> Result<f64, String> {
     super::parse_number_in(text, 0.0..=f64::MAX, "a finite number of 0 or more")
 }
 
+/// The scenario to train on. A policy chooses among every configuration of the catalogue,
+/// so one limited to a site's (`cluster.configurations`, a mig-parted smartmig.toml's
+/// mig-configs) is refused before the hours of training: smartmigd there would refuse
+/// the file, whose configurations are not its action space.
+fn training_scenario(args: &ScenarioArgs) -> Result<ResolvedScenario, CliError> {
+    let sc = args.load()?;
+    match &sc.scenario.cluster.configurations {
+        Some(site) => Err(CliError::input(anyhow::anyhow!(
+            "cluster.configurations = {site:?}: a learned policy chooses among every \
+             configuration, and smartmigd takes one only where they are its action space \
+             (not a mig-parted site's mig-configs); tune a schedule there instead \
+             (smartmig tune-periodic)"
+        ))),
+        None => Ok(sc),
+    }
+}
+
 /// `train --method imitation`.
 fn imitation(a: TrainArgs) -> CliResult {
-    let sc = a.scenario.load()?;
+    let sc = training_scenario(&a.scenario)?;
     if a.stake_weight > 0.0 && a.lookahead_samples == 0 {
         return Err(CliError::input(anyhow::anyhow!(
             "--stake-weight needs --lookahead-samples (the lookahead scores each decision's stake)"
@@ -485,7 +502,7 @@ fn imitation(a: TrainArgs) -> CliResult {
 
 /// `train --method ppo`.
 fn ppo(a: TrainArgs) -> CliResult {
-    let sc = a.scenario.load()?;
+    let sc = training_scenario(&a.scenario)?;
     let cfg = TrainConfig {
         iterations: a.iterations,
         episodes: a.episodes,

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use clap::Args;
 
+use super::daemon_limits::{site_layouts, SiteLayouts};
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
 use smartmig_core::config::{Config, RelayoutRules};
@@ -160,6 +161,17 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
             if a.write {
                 println!("written to baselines.static_best");
             }
+            // A mig-parted site names the layout by its mig-configs.
+            if let Some(path) = &a.scenario.smartmig_toml {
+                if let Some(site) = site_of(path, &sc)? {
+                    let names = site.site_names(&sc, &t.layout).map_err(|e| named(path, e))?;
+                    println!(
+                        "in {}'s mig-configs (policy.static_layout): {}",
+                        path.display(),
+                        super::layout_summary(&names)
+                    );
+                }
+            }
             Ok(())
         }
     }
@@ -268,9 +280,7 @@ fn site_schedule(
     sc: &ResolvedScenario,
     schedule: &[PeriodicSpec],
 ) -> Result<Vec<PeriodicSpec>, CliError> {
-    let named = |e: String| CliError::input(anyhow!("{}: {e}", path.display()));
-    let cfg = Config::from_file(path).map_err(CliError::input)?;
-    let Some(site) = super::daemon_limits::site_layouts(&cfg, path.parent(), sc).map_err(named)? else {
+    let Some(site) = site_of(path, sc)? else {
         return Ok(schedule.to_vec());
     };
     schedule
@@ -278,10 +288,21 @@ fn site_schedule(
         .map(|e| {
             Ok(PeriodicSpec {
                 at: e.at.clone(),
-                layout: site.site_names(sc, &e.layout).map_err(named)?,
+                layout: site.site_names(sc, &e.layout).map_err(|e| named(path, e))?,
             })
         })
         .collect()
+}
+
+/// The layouts of smartmig.toml `path`'s mig-parted file on the scenario's GPUs, if it has one.
+fn site_of(path: &Path, sc: &ResolvedScenario) -> Result<Option<SiteLayouts>, CliError> {
+    let cfg = Config::from_file(path).map_err(CliError::input)?;
+    site_layouts(&cfg, path.parent(), sc).map_err(|e| named(path, e))
+}
+
+/// An input error about `path`.
+fn named(path: &Path, e: String) -> CliError {
+    CliError::input(anyhow!("{}: {e}", path.display()))
 }
 
 /// The `[[policy.periodic]]` text of a schedule, as smartmigd reads it.
