@@ -1062,6 +1062,18 @@ fn reference_copy(dir: &std::path::Path, edits: &[(&str, &str)]) -> std::path::P
     path
 }
 
+/// A small site for the tests that write into a smartmig.toml: the reference scenario on
+/// 2 GPUs at a quarter of its load, in `dir`.
+fn small_site(dir: &std::path::Path) -> std::path::PathBuf {
+    reference_copy(
+        dir,
+        &[
+            ("count = 8 }", "count = 2 }"),
+            ("multiplier = 20", "multiplier = 5"),
+        ],
+    )
+}
+
 #[test]
 fn a_refused_schedule_falls_back_to_static_best_itself_where_one_node_cannot_hold_its_mix() {
     // Seven GPUs to a node: one node cannot hold static-best's c2×6 c6×2, so the search
@@ -1155,13 +1167,7 @@ fn tune_periodic_on_a_trace_is_judged_on_the_trace_days_it_did_not_search() {
 #[test]
 fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = reference_copy(
-        dir.path(),
-        &[
-            ("count = 8 }", "count = 2 }"),
-            ("multiplier = 20", "multiplier = 5"),
-        ],
-    );
+    let scenario = small_site(dir.path());
     std::fs::write(
         dir.path().join("mig.yaml"),
         "version: v1\nmig-configs:\n  whole:\n    - devices: all\n      mig-enabled: true\n      \
@@ -1234,13 +1240,7 @@ fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
 #[test]
 fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = reference_copy(
-        dir.path(),
-        &[
-            ("count = 8 }", "count = 2 }"),
-            ("multiplier = 20", "multiplier = 5"),
-        ],
-    );
+    let scenario = small_site(dir.path());
     let conf = dir.path().join("smartmig.toml");
     let site = "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"a30-24gb\"]\n[policy]\nstatic_layout = [\"c1\", \"q1\"]\n";
     std::fs::write(&conf, site).unwrap();
@@ -1259,13 +1259,7 @@ fn tune_periodic_writes_nothing_into_a_smartmig_toml_the_schedule_would_break() 
 fn tune_periodic_writes_the_scenario_and_a_smartmig_toml_smartmigd_accepts_tuned_under_its_limits() {
     let dir = std::env::temp_dir().join(format!("smartmig-periodic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let scenario = reference_copy(
-        &dir,
-        &[
-            ("count = 8 }", "count = 2 }"),
-            ("multiplier = 20", "multiplier = 5"),
-        ],
-    );
+    let scenario = small_site(&dir);
     let conf = dir.join("smartmig.toml");
     std::fs::write(&conf, "version = 1\n# site\n[policy]\nkind = \"periodic\"\n").unwrap();
     // A small search, writing its schedule into smartmig.toml `conf` when there is one.
