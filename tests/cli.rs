@@ -1185,6 +1185,11 @@ fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
         "{}",
         stderr(&o)
     );
+    assert!(
+        stdout(&o).contains("in its mig-configs' names (from 00:00 "),
+        "{}",
+        stdout(&o)
+    );
     let written = std::fs::read_to_string(&conf).unwrap();
     let v: toml::Table = written.parse().unwrap();
     let layouts: Vec<&str> = v["policy"]["periodic"]

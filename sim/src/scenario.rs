@@ -228,7 +228,7 @@ pub struct BaselineSpec {
 }
 
 /// One entry of a periodic schedule.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeriodicSpec {
     /// `HH:MM` from which `layout` applies.

@@ -450,20 +450,30 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
             write_periodic_best(path, &report.schedule)?;
         }
     }
+    let mut written = None;
     if let Some(path) = &a.scenario.smartmig_toml {
         let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-        write_policy_periodic(path, &site_schedule(path, &sc, &report.schedule)?, &rules)?;
+        let schedule = site_schedule(path, &sc, &report.schedule)?;
+        write_policy_periodic(path, &schedule, &rules)?;
+        written = Some(schedule);
     }
     match a.format {
         Format::Json => print_json(&report),
         Format::Table => {
-            print_periodic(&sc, &a, &days, &report);
+            print_periodic(&sc, &a, &days, &report, written.as_deref());
             Ok(())
         }
     }
 }
 
-fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &PeriodicReport) {
+/// The table of `tune-periodic`; `written`: the schedule as written into smartmig.toml.
+fn print_periodic(
+    sc: &ResolvedScenario,
+    a: &TunePeriodicArgs,
+    days: &Days,
+    r: &PeriodicReport,
+    written: Option<&[PeriodicSpec]>,
+) {
     let s = &r.search;
     println!(
         "best time-of-day schedule ({} blocks of {} min, {} semantics, a pattern of {} GPUs) on {}:",
@@ -527,8 +537,19 @@ fn print_periodic(sc: &ResolvedScenario, a: &TunePeriodicArgs, days: &Days, r: &
     }
     match &a.scenario.smartmig_toml {
         Some(p) => println!(
-            "written to {} as [[policy.periodic]]; set policy.kind = \"periodic\" there to use it",
-            p.display()
+            "written to {} as [[policy.periodic]]{}; set policy.kind = \"periodic\" there to use it",
+            p.display(),
+            // A mig-parted site's file names the layouts by its mig-configs.
+            written
+                .filter(|w| *w != r.schedule.as_slice())
+                .map(|w| {
+                    let blocks: Vec<String> = w
+                        .iter()
+                        .map(|e| format!("from {} {}", e.at, super::layout_summary(&e.layout)))
+                        .collect();
+                    format!(" in its mig-configs' names ({})", blocks.join("; "))
+                })
+                .unwrap_or_default()
         ),
         None => {
             // Searched under the scenario's rules, which may not be the site's: a schedule
