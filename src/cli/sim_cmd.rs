@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::daemon_limits::{daemon_hardware, daemon_limits, site_layouts};
+use super::daemon_limits::{daemon_hardware, daemon_limits, site_layouts, SiteLayouts};
 use super::{print_json, table, CliError, CliResult, Format};
 use smartmig_core::config::Config;
 use smartmig_eval::compare::{
@@ -47,6 +47,9 @@ pub struct ScenarioArgs {
     /// The overrides `smartmig_toml` gave, set by [`ScenarioArgs::load`].
     #[arg(skip)]
     daemon_sets: std::sync::OnceLock<Vec<String>>,
+    /// `smartmig_toml`'s mig-parted layouts, if it has them, set by [`ScenarioArgs::load`].
+    #[arg(skip)]
+    site: std::sync::OnceLock<Option<SiteLayouts>>,
 }
 
 /// `--semantics`: the policy crate's names, shown as the possible values.
@@ -66,6 +69,7 @@ impl ScenarioArgs {
             semantics: None,
             smartmig_toml: None,
             daemon_sets: std::sync::OnceLock::new(),
+            site: std::sync::OnceLock::new(),
         }
     }
 
@@ -96,7 +100,8 @@ impl ScenarioArgs {
         let cfg = Config::from_file(path).map_err(CliError::input)?;
         let named = |e: String| CliError::input(anyhow::anyhow!("{}: {e}", path.display()));
         let site = site_layouts(&cfg, path.parent(), &sc).map_err(named)?;
-        if let Some(left_out) = site.as_ref().map(|s| &s.left_out).filter(|l| !l.is_empty()) {
+        let site = self.site.get_or_init(|| site).as_ref();
+        if let Some(left_out) = site.map(|s| &s.left_out).filter(|l| !l.is_empty()) {
             eprintln!(
                 "warning: {}'s mig-configs {} are none of the configurations the simulator runs: \
                  searches and runs here leave them out",
@@ -104,7 +109,7 @@ impl ScenarioArgs {
                 left_out.join(", ")
             );
         }
-        let mut daemon = daemon_hardware(&cfg, site.as_ref(), &sc).map_err(named)?;
+        let mut daemon = daemon_hardware(&cfg, site, &sc).map_err(named)?;
         daemon.extend(daemon_limits(&cfg, &sc.scenario.repartition).map_err(named)?);
         let daemon = self.daemon_sets.get_or_init(|| daemon);
         if daemon.is_empty() {
@@ -123,6 +128,12 @@ impl ScenarioArgs {
                 daemon.join(" --set ")
             ))
         })
+    }
+
+    /// `--smartmig-toml`'s mig-parted layouts on the scenario's GPUs, if it has them (none
+    /// before [`ScenarioArgs::load`]).
+    pub fn site_layouts(&self) -> Option<&SiteLayouts> {
+        self.site.get().and_then(Option::as_ref)
     }
 
     /// The overrides `--smartmig-toml` gave (empty before [`ScenarioArgs::load`]).

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use clap::Args;
 
-use super::daemon_limits::{site_layouts, SiteLayouts};
+use super::daemon_limits::SiteLayouts;
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
 use smartmig_core::config::{Config, RelayoutRules};
@@ -162,15 +162,13 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
                 println!("written to baselines.static_best");
             }
             // A mig-parted site names the layout by its mig-configs.
-            if let Some(path) = &a.scenario.smartmig_toml {
-                if let Some(site) = site_of(path, &sc)? {
-                    let names = site.site_names(&sc, &t.layout).map_err(|e| named(path, e))?;
-                    println!(
-                        "in {}'s mig-configs (policy.static_layout): {}",
-                        path.display(),
-                        super::layout_summary(&names)
-                    );
-                }
+            if let (Some(path), Some(site)) = (&a.scenario.smartmig_toml, a.scenario.site_layouts()) {
+                let names = site.site_names(&sc, &t.layout).map_err(|e| named(path, e))?;
+                println!(
+                    "in {}'s mig-configs (policy.static_layout): {}",
+                    path.display(),
+                    super::layout_summary(&names)
+                );
             }
             Ok(())
         }
@@ -273,14 +271,15 @@ fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec], rules: &Relayou
 }
 
 /// `schedule` as smartmig.toml `path` names its layouts: a site whose layouts are a
-/// mig-parted file's gets its mig-config names (the search ran over the configurations
-/// they are), any other the catalogue's.
+/// mig-parted file's (`site`) gets its mig-config names (the search ran over the
+/// configurations they are), any other the catalogue's.
 fn site_schedule(
     path: &Path,
+    site: Option<&SiteLayouts>,
     sc: &ResolvedScenario,
     schedule: &[PeriodicSpec],
 ) -> Result<Vec<PeriodicSpec>, CliError> {
-    let Some(site) = site_of(path, sc)? else {
+    let Some(site) = site else {
         return Ok(schedule.to_vec());
     };
     schedule
@@ -292,12 +291,6 @@ fn site_schedule(
             })
         })
         .collect()
-}
-
-/// The layouts of smartmig.toml `path`'s mig-parted file on the scenario's GPUs, if it has one.
-fn site_of(path: &Path, sc: &ResolvedScenario) -> Result<Option<SiteLayouts>, CliError> {
-    let cfg = Config::from_file(path).map_err(CliError::input)?;
-    site_layouts(&cfg, path.parent(), sc).map_err(|e| named(path, e))
 }
 
 /// An input error about `path`.
@@ -453,7 +446,7 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     let mut written = None;
     if let Some(path) = &a.scenario.smartmig_toml {
         let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-        let schedule = site_schedule(path, &sc, &report.schedule)?;
+        let schedule = site_schedule(path, a.scenario.site_layouts(), &sc, &report.schedule)?;
         write_policy_periodic(path, &schedule, &rules)?;
         written = Some(schedule);
     }
