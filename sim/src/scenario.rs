@@ -93,6 +93,16 @@ pub struct ClusterSpec {
     pub configurations: Option<Vec<String>>,
 }
 
+impl ClusterSpec {
+    /// Whether the site lays GPUs out as configuration `name` (every one without
+    /// `configurations`).
+    pub fn site_takes(&self, name: &str) -> bool {
+        self.configurations
+            .as_ref()
+            .is_none_or(|site| site.iter().any(|a| a.eq_ignore_ascii_case(name)))
+    }
+}
+
 /// A number of GPUs of one model.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -585,18 +595,14 @@ impl Scenario {
                 None => {
                     let configurations = resolve_configurations(&catalogue, m, self.cluster.driver)
                         .map_err(|e| bad("cluster.gpus.model", e.to_string()))?;
-                    if let Some(site) = &self.cluster.configurations {
-                        let named = |c: &&Configuration| site.iter().any(|a| a.eq_ignore_ascii_case(&c.name));
-                        if !configurations
-                            .iter()
-                            .filter(named)
-                            .any(Configuration::is_available)
-                        {
-                            return Err(bad(
-                                "cluster.configurations",
-                                format!("names no configuration {} can take", m.key),
-                            ));
-                        }
+                    if !configurations
+                        .iter()
+                        .any(|c| c.is_available() && self.cluster.site_takes(&c.name))
+                    {
+                        return Err(bad(
+                            "cluster.configurations",
+                            format!("names no configuration {} can take", m.key),
+                        ));
                     }
                     models.push(ClusterModel {
                         model: m.clone(),
@@ -906,13 +912,7 @@ impl ResolvedScenario {
     /// take and, with `cluster.configurations`, one the site lays its GPUs out as.
     pub fn searchable(&self, model: usize, c: usize) -> bool {
         let config = &self.models[model].configurations[c];
-        config.is_available()
-            && self
-                .scenario
-                .cluster
-                .configurations
-                .as_ref()
-                .is_none_or(|site| site.iter().any(|a| a.eq_ignore_ascii_case(&config.name)))
+        config.is_available() && self.scenario.cluster.site_takes(&config.name)
     }
 
     /// Compute slices of every GPU together.
