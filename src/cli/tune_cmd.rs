@@ -397,10 +397,16 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         Scheduler::Cedf,
         LayoutSpec::Periodic(t.schedule.clone()),
     );
-    let validation = held_out
-        .clone()
-        .unwrap_or_else(|| Days::Seeds(a.validation_seeds.seeds(VALIDATION_SEED_BASE)));
-    let verdict = guard(&sc, candidate, &start, &validation).map_err(CliError::input)?;
+    // A trace's held-out days serve the guard and the report; generated days have a set each.
+    let (validation, eval) = match held_out {
+        Some(days) => (None, days),
+        None => (
+            Some(Days::Seeds(a.validation_seeds.seeds(VALIDATION_SEED_BASE))),
+            Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE)),
+        ),
+    };
+    let verdict =
+        guard(&sc, candidate, &start, validation.as_ref().unwrap_or(&eval)).map_err(CliError::input)?;
     // Refused, the schedule is the layout the guard measured against, not the search's
     // start: where whole nodes cannot hold static-best's mix, that start is only its
     // nearest share.
@@ -412,7 +418,6 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
             layout: start.clone(),
         }]
     };
-    let eval = held_out.unwrap_or_else(|| Days::Seeds(a.eval_seeds.seeds(EVAL_SEED_BASE)));
     let tuned = Tuned {
         static_best: Some((start.clone(), None)),
         periodic_best: Some((schedule.clone(), None)),
