@@ -1,18 +1,18 @@
 //! Search for the best time-of-day schedule of a scenario: the day cut into equal blocks,
 //! each with its own layout, found by coordinate descent on training days.
 //!
-//! A layout is a count per configuration over one node's GPUs (`cluster.gpus_per_node`,
-//! or all GPUs when fewer; on nodes of fewer than 8 GPUs, as many whole nodes as cover 8),
-//! cycled over the cluster as smartmigd cycles
-//! `[[policy.periodic]]` layouts, so a schedule found on one node applies to any number
-//! of them. The search starts with every block in the best static layout and, block by
-//! block, tries moving one GPU from one configuration to another (under Slurm 22.05's
-//! drain rule also two at once keeping the node's instance count, so the node need not
-//! drain whole) and copying a neighbouring block's layout (which merges blocks and saves
-//! re-layouts), keeping the
-//! best move while mean ET on the training days improves. Every candidate runs through
-//! the simulator under the scenario's semantics and re-layout limits, so what the search
-//! finds is what smartmigd can deliver. It is a local optimum, not a proof of optimality.
+//! A layout is, per GPU model, a count per configuration over a pattern of that model's
+//! GPUs: whole nodes (`cluster.gpus_per_node`, or all its GPUs when fewer; on nodes of
+//! fewer than 8 GPUs, as many whole nodes as cover 8), cycled over the model's GPUs as
+//! smartmigd cycles `[[policy.periodic]]` layouts, so a schedule found on one node applies
+//! to any number of them. The search starts with every block in the best static layout
+//! and, block by block, tries moving one GPU of a model from one configuration to another
+//! (under Slurm 22.05's drain rule also two at once keeping the node's instance count, so
+//! the node need not drain whole) and copying a neighbouring block's layout (which merges
+//! blocks and saves re-layouts), keeping the best move while mean ET on the training days
+//! improves. Every candidate runs through the simulator under the scenario's semantics
+//! and re-layout limits, so what the search finds is what smartmigd can deliver. It is a
+//! local optimum, not a proof of optimality.
 
 use std::collections::HashMap;
 
@@ -33,9 +33,6 @@ pub const DEFAULT_PASSES: u32 = 10;
 /// Why a schedule cannot be searched.
 #[derive(Debug, thiserror::Error)]
 pub enum PeriodicTuneError {
-    /// More than one GPU model.
-    #[error("tune-periodic needs a scenario with one GPU model, this one has {0}")]
-    Models(usize),
     /// Blocks that do not cut the day into whole minutes.
     #[error("--blocks {0}: must be between 1 and 48 and divide the day's 1,440 minutes")]
     Blocks(u32),
@@ -68,8 +65,10 @@ pub struct PeriodicTuneResult {
     pub seeds: Vec<u64>,
 }
 
-/// A schedule: per block, GPUs of one node's pattern per configuration.
-type Blocks = Vec<Vec<u32>>;
+/// One block's layout: per GPU model, GPUs of its pattern per configuration.
+type Layout = Vec<Vec<u32>>;
+/// A schedule: one layout per block.
+type Blocks = Vec<Layout>;
 
 struct Search<'a> {
     sc: &'a ResolvedScenario,
@@ -78,20 +77,45 @@ struct Search<'a> {
     block_min: f64,
 }
 
+/// A layout as the scenario's configuration names: one model's pattern as it is (the
+/// scenario cycles it over the cluster); with several models, each model's pattern
+/// cycled over its GPUs in cluster order, since the scenario cycles one list over all of
+/// them.
+fn layout_names(sc: &ResolvedScenario, layout: &Layout) -> Vec<String> {
+    let patterns: Vec<Vec<&str>> = layout
+        .iter()
+        .zip(&sc.models)
+        .map(|(counts, m)| {
+            counts
+                .iter()
+                .zip(&m.configurations)
+                .flat_map(|(&n, c)| std::iter::repeat_n(c.name.as_str(), n as usize))
+                .collect()
+        })
+        .collect();
+    if let [one] = patterns.as_slice() {
+        return one.iter().map(|n| n.to_string()).collect();
+    }
+    let mut seen = vec![0; patterns.len()];
+    sc.gpus
+        .iter()
+        .map(|g| {
+            let p = &patterns[g.model];
+            seen[g.model] += 1;
+            p[(seen[g.model] - 1) % p.len()].to_string()
+        })
+        .collect()
+}
+
 impl Search<'_> {
-    fn names(&self, counts: &[u32]) -> Vec<String> {
-        let configs = &self.sc.models[0].configurations;
-        counts
-            .iter()
-            .enumerate()
-            .flat_map(|(c, &n)| std::iter::repeat_n(configs[c].name.clone(), n as usize))
-            .collect()
+    fn names(&self, layout: &Layout) -> Vec<String> {
+        layout_names(self.sc, layout)
     }
 
     /// Adjacent equal blocks merged into schedule entries.
     fn schedule(&self, blocks: &Blocks) -> Vec<PeriodicSpec> {
         let mut out: Vec<PeriodicSpec> = Vec::new();
-        let mut last: Option<&Vec<u32>> = None;
+        let mut last: Option<&Layout> = None;
         for (b, counts) in blocks.iter().enumerate() {
             if last == Some(counts) {
                 continue;
@@ -147,40 +171,47 @@ impl Search<'_> {
     }
 }
 
-/// The candidates of one block: one GPU moved between configurations, or a neighbour's
-/// layout; with `instances` (each configuration's instance count, when Slurm 22.05's
-/// node rule makes a count change drain the whole node), also two GPUs moved at once
-/// keeping the node's instance count.
-fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[usize]>) -> Vec<Blocks> {
+/// The candidates of one block: one GPU of a model moved between its configurations
+/// (`available`, per model), or a neighbour's layout; with `instances` (each model's
+/// configurations' instance counts, when Slurm 22.05's node rule makes a count change
+/// drain the whole node), also two GPUs of a model moved at once keeping the node's
+/// instance count.
+fn neighbours(
+    best: &Blocks,
+    b: usize,
+    available: &[Vec<usize>],
+    instances: Option<&[Vec<usize>]>,
+) -> Vec<Blocks> {
     let mut out = Vec::new();
-    let moves: Vec<(usize, usize)> = available
-        .iter()
-        .filter(|&&from| best[b][from] > 0)
-        .flat_map(|&from| {
-            available
-                .iter()
-                .filter(move |&&to| to != from)
-                .map(move |&to| (from, to))
-        })
-        .collect();
-    for &(from, to) in &moves {
-        let mut c = best.clone();
-        c[b][from] -= 1;
-        c[b][to] += 1;
-        out.push(c);
-    }
-    if let Some(count) = instances {
-        let delta = |(from, to): (usize, usize)| count[to] as i64 - count[from] as i64;
-        for (i, &m1) in moves.iter().enumerate() {
-            for &m2 in &moves[i + 1..] {
-                let room = m1.0 != m2.0 || best[b][m1.0] >= 2;
-                if delta(m1) != 0 && delta(m1) + delta(m2) == 0 && room {
-                    let mut c = best.clone();
-                    c[b][m1.0] -= 1;
-                    c[b][m1.1] += 1;
-                    c[b][m2.0] -= 1;
-                    c[b][m2.1] += 1;
-                    out.push(c);
+    for (m, available) in available.iter().enumerate() {
+        let here = &best[b][m];
+        let moves: Vec<(usize, usize)> = available
+            .iter()
+            .filter(|&&from| here[from] > 0)
+            .flat_map(|&from| {
+                available
+                    .iter()
+                    .filter(move |&&to| to != from)
+                    .map(move |&to| (from, to))
+            })
+            .collect();
+        let moved = |steps: &[(usize, usize)]| {
+            let mut c = best.clone();
+            for &(from, to) in steps {
+                c[b][m][from] -= 1;
+                c[b][m][to] += 1;
+            }
+            c
+        };
+        out.extend(moves.iter().map(|&step| moved(&[step])));
+        if let Some(count) = instances.map(|i| &i[m]) {
+            let delta = |(from, to): (usize, usize)| count[to] as i64 - count[from] as i64;
+            for (i, &m1) in moves.iter().enumerate() {
+                for &m2 in &moves[i + 1..] {
+                    let room = m1.0 != m2.0 || here[m1.0] >= 2;
+                    if delta(m1) != 0 && delta(m1) + delta(m2) == 0 && room {
+                        out.push(moved(&[m1, m2]));
+                    }
                 }
             }
         }
@@ -200,26 +231,30 @@ fn neighbours(best: &Blocks, b: usize, available: &[usize], instances: Option<&[
 /// node of the paper's eight GPUs.
 const MIN_PATTERN_GPUS: usize = 8;
 
-/// GPUs in the search's pattern: whole nodes (`cluster.gpus_per_node`, or all GPUs when
-/// fewer), as few as cover [`MIN_PATTERN_GPUS`] and no more than the cluster has. On nodes
-/// of 1, 2 or 4 GPUs one node cannot hold a mix like `c2×6 c6×2`; a pattern of 8 can.
-fn pattern_gpus(sc: &ResolvedScenario) -> usize {
-    let gpus = sc.gpus.len().max(1);
+/// GPUs of `model` in the search's pattern: whole nodes (`cluster.gpus_per_node`, or all
+/// the model's GPUs when fewer), as few as cover [`MIN_PATTERN_GPUS`] and no more than the
+/// cluster has of the model. On nodes of 1, 2 or 4 GPUs one node cannot hold a mix like
+/// `c2×6 c6×2`; a pattern of 8 can.
+fn pattern_gpus(sc: &ResolvedScenario, model: usize) -> usize {
+    let gpus = sc.gpus.iter().filter(|g| g.model == model).count().max(1);
     let node = (sc.scenario.cluster.gpus_per_node as usize).clamp(1, gpus);
     node * MIN_PATTERN_GPUS.div_ceil(node).min(gpus / node).max(1)
 }
 
-/// One node's share of a cluster-wide layout: configuration counts over `pattern` GPUs,
-/// proportional to the layout's as it runs (cycled over the GPUs; largest remainders),
-/// and whether the share is exact.
-fn node_counts(sc: &ResolvedScenario, layout: &[String], pattern: usize) -> (Vec<u32>, bool) {
-    let k = sc.models[0].configurations.len();
+/// One node's share of a cluster-wide layout on the GPUs of `model`: configuration counts
+/// over `pattern` GPUs, proportional to the layout's as it runs (cycled over the GPUs;
+/// largest remainders), and whether the share is exact.
+fn node_counts(sc: &ResolvedScenario, layout: &[String], model: usize, pattern: usize) -> (Vec<u32>, bool) {
+    let k = sc.models[model].configurations.len();
     let mut whole = vec![0u32; k];
-    let idx = sc.layout_indices(layout);
-    for &c in &idx {
-        whole[c] += 1;
+    let mut total = 0;
+    for (c, g) in sc.layout_indices(layout).into_iter().zip(&sc.gpus) {
+        if g.model == model {
+            whole[c] += 1;
+            total += 1;
+        }
     }
-    let total = idx.len().max(1);
+    let total = total.max(1);
     let exact_share = whole.iter().all(|&n| (n as usize * pattern) % total == 0);
     let exact: Vec<f64> = whole
         .iter()
@@ -252,9 +287,6 @@ pub fn tune_periodic_on(
     max_passes: u32,
     progress: &indicatif::ProgressBar,
 ) -> Result<PeriodicTuneResult, PeriodicTuneError> {
-    if sc.models.len() != 1 {
-        return Err(PeriodicTuneError::Models(sc.models.len()));
-    }
     if !(1..=48).contains(&blocks) || 1440 % blocks != 0 {
         return Err(PeriodicTuneError::Blocks(blocks));
     }
@@ -267,19 +299,26 @@ pub fn tune_periodic_on(
         cache: HashMap::new(),
         block_min: DAY_MIN / f64::from(blocks),
     };
-    let (start_counts, start_exact) = node_counts(sc, start, pattern_gpus(sc));
-    let available: Vec<usize> = (0..sc.models[0].configurations.len())
-        .filter(|&c| sc.searchable(0, c))
+    let shares: Vec<(Vec<u32>, bool)> = (0..sc.models.len())
+        .map(|m| node_counts(sc, start, m, pattern_gpus(sc, m)))
+        .collect();
+    let start_exact = shares.iter().all(|(_, exact)| *exact);
+    let start_counts: Layout = shares.into_iter().map(|(counts, _)| counts).collect();
+    let available: Vec<Vec<usize>> = (0..sc.models.len())
+        .map(|m| {
+            (0..sc.models[m].configurations.len())
+                .filter(|&c| sc.searchable(m, c))
+                .collect()
+        })
         .collect();
     let rep = &sc.scenario.repartition;
-    let instances: Option<Vec<usize>> = (rep.semantics == Semantics::Drain
+    let instances: Option<Vec<Vec<usize>>> = (rep.semantics == Semantics::Drain
         && rep.node_rule == NodeRule::Slurm2205
         && !rep.index_rule.padded())
     .then(|| {
-        sc.models[0]
-            .configurations
+        sc.models
             .iter()
-            .map(|c| c.sizes.len())
+            .map(|m| m.configurations.iter().map(|c| c.sizes.len()).collect())
             .collect()
     });
     let mut best: Blocks = vec![start_counts.clone(); blocks as usize];
@@ -377,7 +416,7 @@ mod tests {
         let layout: Vec<String> = (0..64)
             .map(|i| if i < 48 { "c2" } else { "c6" }.to_string())
             .collect();
-        let (counts, exact) = node_counts(&sc, &layout, 8);
+        let (counts, exact) = node_counts(&sc, &layout, 0, 8);
         assert!(exact);
         assert_eq!((counts[1], counts[5], counts.iter().sum::<u32>()), (6, 2, 8));
     }
@@ -409,28 +448,86 @@ mod tests {
         // Three to a node: two nodes are all the cluster's 8 GPUs hold, and 6 GPUs cannot
         // hold 6:2; on a cluster of 9, three nodes can.
         let sc = Scenario::reference(&["cluster.gpus_per_node=3".into()]).unwrap();
-        assert_eq!(pattern_gpus(&sc), 6);
-        assert!(!node_counts(&sc, &start, 6).1);
+        assert_eq!(pattern_gpus(&sc, 0), 6);
+        assert!(!node_counts(&sc, &start, 0, 6).1);
         let nine = Scenario::reference(&[
             "cluster.gpus_per_node=3".into(),
             "cluster.gpus=[{model=\"a100-40gb\",count=9}]".into(),
         ])
         .unwrap();
-        assert_eq!(pattern_gpus(&nine), 9);
+        assert_eq!(pattern_gpus(&nine, 0), 9);
         // Nodes of 8: one node, even where only the whole cluster holds the mix exactly
         // (a search over a 64-GPU pattern moves in steps too small to gain).
         let big = Scenario::reference(&["cluster.gpus=[{model=\"a100-40gb\",count=64}]".into()]).unwrap();
         let layout: Vec<String> = (0..64)
             .map(|i| if i < 57 { "c2" } else { "c6" }.to_string())
             .collect();
-        assert_eq!(pattern_gpus(&big), 8);
-        assert!(!node_counts(&big, &layout, 8).1);
+        assert_eq!(pattern_gpus(&big, 0), 8);
+        assert!(!node_counts(&big, &layout, 0, 8).1);
         // A layout shorter than the cluster runs cycled: c2 c2 c6 over 8 GPUs is c2×6 c6×2,
         // which one node of 8 holds.
         let eight = Scenario::reference(&[]).unwrap();
         let short = ["c2", "c2", "c6"].map(String::from);
-        assert_eq!(pattern_gpus(&eight), 8);
-        assert!(node_counts(&eight, &short, 8).1);
+        assert_eq!(pattern_gpus(&eight, 0), 8);
+        assert!(node_counts(&eight, &short, 0, 8).1);
+    }
+
+    /// The shipped mixed scenario (4 A100s, 2 H100s, 2 A30s), a quarter of a day.
+    fn mixed() -> ResolvedScenario {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../etc/scenarios/mixed-a100-h100-a30.toml");
+        Scenario::load(&file, &["workload.days=0.25".into()]).unwrap()
+    }
+
+    #[test]
+    fn on_a_mixed_cluster_every_model_gets_its_own_schedule() {
+        let sc = mixed();
+        let days = two_days(&sc);
+        let start = sc.scenario.baselines.static_best.clone().unwrap();
+        let t = tune_periodic_on(&sc, days.clone(), &start, 4, 2, &indicatif::ProgressBar::hidden()).unwrap();
+        // Each model's share of the static layout, spelled out GPU by GPU in cluster order.
+        assert!(t.start_exact);
+        assert_eq!(t.start, start);
+        let static_et = mean_et(&sc, &days, LayoutSpec::Static(start.clone()));
+        assert!(
+            (t.start_et - static_et).abs() < 1e-9,
+            "{} vs {static_et}",
+            t.start_et
+        );
+        assert!(t.et <= t.start_et + 1e-12, "{} vs {}", t.et, t.start_et);
+        for e in &t.schedule {
+            assert_eq!(e.layout.len(), sc.gpus.len(), "{:?}", e.layout);
+            assert!(sc.check_layout(&e.layout).is_ok(), "{:?}", e.layout);
+        }
+        // The search moved GPUs beyond the first model's.
+        assert!(
+            t.schedule.iter().any(|e| e.layout[4..] != start[4..]),
+            "{:?}",
+            t.schedule
+        );
+        let et = mean_et(&sc, &days, LayoutSpec::Periodic(t.schedule.clone()));
+        assert!((et - t.et).abs() < 1e-9, "{et} vs {}", t.et);
+    }
+
+    #[test]
+    fn a_mixed_layout_cycles_each_models_pattern_over_its_own_gpus() {
+        let sc = mixed();
+        let counts = |m: usize, names: &[&str]| -> Vec<u32> {
+            sc.models[m]
+                .configurations
+                .iter()
+                .map(|c| names.iter().filter(|&&n| n == c.name).count() as u32)
+                .collect()
+        };
+        let layout = vec![counts(0, &["c2", "c6"]), counts(1, &["c1"]), counts(2, &["q2"])];
+        assert_eq!(
+            layout_names(&sc, &layout),
+            ["c2", "c6", "c2", "c6", "c1", "c1", "q2", "q2"]
+        );
+        assert_eq!(
+            (0..3).map(|m| pattern_gpus(&sc, m)).collect::<Vec<_>>(),
+            [4, 2, 2]
+        );
     }
 
     #[test]

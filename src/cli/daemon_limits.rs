@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use smartmig_core::config::{Config, Mode, RelayoutRules};
-use smartmig_core::mig::{identify, Catalogue};
+use smartmig_core::mig::{identify, read_entry, Catalogue};
 use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics};
 
 /// The `--set` overrides that give scenario `sc` the driver rules smartmigd applies with
@@ -111,21 +111,79 @@ impl SiteLayouts {
         (!all).then(|| format!("cluster.configurations=[{}]", quoted.join(", ")))
     }
 
-    /// `layout`, catalogue configurations of the scenario's first GPU model (what the
-    /// searches cover), as the site's mig-config names; an error names one that is none.
-    pub fn site_names(&self, sc: &ResolvedScenario, layout: &[String]) -> Result<Vec<String>, String> {
-        let key = sc.models.first().map_or("", |m| m.model.key.as_str());
-        layout
+    /// Configuration `name` of `model` as the site's mig-config; an error where it is none.
+    fn site_name(&self, model: &str, name: &str) -> Result<String, String> {
+        self.named
             .iter()
-            .map(|name| {
-                self.named
-                    .iter()
-                    .find(|(k, _, c)| k == key && c.eq_ignore_ascii_case(name))
-                    .map(|(_, mig, _)| mig.clone())
-                    .ok_or_else(|| format!("{name} is none of the site's mig-configs for {key}"))
-            })
-            .collect()
+            .find(|(k, _, c)| k == model && c == name)
+            .map(|(_, mig, _)| mig.clone())
+            .ok_or_else(|| format!("{name} is none of the site's mig-configs for {model}"))
     }
+}
+
+/// `layout`, the scenario's (one list cycled over all the cluster's GPUs), as smartmigd
+/// reads a layout list in smartmig.toml: each GPU model takes the entries it reads as its
+/// own, cycled over its GPUs. Entries are named as the site names them (`site`: its
+/// mig-configs) or as the catalogue does. With one model and the catalogue's names the
+/// scenario's list is smartmigd's; otherwise each model's GPUs are written in turn, as the
+/// shortest list that cycles to them, and an entry another model would read too (an
+/// A100's and an H100's `c2`) as its instance list. An error names an entry that even so
+/// two models would read.
+pub fn daemon_layout(
+    sc: &ResolvedScenario,
+    layout: &[String],
+    site: Option<&SiteLayouts>,
+) -> Result<Vec<String>, String> {
+    if sc.models.len() == 1 && site.is_none() {
+        return Ok(layout.to_vec());
+    }
+    let per_gpu = sc.try_layout_indices(layout)?;
+    let catalogue = Catalogue::embedded();
+    let driver = sc.scenario.cluster.driver;
+    let reads = |m: usize, entry: &str| {
+        let cm = &sc.models[m];
+        site.is_some_and(|s| {
+            s.named
+                .iter()
+                .any(|(k, mig, _)| *k == cm.model.key && mig.eq_ignore_ascii_case(entry))
+        }) || read_entry(&catalogue, &cm.configurations, &cm.model, driver, entry).is_ok_and(|e| e.is_some())
+    };
+    let other_reader = |m: usize, entry: &str| (0..sc.models.len()).find(|&o| o != m && reads(o, entry));
+    let mut out = Vec::new();
+    for (m, cm) in sc.models.iter().enumerate() {
+        let seq: Vec<usize> = per_gpu
+            .iter()
+            .zip(&sc.gpus)
+            .filter(|(_, g)| g.model == m)
+            .map(|(&c, _)| c)
+            .collect();
+        let period = (1..seq.len())
+            .find(|&p| (p..seq.len()).all(|i| seq[i] == seq[i - p]))
+            .unwrap_or(seq.len());
+        for &c in &seq[..period] {
+            let config = &cm.configurations[c];
+            let name = match site {
+                Some(s) => s.site_name(&cm.model.key, &config.name)?,
+                None => config.name.clone(),
+            };
+            let entry = match other_reader(m, &name) {
+                None => name,
+                Some(_) => {
+                    let instances = config.layout.profile_list(&cm.model);
+                    if let Some(o) = other_reader(m, &instances) {
+                        return Err(format!(
+                            "smartmigd would read `{name}` ({instances}) as a layout of {} too, so one \
+                             layout list cannot give {} and {} different layouts there",
+                            sc.models[o].model.key, cm.model.key, sc.models[o].model.key
+                        ));
+                    }
+                    instances
+                }
+            };
+            out.push(entry);
+        }
+    }
+    Ok(out)
 }
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
@@ -332,6 +390,70 @@ mod tests {
         assert_eq!(daemon_hardware(&listed, None, &a30), Ok(Vec::new()));
     }
 
+    /// On several GPU models smartmigd reads a layout list model by model: what the
+    /// scenario cycles over the whole cluster is written so that each model reads back
+    /// its own GPUs' layouts, names two models share as instance lists.
+    #[test]
+    fn a_mixed_layout_is_written_so_smartmigd_gives_each_model_its_own() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/scenarios/mixed-a100-h100-a30.toml");
+        let sc = smartmig_sim::scenario::Scenario::load(&file, &[]).unwrap();
+        let layout: Vec<String> = ["c1", "c1", "c1", "c1", "c2", "c2", "q1", "q3"]
+            .map(String::from)
+            .into();
+        let written = daemon_layout(&sc, &layout, None).unwrap();
+        assert_eq!(written, ["7g.40gb", "4g.40gb+3g.40gb", "q1", "q3"]);
+        let quoted: Vec<String> = written.iter().map(|n| format!("\"{n}\"")).collect();
+        let cfg = Config::parse(
+            &format!(
+                "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\", \"a30-24gb\"]\n\
+                 [policy]\nkind = \"static\"\nstatic_layout = [{}]\n",
+                quoted.join(", ")
+            ),
+            "smartmig.toml",
+        )
+        .unwrap()
+        .resolve(None)
+        .unwrap();
+        let read: Vec<Vec<&str>> = cfg
+            .models
+            .iter()
+            .map(|m| {
+                m.static_layout
+                    .iter()
+                    .map(|&c| m.configurations[c].name.as_str())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(read, [vec!["c1"], vec!["c2"], vec!["q1", "q3"]]);
+        // The scenario's own list would give the H100s the A100s' first entries.
+        let plain = Config::parse(
+            "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\"]\n[policy]\nkind = \"static\"\n\
+             static_layout = [\"c1\", \"c1\", \"c1\", \"c1\", \"c2\", \"c2\"]\n",
+            "smartmig.toml",
+        )
+        .unwrap()
+        .resolve(None)
+        .unwrap();
+        assert_eq!(
+            plain.models[1].static_layout[..2],
+            plain.models[0].static_layout[..2]
+        );
+        // An A100-80GB and an H100 share their profiles' names too: nothing tells them apart.
+        let alike = smartmig_sim::scenario::Scenario::reference(&[
+            "cluster.gpus=[{model=\"a100-80gb\",count=1},{model=\"h100-80gb\",count=1}]".into(),
+            "baselines.reference_layout=[\"c1\"]".into(),
+            "baselines.static_best=[\"c1\"]".into(),
+            "baselines.periodic=[]".into(),
+            "baselines.periodic_best=[{at = \"00:00\", layout = [\"c1\"]}]".into(),
+        ])
+        .unwrap();
+        let e = daemon_layout(&alike, &["c1".into(), "c2".into()], None).unwrap_err();
+        assert!(e.contains("`c1` (7g.80gb) as a layout of h100-80gb too"), "{e}");
+        // One model and the catalogue's names: the scenario's list as it is.
+        let one = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
+        assert_eq!(daemon_layout(&one, &layout[..5], None).unwrap(), layout[..5]);
+    }
+
     /// A mig-parted site: searches choose among the configurations its mig-configs are, and
     /// what they find is written back in its mig-config names.
     #[test]
@@ -365,10 +487,10 @@ mod tests {
             [format!("cluster.configurations=[\"c1\", \"{balanced}\"]")]
         );
         assert_eq!(
-            site.site_names(&sc, &[balanced.clone(), "c1".into()]).unwrap(),
+            daemon_layout(&sc, &[balanced.clone(), "c1".into()], Some(&site)).unwrap(),
             ["balanced", "whole"]
         );
-        let e = site.site_names(&sc, &["c2".into()]).unwrap_err();
+        let e = daemon_layout(&sc, &["c2".into()], Some(&site)).unwrap_err();
         assert!(
             e.contains("c2 is none of the site's mig-configs for a100-40gb"),
             "{e}"

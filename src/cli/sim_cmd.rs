@@ -14,7 +14,7 @@ use smartmig_eval::compare::{
     baselines, compare as run_compare, guard, run_policy, run_reference, Comparison, Days, LayoutSpec,
     Paired, PolicySpec, Tuned, SMART_MIG, STATIC_BEST,
 };
-use smartmig_eval::periodic::{tune_periodic_on, PeriodicTuneError, DEFAULT_BLOCKS, DEFAULT_PASSES};
+use smartmig_eval::periodic::{tune_periodic_on, DEFAULT_BLOCKS, DEFAULT_PASSES};
 use smartmig_eval::plot;
 use smartmig_eval::tune::tune_static_on;
 use smartmig_eval::{EVAL_SEED_BASE, TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
@@ -831,15 +831,7 @@ pub fn compare(a: CompareArgs) -> CliResult {
             let pb = progress(60, "tune periodic-best");
             let t = tune_periodic_on(&sc, train, &start, DEFAULT_BLOCKS, DEFAULT_PASSES, &pb);
             pb.finish_and_clear();
-            match t {
-                Ok(t) => tuned.periodic_best = Some((t.schedule, note)),
-                // The search covers one GPU model; the rest of the comparison still stands.
-                Err(e @ PeriodicTuneError::Models(_)) => {
-                    eprintln!("periodic-best: left out ({e})");
-                    tuned.periodic_best = None;
-                }
-                Err(e) => return Err(CliError::input(e)),
-            }
+            tuned.periodic_best = Some((t.map_err(CliError::input)?.schedule, note));
         }
     }
     let model = smart_mig_model(&sc, &a.model, a.no_model);

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use clap::Args;
 
-use super::daemon_limits::SiteLayouts;
+use super::daemon_limits::{daemon_layout, SiteLayouts};
 use super::sim_cmd::{file_tuned, progress, ScenarioArgs, SeedArg, TraceArgs};
 use super::{print_json, CliError, CliResult, Format};
 use smartmig_core::config::{Config, RelayoutRules};
@@ -161,14 +161,19 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
             if a.write {
                 println!("written to baselines.static_best");
             }
-            // A mig-parted site names the layout by its mig-configs.
-            if let (Some(path), Some(site)) = (&a.scenario.smartmig_toml, a.scenario.site_layouts()) {
-                let names = site.site_names(&sc, &t.layout).map_err(|e| named(path, e))?;
-                println!(
-                    "in {}'s mig-configs (policy.static_layout): {}",
-                    path.display(),
-                    super::layout_summary(&names)
-                );
+            // A mig-parted site names the layout by its mig-configs; on several GPU models
+            // smartmigd reads a layout list model by model.
+            if let Some(path) = &a.scenario.smartmig_toml {
+                let site = a.scenario.site_layouts();
+                if site.is_some() || sc.models.len() > 1 {
+                    let names = daemon_layout(&sc, &t.layout, site).map_err(|e| named(path, e))?;
+                    let terms = if site.is_some() { "mig-configs" } else { "terms" };
+                    println!(
+                        "in {}'s {terms} (policy.static_layout): {}",
+                        path.display(),
+                        super::layout_summary(&names)
+                    );
+                }
             }
             Ok(())
         }
@@ -270,24 +275,21 @@ fn write_policy_periodic(path: &Path, schedule: &[PeriodicSpec], rules: &Relayou
     )
 }
 
-/// `schedule` as smartmig.toml `path` names its layouts: a site whose layouts are a
+/// `schedule` as smartmig.toml reads it ([`daemon_layout`]): a site whose layouts are a
 /// mig-parted file's (`site`) gets its mig-config names (the search ran over the
-/// configurations they are), any other the catalogue's.
-fn site_schedule(
-    path: &Path,
-    site: Option<&SiteLayouts>,
+/// configurations they are), any other the catalogue's; on several GPU models each
+/// model's layouts in turn.
+fn daemon_schedule(
     sc: &ResolvedScenario,
     schedule: &[PeriodicSpec],
-) -> Result<Vec<PeriodicSpec>, CliError> {
-    let Some(site) = site else {
-        return Ok(schedule.to_vec());
-    };
+    site: Option<&SiteLayouts>,
+) -> Result<Vec<PeriodicSpec>, String> {
     schedule
         .iter()
         .map(|e| {
             Ok(PeriodicSpec {
                 at: e.at.clone(),
-                layout: site.site_names(sc, &e.layout).map_err(|e| named(path, e))?,
+                layout: daemon_layout(sc, &e.layout, site)?,
             })
         })
         .collect()
@@ -451,7 +453,8 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     let mut written = None;
     if let Some(path) = &a.scenario.smartmig_toml {
         let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-        let schedule = site_schedule(path, a.scenario.site_layouts(), &sc, &report.schedule)?;
+        let schedule =
+            daemon_schedule(&sc, &report.schedule, a.scenario.site_layouts()).map_err(|e| named(path, e))?;
         write_policy_periodic(path, &schedule, &rules)?;
         written = Some(schedule);
     }
@@ -537,7 +540,8 @@ fn print_periodic(
         Some(p) => println!(
             "written to {} as [[policy.periodic]]{}; set policy.kind = \"periodic\" there to use it",
             p.display(),
-            // A mig-parted site's file names the layouts by its mig-configs.
+            // A mig-parted site's file names the layouts by its mig-configs; on several
+            // models smartmigd reads each model's entries in turn.
             written
                 .filter(|w| *w != r.schedule.as_slice())
                 .map(|w| {
@@ -545,7 +549,12 @@ fn print_periodic(
                         .iter()
                         .map(|e| format!("from {} {}", e.at, super::layout_summary(&e.layout)))
                         .collect();
-                    format!(" in its mig-configs' names ({})", blocks.join("; "))
+                    let how = if a.scenario.site_layouts().is_some() {
+                        "in its mig-configs' names"
+                    } else {
+                        "model by model"
+                    };
+                    format!(" {how} ({})", blocks.join("; "))
                 })
                 .unwrap_or_default()
         ),
@@ -554,13 +563,16 @@ fn print_periodic(
             // searched where requeued jobs resume loses where they start over. The record
             // lets smartmigd refuse it under other rules.
             let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-            println!(
-                "for smartmig.toml (policy.kind = \"periodic\"; searched under this scenario's rules, \
-                 not your smartmigd's: --smartmig-toml FILE searches under FILE's and writes it there; \
-                 with periodic_tuned_under in [policy], smartmigd runs the schedule only under the same rules):\n\
-                 periodic_tuned_under = \"{rules}\"  # under [policy]\n{}",
-                policy_periodic_toml(&r.schedule)
-            )
+            match daemon_schedule(sc, &r.schedule, None) {
+                Ok(schedule) => println!(
+                    "for smartmig.toml (policy.kind = \"periodic\"; searched under this scenario's rules, \
+                     not your smartmigd's: --smartmig-toml FILE searches under FILE's and writes it there; \
+                     with periodic_tuned_under in [policy], smartmigd runs the schedule only under the same rules):\n\
+                     periodic_tuned_under = \"{rules}\"  # under [policy]\n{}",
+                    policy_periodic_toml(&schedule)
+                ),
+                Err(e) => println!("not for smartmig.toml: {e}"),
+            }
         }
     }
 }
