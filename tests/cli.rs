@@ -594,12 +594,13 @@ fn a_mig_parted_file_imports_and_exports_back_unchanged() {
 }
 
 #[test]
-fn a_mixed_a100_h100_a30_cluster_runs_in_compare_and_tune_leaves_out_only_periodic_best() {
-    // --tune: static-best is tuned for the three models; tune-periodic searches one
-    // model's schedule, so periodic-best is left out instead of failing the run.
+fn a_mixed_a100_h100_a30_cluster_runs_in_compare_with_both_baselines_tuned_for_every_model() {
+    // --tune: static-best and periodic-best are searched over the three models.
     let v = json(&smartmig(&[
         "compare",
         "--tune",
+        "--tune-seeds",
+        "2",
         "--scenario",
         concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -625,7 +626,8 @@ fn a_mixed_a100_h100_a30_cluster_runs_in_compare_and_tune_leaves_out_only_period
             "static-met",
             "static-random",
             "static-best",
-            "periodic"
+            "periodic",
+            "periodic-best"
         ]
     );
     for p in policies {
@@ -1238,6 +1240,69 @@ fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A cluster of three GPU models: the schedule covers each model's GPUs, and the
+/// smartmig.toml written gives smartmigd, which reads a layout list model by model, every
+/// model's layouts of each block.
+#[test]
+fn tune_periodic_on_a_mixed_cluster_writes_each_models_layouts_as_smartmigd_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("smartmig.toml");
+    std::fs::write(
+        &conf,
+        "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\", \"a30-24gb\"]\ndriver = \"r510\"\n",
+    )
+    .unwrap();
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/etc/scenarios/mixed-a100-h100-a30.toml"
+    );
+    let o = small_tune_periodic(
+        std::path::Path::new(scenario),
+        "2",
+        "1",
+        &[
+            "--set",
+            "workload.days=0.25",
+            "--smartmig-toml",
+            conf.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    );
+    let v = json(&o);
+    let schedule = v["schedule"].as_array().unwrap();
+    let written = smartmig_core::config::Config::from_file(&conf)
+        .unwrap()
+        .resolve(Some(dir.path()))
+        .unwrap();
+    assert_eq!(written.config.policy.periodic.len(), schedule.len());
+    // GPUs in cluster order: 4 A100s, 2 H100s, 2 A30s.
+    let first_gpu = [0, 4, 6];
+    let count = [4, 2, 2];
+    for (e, entry) in schedule.iter().enumerate() {
+        let searched: Vec<&str> = entry["layout"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        assert_eq!(searched.len(), 8, "{searched:?}");
+        for (m, model) in written.models.iter().enumerate() {
+            let read = &model.periodic[e];
+            let read: Vec<&str> = (0..count[m])
+                .map(|i| model.configurations[read[i % read.len()]].name.as_str())
+                .collect();
+            assert_eq!(
+                read,
+                searched[first_gpu[m]..first_gpu[m] + count[m]],
+                "{} at {}",
+                model.model.key,
+                entry["at"]
+            );
+        }
+    }
 }
 
 /// A site with GPU models the scenario does not have: a schedule of the scenario's layouts
