@@ -1273,6 +1273,14 @@ fn tune_periodic_on_a_mixed_cluster_writes_each_models_layouts_as_smartmigd_read
     );
     let v = json(&o);
     let schedule = v["schedule"].as_array().unwrap();
+    // `config check` shows what each model reads.
+    let o = smartmig(&["config", "check", conf.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("\n  h100-80gb: static_layout c1; from 00:00 "),
+        "{}",
+        stdout(&o)
+    );
     let written = smartmig_core::config::Config::from_file(&conf)
         .unwrap()
         .resolve(Some(dir.path()))

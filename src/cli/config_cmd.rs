@@ -32,6 +32,21 @@ pub fn run(cmd: ConfigCommand) -> CliResult {
                 resolved.config.policy.kind,
                 resolved.config.controller.mode
             );
+            // Each model takes the entries that fit it (models may share names): on several,
+            // show what each reads.
+            if resolved.models.len() > 1 {
+                for m in &resolved.models {
+                    let names = |l: &[usize]| {
+                        let l: Vec<String> = l.iter().map(|&c| m.configurations[c].name.clone()).collect();
+                        super::layout_summary(&l)
+                    };
+                    let mut line = format!("  {}: static_layout {}", m.model.key, names(&m.static_layout));
+                    for (e, l) in resolved.config.policy.periodic.iter().zip(&m.periodic) {
+                        line.push_str(&format!("; from {} {}", e.at.get_ref(), names(l)));
+                    }
+                    println!("{line}");
+                }
+            }
             // Valid, but not what the admin asked for: say so where they look first.
             if let Some(why) = periodic_mismatch(&resolved.config) {
                 eprintln!("warning: smartmigd runs policy.static_layout instead of the schedule: {why}");

@@ -231,6 +231,33 @@ fn manpages(dir: &std::path::Path) -> CliResult {
     Ok(())
 }
 
+/// A layout of scenario `sc` in few words ([`layout_summary`]); on several GPU models each
+/// model's GPUs as the layout runs on them (`a100-40gb c1×4, h100-80gb c1 c2`), since
+/// their configurations' names overlap.
+pub(crate) fn cluster_layout_summary(
+    sc: &smartmig_sim::scenario::ResolvedScenario,
+    layout: &[String],
+) -> String {
+    if sc.models.len() == 1 {
+        return layout_summary(layout);
+    }
+    let run = sc.layout_as_run(layout);
+    sc.models
+        .iter()
+        .enumerate()
+        .map(|(m, cm)| {
+            let names: Vec<String> = run
+                .iter()
+                .zip(&sc.gpus)
+                .filter(|(_, g)| g.model == m)
+                .map(|(n, _)| n.clone())
+                .collect();
+            format!("{} {}", cm.model.key, layout_summary(&names))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A layout in few words: runs of equal configurations counted (`c2×6 c6×2`).
 pub(crate) fn layout_summary(layout: &[String]) -> String {
     let mut runs: Vec<(&str, usize)> = Vec::new();

@@ -564,7 +564,7 @@ fn simulate_layout(a: &SimulateArgs, sc: &ResolvedScenario) -> Result<LayoutSpec
                     "warning: --layout names {} configurations for the cluster's {} GPUs: it runs as {}",
                     l.len(),
                     sc.gpus.len(),
-                    super::layout_summary(&sc.layout_as_run(&l))
+                    super::cluster_layout_summary(sc, &sc.layout_as_run(&l))
                 );
             }
             LayoutSpec::Static(l)
@@ -852,7 +852,10 @@ pub fn compare(a: CompareArgs) -> CliResult {
     match a.format {
         Format::Json => print_json(&cmp),
         Format::Table => {
-            let best = tuned.static_best.as_ref().map(|(l, _)| sc.layout_as_run(l));
+            let best = tuned
+                .static_best
+                .as_ref()
+                .map(|(l, _)| super::cluster_layout_summary(&sc, &sc.layout_as_run(l)));
             print_comparison(&cmp, best.as_deref());
             Ok(())
         }
@@ -1051,7 +1054,8 @@ fn paired_cell(p: Option<&Paired>) -> String {
     })
 }
 
-pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
+/// `compare`'s table; `best`: static-best's layout in words, for its last line.
+pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&str>) {
     println!(
         "scenario {} | {} GPUs | {} jobs/day | {} evaluation days ({}) | reference {}",
         cmp.scenario,
@@ -1122,7 +1126,7 @@ pub(crate) fn print_comparison(cmp: &Comparison, best: Option<&[String]>) {
         println!("lower bounds (mean over days): energy {kwh:.2} kWh, avg tardiness {tardiness}");
     }
     match best {
-        Some(b) => println!("{STATIC_BEST} layout: {}", super::layout_summary(b)),
+        Some(b) => println!("{STATIC_BEST} layout: {b}"),
         None => {
             println!("{STATIC_BEST}: not in the scenario (run `smartmig tune-static --write` or pass --tune)")
         }

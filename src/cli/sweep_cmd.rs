@@ -302,7 +302,7 @@ fn collect(dir: &Path, format: Format) -> CliResult {
                 .baselines
                 .static_best
                 .as_ref()
-                .map(|l| sc.layout_as_run(l));
+                .map(|l| super::cluster_layout_summary(&sc, &sc.layout_as_run(l)));
             print_comparison(&cmp, best.as_deref());
             Ok(())
         }

@@ -148,7 +148,10 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
     match a.format {
         Format::Json => print_json(&t),
         Format::Table => {
-            println!("best static layout: {}", super::layout_summary(&t.layout));
+            println!(
+                "best static layout: {}",
+                super::cluster_layout_summary(&sc, &t.layout)
+            );
             println!(
                 "ET vs static-cedf on {}: {:.3} (gain {:+.1}%); best uniform {} at {:.3}; {} layouts simulated",
                 days.describe(),
@@ -485,14 +488,18 @@ fn print_periodic(
         days.describe()
     );
     for e in &s.schedule {
-        println!("  from {}  {}", e.at, super::layout_summary(&e.layout));
+        println!(
+            "  from {}  {}",
+            e.at,
+            super::cluster_layout_summary(sc, &e.layout)
+        );
     }
     let start = if s.start_exact {
         "static-best".to_string()
     } else {
         format!(
             "its start ({}, static-best's nearest share of {} GPUs)",
-            super::layout_summary(&s.start),
+            super::cluster_layout_summary(sc, &s.start),
             s.start.len()
         )
     };
@@ -521,14 +528,14 @@ fn print_periodic(
             } else {
                 format!("not {GUARD_STANDARD_ERRORS} standard errors above 0")
             },
-            super::layout_summary(&sc.layout_as_run(&r.static_best))
+            super::cluster_layout_summary(sc, &sc.layout_as_run(&r.static_best))
         );
     }
     println!(
         "evaluation days ({}): periodic-best ET {:.3}, static-best ({}) {:.3}; periodic-best vs static-best {}; {:.1} repartitions/day",
         r.evaluation_days,
         r.periodic_best_et,
-        super::layout_summary(&sc.layout_as_run(&r.static_best)),
+        super::cluster_layout_summary(sc, &sc.layout_as_run(&r.static_best)),
         r.static_best_et,
         r.vs_static_best.map_or("-".into(), |p| p.describe()),
         r.repartitions
