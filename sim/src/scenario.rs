@@ -90,16 +90,40 @@ pub struct ClusterSpec {
     /// mig-parted file's mig-configs): `tune-static` and `tune-periodic` search only these.
     /// The baselines named in the file may use others. None: every configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub configurations: Option<Vec<String>>,
+    pub configurations: Option<SiteConfigurations>,
+}
+
+/// `cluster.configurations`: one list for every GPU model, or one per model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SiteConfigurations {
+    /// The same configurations on every model (`["c1", "c7"]`).
+    All(Vec<String>),
+    /// Per model key, its configurations (`{ "a100-40gb" = ["c1", "c7"], "a30-24gb" =
+    /// ["q1"] }`); a model not listed takes every configuration.
+    PerModel(std::collections::BTreeMap<String, Vec<String>>),
+}
+
+impl SiteConfigurations {
+    /// Every configuration name listed, whatever the model.
+    fn names(&self) -> Vec<&String> {
+        match self {
+            SiteConfigurations::All(names) => names.iter().collect(),
+            SiteConfigurations::PerModel(per) => per.values().flatten().collect(),
+        }
+    }
 }
 
 impl ClusterSpec {
-    /// Whether the site lays GPUs out as configuration `name` (every one without
-    /// `configurations`).
-    pub fn site_takes(&self, name: &str) -> bool {
-        self.configurations
-            .as_ref()
-            .is_none_or(|site| site.iter().any(|a| a.eq_ignore_ascii_case(name)))
+    /// Whether the site lays GPUs of `model` (its catalogue key) out as configuration
+    /// `name` (every one without `configurations`).
+    pub fn site_takes(&self, model: &str, name: &str) -> bool {
+        let listed = |names: &[String]| names.iter().any(|a| a.eq_ignore_ascii_case(name));
+        match &self.configurations {
+            None => true,
+            Some(SiteConfigurations::All(names)) => listed(names),
+            Some(SiteConfigurations::PerModel(per)) => per.get(model).is_none_or(|names| listed(names)),
+        }
     }
 }
 
@@ -566,7 +590,12 @@ impl Scenario {
             ));
         }
         let catalogue = Catalogue::embedded();
-        let unknown = self.cluster.configurations.iter().flatten().find(|a| {
+        let listed = self
+            .cluster
+            .configurations
+            .as_ref()
+            .map(SiteConfigurations::names);
+        let unknown = listed.iter().flatten().find(|a| {
             !catalogue
                 .configurations
                 .iter()
@@ -577,6 +606,20 @@ impl Scenario {
                 "cluster.configurations",
                 format!("unknown configuration `{name}`"),
             ));
+        }
+        if let Some(SiteConfigurations::PerModel(per)) = &self.cluster.configurations {
+            let in_cluster = |key: &str| {
+                self.cluster
+                    .gpus
+                    .iter()
+                    .any(|g| catalogue.model(&g.model).is_ok_and(|m| m.key == key))
+            };
+            if let Some(key) = per.keys().find(|k| !in_cluster(k)) {
+                return Err(bad(
+                    "cluster.configurations",
+                    format!("`{key}` is no GPU model of the cluster (its models go by their catalogue keys)"),
+                ));
+            }
         }
         let mut models: Vec<ClusterModel> = Vec::new();
         let mut gpus = Vec::new();
@@ -597,7 +640,7 @@ impl Scenario {
                         .map_err(|e| bad("cluster.gpus.model", e.to_string()))?;
                     if !configurations
                         .iter()
-                        .any(|c| c.is_available() && self.cluster.site_takes(&c.name))
+                        .any(|c| c.is_available() && self.cluster.site_takes(&m.key, &c.name))
                     {
                         return Err(bad(
                             "cluster.configurations",
@@ -912,7 +955,11 @@ impl ResolvedScenario {
     /// take and, with `cluster.configurations`, one the site lays its GPUs out as.
     pub fn searchable(&self, model: usize, c: usize) -> bool {
         let config = &self.models[model].configurations[c];
-        config.is_available() && self.scenario.cluster.site_takes(&config.name)
+        config.is_available()
+            && self
+                .scenario
+                .cluster
+                .site_takes(&self.models[model].model.key, &config.name)
     }
 
     /// Compute slices of every GPU together.
@@ -1056,6 +1103,40 @@ mod tests {
             e.contains("names no configuration a100-40gb can take"),
             "c2 needs R510: {e}"
         );
+    }
+
+    /// A list per model narrows each model's searches apart; a model left out takes every
+    /// configuration, and a key that is no model of the cluster is refused.
+    #[test]
+    fn a_sites_configurations_may_differ_by_model() {
+        let gpus = "cluster.gpus=[{model=\"a100-40gb\",count=1},{model=\"h100-80gb\",count=1}]";
+        let sc = Scenario::reference(&[
+            gpus.into(),
+            "cluster.configurations={\"h100-80gb\" = [\"c2\", \"c7\"]}".into(),
+        ])
+        .unwrap();
+        let searchable = |m: usize| -> Vec<&str> {
+            (0..sc.models[m].configurations.len())
+                .filter(|&c| sc.searchable(m, c))
+                .map(|c| sc.models[m].configurations[c].name.as_str())
+                .collect()
+        };
+        assert_eq!(searchable(1), ["c2", "c7"]);
+        assert_eq!(searchable(0).len(), 12, "{:?}", searchable(0));
+        let e = Scenario::reference(&[
+            gpus.into(),
+            "cluster.configurations={\"a30-24gb\" = [\"q1\"]}".into(),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`a30-24gb` is no GPU model of the cluster"), "{e}");
+        let e = Scenario::reference(&[
+            gpus.into(),
+            "cluster.configurations={\"h100-80gb\" = [\"q1\"]}".into(),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("names no configuration h100-80gb can take"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use smartmig_core::config::{Config, Mode, RelayoutRules};
-use smartmig_core::mig::{identify, read_entry, Catalogue};
+use smartmig_core::mig::{identify, read_entry, Catalogue, LayoutEntry};
 use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics};
 
 /// The `--set` overrides that give scenario `sc` the driver rules smartmigd applies with
@@ -93,22 +93,45 @@ pub fn site_layouts(
 }
 
 impl SiteLayouts {
-    /// `cluster.configurations=[…]` when the site leaves out some configuration of the
-    /// scenario's models.
+    /// `cluster.configurations=…` when the site leaves out some configuration of the
+    /// scenario's models: one list when every model's is the same, else one per model.
     fn restriction(&self, sc: &ResolvedScenario) -> Option<String> {
-        let mut names: Vec<&str> = Vec::new();
-        for (_, _, c) in &self.named {
-            if !names.contains(&c.as_str()) {
-                names.push(c);
-            }
-        }
+        let per_model: Vec<(&str, Vec<&str>)> = sc
+            .models
+            .iter()
+            .map(|m| {
+                let key = m.model.key.as_str();
+                let mut names: Vec<&str> = Vec::new();
+                for (_, _, c) in self.named.iter().filter(|(k, _, _)| k == key) {
+                    if !names.contains(&c.as_str()) {
+                        names.push(c);
+                    }
+                }
+                (key, names)
+            })
+            .collect();
         let all = sc
             .models
             .iter()
-            .flat_map(|m| &m.configurations)
-            .all(|c| names.contains(&c.name.as_str()));
-        let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
-        (!all).then(|| format!("cluster.configurations=[{}]", quoted.join(", ")))
+            .zip(&per_model)
+            .all(|(m, (_, names))| m.configurations.iter().all(|c| names.contains(&c.name.as_str())));
+        if all {
+            return None;
+        }
+        let list = |names: &[&str]| {
+            let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+            format!("[{}]", quoted.join(", "))
+        };
+        let one = per_model.windows(2).all(|w| w[0].1 == w[1].1);
+        Some(if one {
+            format!("cluster.configurations={}", list(&per_model[0].1))
+        } else {
+            let tables: Vec<String> = per_model
+                .iter()
+                .map(|(key, names)| format!("\"{key}\" = {}", list(names)))
+                .collect();
+            format!("cluster.configurations={{{}}}", tables.join(", "))
+        })
     }
 
     /// Configuration `name` of `model` as the site's mig-config; an error where it is none.
@@ -126,9 +149,9 @@ impl SiteLayouts {
 /// own, cycled over its GPUs. Entries are named as the site names them (`site`: its
 /// mig-configs) or as the catalogue does. With one model and the catalogue's names the
 /// scenario's list is smartmigd's; otherwise each model's GPUs are written in turn, as the
-/// shortest list that cycles to them, and an entry another model would read too (an
-/// A100's and an H100's `c2`) as its instance list. An error names an entry that even so
-/// two models would read.
+/// shortest list that cycles to them, and where another model would then read an entry
+/// as its own (an A100's and an H100's `c2`) and so take other layouts, such entries are
+/// written as their instance lists. An error names an entry that even so two models read.
 pub fn daemon_layout(
     sc: &ResolvedScenario,
     layout: &[String],
@@ -140,50 +163,91 @@ pub fn daemon_layout(
     let per_gpu = sc.try_layout_indices(layout)?;
     let catalogue = Catalogue::embedded();
     let driver = sc.scenario.cluster.driver;
-    let reads = |m: usize, entry: &str| {
+    // What model `m` reads `entry` as: not at all, or a configuration (None: a layout that
+    // is none of them).
+    let read = |m: usize, entry: &str| -> Option<Option<usize>> {
         let cm = &sc.models[m];
-        site.is_some_and(|s| {
-            s.named
+        if let Some(s) = site {
+            let mig = s
+                .named
                 .iter()
-                .any(|(k, mig, _)| *k == cm.model.key && mig.eq_ignore_ascii_case(entry))
-        }) || read_entry(&catalogue, &cm.configurations, &cm.model, driver, entry).is_ok_and(|e| e.is_some())
+                .find(|(k, mig, _)| *k == cm.model.key && mig.eq_ignore_ascii_case(entry));
+            if let Some((_, _, c)) = mig {
+                return Some(cm.configurations.iter().position(|x| x.name == *c));
+            }
+            // A mig-parted site's layouts go by its mig-configs' names, not the catalogue's.
+            if catalogue
+                .configurations
+                .iter()
+                .any(|c| c.name.eq_ignore_ascii_case(entry))
+            {
+                return None;
+            }
+        }
+        match read_entry(&catalogue, &cm.configurations, &cm.model, driver, entry) {
+            Ok(Some(LayoutEntry::Configuration(i))) => Some(Some(i)),
+            Ok(Some(LayoutEntry::Layout(_))) => Some(None),
+            _ => None,
+        }
     };
-    let other_reader = |m: usize, entry: &str| (0..sc.models.len()).find(|&o| o != m && reads(o, entry));
-    let mut out = Vec::new();
-    for (m, cm) in sc.models.iter().enumerate() {
-        let seq: Vec<usize> = per_gpu
-            .iter()
-            .zip(&sc.gpus)
-            .filter(|(_, g)| g.model == m)
-            .map(|(&c, _)| c)
-            .collect();
+    let seqs: Vec<Vec<usize>> = (0..sc.models.len())
+        .map(|m| {
+            per_gpu
+                .iter()
+                .zip(&sc.gpus)
+                .filter(|(_, g)| g.model == m)
+                .map(|(&c, _)| c)
+                .collect()
+        })
+        .collect();
+    let reads_back = |list: &[String]| {
+        seqs.iter().enumerate().all(|(m, seq)| {
+            let mine: Vec<Option<usize>> = list.iter().filter_map(|e| read(m, e)).collect();
+            !mine.is_empty()
+                && seq
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &c)| mine[i % mine.len()] == Some(c))
+        })
+    };
+    // Each model's GPUs in turn, as the shortest list that cycles to them.
+    let mut entries: Vec<(usize, usize, String)> = Vec::new();
+    for (m, seq) in seqs.iter().enumerate() {
         let period = (1..seq.len())
             .find(|&p| (p..seq.len()).all(|i| seq[i] == seq[i - p]))
             .unwrap_or(seq.len());
         for &c in &seq[..period] {
-            let config = &cm.configurations[c];
+            let cm = &sc.models[m];
             let name = match site {
-                Some(s) => s.site_name(&cm.model.key, &config.name)?,
-                None => config.name.clone(),
+                Some(s) => s.site_name(&cm.model.key, &cm.configurations[c].name)?,
+                None => cm.configurations[c].name.clone(),
             };
-            let entry = match other_reader(m, &name) {
-                None => name,
-                Some(_) => {
-                    let instances = config.layout.profile_list(&cm.model);
-                    if let Some(o) = other_reader(m, &instances) {
-                        return Err(format!(
-                            "smartmigd would read `{name}` ({instances}) as a layout of {} too, so one \
-                             layout list cannot give {} and {} different layouts there",
-                            sc.models[o].model.key, cm.model.key, sc.models[o].model.key
-                        ));
-                    }
-                    instances
-                }
-            };
-            out.push(entry);
+            entries.push((m, c, name));
         }
     }
-    Ok(out)
+    let plain: Vec<String> = entries.iter().map(|(_, _, n)| n.clone()).collect();
+    if reads_back(&plain) {
+        return Ok(plain);
+    }
+    let mut distinct = Vec::new();
+    for (m, c, name) in entries {
+        let shared = |e: &str| (0..sc.models.len()).find(|&o| o != m && read(o, e).is_some());
+        if shared(&name).is_none() {
+            distinct.push(name);
+            continue;
+        }
+        let cm = &sc.models[m];
+        let instances = cm.configurations[c].layout.profile_list(&cm.model);
+        if let Some(o) = shared(&instances) {
+            return Err(format!(
+                "smartmigd would read `{name}` ({instances}) as a layout of {} too, so one layout \
+                 list cannot give {} and {} different layouts there",
+                sc.models[o].model.key, cm.model.key, sc.models[o].model.key
+            ));
+        }
+        distinct.push(instances);
+    }
+    Ok(distinct)
 }
 
 /// The `--set` overrides that make a scenario's `[repartition]` what smartmigd does with
@@ -402,6 +466,14 @@ mod tests {
             .into();
         let written = daemon_layout(&sc, &layout, None).unwrap();
         assert_eq!(written, ["7g.40gb", "4g.40gb+3g.40gb", "q1", "q3"]);
+        // Where every model reads the plain names as its own layouts, they stay.
+        let alike: Vec<String> = ["c1", "c1", "c1", "c1", "c1", "c1", "q1", "q3"]
+            .map(String::from)
+            .into();
+        assert_eq!(
+            daemon_layout(&sc, &alike, None).unwrap(),
+            ["c1", "c1", "q1", "q3"]
+        );
         let quoted: Vec<String> = written.iter().map(|n| format!("\"{n}\"")).collect();
         let cfg = Config::parse(
             &format!(
@@ -494,6 +566,59 @@ mod tests {
         assert!(
             e.contains("c2 is none of the site's mig-configs for a100-40gb"),
             "{e}"
+        );
+        // On an A100 and an H100 each model's mig-configs are its own configurations, and
+        // each model's layouts are written by its own mig-config names.
+        std::fs::write(
+            dir.path().join("mig.yaml"),
+            format!(
+                "version: v1\nmig-configs:\n  whole:\n{}{}  balanced:\n{}  h-halves:\n{}",
+                spec("        \"7g.40gb\": 1\n"),
+                spec("        \"7g.80gb\": 1\n"),
+                spec("        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n"),
+                spec("        \"3g.40gb\": 2\n"),
+            ),
+        )
+        .unwrap();
+        let cfg = Config::parse(
+            "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\"]\nmig_parted = \"mig.yaml\"\n",
+            "smartmig.toml",
+        )
+        .unwrap();
+        let mixed = smartmig_sim::scenario::Scenario::reference(&[
+            "cluster.gpus=[{model=\"a100-40gb\",count=1},{model=\"h100-80gb\",count=1}]".into(),
+        ])
+        .unwrap();
+        let site = site_layouts(&cfg, Some(dir.path()), &mixed).unwrap().unwrap();
+        let halves = &site.named.iter().find(|(_, mig, _)| mig == "h-halves").unwrap().2;
+        let sets = daemon_hardware(&cfg, Some(&site), &mixed).unwrap();
+        assert_eq!(
+            sets,
+            [format!(
+                "cluster.configurations={{\"a100-40gb\" = [\"c1\", \"{balanced}\"], \"h100-80gb\" = [\"c1\", \"{halves}\"]}}"
+            )]
+        );
+        let restricted = smartmig_sim::scenario::Scenario::reference(&[
+            "cluster.gpus=[{model=\"a100-40gb\",count=1},{model=\"h100-80gb\",count=1}]".into(),
+            sets[0].clone(),
+        ])
+        .unwrap();
+        assert!(!restricted.searchable(
+            1,
+            restricted.models[1]
+                .configurations
+                .iter()
+                .position(|c| c.name == *balanced)
+                .unwrap()
+        ));
+        assert_eq!(
+            daemon_layout(&mixed, &[balanced.clone(), halves.clone()], Some(&site)).unwrap(),
+            ["balanced", "h-halves"]
+        );
+        // `whole` is each model's own whole GPU: one name serves both.
+        assert_eq!(
+            daemon_layout(&mixed, &["c1".into()], Some(&site)).unwrap(),
+            ["whole", "whole"]
         );
         // Without a mig-parted file the site takes every configuration.
         assert_eq!(
