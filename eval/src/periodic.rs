@@ -50,8 +50,11 @@ pub struct PeriodicTuneResult {
     pub et: f64,
     /// The starting (static) layout's mean ET on the same days.
     pub start_et: f64,
-    /// The starting layout (the search's pattern: whole nodes' GPUs).
+    /// The starting layout (the search's pattern: whole nodes' GPUs; on several GPU
+    /// models every GPU, each model's pattern cycled over its GPUs).
     pub start: Vec<String>,
+    /// GPUs in each model's pattern, in the scenario's model order.
+    pub pattern_gpus: Vec<usize>,
     /// Whether `start` holds the static layout's mix in its proportions (else it is its
     /// nearest share, and `start_et` is that share's ET, not the static layout's).
     pub start_exact: bool,
@@ -108,10 +111,6 @@ fn layout_names(sc: &ResolvedScenario, layout: &Layout) -> Vec<String> {
 }
 
 impl Search<'_> {
-    fn names(&self, layout: &Layout) -> Vec<String> {
-        layout_names(self.sc, layout)
-    }
-
     /// Adjacent equal blocks merged into schedule entries.
     fn schedule(&self, blocks: &Blocks) -> Vec<PeriodicSpec> {
         let mut out: Vec<PeriodicSpec> = Vec::new();
@@ -124,7 +123,7 @@ impl Search<'_> {
             let minute = (b as f64 * self.block_min).round() as u32;
             out.push(PeriodicSpec {
                 at: format!("{:02}:{:02}", minute / 60, minute % 60),
-                layout: self.names(counts),
+                layout: layout_names(self.sc, counts),
             });
         }
         out
@@ -299,8 +298,11 @@ pub fn tune_periodic_on(
         cache: HashMap::new(),
         block_min: DAY_MIN / f64::from(blocks),
     };
-    let shares: Vec<(Vec<u32>, bool)> = (0..sc.models.len())
-        .map(|m| node_counts(sc, start, m, pattern_gpus(sc, m)))
+    let patterns: Vec<usize> = (0..sc.models.len()).map(|m| pattern_gpus(sc, m)).collect();
+    let shares: Vec<(Vec<u32>, bool)> = patterns
+        .iter()
+        .enumerate()
+        .map(|(m, &p)| node_counts(sc, start, m, p))
         .collect();
     let start_exact = shares.iter().all(|(_, exact)| *exact);
     let start_counts: Layout = shares.into_iter().map(|(counts, _)| counts).collect();
@@ -347,7 +349,8 @@ pub fn tune_periodic_on(
         schedule: s.schedule(&best),
         et: best_et,
         start_et,
-        start: s.names(&start_counts),
+        start: layout_names(sc, &start_counts),
+        pattern_gpus: patterns,
         start_exact,
         relayout_batches: s.cache[&best].1,
         evaluations: s.cache.len(),

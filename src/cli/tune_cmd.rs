@@ -470,6 +470,21 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
     }
 }
 
+/// The search's pattern in words: `8 GPUs`, or per model `4 a100-40gb, 2 a30-24gb GPUs`.
+fn pattern_words(sc: &ResolvedScenario, gpus: &[usize]) -> String {
+    match gpus {
+        [one] => format!("{one} GPUs"),
+        _ => {
+            let per: Vec<String> = gpus
+                .iter()
+                .zip(&sc.models)
+                .map(|(n, m)| format!("{n} {}", m.model.key))
+                .collect();
+            format!("{} GPUs", per.join(", "))
+        }
+    }
+}
+
 /// The table of `tune-periodic`; `written`: the schedule as written into smartmig.toml.
 fn print_periodic(
     sc: &ResolvedScenario,
@@ -479,12 +494,12 @@ fn print_periodic(
     written: Option<&[PeriodicSpec]>,
 ) {
     let s = &r.search;
+    let pattern = pattern_words(sc, &s.pattern_gpus);
     println!(
-        "best time-of-day schedule ({} blocks of {} min, {} semantics, a pattern of {} GPUs) on {}:",
+        "best time-of-day schedule ({} blocks of {} min, {} semantics, a pattern of {pattern}) on {}:",
         a.blocks,
         1440 / a.blocks,
         sc.scenario.repartition.semantics.as_str(),
-        s.start.len(),
         days.describe()
     );
     for e in &s.schedule {
@@ -498,9 +513,8 @@ fn print_periodic(
         "static-best".to_string()
     } else {
         format!(
-            "its start ({}, static-best's nearest share of {} GPUs)",
+            "its start ({}, static-best's nearest share of {pattern})",
             super::cluster_layout_summary(sc, &s.start),
-            s.start.len()
         )
     };
     println!(
