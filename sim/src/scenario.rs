@@ -638,6 +638,20 @@ impl Scenario {
                 None => {
                     let configurations = resolve_configurations(&catalogue, m, self.cluster.driver)
                         .map_err(|e| bad("cluster.gpus.model", e.to_string()))?;
+                    // A model's own list names only its configurations.
+                    if let Some(SiteConfigurations::PerModel(per)) = &self.cluster.configurations {
+                        let foreign = per
+                            .get(&m.key)
+                            .into_iter()
+                            .flatten()
+                            .find(|n| !configurations.iter().any(|c| c.name.eq_ignore_ascii_case(n)));
+                        if let Some(name) = foreign {
+                            return Err(bad(
+                                "cluster.configurations",
+                                format!("`{name}` is no configuration of {}", m.key),
+                            ));
+                        }
+                    }
                     if !configurations
                         .iter()
                         .any(|c| c.is_available() && self.cluster.site_takes(&m.key, &c.name))
@@ -1106,7 +1120,8 @@ mod tests {
     }
 
     /// A list per model narrows each model's searches apart; a model left out takes every
-    /// configuration, and a key that is no model of the cluster is refused.
+    /// configuration, and a key that is no model of the cluster, or a name that is none of
+    /// the model's configurations, is refused.
     #[test]
     fn a_sites_configurations_may_differ_by_model() {
         let gpus = "cluster.gpus=[{model=\"a100-40gb\",count=1},{model=\"h100-80gb\",count=1}]";
@@ -1132,11 +1147,11 @@ mod tests {
         assert!(e.contains("`a30-24gb` is no GPU model of the cluster"), "{e}");
         let e = Scenario::reference(&[
             gpus.into(),
-            "cluster.configurations={\"h100-80gb\" = [\"q1\"]}".into(),
+            "cluster.configurations={\"h100-80gb\" = [\"c2\", \"q1\"]}".into(),
         ])
         .unwrap_err()
         .to_string();
-        assert!(e.contains("names no configuration h100-80gb can take"), "{e}");
+        assert!(e.contains("`q1` is no configuration of h100-80gb"), "{e}");
     }
 
     #[test]
