@@ -6,7 +6,9 @@ use std::path::Path;
 
 use smartmig_core::config::{Config, Mode, RelayoutRules};
 use smartmig_core::mig::{identify, read_entry, Catalogue, LayoutEntry};
-use smartmig_sim::scenario::{DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics};
+use smartmig_sim::scenario::{
+    DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics, SiteConfigurations,
+};
 
 /// The `--set` overrides that give scenario `sc` the driver rules smartmigd applies with
 /// `cfg` (before R510, no 4g and 3g instance on one GPU) and, on a site whose layouts are
@@ -54,9 +56,10 @@ pub fn daemon_hardware(
 pub struct SiteLayouts {
     /// (model key, mig-config, catalogue configuration), in the file's order.
     pub named: Vec<(String, String, String)>,
-    /// `mig-config (model)` of those that are none of the catalogue's configurations: the
-    /// simulator cannot lay GPUs out as them, so searches leave them out.
-    pub left_out: Vec<String>,
+    /// (model key, mig-config) of those that are none of the catalogue's configurations:
+    /// the simulator cannot lay GPUs out as them, so searches leave them out (smartmigd
+    /// still reads their names as the model's layouts).
+    pub left_out: Vec<(String, String)>,
 }
 
 /// The layouts of `cfg`'s `[gpu] mig_parted` file (read relative to `base_dir`) on the
@@ -85,7 +88,7 @@ pub fn site_layouts(
                     c.name.clone(),
                     cm.configurations[i].name.clone(),
                 )),
-                None => layouts.left_out.push(format!("{} ({})", c.name, cm.model.key)),
+                None => layouts.left_out.push((cm.model.key.clone(), c.name.clone())),
             }
         }
     }
@@ -96,42 +99,34 @@ impl SiteLayouts {
     /// `cluster.configurations=…` when the site leaves out some configuration of the
     /// scenario's models: one list when every model's is the same, else one per model.
     fn restriction(&self, sc: &ResolvedScenario) -> Option<String> {
-        let per_model: Vec<(&str, Vec<&str>)> = sc
+        let per_model: Vec<(String, Vec<String>)> = sc
             .models
             .iter()
             .map(|m| {
-                let key = m.model.key.as_str();
-                let mut names: Vec<&str> = Vec::new();
+                let key = &m.model.key;
+                let mut names: Vec<String> = Vec::new();
                 for (_, _, c) in self.named.iter().filter(|(k, _, _)| k == key) {
-                    if !names.contains(&c.as_str()) {
-                        names.push(c);
+                    if !names.contains(c) {
+                        names.push(c.clone());
                     }
                 }
-                (key, names)
+                (key.clone(), names)
             })
             .collect();
         let all = sc
             .models
             .iter()
             .zip(&per_model)
-            .all(|(m, (_, names))| m.configurations.iter().all(|c| names.contains(&c.name.as_str())));
+            .all(|(m, (_, names))| m.configurations.iter().all(|c| names.contains(&c.name)));
         if all {
             return None;
         }
-        let list = |names: &[&str]| {
-            let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
-            format!("[{}]", quoted.join(", "))
-        };
-        let one = per_model.windows(2).all(|w| w[0].1 == w[1].1);
-        Some(if one {
-            format!("cluster.configurations={}", list(&per_model[0].1))
+        let site = if per_model.windows(2).all(|w| w[0].1 == w[1].1) {
+            SiteConfigurations::All(per_model[0].1.clone())
         } else {
-            let tables: Vec<String> = per_model
-                .iter()
-                .map(|(key, names)| format!("\"{key}\" = {}", list(names)))
-                .collect();
-            format!("cluster.configurations={{{}}}", tables.join(", "))
-        })
+            SiteConfigurations::PerModel(per_model.into_iter().collect())
+        };
+        Some(format!("cluster.configurations={site}"))
     }
 
     /// Configuration `name` of `model` as the site's mig-config; an error where it is none.
@@ -147,8 +142,8 @@ impl SiteLayouts {
 /// `layout`, the scenario's (one list cycled over all the cluster's GPUs), as smartmigd
 /// reads a layout list in smartmig.toml: each GPU model takes the entries it reads as its
 /// own, cycled over its GPUs. Entries are named as the site names them (`site`: its
-/// mig-configs) or as the catalogue does. With one model and the catalogue's names the
-/// scenario's list is smartmigd's; otherwise each model's GPUs are written in turn, as the
+/// mig-configs) or as the catalogue does. With one model the scenario's list is
+/// smartmigd's, entry by entry; with several, each model's GPUs are written in turn, as the
 /// shortest list that cycles to them, and where another model would then read an entry
 /// as its own (an A100's and an H100's `c2`) and so take other layouts, such entries are
 /// written as their instance lists. An error names an entry that even so two models read.
@@ -157,8 +152,18 @@ pub fn daemon_layout(
     layout: &[String],
     site: Option<&SiteLayouts>,
 ) -> Result<Vec<String>, String> {
-    if sc.models.len() == 1 && site.is_none() {
-        return Ok(layout.to_vec());
+    if let [only] = sc.models.as_slice() {
+        // One model reads every entry: the list as it is, each entry in the site's name.
+        let Some(site) = site else {
+            return Ok(layout.to_vec());
+        };
+        return layout
+            .iter()
+            .map(|e| {
+                let c = sc.try_layout_indices(std::slice::from_ref(e))?[0];
+                site.site_name(&only.model.key, &only.configurations[c].name)
+            })
+            .collect();
     }
     let per_gpu = sc.try_layout_indices(layout)?;
     let catalogue = Catalogue::embedded();
@@ -175,6 +180,13 @@ pub fn daemon_layout(
             if let Some((_, _, c)) = mig {
                 return Some(cm.configurations.iter().position(|x| x.name == *c));
             }
+            // A mig-config the simulator leaves out is still one of the model's layouts.
+            if s.left_out
+                .iter()
+                .any(|(k, mig)| *k == cm.model.key && mig.eq_ignore_ascii_case(entry))
+            {
+                return Some(None);
+            }
             // A mig-parted site's layouts go by its mig-configs' names, not the catalogue's.
             if catalogue
                 .configurations
@@ -184,10 +196,12 @@ pub fn daemon_layout(
                 return None;
             }
         }
+        // smartmigd refuses a file with an entry a model reads but cannot take: as bad as
+        // reading another's layout.
         match read_entry(&catalogue, &cm.configurations, &cm.model, driver, entry) {
             Ok(Some(LayoutEntry::Configuration(i))) => Some(Some(i)),
-            Ok(Some(LayoutEntry::Layout(_))) => Some(None),
-            _ => None,
+            Ok(Some(LayoutEntry::Layout(_))) | Err(_) => Some(None),
+            Ok(None) => None,
         }
     };
     let seqs: Vec<Vec<usize>> = (0..sc.models.len())
@@ -551,7 +565,7 @@ mod tests {
         assert_eq!(site.named[0], ("a100-40gb".into(), "whole".into(), "c1".into()));
         assert_eq!(
             site.left_out,
-            ["one-3g (a100-40gb)"],
+            [("a100-40gb".to_string(), "one-3g".to_string())],
             "a lone 3g is no configuration"
         );
         assert_eq!(
@@ -595,7 +609,7 @@ mod tests {
         assert_eq!(
             sets,
             [format!(
-                "cluster.configurations={{\"a100-40gb\" = [\"c1\", \"{balanced}\"], \"h100-80gb\" = [\"c1\", \"{halves}\"]}}"
+                "cluster.configurations={{ \"a100-40gb\" = [\"c1\", \"{balanced}\"], \"h100-80gb\" = [\"c1\", \"{halves}\"] }}"
             )]
         );
         let restricted = smartmig_sim::scenario::Scenario::reference(&[
@@ -620,6 +634,54 @@ mod tests {
             daemon_layout(&mixed, &["c1".into()], Some(&site)).unwrap(),
             ["whole", "whole"]
         );
+        // What smartmigd gives each model from a static_layout list, by mig-config name.
+        let read_back = |list: &[String]| -> Vec<Vec<String>> {
+            let quoted: Vec<String> = list.iter().map(|n| format!("\"{n}\"")).collect();
+            let text = format!(
+                "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\"]\nmig_parted = \"mig.yaml\"\n\
+                 [policy]\nkind = \"static\"\nstatic_layout = [{}]\n",
+                quoted.join(", ")
+            );
+            let resolved = Config::parse(&text, "smartmig.toml")
+                .unwrap()
+                .resolve(Some(dir.path()))
+                .unwrap();
+            resolved
+                .models
+                .iter()
+                .map(|m| {
+                    m.static_layout
+                        .iter()
+                        .map(|&c| m.configurations[c].name.clone())
+                        .collect()
+                })
+                .collect()
+        };
+        let written = daemon_layout(&mixed, &[balanced.clone(), halves.clone()], Some(&site)).unwrap();
+        assert_eq!(read_back(&written), [vec!["balanced"], vec!["h-halves"]]);
+        let written = daemon_layout(&mixed, &["c1".into()], Some(&site)).unwrap();
+        assert_eq!(
+            read_back(&written),
+            [vec!["whole", "whole"], vec!["whole", "whole"]]
+        );
+        // A mig-config the simulator leaves out on the H100 (a lone 3g) is still one of the
+        // H100's layouts there: the A100's `odd` is written as its instances.
+        std::fs::write(
+            dir.path().join("mig.yaml"),
+            format!(
+                "version: v1\nmig-configs:\n  odd:\n{}{}  h-whole:\n{}  balanced:\n{}",
+                spec("        \"7g.40gb\": 1\n"),
+                spec("        \"3g.40gb\": 1\n"),
+                spec("        \"7g.80gb\": 1\n"),
+                spec("        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n"),
+            ),
+        )
+        .unwrap();
+        let site = site_layouts(&cfg, Some(dir.path()), &mixed).unwrap().unwrap();
+        assert_eq!(site.left_out, [("h100-80gb".to_string(), "odd".to_string())]);
+        let written = daemon_layout(&mixed, &["c1".into()], Some(&site)).unwrap();
+        assert_eq!(written, ["7g.40gb", "h-whole"]);
+        assert_eq!(read_back(&written), [vec!["odd"], vec!["h-whole"]]);
         // Without a mig-parted file the site takes every configuration.
         assert_eq!(
             site_layouts(&Config::parse("version = 1\n", "s").unwrap(), None, &sc),

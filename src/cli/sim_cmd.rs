@@ -102,11 +102,15 @@ impl ScenarioArgs {
         let site = site_layouts(&cfg, path.parent(), &sc).map_err(named)?;
         let site = self.site.get_or_init(|| site).as_ref();
         if let Some(left_out) = site.map(|s| &s.left_out).filter(|l| !l.is_empty()) {
+            let named: Vec<String> = left_out
+                .iter()
+                .map(|(model, mig)| format!("{mig} ({model})"))
+                .collect();
             eprintln!(
                 "warning: {}'s mig-configs {} are none of the configurations the simulator runs: \
                  searches and runs here leave them out",
                 path.display(),
-                left_out.join(", ")
+                named.join(", ")
             );
         }
         let mut daemon = daemon_hardware(&cfg, site, &sc).map_err(named)?;

@@ -404,7 +404,7 @@ fn training_scenario(args: &ScenarioArgs) -> Result<ResolvedScenario, CliError> 
     let sc = args.load()?;
     match &sc.scenario.cluster.configurations {
         Some(site) => Err(CliError::input(anyhow::anyhow!(
-            "cluster.configurations = {site:?}: a learned policy chooses among every \
+            "cluster.configurations = {site}: a learned policy chooses among every \
              configuration, and smartmigd takes one only where they are its action space \
              (not a mig-parted site's mig-configs); tune a schedule there instead \
              (smartmig tune-periodic)"

@@ -448,16 +448,22 @@ pub fn tune_periodic(a: TunePeriodicArgs) -> CliResult {
         search: t,
         schedule,
     };
+    // FILE's form first: a schedule smartmigd cannot read is written nowhere.
+    let for_file = match &a.scenario.smartmig_toml {
+        Some(path) => Some((
+            path,
+            daemon_schedule(&sc, &report.schedule, a.scenario.site_layouts()).map_err(|e| named(path, e))?,
+        )),
+        None => None,
+    };
     if a.write {
         if let Some(path) = &a.scenario.scenario {
             write_periodic_best(path, &report.schedule)?;
         }
     }
     let mut written = None;
-    if let Some(path) = &a.scenario.smartmig_toml {
+    if let Some((path, schedule)) = for_file {
         let rules = super::daemon_limits::searched_rules(&sc.scenario.repartition);
-        let schedule =
-            daemon_schedule(&sc, &report.schedule, a.scenario.site_layouts()).map_err(|e| named(path, e))?;
         write_policy_periodic(path, &schedule, &rules)?;
         written = Some(schedule);
     }
