@@ -1220,7 +1220,8 @@ fn tune_periodic_on_a_mig_parted_site_writes_its_mig_configs() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("'s mig-configs (policy.static_layout): "),
+        stdout(&o).contains("'s mig-configs: static_layout = [\"")
+            && stdout(&o).contains("\"]  # under [policy]"),
         "{}",
         stdout(&o)
     );

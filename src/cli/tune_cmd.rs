@@ -171,10 +171,12 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
                 if site.is_some() || sc.models.len() > 1 {
                     let names = daemon_layout(&sc, &t.layout, site).map_err(|e| named(path, e))?;
                     let terms = if site.is_some() { "mig-configs" } else { "terms" };
+                    // As it goes into FILE, ready to paste.
+                    let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
                     println!(
-                        "in {}'s {terms} (policy.static_layout): {}",
+                        "in {}'s {terms}: static_layout = [{}]  # under [policy]",
                         path.display(),
-                        super::layout_summary(&names)
+                        quoted.join(", ")
                     );
                 }
             }
