@@ -104,23 +104,11 @@ pub enum SiteConfigurations {
     PerModel(std::collections::BTreeMap<String, Vec<String>>),
 }
 
-/// As written in a scenario or a `--set` value: `["c1", "c7"]`, `{ "a100-40gb" = ["c1"] }`.
+/// As written in a scenario or a `--set` value (TOML): `["c1", "c7"]`, `{ a100-40gb = ["c1"] }`.
 impl std::fmt::Display for SiteConfigurations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let list = |names: &[String]| {
-            let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
-            format!("[{}]", quoted.join(", "))
-        };
-        match self {
-            SiteConfigurations::All(names) => f.write_str(&list(names)),
-            SiteConfigurations::PerModel(per) => {
-                let tables: Vec<String> = per
-                    .iter()
-                    .map(|(key, names)| format!("\"{key}\" = {}", list(names)))
-                    .collect();
-                write!(f, "{{ {} }}", tables.join(", "))
-            }
-        }
+        let value = toml::Value::try_from(self).map_err(|_| std::fmt::Error)?;
+        write!(f, "{value}")
     }
 }
 

@@ -609,7 +609,7 @@ mod tests {
         assert_eq!(
             sets,
             [format!(
-                "cluster.configurations={{ \"a100-40gb\" = [\"c1\", \"{balanced}\"], \"h100-80gb\" = [\"c1\", \"{halves}\"] }}"
+                "cluster.configurations={{ a100-40gb = [\"c1\", \"{balanced}\"], h100-80gb = [\"c1\", \"{halves}\"] }}"
             )]
         );
         let restricted = smartmig_sim::scenario::Scenario::reference(&[

@@ -169,14 +169,13 @@ pub fn tune_static(a: TuneArgs) -> CliResult {
             if let Some(path) = &a.scenario.smartmig_toml {
                 let site = a.scenario.site_layouts();
                 if site.is_some() || sc.models.len() > 1 {
-                    let names = daemon_layout(&sc, &t.layout, site).map_err(|e| named(path, e))?;
+                    let layout = daemon_layout(&sc, &t.layout, site).map_err(|e| named(path, e))?;
                     let terms = if site.is_some() { "mig-configs" } else { "terms" };
                     // As it goes into FILE, ready to paste.
-                    let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
                     println!(
-                        "in {}'s {terms}: static_layout = [{}]  # under [policy]",
+                        "in {}'s {terms}: static_layout = {}  # under [policy]",
                         path.display(),
-                        quoted.join(", ")
+                        names(&layout)
                     );
                 }
             }
