@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use smartmig_core::config::{Config, Mode, RelayoutRules};
-use smartmig_core::mig::{identify, read_entry, Catalogue, LayoutEntry};
+use smartmig_core::mig::{identify, read_entry, Catalogue, Configuration, LayoutEntry};
 use smartmig_sim::scenario::{
     DrainHold, IndexRule, NodeRule, RepartitionSpec, ResolvedScenario, Semantics, SiteConfigurations,
 };
@@ -51,7 +51,7 @@ pub fn daemon_hardware(
 }
 
 /// A mig-parted site's layouts in the simulator's terms: which catalogue configuration
-/// each of its mig-configs is, per GPU model.
+/// each of its mig-configs is, per GPU model, and what smartmigd reads a layout entry as.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SiteLayouts {
     /// (model key, mig-config, catalogue configuration), in the file's order.
@@ -60,6 +60,19 @@ pub struct SiteLayouts {
     /// the simulator cannot lay GPUs out as them, so searches leave them out (smartmigd
     /// still reads their names as the model's layouts).
     pub left_out: Vec<(String, String)>,
+    /// The catalogue smartmigd reads entries with (the site's additions included).
+    catalogue: Catalogue,
+    /// Per scenario model: smartmigd's configurations for it (its mig-configs) and the
+    /// scenario configuration each is, if any.
+    models: Vec<SiteModel>,
+}
+
+/// One GPU model's layouts as smartmigd resolves them.
+#[derive(Debug, Clone, PartialEq)]
+struct SiteModel {
+    key: String,
+    configurations: Vec<Configuration>,
+    scenario: Vec<Option<usize>>,
 }
 
 /// The layouts of `cfg`'s `[gpu] mig_parted` file (read relative to `base_dir`) on the
@@ -72,17 +85,21 @@ pub fn site_layouts(
     if cfg.gpu.mig_parted.is_none() {
         return Ok(None);
     }
-    let (_, site) = cfg.gpus(base_dir).map_err(|e| e.to_string())?;
+    let (catalogue, site) = cfg.gpus(base_dir).map_err(|e| e.to_string())?;
     let mut layouts = SiteLayouts {
         named: Vec::new(),
         left_out: Vec::new(),
+        catalogue,
+        models: Vec::new(),
     };
     for cm in &sc.models {
         let Some(sm) = site.iter().find(|m| m.model.key == cm.model.key) else {
             continue;
         };
+        let mut scenario = Vec::new();
         for c in &sm.configurations {
-            match identify(&cm.configurations, &cm.model, &c.layout) {
+            let i = identify(&cm.configurations, &cm.model, &c.layout);
+            match i {
                 Some(i) => layouts.named.push((
                     cm.model.key.clone(),
                     c.name.clone(),
@@ -90,7 +107,13 @@ pub fn site_layouts(
                 )),
                 None => layouts.left_out.push((cm.model.key.clone(), c.name.clone())),
             }
+            scenario.push(i);
         }
+        layouts.models.push(SiteModel {
+            key: cm.model.key.clone(),
+            configurations: sm.configurations.clone(),
+            scenario,
+        });
     }
     Ok(Some(layouts))
 }
@@ -166,40 +189,30 @@ pub fn daemon_layout(
             .collect();
     }
     let per_gpu = sc.try_layout_indices(layout)?;
-    let catalogue = Catalogue::embedded();
+    let embedded = Catalogue::embedded();
     let driver = sc.scenario.cluster.driver;
-    // What model `m` reads `entry` as: not at all, or a configuration (None: a layout that
-    // is none of them).
+    // smartmigd's configurations per model: the site's mig-configs, else the catalogue's,
+    // which the scenario's are (it restricts a search by a mask, not by leaving them out).
+    let catalogue = site.map_or(&embedded, |s| &s.catalogue);
+    let models: Vec<SiteModel> = sc
+        .models
+        .iter()
+        .map(|cm| {
+            let own = site.and_then(|s| s.models.iter().find(|sm| sm.key == cm.model.key));
+            own.cloned().unwrap_or_else(|| SiteModel {
+                key: cm.model.key.clone(),
+                configurations: cm.configurations.clone(),
+                scenario: (0..cm.configurations.len()).map(Some).collect(),
+            })
+        })
+        .collect();
+    // What model `m` reads `entry` as, by smartmigd's own reading: not at all, or a
+    // configuration of the scenario (None: a layout that is none of them, or one it
+    // refuses, which is as bad as another's layout).
     let read = |m: usize, entry: &str| -> Option<Option<usize>> {
-        let cm = &sc.models[m];
-        if let Some(s) = site {
-            let mig = s
-                .named
-                .iter()
-                .find(|(k, mig, _)| *k == cm.model.key && mig.eq_ignore_ascii_case(entry));
-            if let Some((_, _, c)) = mig {
-                return Some(cm.configurations.iter().position(|x| x.name == *c));
-            }
-            // A mig-config the simulator leaves out is still one of the model's layouts.
-            if s.left_out
-                .iter()
-                .any(|(k, mig)| *k == cm.model.key && mig.eq_ignore_ascii_case(entry))
-            {
-                return Some(None);
-            }
-            // A mig-parted site's layouts go by its mig-configs' names, not the catalogue's.
-            if catalogue
-                .configurations
-                .iter()
-                .any(|c| c.name.eq_ignore_ascii_case(entry))
-            {
-                return None;
-            }
-        }
-        // smartmigd refuses a file with an entry a model reads but cannot take: as bad as
-        // reading another's layout.
-        match read_entry(&catalogue, &cm.configurations, &cm.model, driver, entry) {
-            Ok(Some(LayoutEntry::Configuration(i))) => Some(Some(i)),
+        let own = &models[m];
+        match read_entry(catalogue, &own.configurations, &sc.models[m].model, driver, entry) {
+            Ok(Some(LayoutEntry::Configuration(i))) => Some(own.scenario[i]),
             Ok(Some(LayoutEntry::Layout(_))) | Err(_) => Some(None),
             Ok(None) => None,
         }
@@ -260,6 +273,11 @@ pub fn daemon_layout(
             ));
         }
         distinct.push(instances);
+    }
+    if !reads_back(&distinct) {
+        return Err(format!(
+            "smartmigd would not read {distinct:?} back as the searched layouts of every model"
+        ));
     }
     Ok(distinct)
 }
@@ -488,42 +506,17 @@ mod tests {
             daemon_layout(&sc, &alike, None).unwrap(),
             ["c1", "c1", "q1", "q3"]
         );
-        let quoted: Vec<String> = written.iter().map(|n| format!("\"{n}\"")).collect();
-        let cfg = Config::parse(
-            &format!(
-                "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\", \"a30-24gb\"]\n\
-                 [policy]\nkind = \"static\"\nstatic_layout = [{}]\n",
-                quoted.join(", ")
-            ),
-            "smartmig.toml",
-        )
-        .unwrap()
-        .resolve(None)
-        .unwrap();
-        let read: Vec<Vec<&str>> = cfg
-            .models
-            .iter()
-            .map(|m| {
-                m.static_layout
-                    .iter()
-                    .map(|&c| m.configurations[c].name.as_str())
-                    .collect()
-            })
-            .collect();
-        assert_eq!(read, [vec!["c1"], vec!["c2"], vec!["q1", "q3"]]);
-        // The scenario's own list would give the H100s the A100s' first entries.
-        let plain = Config::parse(
-            "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\"]\n[policy]\nkind = \"static\"\n\
-             static_layout = [\"c1\", \"c1\", \"c1\", \"c1\", \"c2\", \"c2\"]\n",
-            "smartmig.toml",
-        )
-        .unwrap()
-        .resolve(None)
-        .unwrap();
         assert_eq!(
-            plain.models[1].static_layout[..2],
-            plain.models[0].static_layout[..2]
+            smartmigd_reads(
+                "models = [\"a100-40gb\", \"h100-80gb\", \"a30-24gb\"]",
+                None,
+                &written
+            ),
+            [vec!["c1"], vec!["c2"], vec!["q1", "q3"]]
         );
+        // The scenario's own list would give the H100s the A100s' first entries.
+        let plain = smartmigd_reads("models = [\"a100-40gb\", \"h100-80gb\"]", None, &layout[..6]);
+        assert_eq!(plain[1][..2], plain[0][..2]);
         // An A100-80GB and an H100 share their profiles' names too: nothing tells them apart.
         let alike = smartmig_sim::scenario::Scenario::reference(&[
             "cluster.gpus=[{model=\"a100-80gb\",count=1},{model=\"h100-80gb\",count=1}]".into(),
@@ -538,6 +531,30 @@ mod tests {
         // One model and the catalogue's names: the scenario's list as it is.
         let one = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
         assert_eq!(daemon_layout(&one, &layout[..5], None).unwrap(), layout[..5]);
+    }
+
+    /// What smartmigd gives each GPU model from `static_layout = list`, by name, with
+    /// `gpu` as its `[gpu]` table (files relative to `dir`).
+    fn smartmigd_reads(gpu: &str, dir: Option<&Path>, list: &[String]) -> Vec<Vec<String>> {
+        let quoted: Vec<String> = list.iter().map(|n| format!("\"{n}\"")).collect();
+        let text = format!(
+            "version = 1\n[gpu]\n{gpu}\n[policy]\nkind = \"static\"\nstatic_layout = [{}]\n",
+            quoted.join(", ")
+        );
+        let resolved = Config::parse(&text, "smartmig.toml")
+            .unwrap()
+            .resolve(dir)
+            .unwrap();
+        resolved
+            .models
+            .iter()
+            .map(|m| {
+                m.static_layout
+                    .iter()
+                    .map(|&c| m.configurations[c].name.clone())
+                    .collect()
+            })
+            .collect()
     }
 
     /// A mig-parted site: searches choose among the configurations its mig-configs are, and
@@ -635,27 +652,12 @@ mod tests {
             ["whole", "whole"]
         );
         // What smartmigd gives each model from a static_layout list, by mig-config name.
-        let read_back = |list: &[String]| -> Vec<Vec<String>> {
-            let quoted: Vec<String> = list.iter().map(|n| format!("\"{n}\"")).collect();
-            let text = format!(
-                "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\"]\nmig_parted = \"mig.yaml\"\n\
-                 [policy]\nkind = \"static\"\nstatic_layout = [{}]\n",
-                quoted.join(", ")
-            );
-            let resolved = Config::parse(&text, "smartmig.toml")
-                .unwrap()
-                .resolve(Some(dir.path()))
-                .unwrap();
-            resolved
-                .models
-                .iter()
-                .map(|m| {
-                    m.static_layout
-                        .iter()
-                        .map(|&c| m.configurations[c].name.clone())
-                        .collect()
-                })
-                .collect()
+        let read_back = |list: &[String]| {
+            smartmigd_reads(
+                "models = [\"a100-40gb\", \"h100-80gb\"]\nmig_parted = \"mig.yaml\"",
+                Some(dir.path()),
+                list,
+            )
         };
         let written = daemon_layout(&mixed, &[balanced.clone(), halves.clone()], Some(&site)).unwrap();
         assert_eq!(read_back(&written), [vec!["balanced"], vec!["h-halves"]]);
