@@ -2,10 +2,12 @@
 //! day of the reference scenario by itself (it knows that day's arrivals), against
 //! static-best, beside the common teacher it starts from.
 //!
-//! `cargo run --release -p smartmig-train --example clairvoyant -- REPORT [CAP]`: REPORT
-//! is an imitation training's `<out>.ckpt/imitation.json` (its common teacher); CAP, a
-//! fraction (0.27), holds each day's energy to that far above the energy lower bound, and
-//! `teacher` holds each day to the energy the common teacher used on it.
+//! `cargo run --release -p smartmig-train --example clairvoyant -- REPORT [CAP]
+//! [set=KEY=VALUE]...`: REPORT is an imitation training's `<out>.ckpt/imitation.json` (its
+//! common teacher); CAP, a fraction (0.27), holds each day's energy to that far above the
+//! energy lower bound, and `teacher` holds each day to the energy the common teacher used
+//! on it; each `set=` overrides the reference scenario as `--set` does (the training's own,
+//! e.g. `set=repartition.semantics="drain"`).
 
 use std::error::Error;
 
@@ -21,13 +23,21 @@ type Day = (f64, f64, f64, f64);
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
-    let report = args.next().ok_or("usage: clairvoyant REPORT [CAP|teacher]")?;
-    let cap = args.next();
+    let report = args
+        .next()
+        .ok_or("usage: clairvoyant REPORT [CAP|teacher] [set=KEY=VALUE]...")?;
+    let (sets, rest): (Vec<String>, Vec<String>) = args.partition(|a| a.starts_with("set="));
+    let sets: Vec<String> = sets.iter().map(|a| a["set=".len()..].to_string()).collect();
+    let cap = match rest.as_slice() {
+        [] => None,
+        [c] => Some(c.clone()),
+        _ => return Err(format!("{rest:?}: one CAP at most").into()),
+    };
     let text = std::fs::read_to_string(&report).map_err(|e| format!("{report}: {e}"))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{report}: {e}"))?;
     let teacher: LadderParams = serde_json::from_value(v["outcome"]["teacher"].clone())
         .map_err(|e| format!("{report} has no imitation teacher: {e}"))?;
-    let sc = Scenario::reference(&[])?;
+    let sc = Scenario::reference(&sets)?;
     let layout = sc
         .scenario
         .baselines
@@ -60,13 +70,22 @@ fn main() -> Result<(), Box<dyn Error>> {
             ))
         })
         .collect::<Result<_, _>>()?;
-    let mean = |f: fn(&Day) -> f64| 100.0 * days.iter().map(f).sum::<f64>() / days.len() as f64;
+    let n = days.len() as f64;
+    let mean = |f: fn(&Day) -> f64| 100.0 * days.iter().map(f).sum::<f64>() / n;
+    // The standard error of a per-day gain's mean, in percent.
+    let se = |f: fn(&Day) -> f64| {
+        let m = mean(f) / 100.0;
+        let var = days.iter().map(|d| (f(d) - m).powi(2)).sum::<f64>() / (n - 1.0);
+        100.0 * (var / n).sqrt()
+    };
     println!(
-        "{} evaluation days | common teacher {:+.1}% over static-best, energy +{:.1}% above the bound | refined on each day {:+.1}%, energy +{:.1}%",
+        "{} evaluation days | common teacher {:+.1}% ± {:.1}% over static-best, energy +{:.1}% above the bound | refined on each day {:+.1}% ± {:.1}%, energy +{:.1}%",
         days.len(),
         mean(|d| d.0),
+        se(|d| d.0),
         mean(|d| d.1),
         mean(|d| d.2),
+        se(|d| d.2),
         mean(|d| d.3)
     );
     Ok(())
