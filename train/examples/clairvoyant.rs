@@ -1,12 +1,13 @@
 //! The headroom of a policy that sees only the queue: a teacher refined on each evaluation
-//! day of the reference scenario by itself (it knows that day's arrivals), against
-//! static-best, beside the common teacher it starts from.
+//! day of a scenario (the reference unless told) by itself (it knows that day's
+//! arrivals), against static-best, beside the common teacher it starts from.
 //!
 //! `cargo run --release -p smartmig-train --example clairvoyant -- REPORT [CAP]
-//! [set=KEY=VALUE]...`: REPORT is an imitation training's `<out>.ckpt/imitation.json` (its
-//! common teacher); CAP, a fraction (0.27), holds each day's energy to that far above the
-//! energy lower bound, and `teacher` holds each day to the energy the common teacher used
-//! on it; each `set=` overrides the reference scenario as `--set` does (the training's own,
+//! [scenario=FILE] [set=KEY=VALUE]...`: REPORT is an imitation training's
+//! `<out>.ckpt/imitation.json` (its common teacher); CAP, a fraction (0.27), holds each
+//! day's energy to that far above the energy lower bound, and `teacher` holds each day to
+//! the energy the common teacher used on it; FILE is the training's scenario (the
+//! reference without it) and each `set=` overrides it as `--set` does (the training's own,
 //! e.g. `set=repartition.semantics="drain"`).
 
 use std::error::Error;
@@ -25,19 +26,24 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let report = args
         .next()
-        .ok_or("usage: clairvoyant REPORT [CAP|teacher] [set=KEY=VALUE]...")?;
-    let (sets, rest): (Vec<String>, Vec<String>) = args.partition(|a| a.starts_with("set="));
-    let sets: Vec<String> = sets.iter().map(|a| a["set=".len()..].to_string()).collect();
-    let cap = match rest.as_slice() {
-        [] => None,
-        [c] => Some(c.clone()),
-        _ => return Err(format!("{rest:?}: one CAP at most").into()),
-    };
+        .ok_or("usage: clairvoyant REPORT [CAP|teacher] [scenario=FILE] [set=KEY=VALUE]...")?;
+    let (mut cap, mut file, mut sets) = (None, None, Vec::new());
+    for a in args {
+        match a.split_once('=') {
+            Some(("set", v)) => sets.push(v.to_string()),
+            Some(("scenario", v)) => file = Some(std::path::PathBuf::from(v)),
+            _ if cap.is_none() => cap = Some(a),
+            _ => return Err(format!("{a}: one CAP at most").into()),
+        }
+    }
     let text = std::fs::read_to_string(&report).map_err(|e| format!("{report}: {e}"))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{report}: {e}"))?;
     let teacher: LadderParams = serde_json::from_value(v["outcome"]["teacher"].clone())
         .map_err(|e| format!("{report} has no imitation teacher: {e}"))?;
-    let sc = Scenario::reference(&sets)?;
+    let sc = match &file {
+        Some(f) => Scenario::load(f, &sets)?,
+        None => Scenario::reference(&sets)?,
+    };
     let layout = sc
         .scenario
         .baselines
