@@ -172,46 +172,98 @@ impl Search<'_> {
     }
 }
 
-/// The candidates of one block: one GPU of a model moved between its configurations
-/// (`available`, per model), or a neighbour's layout; with `instances` (each model's
-/// configurations' instance counts, when Slurm 22.05's node rule makes a count change
-/// drain the whole node), also two GPUs of a model moved at once keeping the node's
-/// instance count.
-fn neighbours(
-    best: &Blocks,
-    b: usize,
-    available: &[Vec<usize>],
-    instances: Option<&[Vec<usize>]>,
-) -> Vec<Blocks> {
-    let mut out = Vec::new();
-    for (m, available) in available.iter().enumerate() {
-        let here = &best[b][m];
-        let moves: Vec<(usize, usize)> = available
-            .iter()
-            .filter(|&&from| here[from] > 0)
-            .flat_map(|&from| {
-                available
-                    .iter()
-                    .filter(move |&&to| to != from)
-                    .map(move |&to| (from, to))
-            })
-            .collect();
-        let moved = |steps: &[(usize, usize)]| {
-            let mut c = best.clone();
-            for &(from, to) in steps {
-                c[b][m][from] -= 1;
-                c[b][m][to] += 1;
+/// Slurm 22.05's node rule as the search keeps it where a count change drains the whole
+/// node: each model's configurations' instance counts, and the pairs of models whose GPUs
+/// share a node.
+struct CountRule {
+    instances: Vec<Vec<usize>>,
+    shared: Vec<(usize, usize)>,
+}
+
+impl CountRule {
+    /// The rule on `sc`'s nodes (`cluster.gpus_per_node` GPUs each, in cluster order).
+    fn of(sc: &ResolvedScenario) -> CountRule {
+        let per_node = sc.scenario.cluster.gpus_per_node.max(1) as usize;
+        let mut shared = Vec::new();
+        for node in sc.gpus.chunks(per_node) {
+            for (i, a) in node.iter().enumerate() {
+                for b in &node[i + 1..] {
+                    let pair = (a.model.min(b.model), a.model.max(b.model));
+                    if pair.0 != pair.1 && !shared.contains(&pair) {
+                        shared.push(pair);
+                    }
+                }
             }
-            c
+        }
+        CountRule {
+            instances: sc
+                .models
+                .iter()
+                .map(|m| m.configurations.iter().map(|c| c.sizes.len()).collect())
+                .collect(),
+            shared,
+        }
+    }
+}
+
+/// The candidates of one block: one GPU of a model moved between its configurations
+/// (`available`, per model), or a neighbour's layout; with `count` (when Slurm 22.05's
+/// node rule makes a count change drain the whole node), also two GPUs moved at once
+/// keeping the node's instance count: of one model, or of two models sharing a node.
+fn neighbours(best: &Blocks, b: usize, available: &[Vec<usize>], count: Option<&CountRule>) -> Vec<Blocks> {
+    let mut out = Vec::new();
+    // Each model's moves (from, to) of one GPU.
+    let moves: Vec<Vec<(usize, usize)>> = available
+        .iter()
+        .enumerate()
+        .map(|(m, available)| {
+            let here = &best[b][m];
+            available
+                .iter()
+                .filter(|&&from| here[from] > 0)
+                .flat_map(|&from| {
+                    available
+                        .iter()
+                        .filter(move |&&to| to != from)
+                        .map(move |&to| (from, to))
+                })
+                .collect()
+        })
+        .collect();
+    let moved = |steps: &[(usize, (usize, usize))]| {
+        let mut c = best.clone();
+        for &(m, (from, to)) in steps {
+            c[b][m][from] -= 1;
+            c[b][m][to] += 1;
+        }
+        c
+    };
+    for (m, moves) in moves.iter().enumerate() {
+        out.extend(moves.iter().map(|&step| moved(&[(m, step)])));
+    }
+    if let Some(rule) = count {
+        let delta = |m: usize, (from, to): (usize, usize)| {
+            rule.instances[m][to] as i64 - rule.instances[m][from] as i64
         };
-        out.extend(moves.iter().map(|&step| moved(&[step])));
-        if let Some(count) = instances.map(|i| &i[m]) {
-            let delta = |(from, to): (usize, usize)| count[to] as i64 - count[from] as i64;
+        let keeps = |m1: usize, s1: (usize, usize), m2: usize, s2: (usize, usize)| {
+            delta(m1, s1) != 0 && delta(m1, s1) + delta(m2, s2) == 0
+        };
+        for (m, moves) in moves.iter().enumerate() {
+            let here = &best[b][m];
             for (i, &m1) in moves.iter().enumerate() {
                 for &m2 in &moves[i + 1..] {
                     let room = m1.0 != m2.0 || here[m1.0] >= 2;
-                    if delta(m1) != 0 && delta(m1) + delta(m2) == 0 && room {
-                        out.push(moved(&[m1, m2]));
+                    if keeps(m, m1, m, m2) && room {
+                        out.push(moved(&[(m, m1), (m, m2)]));
+                    }
+                }
+            }
+        }
+        for &(a, z) in &rule.shared {
+            for &s1 in &moves[a] {
+                for &s2 in &moves[z] {
+                    if keeps(a, s1, z, s2) {
+                        out.push(moved(&[(a, s1), (z, s2)]));
                     }
                 }
             }
@@ -316,15 +368,10 @@ pub fn tune_periodic_on(
         })
         .collect();
     let rep = &sc.scenario.repartition;
-    let instances: Option<Vec<Vec<usize>>> = (rep.semantics == Semantics::Drain
+    let count = (rep.semantics == Semantics::Drain
         && rep.node_rule == NodeRule::Slurm2205
         && !rep.index_rule.padded())
-    .then(|| {
-        sc.models
-            .iter()
-            .map(|m| m.configurations.iter().map(|c| c.sizes.len()).collect())
-            .collect()
-    });
+    .then(|| CountRule::of(sc));
     let mut best: Blocks = vec![start_counts.clone(); blocks as usize];
     let mut best_et = s.evaluate_many(vec![best.clone()])[0].1;
     let start_et = best_et;
@@ -333,7 +380,7 @@ pub fn tune_periodic_on(
         passes += 1;
         let mut improved = false;
         for b in 0..blocks as usize {
-            let scored = s.evaluate_many(neighbours(&best, b, &available, instances.as_deref()));
+            let scored = s.evaluate_many(neighbours(&best, b, &available, count.as_ref()));
             progress.inc(1);
             if let Some((c, et)) = scored.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
                 if et < best_et - 1e-9 {
@@ -530,7 +577,7 @@ mod tests {
     }
 
     #[test]
-    fn on_a_mixed_cluster_moves_are_tried_on_every_model_and_stay_within_one() {
+    fn on_a_mixed_cluster_moves_stay_within_one_model_unless_a_pair_keeps_a_shared_nodes_count() {
         let sc = mixed();
         let start = sc.scenario.baselines.static_best.clone().unwrap();
         let layout: Layout = (0..3)
@@ -551,6 +598,40 @@ mod tests {
         assert!(cands
             .iter()
             .all(|c| (0..3).all(|m| { c[0][m].iter().sum::<u32>() == layout[m].iter().sum::<u32>() })));
+        // Under Slurm 22.05's count rule, models sharing a node also move in pairs that keep
+        // the node's instance count.
+        let rule = CountRule::of(&sc);
+        assert_eq!(rule.shared, [(0, 1), (0, 2), (1, 2)], "one node holds all three");
+        let node_instances = |l: &Layout| -> usize {
+            (0..3)
+                .map(|m| {
+                    l[m].iter()
+                        .enumerate()
+                        .map(|(c, &n)| n as usize * rule.instances[m][c])
+                        .sum::<usize>()
+                })
+                .sum()
+        };
+        let paired = neighbours(&vec![layout.clone()], 0, &available, Some(&rule));
+        let across: Vec<&Blocks> = paired.iter().filter(|c| changed(c).len() == 2).collect();
+        assert!(!across.is_empty());
+        assert!(across
+            .iter()
+            .all(|c| node_instances(&c[0]) == node_instances(&layout)));
+        // The H100s (c2, 2 instances) can give one back to an A100 or an A30; those two,
+        // each at its fewest (c1, q1), cannot pair with each other.
+        assert_eq!((layout[0][0], layout[1][1], layout[2][0]), (4, 2, 2));
+        let pairs: Vec<Vec<usize>> = across.iter().map(|c| changed(c)).collect();
+        assert!(pairs.contains(&vec![0, 1]) && pairs.contains(&vec![1, 2]));
+        assert!(!pairs.contains(&vec![0, 2]));
+        // Models on nodes of their own never pair.
+        let apart = Scenario::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../etc/scenarios/mixed-a100-h100-a30.toml"),
+            &["cluster.gpus_per_node=2".into()],
+        )
+        .unwrap();
+        assert_eq!(CountRule::of(&apart).shared, []);
     }
 
     #[test]
