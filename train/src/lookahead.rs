@@ -421,10 +421,23 @@ mod tests {
 
     #[test]
     fn a_replayed_day_is_the_day_itself() {
+        replays_the_day(&["workload.multiplier=12".into()]);
+    }
+
+    #[test]
+    fn a_replayed_drain_day_with_padding_is_the_day_itself() {
+        replays_the_day(&[
+            "workload.multiplier=16".into(),
+            "repartition.semantics=\"drain\"".into(),
+            "repartition.index_rule=\"padded-assigned\"".into(),
+        ]);
+    }
+
+    fn replays_the_day(sets: &[String]) {
         // The lookahead imagines each candidate by replaying the decisions made so far:
         // with the day's own future and the rung the run then kept, the replay must be
         // the run, or every candidate would be scored from a wrong present.
-        let sc = Scenario::reference(&["workload.multiplier=12".into()]).expect("reference scenario");
+        let sc = Scenario::reference(sets).expect("reference scenario");
         let day = smartmig_sim::workload::from_scenario(&sc, 3, false).expect("jobs");
         let base = base(&sc);
         let refs = [smartmig_eval::compare::run_reference(&sc, &day, 3)];
@@ -435,6 +448,7 @@ mod tests {
         let mut la = Lookahead::new(&sc, &day, &futures, 3, score, cfg, &base, &acts, 5, None);
         let run = Simulation::new(&sc, &day.jobs, RunOptions::of(&sc, Scheduler::Cedf, 3)).run(&mut la);
         assert!(la.labels.len() > 100, "{} decisions", la.labels.len());
+        assert!(run.repartitions > 0, "a day with no re-layout proves nothing");
         let mut replay = Replay {
             base: &base,
             rollout: None,
