@@ -54,12 +54,6 @@ pub fn daemon_hardware(
 /// each of its mig-configs is, per GPU model, and what smartmigd reads a layout entry as.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SiteLayouts {
-    /// (model key, mig-config, catalogue configuration), in the file's order.
-    pub named: Vec<(String, String, String)>,
-    /// (model key, mig-config) of those that are none of the catalogue's configurations:
-    /// the simulator cannot lay GPUs out as them, so searches leave them out (smartmigd
-    /// still reads their names as the model's layouts).
-    pub left_out: Vec<(String, String)>,
     /// The catalogue smartmigd reads entries with (the site's additions included).
     catalogue: Catalogue,
     /// Per scenario model: smartmigd's configurations for it (its mig-configs) and the
@@ -72,7 +66,8 @@ pub struct SiteLayouts {
 struct SiteModel {
     key: String,
     configurations: Vec<Configuration>,
-    scenario: Vec<Option<usize>>,
+    /// Per configuration, the scenario configuration it is (index and name), if any.
+    scenario: Vec<Option<(usize, String)>>,
 }
 
 /// The layouts of `cfg`'s `[gpu] mig_parted` file (read relative to `base_dir`) on the
@@ -86,39 +81,59 @@ pub fn site_layouts(
         return Ok(None);
     }
     let (catalogue, site) = cfg.gpus(base_dir).map_err(|e| e.to_string())?;
-    let mut layouts = SiteLayouts {
-        named: Vec::new(),
-        left_out: Vec::new(),
-        catalogue,
-        models: Vec::new(),
-    };
-    for cm in &sc.models {
-        let Some(sm) = site.iter().find(|m| m.model.key == cm.model.key) else {
-            continue;
-        };
-        let mut scenario = Vec::new();
-        for c in &sm.configurations {
-            let i = identify(&cm.configurations, &cm.model, &c.layout);
-            match i {
-                Some(i) => layouts.named.push((
-                    cm.model.key.clone(),
-                    c.name.clone(),
-                    cm.configurations[i].name.clone(),
-                )),
-                None => layouts.left_out.push((cm.model.key.clone(), c.name.clone())),
-            }
-            scenario.push(i);
-        }
-        layouts.models.push(SiteModel {
-            key: cm.model.key.clone(),
-            configurations: sm.configurations.clone(),
-            scenario,
-        });
-    }
-    Ok(Some(layouts))
+    let models = sc
+        .models
+        .iter()
+        .filter_map(|cm| {
+            let sm = site.iter().find(|m| m.model.key == cm.model.key)?;
+            let scenario = sm
+                .configurations
+                .iter()
+                .map(|c| {
+                    identify(&cm.configurations, &cm.model, &c.layout)
+                        .map(|i| (i, cm.configurations[i].name.clone()))
+                })
+                .collect();
+            Some(SiteModel {
+                key: cm.model.key.clone(),
+                configurations: sm.configurations.clone(),
+                scenario,
+            })
+        })
+        .collect();
+    Ok(Some(SiteLayouts { catalogue, models }))
 }
 
 impl SiteLayouts {
+    /// (model key, mig-config, catalogue configuration), in the file's order.
+    pub fn named(&self) -> Vec<(&str, &str, &str)> {
+        self.models
+            .iter()
+            .flat_map(|m| {
+                m.configurations.iter().zip(&m.scenario).filter_map(|(c, s)| {
+                    s.as_ref()
+                        .map(|(_, name)| (m.key.as_str(), c.name.as_str(), name.as_str()))
+                })
+            })
+            .collect()
+    }
+
+    /// (model key, mig-config) of those that are none of the catalogue's configurations:
+    /// the simulator cannot lay GPUs out as them, so searches leave them out (smartmigd
+    /// still reads their names as the model's layouts).
+    pub fn left_out(&self) -> Vec<(&str, &str)> {
+        self.models
+            .iter()
+            .flat_map(|m| {
+                m.configurations
+                    .iter()
+                    .zip(&m.scenario)
+                    .filter(|(_, s)| s.is_none())
+                    .map(|(c, _)| (m.key.as_str(), c.name.as_str()))
+            })
+            .collect()
+    }
+
     /// `cluster.configurations=…` when the site leaves out some configuration of the
     /// scenario's models: one list when every model's is the same, else one per model.
     fn restriction(&self, sc: &ResolvedScenario) -> Option<String> {
@@ -128,9 +143,9 @@ impl SiteLayouts {
             .map(|m| {
                 let key = &m.model.key;
                 let mut names: Vec<String> = Vec::new();
-                for (_, _, c) in self.named.iter().filter(|(k, _, _)| k == key) {
-                    if !names.contains(c) {
-                        names.push(c.clone());
+                for (_, _, c) in self.named().into_iter().filter(|(k, _, _)| k == key) {
+                    if !names.iter().any(|n| n == c) {
+                        names.push(c.to_string());
                     }
                 }
                 (key.clone(), names)
@@ -154,10 +169,10 @@ impl SiteLayouts {
 
     /// Configuration `name` of `model` as the site's mig-config; an error where it is none.
     fn site_name(&self, model: &str, name: &str) -> Result<String, String> {
-        self.named
-            .iter()
-            .find(|(k, _, c)| k == model && c == name)
-            .map(|(_, mig, _)| mig.clone())
+        self.named()
+            .into_iter()
+            .find(|(k, _, c)| *k == model && *c == name)
+            .map(|(_, mig, _)| mig.to_string())
             .ok_or_else(|| format!("{name} is none of the site's mig-configs for {model}"))
     }
 }
@@ -202,7 +217,12 @@ pub fn daemon_layout(
             own.cloned().unwrap_or_else(|| SiteModel {
                 key: cm.model.key.clone(),
                 configurations: cm.configurations.clone(),
-                scenario: (0..cm.configurations.len()).map(Some).collect(),
+                scenario: cm
+                    .configurations
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| Some((i, c.name.clone())))
+                    .collect(),
             })
         })
         .collect();
@@ -212,7 +232,7 @@ pub fn daemon_layout(
     let read = |m: usize, entry: &str| -> Option<Option<usize>> {
         let own = &models[m];
         match read_entry(catalogue, &own.configurations, &sc.models[m].model, driver, entry) {
-            Ok(Some(LayoutEntry::Configuration(i))) => Some(own.scenario[i]),
+            Ok(Some(LayoutEntry::Configuration(i))) => Some(own.scenario[i].as_ref().map(|(c, _)| *c)),
             Ok(Some(LayoutEntry::Layout(_))) | Err(_) => Some(None),
             Ok(None) => None,
         }
@@ -578,11 +598,11 @@ mod tests {
         let cfg = Config::parse("version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n", "smartmig.toml").unwrap();
         let sc = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
         let site = site_layouts(&cfg, Some(dir.path()), &sc).unwrap().unwrap();
-        let balanced = &site.named[1].2;
-        assert_eq!(site.named[0], ("a100-40gb".into(), "whole".into(), "c1".into()));
+        let balanced = site.named()[1].2.to_string();
+        assert_eq!(site.named()[0], ("a100-40gb", "whole", "c1"));
         assert_eq!(
-            site.left_out,
-            [("a100-40gb".to_string(), "one-3g".to_string())],
+            site.left_out(),
+            [("a100-40gb", "one-3g")],
             "a lone 3g is no configuration"
         );
         assert_eq!(
@@ -621,7 +641,13 @@ mod tests {
         ])
         .unwrap();
         let site = site_layouts(&cfg, Some(dir.path()), &mixed).unwrap().unwrap();
-        let halves = &site.named.iter().find(|(_, mig, _)| mig == "h-halves").unwrap().2;
+        let halves = site
+            .named()
+            .into_iter()
+            .find(|(_, mig, _)| *mig == "h-halves")
+            .unwrap()
+            .2
+            .to_string();
         let sets = daemon_hardware(&cfg, Some(&site), &mixed).unwrap();
         assert_eq!(
             sets,
@@ -680,7 +706,7 @@ mod tests {
         )
         .unwrap();
         let site = site_layouts(&cfg, Some(dir.path()), &mixed).unwrap().unwrap();
-        assert_eq!(site.left_out, [("h100-80gb".to_string(), "odd".to_string())]);
+        assert_eq!(site.left_out(), [("h100-80gb", "odd")]);
         let written = daemon_layout(&mixed, &["c1".into()], Some(&site)).unwrap();
         assert_eq!(written, ["7g.40gb", "h-whole"]);
         assert_eq!(read_back(&written), [vec!["odd"], vec!["h-whole"]]);

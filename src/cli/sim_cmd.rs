@@ -49,7 +49,7 @@ pub struct ScenarioArgs {
     daemon_sets: std::sync::OnceLock<Vec<String>>,
     /// `smartmig_toml`'s mig-parted layouts, if it has them, set by [`ScenarioArgs::load`].
     #[arg(skip)]
-    site: std::sync::OnceLock<Option<Box<SiteLayouts>>>,
+    site: std::sync::OnceLock<Option<SiteLayouts>>,
 }
 
 /// `--semantics`: the policy crate's names, shown as the possible values.
@@ -100,8 +100,8 @@ impl ScenarioArgs {
         let cfg = Config::from_file(path).map_err(CliError::input)?;
         let named = |e: String| CliError::input(anyhow::anyhow!("{}: {e}", path.display()));
         let site = site_layouts(&cfg, path.parent(), &sc).map_err(named)?;
-        let site = self.site.get_or_init(|| site.map(Box::new)).as_deref();
-        if let Some(left_out) = site.map(|s| &s.left_out).filter(|l| !l.is_empty()) {
+        let site = self.site.get_or_init(|| site).as_ref();
+        if let Some(left_out) = site.map(SiteLayouts::left_out).filter(|l| !l.is_empty()) {
             let named: Vec<String> = left_out
                 .iter()
                 .map(|(model, mig)| format!("{mig} ({model})"))
@@ -137,7 +137,7 @@ impl ScenarioArgs {
     /// `--smartmig-toml`'s mig-parted layouts on the scenario's GPUs, if it has them (none
     /// before [`ScenarioArgs::load`]).
     pub fn site_layouts(&self) -> Option<&SiteLayouts> {
-        self.site.get().and_then(Option::as_deref)
+        self.site.get().and_then(Option::as_ref)
     }
 
     /// The overrides `--smartmig-toml` gave (empty before [`ScenarioArgs::load`]).
