@@ -9,8 +9,8 @@
 //! cluster order, so a model's pattern need not be whole nodes.) The search starts with
 //! every block in the best static layout and, block by block, tries moving one GPU of a
 //! model from one configuration to another (under Slurm 22.05's drain rule also two at
-//! once keeping the pattern's instance count, so on one model's nodes the node need not
-//! drain whole) and copying a neighbouring block's layout (which merges blocks and saves
+//! once keeping the instance count, of one model or of two models sharing a node, so the
+//! node need not drain whole) and copying a neighbouring block's layout (which merges blocks and saves
 //! re-layouts), keeping the best move while mean ET on the training days improves. Every
 //! candidate runs through the simulator under the scenario's semantics and re-layout
 //! limits, so what the search finds is what smartmigd can deliver. It is a local optimum,
