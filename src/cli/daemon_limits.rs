@@ -582,19 +582,27 @@ mod tests {
     #[test]
     fn a_mig_parted_sites_layouts_are_searched_as_configurations_and_named_back() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = |devices: &str| {
-            format!("    - devices: all\n      mig-enabled: true\n      mig-devices:\n{devices}")
+        // mig.yaml with `configs`: each a name and its device specs, each spec a
+        // "profile: count" list for all devices.
+        let write = |configs: &[(&str, &[&[(&str, u32)]])]| {
+            let mut text = String::from("version: v1\nmig-configs:\n");
+            for (name, specs) in configs {
+                text += &format!("  {name}:\n");
+                for devices in *specs {
+                    text += "    - devices: all\n      mig-enabled: true\n      mig-devices:\n";
+                    for (profile, n) in *devices {
+                        text += &format!("        \"{profile}\": {n}\n");
+                    }
+                }
+            }
+            std::fs::write(dir.path().join("mig.yaml"), text).unwrap();
         };
-        std::fs::write(
-            dir.path().join("mig.yaml"),
-            format!(
-                "version: v1\nmig-configs:\n  whole:\n{}  balanced:\n{}  one-3g:\n{}",
-                spec("        \"7g.40gb\": 1\n"),
-                spec("        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n"),
-                spec("        \"3g.20gb\": 1\n"),
-            ),
-        )
-        .unwrap();
+        let balanced_a100: &[(&str, u32)] = &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)];
+        write(&[
+            ("whole", &[&[("7g.40gb", 1)]]),
+            ("balanced", &[balanced_a100]),
+            ("one-3g", &[&[("3g.20gb", 1)]]),
+        ]);
         let cfg = Config::parse("version = 1\n[gpu]\nmig_parted = \"mig.yaml\"\n", "smartmig.toml").unwrap();
         let sc = smartmig_sim::scenario::Scenario::reference(&[]).unwrap();
         let site = site_layouts(&cfg, Some(dir.path()), &sc).unwrap().unwrap();
@@ -620,17 +628,11 @@ mod tests {
         );
         // On an A100 and an H100 each model's mig-configs are its own configurations, and
         // each model's layouts are written by its own mig-config names.
-        std::fs::write(
-            dir.path().join("mig.yaml"),
-            format!(
-                "version: v1\nmig-configs:\n  whole:\n{}{}  balanced:\n{}  h-halves:\n{}",
-                spec("        \"7g.40gb\": 1\n"),
-                spec("        \"7g.80gb\": 1\n"),
-                spec("        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n"),
-                spec("        \"3g.40gb\": 2\n"),
-            ),
-        )
-        .unwrap();
+        write(&[
+            ("whole", &[&[("7g.40gb", 1)], &[("7g.80gb", 1)]]),
+            ("balanced", &[balanced_a100]),
+            ("h-halves", &[&[("3g.40gb", 2)]]),
+        ]);
         let cfg = Config::parse(
             "version = 1\n[gpu]\nmodels = [\"a100-40gb\", \"h100-80gb\"]\nmig_parted = \"mig.yaml\"\n",
             "smartmig.toml",
@@ -694,17 +696,11 @@ mod tests {
         );
         // A mig-config the simulator leaves out on the H100 (a lone 3g) is still one of the
         // H100's layouts there: the A100's `odd` is written as its instances.
-        std::fs::write(
-            dir.path().join("mig.yaml"),
-            format!(
-                "version: v1\nmig-configs:\n  odd:\n{}{}  h-whole:\n{}  balanced:\n{}",
-                spec("        \"7g.40gb\": 1\n"),
-                spec("        \"3g.40gb\": 1\n"),
-                spec("        \"7g.80gb\": 1\n"),
-                spec("        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n        \"3g.20gb\": 1\n"),
-            ),
-        )
-        .unwrap();
+        write(&[
+            ("odd", &[&[("7g.40gb", 1)], &[("3g.40gb", 1)]]),
+            ("h-whole", &[&[("7g.80gb", 1)]]),
+            ("balanced", &[balanced_a100]),
+        ]);
         let site = site_layouts(&cfg, Some(dir.path()), &mixed).unwrap().unwrap();
         assert_eq!(site.left_out(), [("h100-80gb", "odd")]);
         let written = daemon_layout(&mixed, &["c1".into()], Some(&site)).unwrap();
