@@ -584,7 +584,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // mig.yaml with `configs`: each a name and its device specs, each spec a
         // "profile: count" list for all devices.
-        let write = |configs: &[(&str, &[&[(&str, u32)]])]| {
+        type Devices<'a> = &'a [(&'a str, u32)];
+        let write = |configs: &[(&str, &[Devices])]| {
             let mut text = String::from("version: v1\nmig-configs:\n");
             for (name, specs) in configs {
                 text += &format!("  {name}:\n");
@@ -597,7 +598,7 @@ mod tests {
             }
             std::fs::write(dir.path().join("mig.yaml"), text).unwrap();
         };
-        let balanced_a100: &[(&str, u32)] = &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)];
+        let balanced_a100: Devices = &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)];
         write(&[
             ("whole", &[&[("7g.40gb", 1)]]),
             ("balanced", &[balanced_a100]),
