@@ -22,11 +22,19 @@ const C8: &str = "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 3g.20gb@4";
 const C5: &str = "3g.20gb@0 3g.20gb@4";
 const TO_C5: &str = "kind = \"static\"\nstatic_layout = [\"c5\"]";
 
-fn temp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("smartmig-central-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A test's own directory, removed when the test ends, passed or failed.
+struct TestDir(tempfile::TempDir);
+
+impl std::ops::Deref for TestDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+fn temp(tag: &str) -> TestDir {
+    let prefix = format!("smartmig-central-{tag}-");
+    TestDir(tempfile::Builder::new().prefix(&prefix).tempdir().unwrap())
 }
 
 /// A config acting at once: no minimum interval, no persistence, any batch size.
@@ -411,7 +419,7 @@ fn dry_run_touches_nothing_and_reports_the_same_decisions() {
 #[test]
 fn a_dry_run_shows_the_limits_a_live_cycle_would_meet() {
     // Before Slurm 23.02.6 a live cycle keeps a's 4g.20gb for routed job 10.
-    let mut dry = on_slurm_22_05_with_jobs_to_reroute("dry-limits", Mode::DryRun);
+    let (mut dry, _dir) = on_slurm_22_05_with_jobs_to_reroute("dry-limits", Mode::DryRun);
     let r = once(&mut dry);
     assert_eq!(r.changed, 2, "{r:?}");
     let why = action(&dry, "a/0");
@@ -500,7 +508,8 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
 
 /// The central role for [`cluster_with_jobs_to_reroute`] on Slurm 22.05.8, which cannot
 /// re-route pending jobs.
-fn on_slurm_22_05_with_jobs_to_reroute(tag: &str, mode: Mode) -> Central {
+/// The central role and the directory it keeps its state in (gone when dropped).
+fn on_slurm_22_05_with_jobs_to_reroute(tag: &str, mode: Mode) -> (Central, TestDir) {
     let dir = temp(tag);
     let mut c = central(
         resolved(&dir, TO_C5),
@@ -509,12 +518,12 @@ fn on_slurm_22_05_with_jobs_to_reroute(tag: &str, mode: Mode) -> Central {
         Recorder::default(),
     );
     c.for_release(0x16_05_08);
-    c
+    (c, dir)
 }
 
 #[test]
 fn before_slurm_23_02_6_the_last_gpu_of_a_type_a_routed_job_waits_for_stays_until_it_leaves() {
-    let mut c = on_slurm_22_05_with_jobs_to_reroute("keep-type", Mode::Drain);
+    let (mut c, _dir) = on_slurm_22_05_with_jobs_to_reroute("keep-type", Mode::Drain);
     let r = once(&mut c);
     assert_eq!((r.changed, r.rerouted, r.errors.len()), (2, 0, 0), "{r:?}");
     assert_eq!(layout_of(&mut c, "a"), C2, "a keeps the last 4g.20gb");
