@@ -671,6 +671,7 @@ fn check_onnx(r: &Resolved) -> Finding {
         let site = smartmig_policy::Site {
             requeued: central.requeued,
             padding: central.padding,
+            requeue_max_run_s: central.requeue_max_run_s,
         };
         if let Some(why) = meta.refusal(site) {
             return Finding::bad(

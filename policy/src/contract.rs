@@ -59,6 +59,10 @@ pub const KEY_REQUEUED: &str = "smartmig.requeued";
 /// device indices as smartmigd does with `[controller.central] padding = true` (`true` or
 /// `false`); files written before the key were all trained without padding.
 pub const KEY_PADDING: &str = "smartmig.padding";
+/// Metadata key (optional, absent: none): for a preempt policy, the `requeue_max_run_s`
+/// (seconds) its training and validation held to: a change that would requeue a job
+/// running longer waited for it. Files written before the key were validated without one.
+pub const KEY_REQUEUE_MAX_RUN_S: &str = "smartmig.requeue_max_run_s";
 
 /// How the time of day enters the features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,18 +313,24 @@ pub struct PolicyMetadata {
     pub requeued: Requeued,
     /// Whether training and validation assumed smartmigd's padding records.
     pub padding: bool,
+    /// The longest a job requeued in training and validation had run, seconds (preempt;
+    /// None: any).
+    pub requeue_max_run_s: Option<f64>,
     /// For an average of trainings, which ones (the training fields are member 0's).
     pub averaged_from: Option<Trainings>,
 }
 
 /// What a site's smartmigd does that a policy's validation must have assumed
 /// ([`PolicyMetadata::refusal`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Site {
     /// What its requeued jobs keep (`[controller.central] requeued`).
     pub requeued: Requeued,
     /// Whether it writes padding records (`[controller.central] padding`).
     pub padding: bool,
+    /// The longest a job it requeues may have run, seconds (`[controller.central]
+    /// requeue_max_run_s`; None: any).
+    pub requeue_max_run_s: Option<f64>,
 }
 
 /// One training of a policy: its scenario and seed.
@@ -506,6 +516,7 @@ impl PolicyMetadata {
             guard: None,
             requeued,
             padding: false,
+            requeue_max_run_s: None,
             averaged_from: None,
         }
     }
@@ -593,6 +604,10 @@ impl PolicyMetadata {
         .into_iter()
         .chain(self.guard.clone().map(|g| (KEY_GUARD, g)))
         .chain(
+            self.requeue_max_run_s
+                .map(|s| (KEY_REQUEUE_MAX_RUN_S, s.to_string())),
+        )
+        .chain(
             self.averaged_from
                 .as_ref()
                 .map(|t| (KEY_AVERAGED_FROM, t.to_value())),
@@ -666,6 +681,15 @@ impl PolicyMetadata {
                     .parse()
                     .map_err(|_| bad(KEY_PADDING, &text, "expected `true` or `false`"))?,
             },
+            requeue_max_run_s: get(KEY_REQUEUE_MAX_RUN_S)
+                .map(|text| {
+                    text.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .ok_or_else(|| bad(KEY_REQUEUE_MAX_RUN_S, &text, "expected seconds ≥ 0"))
+                })
+                .transpose()?,
         };
         meta.validate()?;
         let dim_text = req(KEY_INPUT_DIM)?;
@@ -692,7 +716,9 @@ impl PolicyMetadata {
 
     /// Why the policy must not run at `site`: its guard failed; or it repartitions by
     /// requeueing and was validated where requeued jobs resume while the site's start over
-    /// (such a policy requeues far too often for jobs that lose their work); or it was
+    /// (such a policy requeues far too often for jobs that lose their work), or where they
+    /// start over but only jobs younger than a `requeue_max_run_s` the site does not keep
+    /// were requeued (the site would throw away work its validation never lost); or it was
     /// validated with padding records the site does not write (without them, most of the
     /// changes it counts on wait for idle nodes).
     pub fn refusal(&self, site: Site) -> Option<String> {
@@ -710,6 +736,22 @@ impl PolicyMetadata {
                  --set repartition.requeued=restart, or run drain mode)"
                     .to_string(),
             );
+        }
+        if let (Semantics::Preempt, Requeued::Restart, Some(held)) =
+            (self.semantics, site.requeued, self.requeue_max_run_s)
+        {
+            if site.requeue_max_run_s.is_none_or(|s| s > held) {
+                let site_cap = site
+                    .requeue_max_run_s
+                    .map_or("unset".to_string(), |s| format!("{s} s"));
+                return Some(format!(
+                    "it was validated requeueing only jobs that had run at most \
+                     requeue_max_run_s = {held} s, and this site's jobs start over with \
+                     controller.central.requeue_max_run_s {site_cap}: it would requeue jobs \
+                     whose work its validation never lost (set requeue_max_run_s = {held} or \
+                     less, or use a policy trained with this site's limit)"
+                ));
+            }
         }
         (self.padding && !site.padding).then(|| {
             "it was validated with padding records, and [controller.central] padding = false \
@@ -802,6 +844,7 @@ pub(crate) mod tests {
             guard: None,
             requeued: Requeued::Resume,
             padding: false,
+            requeue_max_run_s: None,
             averaged_from: None,
         }
     }
@@ -811,6 +854,7 @@ pub(crate) mod tests {
         Site {
             requeued,
             padding: false,
+            requeue_max_run_s: None,
         }
     }
 
@@ -851,6 +895,7 @@ pub(crate) mod tests {
             guard: Some("failed: -0.3% ± 0.2% over static-best".into()),
             requeued: Requeued::Restart,
             padding: true,
+            requeue_max_run_s: Some(60.0),
             averaged_from: Some(Trainings(
                 [("paper.toml", 0), ("paper; night.toml", 1)]
                     .map(|(scenario, seed)| TrainingRef {
@@ -872,7 +917,15 @@ pub(crate) mod tests {
             .to_props()
             .into_iter()
             .filter(|(k, _)| {
-                ![KEY_DRAW, KEY_GUARD, KEY_REQUEUED, KEY_PADDING, KEY_AVERAGED_FROM].contains(&k.as_str())
+                ![
+                    KEY_DRAW,
+                    KEY_GUARD,
+                    KEY_REQUEUED,
+                    KEY_PADDING,
+                    KEY_REQUEUE_MAX_RUN_S,
+                    KEY_AVERAGED_FROM,
+                ]
+                .contains(&k.as_str())
             })
             .collect();
         let read = PolicyMetadata::from_pairs(&old).unwrap();
@@ -882,9 +935,10 @@ pub(crate) mod tests {
                 read.guard_failed(),
                 read.requeued,
                 read.padding,
+                read.requeue_max_run_s,
                 read.averaged_from.clone()
             ),
-            (Draw::Sample, None, Requeued::Resume, false, None)
+            (Draw::Sample, None, Requeued::Resume, false, None, None)
         );
         // The first averages named their trainings as text.
         let first_average = [(
@@ -920,6 +974,8 @@ pub(crate) mod tests {
         for (key, value, expected) in [
             (KEY_REQUEUED, "checkpoint", "`resume` or `restart`"),
             (KEY_PADDING, "on", "`true` or `false`"),
+            (KEY_REQUEUE_MAX_RUN_S, "-1", "seconds ≥ 0"),
+            (KEY_REQUEUE_MAX_RUN_S, "a minute", "seconds ≥ 0"),
         ] {
             let mut bad_value = m.to_props();
             bad_value.retain(|(k, _)| k != key);
@@ -958,6 +1014,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_preempt_policy_validated_with_a_requeue_limit_runs_where_jobs_restart_only_under_that_limit() {
+        let limited = PolicyMetadata {
+            requeued: Requeued::Restart,
+            requeue_max_run_s: Some(60.0),
+            ..sample_metadata()
+        };
+        let at = |requeued, cap| Site {
+            requeue_max_run_s: cap,
+            ..site(requeued)
+        };
+        let why = limited.refusal(at(Requeued::Restart, None)).unwrap_or_default();
+        assert!(
+            why.contains("requeue_max_run_s = 60 s") && why.contains("requeue_max_run_s unset"),
+            "{why}"
+        );
+        let why = limited
+            .refusal(at(Requeued::Restart, Some(300.0)))
+            .unwrap_or_default();
+        assert!(why.contains("requeue_max_run_s 300 s"), "{why}");
+        // The same limit or a tighter one requeues only work its validation could lose.
+        assert_eq!(limited.refusal(at(Requeued::Restart, Some(60.0))), None);
+        assert_eq!(limited.refusal(at(Requeued::Restart, Some(30.0))), None);
+        // Where jobs resume a requeue loses no work, and a drain policy requeues nothing.
+        assert_eq!(limited.refusal(at(Requeued::Resume, None)), None);
+        let drain = PolicyMetadata {
+            semantics: Semantics::Drain,
+            ..limited.clone()
+        };
+        assert_eq!(drain.refusal(at(Requeued::Restart, None)), None);
+    }
+
+    #[test]
     fn a_policy_validated_with_padding_runs_only_where_smartmigd_writes_padding() {
         let padded = PolicyMetadata {
             semantics: Semantics::Drain,
@@ -967,8 +1055,8 @@ pub(crate) mod tests {
         let why = padded.refusal(site(Requeued::Restart)).unwrap_or_default();
         assert!(why.contains("padding = false"), "{why}");
         let padding_site = Site {
-            requeued: Requeued::Restart,
             padding: true,
+            ..site(Requeued::Restart)
         };
         assert_eq!(padded.refusal(padding_site), None);
         // One validated without padding runs at a padding site too (padding only lets

@@ -60,7 +60,8 @@ pub enum EnsembleError {
 /// The network computing the mean of the logits of the trainings `members` hold (a member
 /// that is an average counts as its trainings), with member 0's metadata (its guard dropped:
 /// the average must be validated on its own) naming every training. The members must share
-/// their contract, semantics, draw, requeued and padding assumptions and decision cadence,
+/// their contract, semantics, draw, requeued, padding and requeue-limit assumptions and
+/// decision cadence,
 /// their depth and activation.
 pub fn average(
     members: &[(PolicyNetwork, PolicyMetadata)],
@@ -105,6 +106,11 @@ pub fn average(
                 "padding",
                 meta.padding.to_string(),
                 first_meta.padding.to_string(),
+            ),
+            (
+                "requeue_max_run_s",
+                format!("{:?}", meta.requeue_max_run_s),
+                format!("{:?}", first_meta.requeue_max_run_s),
             ),
             (
                 "decision cadence",

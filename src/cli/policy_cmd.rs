@@ -200,7 +200,7 @@ fn example(a: ExampleArgs) -> CliResult {
 
 /// How scenario repartition `r` differs from what policy `meta` was validated under, in
 /// what its contract records and smartmigd acts on (semantics, padding, and for preempt what
-/// a requeued job keeps), with the `--set` that matches it.
+/// a requeued job keeps and how long it may have run), with the `--set` that matches it.
 fn scenario_differs(meta: &PolicyMetadata, r: &smartmig_sim::scenario::RepartitionSpec) -> Option<String> {
     if r.semantics != meta.semantics {
         return Some(format!(
@@ -229,6 +229,19 @@ fn scenario_differs(meta: &PolicyMetadata, r: &smartmig_sim::scenario::Repartiti
             meta.requeued.as_str(),
             r.requeued.as_str(),
             meta.requeued.as_str()
+        ));
+    }
+    let cap = r.requeue_max_run_s.filter(|_| r.semantics == Semantics::Preempt);
+    if cap != meta.requeue_max_run_s {
+        let seconds = |cap: Option<f64>| cap.map_or("none".to_string(), |s| format!("{s} s"));
+        let set = meta.requeue_max_run_s.map_or(
+            "a scenario without repartition.requeue_max_run_s".to_string(),
+            |s| format!("`--set repartition.requeue_max_run_s={s}`"),
+        );
+        return Some(format!(
+            "the members were validated with requeue_max_run_s {}, the scenario has {} ({set})",
+            seconds(meta.requeue_max_run_s),
+            seconds(cap)
         ));
     }
     None
@@ -377,6 +390,8 @@ struct InspectReport {
     guard: Option<String>,
     requeued: &'static str,
     padding: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requeue_max_run_s: Option<f64>,
     onnxruntime: String,
     zero_features_decision: Vec<RowReport>,
 }
@@ -441,6 +456,7 @@ fn inspect(a: InspectArgs) -> CliResult {
         guard: meta.guard.clone(),
         requeued: meta.requeued.as_str(),
         padding: meta.padding,
+        requeue_max_run_s: meta.requeue_max_run_s,
         onnxruntime: rt.library().display().to_string(),
         zero_features_decision: rows,
     };
@@ -479,6 +495,11 @@ fn print_report(r: &InspectReport) {
     if r.padding {
         println!(
             "  padding          validated with padding records (smartmigd runs it only with padding = true)"
+        );
+    }
+    if let Some(cap) = r.requeue_max_run_s {
+        println!(
+            "  requeue limit    validated requeueing only jobs that ran ≤ {cap} s (where jobs start over, smartmigd runs it only with requeue_max_run_s ≤ {cap})"
         );
     }
     if let Some(g) = &r.guard {
@@ -610,6 +631,34 @@ fn fmt_time(s: f64) -> String {
 mod tests {
     use super::*;
     use crate::cli::EXIT_INPUT;
+
+    #[test]
+    fn an_average_of_policies_held_to_a_requeue_limit_is_guarded_only_under_that_limit() {
+        let restart = smartmig_policy::Requeued::Restart;
+        let meta = PolicyMetadata {
+            requeue_max_run_s: Some(60.0),
+            ..PolicyMetadata::new("a100-40gb", vec!["c1".into()], Semantics::Preempt, restart)
+        };
+        let spec = |cap: Option<f64>| smartmig_sim::scenario::RepartitionSpec {
+            semantics: Semantics::Preempt,
+            requeued: restart,
+            requeue_max_run_s: cap,
+            ..Default::default()
+        };
+        assert_eq!(scenario_differs(&meta, &spec(Some(60.0))), None);
+        let why = scenario_differs(&meta, &spec(None)).unwrap_or_default();
+        assert!(
+            why.contains("requeue_max_run_s 60 s, the scenario has none")
+                && why.contains("--set repartition.requeue_max_run_s=60"),
+            "{why}"
+        );
+        let unlimited = PolicyMetadata {
+            requeue_max_run_s: None,
+            ..meta
+        };
+        let why = scenario_differs(&unlimited, &spec(Some(60.0))).unwrap_or_default();
+        assert!(why.contains("without repartition.requeue_max_run_s"), "{why}");
+    }
 
     #[test]
     fn average_writes_a_guarded_wider_policy_and_names_the_member_that_differs() {

@@ -925,6 +925,7 @@ fn apply_guard(sc: &ResolvedScenario, policies: &mut Vec<PolicySpec>, days: &Day
                 m.refusal(smartmig_policy::Site {
                     requeued: sc.scenario.repartition.requeued,
                     padding: sc.scenario.repartition.index_rule.padded(),
+                    requeue_max_run_s: sc.scenario.repartition.requeue_max_run_s,
                 })
             }),
         _ => None,

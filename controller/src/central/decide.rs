@@ -192,6 +192,7 @@ impl Decider {
             let site = smartmig_policy::Site {
                 requeued: central.requeued,
                 padding: central.padding,
+                requeue_max_run_s: central.requeue_max_run_s,
             };
             match policy.metadata().refusal(site) {
                 Some(why) => Err(Unusable::Refused {
@@ -718,6 +719,19 @@ mod tests {
         assert!(decider.policies[0].is_ok());
         let decision = decider.decide(&resume, &view(&resume), 0.0);
         assert_eq!(decision.targets, vec![c("c5"); 3]);
+        // Validated where jobs start over but requeueing only jobs younger than 60 s: it
+        // runs where smartmigd keeps that limit, not where it would requeue older jobs.
+        meta.requeued = Requeued::Restart;
+        meta.requeue_max_run_s = Some(60.0);
+        smartmig_policy::onnx_writer::write(&path, &preferring(&meta, &[4]), &meta).unwrap();
+        let why = Decider::new(&restart, Mode::Preempt, 1).policies[0]
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(why.contains("requeue_max_run_s = 60 s"), "{why}");
+        let limited = site("requeue_max_run_s = 60\n");
+        assert!(Decider::new(&limited, Mode::Preempt, 1).policies[0].is_ok());
         std::fs::remove_dir_all(&d).ok();
     }
 

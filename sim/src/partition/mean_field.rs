@@ -8,7 +8,8 @@ use super::{DecisionView, Repartitioner};
 use crate::scenario::ResolvedScenario;
 use smartmig_policy::contract::DecisionInterval;
 use smartmig_policy::{
-    Draw, FeatureLayout, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, TransitionTable,
+    Draw, FeatureLayout, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics,
+    TransitionTable,
 };
 
 /// Decide after this many arrivals and completions (docs/model.md §6).
@@ -33,6 +34,12 @@ pub fn scenario_metadata(
         training_scenario: sc.scenario.name.clone(),
         training_seed: seed,
         padding: sc.scenario.repartition.index_rule.padded(),
+        // Only preempt requeues; a drain policy's validation held every job anyway.
+        requeue_max_run_s: sc
+            .scenario
+            .repartition
+            .requeue_max_run_s
+            .filter(|_| sc.scenario.repartition.semantics == Semantics::Preempt),
         ..PolicyMetadata::new(
             cm.model.key.clone(),
             cm.configurations.iter().map(|c| c.name.clone()).collect(),
