@@ -746,11 +746,12 @@ fn inspect_json_lists_the_trainings_of_an_average_and_none_for_one_training() {
     assert!(single["training_seed"].is_u64(), "{single}");
 }
 
-/// The shipped drain policy for padded sites says so in its contract (smartmigd runs it
-/// only with `padding = true`), and its guard passed; the other shipped files were
-/// validated without padding.
+/// The shipped policies for padded sites say so in their contract (smartmigd runs them
+/// only with `padding = true`), and their guards passed; the preempt one was validated
+/// where requeued jobs start over, requeueing only jobs younger than 60 s; the other
+/// shipped files were validated without padding.
 #[test]
-fn only_the_padded_familys_policy_is_marked_as_validated_with_padding() {
+fn only_the_padded_familys_policies_are_marked_as_validated_with_padding() {
     let inspect = |name: &str| {
         json(&smartmig(&[
             "policy",
@@ -760,13 +761,27 @@ fn only_the_padded_familys_policy_is_marked_as_validated_with_padding() {
             "json",
         ]))
     };
-    let padded = inspect("padded/a100-40gb-drain.onnx");
-    assert_eq!(padded["padding"], true, "{padded}");
-    assert_eq!(padded["semantics"], "drain", "{padded}");
-    assert!(
-        padded["guard"].as_str().is_some_and(|g| g.starts_with("passed")),
-        "{padded}"
+    for (name, semantics) in [
+        ("padded/a100-40gb-drain.onnx", "drain"),
+        ("padded/a100-40gb-preempt.onnx", "preempt"),
+    ] {
+        let padded = inspect(name);
+        assert_eq!(padded["padding"], true, "{padded}");
+        assert_eq!(padded["semantics"], semantics, "{padded}");
+        assert!(
+            padded["guard"].as_str().is_some_and(|g| g.starts_with("passed")),
+            "{padded}"
+        );
+    }
+    let restart = inspect("padded/a100-40gb-preempt.onnx");
+    assert_eq!(
+        (&restart["requeued"], &restart["requeue_max_run_s"]),
+        (&serde_json::json!("restart"), &serde_json::json!(60.0)),
+        "{restart}"
     );
+    assert!(inspect("padded/a100-40gb-drain.onnx")
+        .get("requeue_max_run_s")
+        .is_none());
     for name in [
         "a100-40gb-drain.onnx",
         "a100-40gb-preempt.onnx",

@@ -34,7 +34,7 @@ const CONFIG: &str = "/etc/smartmig/smartmig.toml";
 const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_smartmig.so";
 
 /// Files the packages must install, by package.
-const INSTALLED: [(&str, &str); 21] = [
+const INSTALLED: [(&str, &str); 22] = [
     ("smartmig", "/usr/bin/smartmig"),
     ("smartmig", CONFIG),
     ("smartmig", "/usr/share/man/man1/smartmig.1.gz"),
@@ -48,6 +48,10 @@ const INSTALLED: [(&str, &str); 21] = [
         "/usr/share/smartmig/onnx/energy-capped/a100-40gb-preempt.onnx",
     ),
     ("smartmig", "/usr/share/smartmig/onnx/padded/a100-40gb-drain.onnx"),
+    (
+        "smartmig",
+        "/usr/share/smartmig/onnx/padded/a100-40gb-preempt.onnx",
+    ),
     ("smartmig", "/usr/share/doc/smartmig/admin-guide.md"),
     ("smartmig", "/usr/share/doc/smartmig/examples/smartmig.toml"),
     ("smartmig", "/usr/share/doc/smartmig/examples/catalogue.toml"),
