@@ -84,6 +84,7 @@ pub fn average(
             found,
             expected,
         };
+        let seconds = |cap: Option<f64>| cap.map_or("none".to_string(), |s| format!("{s} s"));
         meta.check_against(first_meta)
             .map_err(|source| EnsembleError::Contract { member, source })?;
         let checks = [
@@ -109,8 +110,8 @@ pub fn average(
             ),
             (
                 "requeue_max_run_s",
-                format!("{:?}", meta.requeue_max_run_s),
-                format!("{:?}", first_meta.requeue_max_run_s),
+                seconds(meta.requeue_max_run_s),
+                seconds(first_meta.requeue_max_run_s),
             ),
             (
                 "decision cadence",
