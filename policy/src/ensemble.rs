@@ -341,6 +341,17 @@ mod tests {
                 ..
             })
         ));
+        let mut limited = member(&[34, 16, 144], 3);
+        limited.1.requeue_max_run_s = Some(60.0);
+        assert_eq!(
+            average(&[a.clone(), limited]),
+            Err(EnsembleError::Differs {
+                member: 1,
+                what: "requeue_max_run_s",
+                found: "60 s".into(),
+                expected: "none".into(),
+            })
+        );
         let mut other_gpu = member(&[34, 16, 144], 4);
         other_gpu.1.gpu_model = "h100-80gb".into();
         assert!(matches!(
