@@ -871,9 +871,10 @@ mod tests {
     }
 
     /// A policy smartmigd refuses is a failure here too: a preempt policy validated where
-    /// requeued jobs resume, at a site whose jobs start over (the default).
+    /// requeued jobs resume, at a site whose jobs start over (the default), or one validated
+    /// with a requeue limit the site does not keep.
     #[test]
-    fn a_policy_fails_where_its_validation_assumed_resumed_jobs_or_padding_the_site_lacks() {
+    fn a_policy_fails_where_its_validation_assumed_resumed_jobs_a_requeue_limit_or_padding_the_site_lacks() {
         let Ok(rt) = smartmig_policy::OnnxRuntime::init(None) else {
             eprintln!("skipped: no ONNX Runtime here");
             return;
@@ -882,7 +883,8 @@ mod tests {
         // The unit cannot see a home directory: give the check a copy outside it.
         let library = d.path().join("libonnxruntime.so");
         std::fs::copy(rt.library(), &library).unwrap();
-        let check = |central: &str, padding: bool| {
+        // `limit`: validated where jobs restart, requeueing only jobs younger than it.
+        let check_limited = |central: &str, padding: bool, limit: Option<f64>| {
             let text = format!(
                 "version = 1\n[policy]\nkind = \"mean-field\"\nmodels_dir = \"{dir}\"\n\
                  [controller]\nmode = \"preempt\"\nonnxruntime = \"{lib}\"\n\
@@ -901,11 +903,15 @@ mod tests {
                 training_seed: 1,
                 guard: Some("passed: +7.4% ± 0.8%".into()),
                 padding,
+                requeue_max_run_s: limit,
                 ..smartmig_policy::PolicyMetadata::new(
                     m.model.key.clone(),
                     m.configurations.iter().map(|c| c.name.clone()).collect(),
                     smartmig_policy::Semantics::Preempt,
-                    smartmig_policy::Requeued::Resume,
+                    match limit {
+                        Some(_) => smartmig_policy::Requeued::Restart,
+                        None => smartmig_policy::Requeued::Resume,
+                    },
                 )
             };
             let dim = meta.input_dim();
@@ -922,6 +928,7 @@ mod tests {
             smartmig_policy::onnx_writer::write(&path, &net, &meta).unwrap();
             check_onnx(&r)
         };
+        let check = |central: &str, padding: bool| check_limited(central, padding, None);
         let f = check("", false);
         assert_eq!(f.status, Status::Fail, "{}", f.message);
         assert!(
@@ -936,6 +943,12 @@ mod tests {
         assert_eq!(f.status, Status::Fail, "{}", f.message);
         assert!(f.message.contains("padding = false"), "{}", f.message);
         let f = check("requeued = \"resume\"\npadding = true\n", true);
+        assert_eq!(f.status, Status::Ok, "{}", f.message);
+        // Validated where jobs restart with a requeue limit the site does not keep.
+        let f = check_limited("", false, Some(60.0));
+        assert_eq!(f.status, Status::Fail, "{}", f.message);
+        assert!(f.message.contains("requeue_max_run_s = 60 s"), "{}", f.message);
+        let f = check_limited("requeue_max_run_s = 60\n", false, Some(60.0));
         assert_eq!(f.status, Status::Ok, "{}", f.message);
     }
 
