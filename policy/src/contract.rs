@@ -64,6 +64,11 @@ pub const KEY_PADDING: &str = "smartmig.padding";
 /// running longer waited for it. Files written before the key were validated without one.
 pub const KEY_REQUEUE_MAX_RUN_S: &str = "smartmig.requeue_max_run_s";
 
+/// A requeue limit as messages name it: `60 s`, or `none`.
+pub fn requeue_limit_text(limit: Option<f64>) -> String {
+    limit.map_or("none".to_string(), |s| format!("{s} s"))
+}
+
 /// How the time of day enters the features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

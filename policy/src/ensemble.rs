@@ -84,7 +84,6 @@ pub fn average(
             found,
             expected,
         };
-        let seconds = |cap: Option<f64>| cap.map_or("none".to_string(), |s| format!("{s} s"));
         meta.check_against(first_meta)
             .map_err(|source| EnsembleError::Contract { member, source })?;
         let checks = [
@@ -110,8 +109,8 @@ pub fn average(
             ),
             (
                 "requeue_max_run_s",
-                seconds(meta.requeue_max_run_s),
-                seconds(first_meta.requeue_max_run_s),
+                crate::contract::requeue_limit_text(meta.requeue_max_run_s),
+                crate::contract::requeue_limit_text(first_meta.requeue_max_run_s),
             ),
             (
                 "decision cadence",

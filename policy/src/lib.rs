@@ -26,8 +26,8 @@ pub mod runtime;
 pub mod sampling;
 
 pub use contract::{
-    ContractError, DecisionInterval, FeatureLayout, FeatureLayoutError, PolicyMetadata, Site, TimeOfDay,
-    TrainingRef, Trainings, CONTRACT_VERSION, INPUT_NAME, OUTPUT_NAME,
+    requeue_limit_text, ContractError, DecisionInterval, FeatureLayout, FeatureLayoutError, PolicyMetadata,
+    Site, TimeOfDay, TrainingRef, Trainings, CONTRACT_VERSION, INPUT_NAME, OUTPUT_NAME,
 };
 pub use network::{Activation, Dense, NetworkError, PolicyNetwork};
 pub use onnx_writer::WriteError;

@@ -18,8 +18,9 @@ use smartmig_eval::compare::{guard, Days, LayoutSpec, PolicySpec, SMART_MIG};
 use smartmig_eval::tune::tune_static_on;
 use smartmig_eval::{TRAIN_SEED_BASE, VALIDATION_SEED_BASE};
 use smartmig_policy::{
-    ensemble, onnx_reader, onnx_writer, provision, Activation, FeatureLayout, OnnxRuntime, PolicyMetadata,
-    PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, Trainings, TransitionTable,
+    ensemble, onnx_reader, onnx_writer, provision, requeue_limit_text, Activation, FeatureLayout,
+    OnnxRuntime, PolicyMetadata, PolicyNetwork, PolicyRuntime, SamplingConfig, Semantics, Trainings,
+    TransitionTable,
 };
 use smartmig_sim::sched::Scheduler;
 use smartmig_sim::workload;
@@ -233,15 +234,14 @@ fn scenario_differs(meta: &PolicyMetadata, r: &smartmig_sim::scenario::Repartiti
     }
     let cap = r.requeue_max_run_s.filter(|_| r.semantics == Semantics::Preempt);
     if cap != meta.requeue_max_run_s {
-        let seconds = |cap: Option<f64>| cap.map_or("none".to_string(), |s| format!("{s} s"));
         let set = meta.requeue_max_run_s.map_or(
             "a scenario without repartition.requeue_max_run_s".to_string(),
             |s| format!("`--set repartition.requeue_max_run_s={s}`"),
         );
         return Some(format!(
             "the members were validated with requeue_max_run_s {}, the scenario has {} ({set})",
-            seconds(meta.requeue_max_run_s),
-            seconds(cap)
+            requeue_limit_text(meta.requeue_max_run_s),
+            requeue_limit_text(cap)
         ));
     }
     None
