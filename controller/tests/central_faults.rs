@@ -708,6 +708,54 @@ fn a_corrupt_policy_file_keeps_every_layout_and_one_whose_guard_failed_falls_bac
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
 
+/// A preempt policy validated where jobs start over, requeueing only jobs that ran at most
+/// 60 s, at a site without that limit: its GPUs take the static layout and no job is
+/// requeued; with a limit at or below its own it runs.
+#[test]
+fn a_preempt_policy_validated_with_a_requeue_limit_the_site_lacks_runs_as_the_static_layout() {
+    skip_unless_netns!();
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    let preempt_site = |central: &str| {
+        let policy = Policy::Onnx {
+            prefer: 4,
+            fallback: "\"c2\"",
+        };
+        let config = central_config_with(&c, &policy, "run/snapshot.json", central);
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
+        let resolved = Config::from_file(&config).unwrap().resolve(None).unwrap();
+        let path = write_preferring(&resolved, 0, Mode::Preempt, 4, Some("passed: +7.0%")).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let (net, mut meta) = smartmig_policy::onnx_reader::read_policy(&path, &bytes).unwrap();
+        meta.requeued = smartmig_policy::Requeued::Restart;
+        meta.requeue_max_run_s = Some(60.0);
+        smartmig_policy::onnx_writer::write(&path, &net, &meta).unwrap();
+        config
+    };
+    let out = run_central(&c, &preempt_site(""), &[]);
+    let source = status(&c).sources["a100-40gb"].clone();
+    if source.contains("ONNX Runtime library not found") {
+        eprintln!("skipped: no ONNX Runtime here ({source})");
+        return;
+    }
+    assert!(
+        source.starts_with("static (fallback: ") && source.contains("requeue_max_run_s = 60 s"),
+        "{source}"
+    );
+    assert!(!out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C2.into(), C2.into()));
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+
+    // Held to no run time at all (below the file's 60 s): the policy runs, every running
+    // job older than that keeps its instance, and idle node 1 takes its c5.
+    let out = run_central(&c, &preempt_site("requeue_max_run_s = 0\n"), &[]);
+    let source = status(&c).sources["a100-40gb"].clone();
+    assert!(source.starts_with("onnx "), "{source}");
+    assert!(!out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(sim_layout(&s1), C5);
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+}
+
 #[test]
 fn a_periodic_schedule_searched_under_other_rules_runs_as_the_static_layout_until_they_match() {
     skip_unless_netns!();
