@@ -281,11 +281,32 @@ pub struct Cluster {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// Ports handed out by this test process, so no two daemons of it ever share one.
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// A loopback port no other daemon of this process was given and nothing listens on.
+///
+/// Asking the kernel for port 0 twice can return the same port (two clusters, or
+/// slurmctld's and slurmd's of one cluster, then collide), and ports in the ephemeral
+/// range may be taken meanwhile by any client's outgoing connection. So ports come from a
+/// counter below the ephemeral range (32768 up on Linux), started at an offset from the
+/// process id so the 22.05 and 24.11 test runs of CI do not walk the same ports.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let _ = NEXT_PORT.compare_exchange(
+        0,
+        (std::process::id() * 97) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT_PORT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN)
 }
 
 fn run_ok(cmd: &mut Command) {
