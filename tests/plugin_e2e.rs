@@ -202,6 +202,14 @@ fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
                 "{:?}: the mark keeps the request as written: {mark}",
                 case.args
             );
+            // And what it was routed to, as this Slurm shows the job's request.
+            let now = ["TresPerNode", "TresPerJob", "TresPerTask", "TresPerSocket"]
+                .map(|k| job.get(k).filter(|v| !v.is_empty() && *v != "(null)").cloned());
+            assert!(
+                smartmig_core::routing::RoutedFrom::find_current(&mark, &now).is_some(),
+                "{:?}: the mark names the routed request {now:?}: {mark}",
+                case.args
+            );
         }
         ids.push(id);
     }
@@ -293,6 +301,69 @@ fn scontrol_update_to_gpu_mig_goes_through_job_modify() {
     let out = c.scontrol(&["release", &id.to_string()]);
     assert!(out.status.success());
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+}
+
+/// An ordinary user (not root, SlurmUser or a Slurm admin), as users run sbatch and
+/// scontrol.
+const USER: Option<u32> = Some(65534);
+
+#[test]
+fn an_ordinary_users_submission_and_own_update_are_routed_and_the_admin_comment_is_kept() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    // Submitted: routed, and marked for re-routing (Slurm checks the admin comment of a
+    // submission before the plugin writes it).
+    let (id, stderr) = c
+        .sbatch_as(
+            USER,
+            &["--hold", "--gres=gpu:mig:1", "--time=60", "--wrap", "true"],
+        )
+        .unwrap_or_else(|e| panic!("an ordinary user's gpu:mig job was refused: {e}"));
+    assert!(stderr.contains("routed to"), "{stderr}");
+    let job = c.job(id);
+    assert_eq!(job["UserId"].split('(').next(), Some("nobody"), "{job:?}");
+    assert_eq!(job["TresPerNode"], tres("gpu:3g.20gb:1"), "{job:?}");
+    assert!(job["AdminComment"].contains("smartmig-routed="), "{job:?}");
+    // The same user's update: Slurm refuses a non-admin's update that sets the admin
+    // comment, even one the plugin set, so routing an update must not touch it.
+    let (id2, _) = c
+        .sbatch_as(
+            USER,
+            &["--hold", "--gres=gpu:1g.5gb:1", "--time=10", "--wrap", "true"],
+        )
+        .unwrap();
+    let out = c.client_as(
+        USER,
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={id2}"),
+            "Gres=gpu:mig:1",
+            "TimeLimit=60",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "the owner's update: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.job(id2)["TresPerNode"], tres("gpu:3g.20gb:1"));
+    // An admin's update keeps the admin comment a site wrote (an update carries none).
+    let out = c.scontrol(&["update", &format!("jobid={id2}"), "AdminComment=ticket-4711"]);
+    assert!(out.status.success());
+    let out = c.scontrol(&[
+        "update",
+        &format!("jobid={id2}"),
+        "Gres=gpu:mig:2",
+        "TimeLimit=60",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let job = c.job(id2);
+    assert_eq!(job["TresPerNode"], tres("gpu:3g.20gb:2"), "{job:?}");
+    assert_eq!(job["AdminComment"], "ticket-4711", "{job:?}");
+    for j in [id, id2] {
+        assert!(c.client("scancel", &[&j.to_string()]).status.success());
+    }
 }
 
 /// Slurm 22.05 calls the plugin's init/fini on reconfigure only when JobSubmitPlugins

@@ -99,16 +99,19 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
         job: held,
         tres: Some((0, "gres:gpu:3g.40gb:1".into())),
         time_limit_min: Some(17),
+        admin_comment: Some("ticket-4711 moved".into()),
     })
     .expect("update job");
     let h = api.jobs().unwrap().into_iter().find(|j| j.id == held).unwrap();
     assert_eq!(h.tres[0].as_deref(), Some("gres:gpu:3g.40gb:1"));
     assert_eq!(h.time_limit_min, Some(17));
+    assert_eq!(h.admin_comment.as_deref(), Some("ticket-4711 moved"));
     let e = api
         .update_job(&JobUpdate {
             job: 999_999,
             tres: Some((0, "gres:gpu:3g.40gb:1".into())),
             time_limit_min: None,
+            admin_comment: None,
         })
         .unwrap_err()
         .to_string();

@@ -83,7 +83,7 @@ pub unsafe extern "C" fn job_submit(
     _submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    entry(job_desc, err_msg, "submit")
+    entry(job_desc, err_msg, Op::Submit)
 }
 
 /// Routes a job update (`scontrol update job ... Gres=gpu:mig:1`). Slurm 22.05 has no
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn job_modify(
     _job_ptr: *mut job_record_t,
     _submit_uid: u32,
 ) -> c_int {
-    entry(job_desc, std::ptr::null_mut(), "modify")
+    entry(job_desc, std::ptr::null_mut(), Op::Modify)
 }
 
 /// Routes a job update; releases from 23.02 pass a message channel.
@@ -113,11 +113,29 @@ pub unsafe extern "C" fn job_modify(
     _submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    entry(job_desc, err_msg, "modify")
+    entry(job_desc, err_msg, Op::Modify)
+}
+
+/// Which of slurmctld's calls a request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// `job_submit`: a new job.
+    Submit,
+    /// `job_modify`: an update of a job; the descriptor holds only the changed fields.
+    Modify,
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Op::Submit => "job_submit",
+            Op::Modify => "job_modify",
+        })
+    }
 }
 
 /// Both entry points: catch panics and apply the failure policy.
-unsafe fn entry(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &str) -> c_int {
+unsafe fn entry(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op) -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| route(job_desc, err_msg, op)));
     match r {
         Ok(rc) => rc,
@@ -127,7 +145,7 @@ unsafe fn entry(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
                 Some(State::Ready(r)) => r.on_error(),
                 _ => OnError::Open,
             };
-            internal_error(policy, err_msg, &format!("internal error (panic) in job_{op}"))
+            internal_error(policy, err_msg, &format!("internal error (panic) in {op}"))
         }
     }
 }
@@ -146,7 +164,7 @@ unsafe fn internal_error(policy: OnError, err_msg: *mut *mut c_char, what: &str)
     }
 }
 
-unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &str) -> c_int {
+unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op) -> c_int {
     // Logged with each routed job: the time spent under slurmctld's job lock.
     let started = Instant::now();
     let Some(mut desc) = JobDesc::from_ptr(job_desc) else {
@@ -170,13 +188,7 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
     let policy = ready.on_error();
     let job = match desc.job(now as i64) {
         Ok(j) => j,
-        Err(e) => {
-            return internal_error(
-                policy,
-                err_msg,
-                &format!("job_{op}: request text is not UTF-8 ({e})"),
-            )
-        }
+        Err(e) => return internal_error(policy, err_msg, &format!("{op}: request text is not UTF-8 ({e})")),
     };
     let max_age = ready.router.config().snapshot_max_age_s;
     let (snapshot, news) = ready
@@ -191,19 +203,30 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
         Ok(Outcome::Unchanged(_)) => SUCCESS,
         Ok(Outcome::Routed(r)) => {
             log_info(&format!(
-                "job_{op} name={:?}: {} [{} us in plugin]",
+                "{op} name={:?}: {} [{} us in plugin]",
                 job.name.unwrap_or(""),
                 r.message,
                 started.elapsed().as_micros()
             ));
             // What the user asked, so the controller may re-route the job later (only
-            // jobs with this mark, from this request).
-            let from = RoutedFrom {
-                tres: job.tres.0.map(|t| t.map(str::to_string)),
-                time_limit_min: job.time_limit_min,
-            };
-            let mark = from.mark(desc.admin_comment().as_deref());
-            desc.set_admin_comment(&mark);
+            // jobs with this mark, from this request). Only at submission: Slurm refuses
+            // a job update that sets the admin comment unless an admin sends it (checked
+            // after this plugin, whoever set the field), and an update's descriptor does
+            // not hold the job's comment, which writing would replace.
+            if op == Op::Submit {
+                let tres = job.tres.0.map(|t| t.map(str::to_string));
+                let mut to = tres.clone();
+                for (field, text) in &r.tres {
+                    to[*field as usize] = Some(text.clone());
+                }
+                let from = RoutedFrom {
+                    tres,
+                    time_limit_min: job.time_limit_min,
+                    to: Some(to),
+                };
+                let mark = from.mark(desc.admin_comment().as_deref());
+                desc.set_admin_comment(&mark);
+            }
             for (field, text) in &r.tres {
                 desc.set_tres(*field, text);
             }
@@ -215,7 +238,7 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: &s
         }
         Err(e) => {
             let msg = format!("smartmig: {e}");
-            log_info(&format!("job_{op} refused: {msg}"));
+            log_info(&format!("{op} refused: {msg}"));
             set_err_msg(err_msg, &msg);
             REFUSED
         }

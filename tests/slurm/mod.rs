@@ -865,8 +865,23 @@ impl Cluster {
 
     /// Runs a Slurm client (squeue, scancel, ...) in the controller's namespace.
     pub fn client(&self, bin: &str, args: &[&str]) -> Output {
-        Self::in_ns(self.ctl_ns(), bin, &[])
-            .args(args)
+        self.client_as(None, bin, args)
+    }
+
+    /// Runs a Slurm client as user `uid` (its own group, no others; root when None), as an
+    /// ordinary user of the cluster runs it: Slurm checks what that user may do.
+    pub fn client_as(&self, uid: Option<u32>, bin: &str, args: &[&str]) -> Output {
+        let mut cmd = match uid {
+            None => Self::in_ns(self.ctl_ns(), bin, &[]),
+            Some(uid) => {
+                let mut c = Self::in_ns(self.ctl_ns(), "setpriv", &[]);
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .args(["--clear-groups", bin]);
+                c
+            }
+        };
+        cmd.args(args)
             .env("SLURM_CONF", &self.conf)
             .current_dir(&self.dir)
             .output()
@@ -905,9 +920,14 @@ impl Cluster {
 
     /// Runs sbatch with `args` (add `--wrap`); returns the job id or the stderr.
     pub fn sbatch(&self, args: &[&str]) -> Result<(u32, String), String> {
+        self.sbatch_as(None, args)
+    }
+
+    /// Runs sbatch as user `uid` (root when None), as [`Cluster::sbatch`].
+    pub fn sbatch_as(&self, uid: Option<u32>, args: &[&str]) -> Result<(u32, String), String> {
         let mut all = vec!["--parsable", "--mem=10", "-o", "/dev/null"];
         all.extend_from_slice(args);
-        let out = self.client("sbatch", &all);
+        let out = self.client_as(uid, "sbatch", &all);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if !out.status.success() {

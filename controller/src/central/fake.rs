@@ -382,6 +382,9 @@ impl SlurmApi for FakeSlurm {
         if let Some(t) = u.time_limit_min {
             j.time_limit_min = Some(t);
         }
+        if let Some(c) = &u.admin_comment {
+            j.admin_comment = Some(c.clone());
+        }
         self.job_updates.push(u.clone());
         Ok(())
     }

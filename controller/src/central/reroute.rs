@@ -49,9 +49,14 @@ impl Central {
             let Some(gone_gb) = self.vanished_memory(j, &present) else {
                 continue;
             };
-            let Some(from) = j.admin_comment.as_deref().and_then(RoutedFrom::find) else {
+            let Some(from) = j
+                .admin_comment
+                .as_deref()
+                .and_then(|c| RoutedFrom::find_current(c, &j.tres))
+            else {
                 log::debug!(
-                    "job {}: its GPU type vanished, but the user chose it; left as asked",
+                    "job {}: its GPU type vanished, but the user chose it (at submission or by \
+                     an update since it was routed); left as asked",
                     j.id
                 );
                 continue;
@@ -85,6 +90,13 @@ impl Central {
             match router.route(&job, Some(&snapshot)) {
                 Ok(RouteOutcome::Routed(r)) => {
                     let time_limit_min = r.time_limit_min.or(from.time_limit_min);
+                    // The mark follows the job to its new type, so a later re-route sees
+                    // it current.
+                    let mut to = j.tres.clone();
+                    for (field, value) in &r.tres {
+                        to[*field as usize] = Some(value.clone());
+                    }
+                    let mark = RoutedFrom { to: Some(to), ..from }.mark(j.admin_comment.as_deref());
                     for (n, (field, value)) in r.tres.into_iter().enumerate() {
                         updates.push((
                             JobUpdate {
@@ -92,6 +104,7 @@ impl Central {
                                 tres: Some((field as usize, value)),
                                 // Once per job.
                                 time_limit_min: time_limit_min.filter(|_| n == 0),
+                                admin_comment: Some(mark.clone()).filter(|_| n == 0),
                             },
                             r.gpu_type.clone(),
                         ));

@@ -114,7 +114,12 @@ impl Central {
                 .filter(|t| gone.contains(t))
                 .collect();
             // The admin comment is parsed only for jobs asking for a type that goes.
-            if asked.is_empty() || j.admin_comment.as_deref().and_then(RoutedFrom::find).is_none() {
+            if asked.is_empty()
+                || j.admin_comment
+                    .as_deref()
+                    .and_then(|c| RoutedFrom::find_current(c, &j.tres))
+                    .is_none()
+            {
                 continue;
             }
             for t in asked {

@@ -449,18 +449,21 @@ fn a_dry_run_shows_the_limits_a_live_cycle_would_meet() {
     assert_eq!(last.map(|d| d.action.as_str()), Some("would apply"));
 }
 
-/// The plugin's mark on a job it routed from `gres:gpu:mig:1` with this time limit.
+/// The plugin's mark on a job it routed from `gres:gpu:mig:1` with this time limit to
+/// `gres:gpu:4g.20gb:1`, beside an admin's own text.
 fn routed_from_mig(time_limit_min: Option<u32>) -> String {
     RoutedFrom {
         tres: [Some("gres:gpu:mig:1".into()), None, None, None],
         time_limit_min,
+        to: Some([Some("gres:gpu:4g.20gb:1".into()), None, None, None]),
     }
-    .mark(None)
+    .mark(Some("ticket-4711"))
 }
 
-/// The test cluster with every 4g.20gb about to go (the policy's c5 has none), and two
+/// The test cluster with every 4g.20gb about to go (the policy's c5 has none), and three
 /// pending jobs asking for one: 10 routed there by the plugin from `gpu:mig:1` (its limit
-/// rescaled from the user's 120 min to 50), 11 the user's explicit choice.
+/// rescaled from the user's 120 min to 50), 11 the user's explicit choice, 12 routed
+/// there like 10 and updated by its owner since to two of them.
 fn cluster_with_jobs_to_reroute() -> FakeSlurm {
     let mut s = cluster();
     s.jobs.retain(|j| j.id != 1); // a is idle too: every 4g goes away
@@ -469,6 +472,9 @@ fn cluster_with_jobs_to_reroute() -> FakeSlurm {
     routed.time_limit_min = Some(50);
     s.jobs.push(routed);
     s.jobs.push(FakeSlurm::pending(11, "gres:gpu:4g.20gb:1"));
+    let mut updated = FakeSlurm::pending(12, "gres:gpu:4g.20gb:2");
+    updated.admin_comment = Some(routed_from_mig(Some(120)));
+    s.jobs.push(updated);
     s
 }
 
@@ -504,6 +510,23 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
         Some("gres:gpu:4g.20gb:1"),
         "left as the user asked"
     );
+    let j12 = jobs.iter().find(|j| j.id == 12).unwrap();
+    assert_eq!(
+        j12.tres[0].as_deref(),
+        Some("gres:gpu:4g.20gb:2"),
+        "changed by its owner since it was routed: left as asked now, not re-routed from the mark"
+    );
+    // The mark follows the job to its new type (a later re-route finds it current), and
+    // the admin's own text stays.
+    let comment = j10.admin_comment.as_deref().unwrap_or_default();
+    assert!(comment.starts_with("ticket-4711 "), "{comment}");
+    let mark = RoutedFrom::find_current(comment, &j10.tres).expect("a current mark");
+    assert_eq!(
+        mark.tres[0].as_deref(),
+        Some("gres:gpu:mig:1"),
+        "still what the user asked"
+    );
+    assert_eq!(mark.time_limit_min, Some(120));
 }
 
 /// The central role for [`cluster_with_jobs_to_reroute`] on Slurm 22.05.8, which cannot

@@ -396,8 +396,13 @@ impl SlurmApi for Libslurm {
             .as_ref()
             .map(|(_, v)| cstring(&format!("job {job} tres"), v))
             .transpose()?;
+        let comment = u
+            .admin_comment
+            .as_deref()
+            .map(|c| cstring(&format!("job {job} admin comment"), c))
+            .transpose()?;
         let mut msg = MaybeUninit::<sys::job_desc_msg_t>::uninit();
-        // SAFETY: slurm_init_job_desc_msg fills every field; `v` outlives the call.
+        // SAFETY: slurm_init_job_desc_msg fills every field; `v` and `comment` outlive the call.
         let rc = unsafe {
             sys::slurm_init_job_desc_msg(msg.as_mut_ptr());
             let m = msg.assume_init_mut();
@@ -413,6 +418,9 @@ impl SlurmApi for Libslurm {
             }
             if let Some(t) = u.time_limit_min {
                 m.time_limit = t;
+            }
+            if let Some(c) = &comment {
+                m.admin_comment = c.as_ptr().cast_mut();
             }
             sys::slurm_update_job(m)
         };

@@ -113,6 +113,8 @@ pub struct JobUpdate {
     pub tres: Option<(usize, String)>,
     /// New time limit, minutes.
     pub time_limit_min: Option<u32>,
+    /// New admin comment (the whole text).
+    pub admin_comment: Option<String>,
 }
 
 /// A Slurm call that failed, with Slurm's own message.

@@ -4,6 +4,8 @@
 //! are re-routed from what the user asked, not from the type they were given. Users cannot
 //! forge it: only Slurm admins can set a job's admin comment.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::hints::HINT_PREFIX;
@@ -23,6 +25,12 @@ pub struct RoutedFrom {
     pub tres: [Option<String>; 4],
     /// The time limit as submitted, minutes.
     pub time_limit_min: Option<u32>,
+    /// The four tres fields as routed (what the plugin, or smartmigd re-routing, wrote).
+    /// A job whose GPU request differs from them was changed since (`scontrol update`):
+    /// the mark no longer says what its owner asks for. Absent in marks written before it
+    /// was recorded (trusted as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<[Option<String>; 4]>,
 }
 
 impl RoutedFrom {
@@ -49,6 +57,33 @@ impl RoutedFrom {
             .find_map(|w| w.strip_prefix(MARK))
             .and_then(|json| serde_json::from_str(json).ok())
     }
+
+    /// The mark in `admin_comment` if it still describes a job whose tres fields are now
+    /// `tres`: the GPUs they ask for (type and count per field, however the Slurm release
+    /// spells them) are those the mark was routed to.
+    pub fn find_current(admin_comment: &str, tres: &[Option<String>; 4]) -> Option<RoutedFrom> {
+        let mark = Self::find(admin_comment)?;
+        let current = match &mark.to {
+            None => true,
+            Some(to) => to
+                .iter()
+                .zip(tres)
+                .all(|(a, b)| gpus_asked(a.as_deref()) == gpus_asked(b.as_deref())),
+        };
+        current.then_some(mark)
+    }
+}
+
+/// The GPUs a tres field asks for, count by type (untyped: ""); None when unreadable.
+fn gpus_asked(field: Option<&str>) -> Option<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for raw in crate::tres::entries(field.unwrap_or("")) {
+        let e = crate::tres::parse(raw).ok()?;
+        if e.is_gpu() {
+            *out.entry(e.gpu_type.unwrap_or("").to_string()).or_insert(0) += e.count().ok()?;
+        }
+    }
+    Some(out)
 }
 
 /// `comment` (a job's `--comment`, with its hints) asking for at least `gb` of GPU memory
@@ -92,6 +127,7 @@ mod tests {
         let from = RoutedFrom {
             tres: [Some("gres:gpu:mig:1".into()), None, None, None],
             time_limit_min: Some(60),
+            to: None,
         };
         let once = from.mark(Some("ticket 4711"));
         assert!(once.starts_with("ticket 4711 "), "{once}");
@@ -99,6 +135,44 @@ mod tests {
         let twice = from.mark(Some(&once));
         assert_eq!(twice.matches(MARK).count(), 1);
         assert_eq!(RoutedFrom::find("no mark here"), None);
+    }
+
+    #[test]
+    fn a_mark_is_current_while_the_job_asks_for_the_gpus_it_was_routed_to() {
+        let routed = |to: &str| RoutedFrom {
+            tres: [Some("gres:gpu:mig:1".into()), None, None, None],
+            time_limit_min: Some(60),
+            to: Some([Some(to.into()), None, None, None]),
+        };
+        let mark = routed("gres:gpu:3g.20gb:1").mark(Some("ticket 4711"));
+        let now = |t: &str| [Some(t.to_string()), None, None, None];
+        // 22.05's and 23.02's spellings of the same request.
+        for same in [
+            "gres:gpu:3g.20gb:1",
+            "gres/gpu:3g.20gb=1",
+            "gres/gpu:3g.20gb:1,gres/shard:2",
+        ] {
+            assert!(RoutedFrom::find_current(&mark, &now(same)).is_some(), "{same}");
+        }
+        // Changed since: another type, another count, another field, unreadable.
+        for changed in [
+            "gres/gpu:2g.10gb=1",
+            "gres/gpu:3g.20gb=2",
+            "gres/gpu=1",
+            "gres/gpu:3g.20gb=x",
+        ] {
+            assert!(
+                RoutedFrom::find_current(&mark, &now(changed)).is_none(),
+                "{changed}"
+            );
+        }
+        let moved = [None, Some("gres/gpu:3g.20gb=1".to_string()), None, None];
+        assert!(RoutedFrom::find_current(&mark, &moved).is_none());
+        // A mark from before `to` was recorded is trusted as before.
+        let old = r#"smartmig-routed={"tres":["gres:gpu:mig:1",null,null,null],"time_limit_min":60}"#;
+        let found = RoutedFrom::find_current(old, &now("gres/gpu:1g.5gb=4")).expect("an old mark");
+        assert_eq!(found.to, None);
+        assert_eq!(RoutedFrom::find_current("no mark", &now("gres/gpu=1")), None);
     }
 
     #[test]
