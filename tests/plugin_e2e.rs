@@ -789,3 +789,40 @@ fn a_plugin_built_for_another_release_is_refused_by_slurmctld_naming_its_version
     // Nothing of it ran: its init's first line is nowhere.
     assert!(!c.ctld_log().contains(&format!("built for Slurm {host}")));
 }
+
+/// The GPUs a job's `TresPerTask` asks for, as (type, count).
+fn per_task_gpus(c: &Cluster, id: u32) -> Vec<(String, u64)> {
+    let text = c.job(id).get("TresPerTask").cloned().unwrap_or_default();
+    smartmig_core::tres::entries(&text)
+        .filter_map(|e| smartmig_core::tres::parse(e).ok())
+        .filter(|e| e.is_gpu())
+        .map(|e| (e.gpu_type.unwrap_or("").to_string(), e.count().unwrap_or(0)))
+        .collect()
+}
+
+#[test]
+fn gpus_per_task_requests_are_routed_in_the_form_this_slurm_writes_and_run() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    // From 23.11 clients write `--gpus-per-task` as `gres/gpu:mig=1`, beside `cpu=N`.
+    let (routed, said) = c
+        .sbatch(&[
+            "-n1",
+            "--cpus-per-task=1",
+            "--gpus-per-task=mig:1",
+            "--time=60",
+            "--wrap",
+            "true",
+        ])
+        .unwrap_or_else(|e| panic!("--gpus-per-task=mig:1 was refused: {e}"));
+    assert!(said.contains("routed to gpu:3g.20gb:1"), "{said}");
+    assert_eq!(per_task_gpus(&c, routed), [("3g.20gb".to_string(), 1)]);
+    let (named, said) = c
+        .sbatch(&["-n1", "--gpus-per-task=1g.5gb:1", "--time=60", "--wrap", "true"])
+        .unwrap_or_else(|e| panic!("--gpus-per-task=1g.5gb:1 was refused: {e}"));
+    assert!(!said.contains("smartmig"), "{said}");
+    assert_eq!(per_task_gpus(&c, named), [("1g.5gb".to_string(), 1)]);
+    for id in [routed, named] {
+        c.wait_job(id, &["COMPLETED"], Duration::from_secs(60));
+    }
+}

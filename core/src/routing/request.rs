@@ -69,6 +69,9 @@ pub struct GpuEntry {
     pub index: usize,
     /// Its prefix spelling.
     pub spelling: Spelling,
+    /// Its count follows `=` (`gres/gpu:mig=1`: how clients from Slurm 23.11 write
+    /// `--gpus-per-task` into `tres_per_task`), kept when the entry is rewritten.
+    pub equals: bool,
     /// The requested type.
     pub gpu_type: GpuType,
     /// The requested count.
@@ -140,8 +143,9 @@ fn parse_entry(field: TresField, index: usize, raw: &str) -> Result<Option<GpuEn
         Err(_) if !crate::tres::names_gpu(raw) => return Ok(None),
         Err(_) => return Err(malformed()),
     };
-    // A request has neither an accounting `=` nor a parenthesised detail.
-    if e.detail.is_some() || e.raw.contains('=') {
+    // A request has no parenthesised detail; `=` stands only before its count.
+    let equals = e.raw.contains('=');
+    if e.detail.is_some() || (equals && e.count.is_none_or(|c| c.contains('='))) {
         return Err(malformed());
     }
     let gpu_type = match e.gpu_type {
@@ -156,6 +160,7 @@ fn parse_entry(field: TresField, index: usize, raw: &str) -> Result<Option<GpuEn
         field,
         index,
         spelling: e.spelling,
+        equals,
         gpu_type,
         count,
     }))
@@ -288,7 +293,10 @@ pub fn rewrite(tres: &TresStrings<'_>, entries: &[GpuEntry], gpu_type: &str) -> 
             .split(',')
             .enumerate()
             .map(|(i, raw)| match mine.iter().find(|e| e.index == i) {
-                Some(e) => format!("{}gpu:{gpu_type}:{}", e.spelling.prefix(), e.count),
+                Some(e) => {
+                    let sep = if e.equals { '=' } else { ':' };
+                    format!("{}gpu:{gpu_type}{sep}{}", e.spelling.prefix(), e.count)
+                }
                 None => raw.to_string(),
             })
             .collect();
@@ -492,5 +500,39 @@ mod tests {
                 (TresField::PerJob, "gres/gpu:2g.10gb:1".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn a_per_task_request_as_slurm_23_11_writes_it_is_read_and_rewritten_in_its_form() {
+        // `sbatch --cpus-per-task=2 --gpus-per-task=mig:1` on 24.11.
+        let tres = TresStrings([None, None, Some("cpu=2,gres/gpu:mig=1"), None]);
+        let GpuRequest::Auto(entries) = parse_request(&tres, &models(), 7).unwrap() else {
+            panic!("not auto")
+        };
+        assert_eq!((entries[0].count, entries[0].equals), (1, true));
+        assert_eq!(
+            rewrite(&tres, &entries, "3g.20gb"),
+            vec![(TresField::PerTask, "cpu=2,gres/gpu:3g.20gb=1".to_string())]
+        );
+        for (text, want) in [
+            ("gres/gpu=2", GpuType::Untyped),
+            ("gres/gpu:1g.5gb=1", GpuType::Concrete("1g.5gb".into())),
+        ] {
+            let tres = TresStrings([None, None, Some(text), None]);
+            let entries = match parse_request(&tres, &models(), 7) {
+                Ok(GpuRequest::Untyped(e) | GpuRequest::Concrete(e)) => e,
+                other => panic!("{text}: {other:?}"),
+            };
+            assert_eq!(entries[0].gpu_type, want, "{text}");
+        }
+        for bad in [
+            "gres/gpu:mig=",
+            "gres/gpu:mig=x",
+            "gres/gpu=1=2",
+            "gres/gpu:mig=0",
+        ] {
+            let tres = TresStrings([None, None, Some(bad), None]);
+            assert!(parse_request(&tres, &models(), 7).is_err(), "{bad}");
+        }
     }
 }
