@@ -167,10 +167,13 @@ impl<'a> JobDesc<'a> {
                     text(d.tres_per_task)?,
                     text(d.tres_per_socket)?,
                 ]),
-                name: text(d.name)?,
-                account: text(d.account)?,
-                partition: text(d.partition)?,
-                comment: text(d.comment)?,
+                // Only the GPU request must read; other text that is not UTF-8 (a job
+                // named after a Latin-1 script file) counts as absent: no rule or hint
+                // matches it, and a job without GPUs is not refused for it.
+                name: text(d.name).unwrap_or(None),
+                account: text(d.account).unwrap_or(None),
+                partition: text(d.partition).unwrap_or(None),
+                comment: text(d.comment).unwrap_or(None),
                 time_limit_min: (d.time_limit != NO_VAL && d.time_limit != INFINITE).then_some(d.time_limit),
                 deadline: (d.deadline > 0).then_some(d.deadline),
                 now,
@@ -243,13 +246,24 @@ mod tests {
     }
 
     #[test]
-    fn non_utf8_text_is_an_error_not_a_panic() {
+    fn a_gpu_request_that_is_not_utf8_is_an_error_and_other_such_text_counts_as_absent() {
         let mut d = empty_desc();
         let bad = [0xffu8, 0xfe, 0];
+        let tres = CString::new("gres:gpu:mig:1").unwrap();
         d.comment = bad.as_ptr() as *mut c_char;
+        d.name = bad.as_ptr() as *mut c_char;
+        d.tres_per_node = tres.as_ptr() as *mut c_char;
+        let view = unsafe { JobDesc::from_ptr(&mut *d) }.unwrap();
+        let job = view.job(0).expect("the GPU request reads");
+        assert_eq!((job.name, job.comment), (None, None));
+        assert_eq!(job.tres.0[0], Some("gres:gpu:mig:1"));
+        d.tres_per_task = bad.as_ptr() as *mut c_char;
         let view = unsafe { JobDesc::from_ptr(&mut *d) }.unwrap();
         assert!(view.job(0).is_err());
         d.comment = std::ptr::null_mut();
+        d.name = std::ptr::null_mut();
+        d.tres_per_node = std::ptr::null_mut();
+        d.tres_per_task = std::ptr::null_mut();
     }
 
     #[test]

@@ -188,7 +188,7 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op
     let policy = ready.on_error();
     let job = match desc.job(now as i64) {
         Ok(j) => j,
-        Err(e) => return internal_error(policy, err_msg, &format!("{op}: request text is not UTF-8 ({e})")),
+        Err(e) => return internal_error(policy, err_msg, &format!("{op}: GPU request is not UTF-8 ({e})")),
     };
     let max_age = ready.router.config().snapshot_max_age_s;
     let (snapshot, news) = ready

@@ -487,7 +487,8 @@ impl Router {
         let chosen = &present[choice.index];
         let cap = self.config.time_cap(job.partition);
         let time_limit_min = job.time_limit_min.map(|_| {
-            let t = choice.run_min.ceil().clamp(1.0, f64::from(u32::MAX - 1)) as u32;
+            // Below Slurm's NO_VAL (u32::MAX - 1, "unset") and INFINITE (u32::MAX).
+            let t = choice.run_min.ceil().clamp(1.0, f64::from(u32::MAX - 2)) as u32;
             cap.map_or(t, |c| t.min(c))
         });
         let tres = rewrite(&job.tres, &entries, &chosen.name);

@@ -77,7 +77,8 @@ pub struct RoutingConfig {
     /// Cap on a rescaled time limit in minutes for every partition (0: no cap).
     #[serde(default)]
     pub max_time_min: u32,
-    /// Cap on a rescaled time limit per partition, in minutes (partition name → minutes).
+    /// Cap on a rescaled time limit per partition, in minutes (partition name → minutes;
+    /// 0: none of its own, as for `max_time_min`).
     #[serde(default)]
     pub partition_max_time_min: BTreeMap<String, u32>,
     /// Class of jobs that no hint and no rule places.
@@ -234,7 +235,8 @@ impl RoutingConfig {
     pub fn time_cap(&self, partition: Option<&str>) -> Option<u32> {
         let part = partition
             .and_then(|p| p.split(',').next())
-            .and_then(|p| self.partition_max_time_min.get(p).copied());
+            .and_then(|p| self.partition_max_time_min.get(p).copied())
+            .filter(|&m| m > 0);
         let global = (self.max_time_min > 0).then_some(self.max_time_min);
         match (part, global) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -188,6 +188,34 @@ fn time_limits_are_capped_by_the_partition_limit() {
 }
 
 #[test]
+fn a_partition_cap_of_zero_is_no_cap_of_its_own_not_a_zero_limit() {
+    let r = router_with(
+        "max_time_min = 150
+partition_max_time_min = { gpu = 0, short = 0 }",
+        &["a100-40gb"],
+    );
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer"));
+    j.time_limit_min = Some(60);
+    j.deadline = Some(NOW + 400 * 60);
+    j.partition = Some("gpu");
+    assert_eq!(routed(&r, &j, None).time_limit_min, Some(150), "the global cap");
+    let r = router_with("partition_max_time_min = { gpu = 0 }", &["a100-40gb"]);
+    assert_eq!(routed(&r, &j, None).time_limit_min, Some(210), "no cap");
+}
+
+#[test]
+fn a_rescaled_limit_stays_below_slurms_unset_and_unlimited_values() {
+    let r = router();
+    // Half the largest limit on a 7g; several times it on the slice a far deadline lets
+    // the job take.
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;time-on=7g"));
+    j.time_limit_min = Some(u32::MAX / 2);
+    j.deadline = Some(NOW + 60 * 10 * i64::from(u32::MAX));
+    let t = routed(&r, &j, None).time_limit_min.expect("a limit");
+    assert!(t < u32::MAX - 1, "{t} is NO_VAL or INFINITE");
+}
+
+#[test]
 fn time_on_hint_changes_what_time_refers_to() {
     let r = router_with("grace_min = 0", &["a100-40gb"]);
     let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;time-on=1g"));
