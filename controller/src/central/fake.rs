@@ -45,6 +45,9 @@ pub struct FakeSlurm {
     pub start_on_drain: Vec<SlurmJob>,
     /// Refuse every requeue, as slurmctld does for a job it cannot requeue.
     pub refuse_requeue: bool,
+    /// Jobs that end just before smartmigd requeues them: the call fails as slurmctld
+    /// answers for a finished job.
+    pub finish_before_requeue: Vec<u32>,
     /// Refuse this many updates that set a held drain reason (slurmctld away).
     pub refuse_held: u32,
     /// Nodes whose first Extra update is carried out but its reply lost (a timeout).
@@ -390,6 +393,19 @@ impl SlurmApi for FakeSlurm {
     }
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError> {
         self.count("requeue");
+        if self.finish_before_requeue.contains(&job) {
+            if let Some(j) = self.jobs.iter_mut().find(|j| j.id == job) {
+                j.state = JobState::Other;
+                j.nodes.clear();
+                j.gres_detail.clear();
+            }
+            self.touch();
+            return Err(SlurmError::Call {
+                call: format!("slurm_requeue({job})"),
+                errno: 2021, // ESLURM_ALREADY_DONE
+                message: "Job/step already completing or completed".into(),
+            });
+        }
         let refused = self.refuse_requeue || self.jobs.iter().any(|j| j.id == job && !j.requeueable);
         if refused {
             // What slurmctld answers for a job submitted with --no-requeue.

@@ -2243,6 +2243,27 @@ fn a_requeue_slurm_refuses_resumes_the_node_unchanged_at_once() {
 }
 
 #[test]
+fn a_job_that_ends_just_before_its_requeue_does_not_stop_the_change_in_preempt_mode() {
+    let dir = temp("requeue-done");
+    let mut s = cluster();
+    // Job 1 (on a's 4g.20gb, which c8 destroys) ends between the read and its requeue:
+    // slurmctld answers "already completing or completed"; its instance is free.
+    s.finish_before_requeue = vec![1];
+    let mut c = central(
+        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Preempt,
+        Recorder::default(),
+    );
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(layout_of(&mut c, "a"), C8, "a changes: job 1's instance is free");
+    assert_eq!(layout_of(&mut c, "b"), C8);
+    assert_eq!(c.api_fake().requeued, vec![2], "job 1 ended by itself");
+    assert!(!node(&mut c, "a").drain && !node(&mut c, "b").drain);
+}
+
+#[test]
 fn a_job_started_before_the_drain_of_a_node_whose_gpu_count_changes_stops_the_change() {
     let dir = temp("count-at-drain");
     let mut s = cluster();

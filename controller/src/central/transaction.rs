@@ -646,15 +646,18 @@ impl Central {
     /// plan), and stops at the first job Slurm refuses: the change cannot go ahead while
     /// it runs.
     fn preempt(&mut self, view: &View, node: &str, t: &NodeTxn) -> Result<(), String> {
+        // A plan that cannot be made now refuses the change (`ready_now`): found here,
+        // before any job is requeued for it.
         let mut jobs = std::collections::BTreeSet::new();
-        for (g, plan) in self.plans_now(view, node, t).into_iter().flatten() {
+        for p in self.plans_now(view, node, t) {
+            let (g, plan) = p.map_err(|e| e.to_string())?;
             for (b, js) in g.busy.iter().zip(&g.jobs) {
                 if plan.destroy.contains(b) {
                     jobs.extend(js.iter().copied());
                 }
             }
         }
-        for m in self.moved_now(view, node, t).unwrap_or_default() {
+        for m in self.moved_now(view, node, t)? {
             jobs.extend(m.jobs.iter().copied());
         }
         if let Some(nv) = view.node(node).filter(|nv| jobs.iter().any(|&j| nv.holds(j))) {
@@ -663,10 +666,12 @@ impl Central {
         for j in jobs {
             match self.api.requeue(j) {
                 Ok(()) => log::info!("{node}: requeued job {j}"),
-                // Its reply was lost, but Slurm shows the job off its node: the requeue took
-                // effect (else the job was preempted for nothing and the change refused).
-                Err(e) if e.may_have_taken_effect() && self.off_node(j, node) => {
-                    log::warn!("{node}: requeued job {j} (Slurm shows it off the node; the call said: {e})");
+                // Slurm shows the job off its node: the requeue took effect though its
+                // reply was lost, or the job ended before it (ESLURM_ALREADY_DONE); either
+                // way its instances are free, and the jobs requeued before it were not
+                // preempted for nothing.
+                Err(e) if self.off_node(j, node) => {
+                    log::warn!("{node}: job {j} is off the node (Slurm shows it no longer running there; the requeue said: {e})");
                 }
                 Err(e) => return Err(format!("cannot requeue job {j}: {e}")),
             }
