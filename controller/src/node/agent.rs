@@ -14,7 +14,7 @@ use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout, Plan, Step};
 use smartmig_gpu::{GpuBackend, GpuState};
 
 use super::journal::{Ending, Journal, OpenPlan, Record};
-use super::{gres, NodeChannel, NodeError, NodeRecord, Refusal};
+use super::{gres, NodeChannel, NodeError, Refusal};
 use crate::channel::{device_ref, Desired, GpuActual, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
 use crate::command;
 
@@ -240,17 +240,54 @@ impl Agent {
     /// like [`Agent::poll`]; else runs the slurmd watchdog; else re-announces the last
     /// report with the devices' current layouts if the channel lost it, if a layout
     /// differs from it, or every `announce_interval_s`.
+    ///
+    /// The watchdog runs even when the record does not read or its desired state cannot
+    /// be handled (a site's text where smartmig's message belongs, a journal that cannot
+    /// be written): slurmd must not stay stopped past its deadline for either. The error
+    /// is returned unless the watchdog acted (it comes back at the next tick).
     pub fn tick(&mut self, now: f64) -> Result<Option<Report>, NodeError> {
-        let rec = self.channel.read()?;
+        let rec = match self.channel.read() {
+            Ok(rec) => rec,
+            Err(e) => return self.watchdog_despite(e, now),
+        };
         self.busy = rec.relayout_drain;
-        if let Some(r) = self.handle(rec.desired.clone(), rec.report.as_ref())? {
-            return Ok(Some(r));
+        match self.handle(rec.desired.clone(), rec.report.as_ref()) {
+            Ok(Some(r)) => return Ok(Some(r)),
+            Ok(None) => {}
+            Err(e) => return self.watchdog_despite(e, now),
         }
-        if let Some(r) = self.watchdog(&rec, now)? {
+        if let Some(r) = self.watchdog(rec.gres.as_deref(), now)? {
             return Ok(Some(r));
         }
         self.journal.compact_if_large()?;
         self.reannounce(rec.report, now)
+    }
+
+    /// After `error` stopped a tick: the watchdog's report if it is due and acts (the
+    /// error logged), else `error`.
+    fn watchdog_despite(&mut self, error: NodeError, now: f64) -> Result<Option<Report>, NodeError> {
+        if !self
+            .journal
+            .slurmd_watchdog()
+            .is_some_and(|(_, deadline)| now >= deadline)
+        {
+            return Err(error);
+        }
+        let acted = self
+            .channel
+            .gres()
+            .and_then(|gres| self.watchdog(gres.as_deref(), now));
+        match acted {
+            Ok(Some(r)) => {
+                log::error!("{error}; the slurmd watchdog acted all the same");
+                Ok(Some(r))
+            }
+            Ok(None) => Err(error),
+            Err(w) => {
+                log::error!("slurmd watchdog: {w}");
+                Err(error)
+            }
+        }
     }
 
     /// How long to wait before the next [`Agent::tick`]: short while a re-layout of this
@@ -618,7 +655,9 @@ impl Agent {
     }
 
     /// Phase Revert: the GPUs back to `from`, the gres.conf from before the generation,
-    /// slurmd running.
+    /// slurmd running. slurmd is never (re)started while the gres.conf it would read is
+    /// not the one put back, which slurmctld has: it stays stopped, the revert fails, and
+    /// the armed watchdog runs it again at each tick until the file is back.
     fn revert(&mut self, generation: u64, gpus: &[GpuTarget]) -> Result<Outcome, NodeError> {
         let gpus = if gpus.is_empty() {
             self.journal.plan_of(generation).unwrap_or_default()
@@ -647,10 +686,14 @@ impl Agent {
         } else {
             true
         };
+        // A journal that cannot be written must not keep slurmd stopped: the revert is
+        // recorded at a later run (it restores the same file again).
         if restored {
-            self.journal.append(Record::Reverted { generation })?;
+            if let Err(e) = self.journal.append(Record::Reverted { generation }) {
+                errors.push(format!("revert not journaled: {e}"));
+            }
         }
-        if restart {
+        if restart && restored {
             // Armed at once: if the start below fails, the next tick's watchdog tries again.
             self.journal.append(Record::Slurmd {
                 running: false,
@@ -661,7 +704,9 @@ impl Agent {
             }
         }
         if !self.journal.slurmd_running() {
-            if let Err(e) = self.start_slurmd_only() {
+            if !restored {
+                errors.push("slurmd left stopped: it would read a gres.conf slurmctld does not share".into());
+            } else if let Err(e) = self.start_slurmd_only() {
                 errors.push(e.to_string());
             }
         }
@@ -686,14 +731,14 @@ impl Agent {
     /// `Revert` from the central role: start it again, with the gres.conf that matches
     /// what slurmctld has (the new lines if slurmctld has the new layout, else everything
     /// reverted). Waits while slurmctld does not answer (it cannot mark the node down then).
-    fn watchdog(&mut self, rec: &NodeRecord, now: f64) -> Result<Option<Report>, NodeError> {
+    fn watchdog(&mut self, slurm_gres: Option<&str>, now: f64) -> Result<Option<Report>, NodeError> {
         let Some((generation, deadline)) = self.journal.slurmd_watchdog() else {
             return Ok(None);
         };
         if now < deadline {
             return Ok(None);
         }
-        let Some(slurm_gres) = &rec.gres else {
+        let Some(slurm_gres) = slurm_gres else {
             log::warn!("watchdog: slurmd stopped past its deadline and slurmctld's view of the node is unknown; retrying");
             return Ok(None);
         };

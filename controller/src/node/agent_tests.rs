@@ -562,7 +562,7 @@ fn a_padding_block_for_a_type_the_catalogue_does_not_know_is_refused_before_any_
 }
 
 #[test]
-fn a_revert_that_cannot_put_gres_conf_back_says_so_and_a_later_revert_tries_again() {
+fn a_revert_that_cannot_put_gres_conf_back_keeps_slurmd_stopped_and_the_watchdog_tries_again() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
     a.restore().unwrap();
@@ -579,14 +579,32 @@ fn a_revert_that_cannot_put_gres_conf_back_says_so_and_a_later_revert_tries_agai
         matches!(&r.outcome, Outcome::Failed { error } if error.contains("gres.conf not put back")),
         "{r:?}"
     );
-    assert!(r.slurmd_running, "slurmd is started all the same (SlurmdTimeout)");
+    // Started, slurmd would register the new gres.conf under slurmctld's old layout (Slurm
+    // requeues the node's jobs over the count): it stays stopped, the watchdog armed.
+    assert!(!r.slurmd_running, "{r:?}");
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("slurmd left stopped")),
+        "{r:?}"
+    );
+    assert_eq!(n.slurmd_log(), "stop\n");
     assert!(a.journal().installed(3), "not recorded as reverted");
-    // Once the file can be read, a revert run again (here the watchdog's) restores it.
+    let (_, deadline) = a.journal().slurmd_watchdog().expect("the watchdog stays armed");
+    std::fs::write(n.spool().gres_path(), "gpu:7g.40gb:1(S:0)").unwrap();
+    // At its deadline the watchdog reverts again: still no file, still stopped.
+    assert!(a.tick(deadline + 1.0).unwrap().is_some_and(|r| !r.slurmd_running));
+    assert_eq!(n.slurmd_log(), "stop\n");
+    // Once the file can be read, the watchdog's next revert restores it and starts slurmd.
     std::fs::remove_dir(&prev).unwrap();
     std::fs::write(&prev, saved).unwrap();
-    a.revert(3, &[]).unwrap();
+    let r = a.tick(deadline + 2.0).unwrap().unwrap();
+    assert_eq!(
+        (r.phase, r.outcome.clone(), r.slurmd_running),
+        (Phase::Revert, Outcome::Done, true)
+    );
     assert!(!a.journal().installed(3));
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    assert!(a.journal().slurmd_watchdog().is_none());
 }
 
 #[test]
@@ -664,6 +682,32 @@ fn the_watchdog_waits_while_slurmctlds_gres_for_the_node_does_not_parse() {
     std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
     let r = a.tick(deadline + 2.0).unwrap().unwrap();
     assert_eq!((r.phase, r.slurmd_running), (Phase::Start, true));
+}
+
+#[test]
+fn the_watchdog_starts_slurmd_while_the_nodes_record_does_not_read() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    n.apply_and_install(&mut a, 9);
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    // slurmctld has the old layout; a site's own text stands where the central role's
+    // message belongs, so the record does not read.
+    std::fs::write(n.spool().gres_path(), "gpu:7g.40gb:1(S:0)").unwrap();
+    std::fs::write(n.spool().desired_path(), "maintenance window 3").unwrap();
+    assert!(
+        a.tick(deadline - 1.0).is_err(),
+        "before the deadline: the record's error"
+    );
+    assert_eq!(n.slurmd_log(), "stop\n", "slurmd still stopped");
+    let r = a.tick(deadline + 1.0).unwrap().unwrap();
+    assert_eq!(
+        (r.generation, r.phase, r.slurmd_running),
+        (9, Phase::Revert, true)
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    assert!(a.journal().slurmd_watchdog().is_none());
+    assert!(a.tick(deadline + 2.0).is_err(), "the record still does not read");
 }
 
 #[test]

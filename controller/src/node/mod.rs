@@ -35,6 +35,9 @@ pub struct NodeRecord {
 pub trait NodeChannel {
     /// The node's record now.
     fn read(&mut self) -> Result<NodeRecord, NodeError>;
+    /// Slurm's configured GPU GRES of the node alone (None: unknown), readable where the
+    /// record's smartmig fields are not.
+    fn gres(&mut self) -> Result<Option<String>, NodeError>;
     /// Publishes a report.
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError>;
     /// Removes smartmig's report (`smartmigd node --release`).

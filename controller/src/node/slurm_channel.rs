@@ -46,6 +46,10 @@ impl NodeChannel for SlurmChannel {
         })
     }
 
+    fn gres(&mut self) -> Result<Option<String>, NodeError> {
+        Ok(self.api.node(&self.node)?.map(|n| n.gres))
+    }
+
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError> {
         if !self.comment_read {
             self.read()?;

@@ -88,17 +88,21 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), NodeErr
 
 impl NodeChannel for SpoolChannel {
     fn read(&mut self) -> Result<NodeRecord, NodeError> {
-        let gres = match std::fs::read_to_string(self.gres_path()) {
-            Ok(t) => Some(t.trim().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(NodeError::io(&self.gres_path(), e)),
-        };
+        let gres = self.gres()?;
         Ok(NodeRecord {
             desired: read(&self.desired_path())?,
             report: read(&self.report_path())?,
             gres,
             relayout_drain: false,
         })
+    }
+
+    fn gres(&mut self) -> Result<Option<String>, NodeError> {
+        match std::fs::read_to_string(self.gres_path()) {
+            Ok(t) => Ok(Some(t.trim().to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(NodeError::io(&self.gres_path(), e)),
+        }
     }
 
     fn write_report(&mut self, report: &Report) -> Result<(), NodeError> {
