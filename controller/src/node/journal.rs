@@ -130,6 +130,9 @@ pub struct Journal {
     path: PathBuf,
     file: File,
     records: Vec<Record>,
+    /// The length to cut the file back to before the next record: one was partly written
+    /// and the cut after it failed.
+    torn_at: Option<u64>,
 }
 
 /// The journal's file name inside `[controller] state_dir` (the `-v2` marks the typed
@@ -176,7 +179,12 @@ impl Journal {
                 .and_then(|()| file.sync_data())
                 .map_err(|e| NodeError::io(&path, e))?;
         }
-        Ok(Journal { path, file, records })
+        Ok(Journal {
+            path,
+            file,
+            records,
+            torn_at: None,
+        })
     }
 
     /// The journal file.
@@ -196,12 +204,41 @@ impl Journal {
             reason: e.to_string(),
         })?;
         line.push('\n');
-        self.file
+        // Part of a line may be written (a full disk): it is cut, so that the next record
+        // does not continue it into a line that no longer reads, which would make the
+        // journal refused at the next start (only a torn *last* line is forgiven).
+        let len = match self.torn_at {
+            Some(len) => {
+                self.cut(len)?;
+                self.torn_at = None;
+                len
+            }
+            None => self
+                .file
+                .metadata()
+                .map_err(|e| NodeError::io(&self.path, e))?
+                .len(),
+        };
+        if let Err(e) = self
+            .file
             .write_all(line.as_bytes())
             .and_then(|()| self.file.sync_data())
-            .map_err(|e| NodeError::io(&self.path, e))?;
+        {
+            if let Err(cut) = self.cut(len) {
+                log::error!("{cut}; cut before the next record");
+                self.torn_at = Some(len);
+            }
+            return Err(NodeError::io(&self.path, e));
+        }
         self.records.push(rec);
         Ok(())
+    }
+
+    fn cut(&self, len: u64) -> Result<(), NodeError> {
+        self.file
+            .set_len(len)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| NodeError::io(&self.path, e))
     }
 
     /// Rewrites the journal with only what a restarted agent needs when it has grown past
@@ -238,6 +275,7 @@ impl Journal {
         }
         smartmig_core::durable::write(&self.path, text.as_bytes())?;
         self.file = open_append(&self.path)?;
+        self.torn_at = None;
         log::info!(
             "{}: compacted {} records to {}",
             self.path.display(),
@@ -388,6 +426,58 @@ fn open_append(path: &Path) -> Result<File, NodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory on a tmpfs of `kib` KiB, unmounted when dropped (None where mounting is
+    /// not allowed: not root).
+    struct SmallFs(tempfile::TempDir);
+
+    impl SmallFs {
+        fn mount(kib: u32) -> Option<SmallFs> {
+            let dir = tempfile::tempdir().ok()?;
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(SmallFs(dir))
+        }
+    }
+
+    impl Drop for SmallFs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0.path()).status();
+        }
+    }
+
+    #[test]
+    fn a_record_the_disk_cannot_hold_leaves_no_partial_line_and_the_journal_opens() {
+        let Some(fs) = SmallFs::mount(8) else {
+            eprintln!("skipped: cannot mount a tmpfs (not root)");
+            return;
+        };
+        let mut j = Journal::open(fs.0.path()).unwrap();
+        let step = |n| Record::Step {
+            n,
+            gpu: 0,
+            step: format!("destroy-ci 7g.40gb@0 {}", "x".repeat(97)),
+        };
+        let mut written = 0;
+        let error = loop {
+            match j.append(step(written)) {
+                Ok(()) => written += 1,
+                Err(e) => break e,
+            }
+            assert!(written < 10_000, "the disk never filled");
+        };
+        assert!(error.to_string().contains("No space left"), "{error}");
+        let text = std::fs::read_to_string(j.path()).unwrap();
+        assert!(text.ends_with('\n'), "a partial line was left");
+        assert_eq!(text.lines().count(), written as usize);
+        drop(j);
+        let j = Journal::open(fs.0.path()).expect("the journal opens");
+        assert_eq!(j.records().len(), written as usize);
+    }
 
     #[test]
     fn an_unended_begin_is_an_open_plan_after_reopening_and_a_torn_line_is_ignored() {
