@@ -101,6 +101,36 @@ impl Agent {
 
     /// Finishes or rolls back a re-layout a previous run left open, and reports it.
     pub fn recover(&mut self) -> Result<Option<Report>, NodeError> {
+        match self.reconcile()? {
+            Some(report) => self.publish(report).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Agent::recover`] at boot (`--restore`), where slurmctld may not answer yet: a
+    /// report that cannot be published is logged, not an error, so that the layouts are
+    /// still restored and slurmd can start. The central role, without the answer, holds
+    /// the node at `report_timeout_s`.
+    pub fn recover_at_boot(&mut self) -> Result<Option<Report>, NodeError> {
+        let Some(report) = self.reconcile()? else {
+            return Ok(None);
+        };
+        let generation = report.generation;
+        match self.publish(report.clone()) {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => {
+                log::error!(
+                    "re-layout {generation}: reconciled, but its report cannot be published ({e}); \
+                     the central role holds the node when the answer does not come"
+                );
+                Ok(Some(report))
+            }
+        }
+    }
+
+    /// Finishes or rolls back a re-layout a previous run left open (journal and devices);
+    /// its report, not yet published.
+    fn reconcile(&mut self) -> Result<Option<Report>, NodeError> {
         let Some(OpenPlan {
             generation,
             gpus,
@@ -127,8 +157,7 @@ impl Agent {
                 }
             },
         };
-        let report = self.report(generation, Phase::Apply, outcome);
-        self.publish(report).map(Some)
+        Ok(Some(self.report(generation, Phase::Apply, outcome)))
     }
 
     /// Before slurmd starts (`smartmigd node --restore`, run by systemd before slurmd):

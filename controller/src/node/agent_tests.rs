@@ -784,6 +784,38 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
 }
 
 #[test]
+fn at_boot_a_recovery_whose_report_cannot_be_published_still_reconciles_and_restores() {
+    let n = Node::new(&["7g@0"]);
+    {
+        let mut j = Journal::open(&n.path("state")).unwrap();
+        j.append(Record::Begin {
+            generation: 6,
+            gpus: vec![GpuTarget {
+                index: 0,
+                model: "a100-40gb".into(),
+                from: "7g@0".into(),
+                to: "3g@0 3g@4".into(),
+            }],
+            padding: Default::default(),
+            order: Vec::new(),
+        })
+        .unwrap();
+    }
+    // slurmctld does not answer at boot: here, the report cannot be written.
+    std::fs::create_dir_all(n.spool().report_path()).unwrap();
+    let mut a = n.agent();
+    let r = a.recover_at_boot().unwrap().expect("the reconciled re-layout");
+    assert_eq!((r.generation, r.outcome), (6, Outcome::Done));
+    assert!(a.journal().is_closed());
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+    a.restore()
+        .expect("the layouts are restored and gres.conf written");
+    assert!(std::fs::read_to_string(n.path("gres.conf"))
+        .unwrap()
+        .contains("3g.20gb"));
+}
+
+#[test]
 fn after_a_reboot_empty_gpus_get_their_last_layout_back_and_others_are_left_alone() {
     let n = Node::new(&["3g@0 3g@4", "7g@0"]);
     let mut a = n.agent();

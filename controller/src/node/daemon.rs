@@ -122,7 +122,7 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
 pub fn restore(config: &Path) -> anyhow::Result<()> {
     let resolved = read_config(config)?;
     let mut agent = agent_from_config(&resolved)?;
-    agent.recover().context("recovering from the journal")?;
+    agent.recover_at_boot().context("recovering from the journal")?;
     let gpus = agent.restore().context("restoring the layouts")?;
     println!("restored {} GPU(s); gres.conf written", gpus.len());
     Ok(())
