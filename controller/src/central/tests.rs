@@ -1395,6 +1395,17 @@ fn a_node_missing_from_the_include_is_never_drained() {
         .any(|d| d.gpu == "unlisted1/0" && d.action.contains("NodeName=unlisted1")));
 }
 
+/// The central role in preempt mode over `s`, with a static policy that wants every GPU
+/// in c8.
+fn preempt_to_c8(dir: &std::path::Path, s: FakeSlurm) -> Central {
+    central(
+        resolved(dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
+        s,
+        Mode::Preempt,
+        Recorder::default(),
+    )
+}
+
 #[test]
 fn preempt_mode_requeues_the_jobs_on_changing_instances_and_on_devices_whose_index_would_move() {
     let dir = temp("preempt");
@@ -1405,12 +1416,7 @@ fn preempt_mode_requeues_the_jobs_on_changing_instances_and_on_devices_whose_ind
         &[("A100-SXM4-40GB", C8), ("A100-SXM4-40GB", C2)],
     ));
     s.jobs.push(FakeSlurm::running(3, "e", "1g.5gb", 0));
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
-        s,
-        Mode::Preempt,
-        Recorder::default(),
-    );
+    let mut c = preempt_to_c8(&dir, s);
     let r = once(&mut c);
     assert_eq!(r.changed, 5, "every GPU not in c8 changes: {r:?}");
     assert_eq!(layout_of(&mut c, "a"), C8);
@@ -2093,12 +2099,7 @@ fn a_job_slurm_cannot_requeue_holds_its_node_to_the_drain_rules_in_preempt_mode(
     let mut s = cluster();
     // Job 1 (on a's 4g.20gb, which c8 destroys) was submitted with --no-requeue.
     s.jobs[0].requeueable = false;
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
-        s,
-        Mode::Preempt,
-        Recorder::default(),
-    );
+    let mut c = preempt_to_c8(&dir, s);
     let r = once(&mut c);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(layout_of(&mut c, "a"), C2, "a waits for its job");
@@ -2219,12 +2220,7 @@ fn a_requeue_slurm_refuses_resumes_the_node_unchanged_at_once() {
     // Slurm's job records say every job can be requeued, but slurmctld refuses (the job was
     // changed to --no-requeue after the read, or slurmctld errs).
     s.refuse_requeue = true;
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
-        s,
-        Mode::Preempt,
-        Recorder::default(),
-    );
+    let mut c = preempt_to_c8(&dir, s);
     let r = once(&mut c);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(layout_of(&mut c, "a"), C2);
@@ -2249,12 +2245,7 @@ fn a_job_that_ends_just_before_its_requeue_does_not_stop_the_change_in_preempt_m
     // Job 1 (on a's 4g.20gb, which c8 destroys) ends between the read and its requeue:
     // slurmctld answers "already completing or completed"; its instance is free.
     s.finish_before_requeue = vec![1];
-    let mut c = central(
-        resolved(&dir, "kind = \"static\"\nstatic_layout = [\"c8\"]"),
-        s,
-        Mode::Preempt,
-        Recorder::default(),
-    );
+    let mut c = preempt_to_c8(&dir, s);
     let r = once(&mut c);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(layout_of(&mut c, "a"), C8, "a changes: job 1's instance is free");

@@ -671,7 +671,7 @@ impl Central {
                 // way its instances are free, and the jobs requeued before it were not
                 // preempted for nothing.
                 Err(e) if self.off_node(j, node) => {
-                    log::warn!("{node}: job {j} is off the node (Slurm shows it no longer running there; the requeue said: {e})");
+                    log::warn!("{node}: job {j} requeued or ended (Slurm shows it off the node; the requeue call said: {e})");
                 }
                 Err(e) => return Err(format!("cannot requeue job {j}: {e}")),
             }

@@ -74,6 +74,24 @@ impl Node {
         self.spool().write_desired(&d).unwrap();
     }
 
+    /// Journals the begin of `generation` (GPU 0 from 7g to two 3g) as a previous run
+    /// that died would have left it.
+    fn begin_seven_to_c5(&self, generation: u64) {
+        let mut j = Journal::open(&self.path("state")).unwrap();
+        j.append(Record::Begin {
+            generation,
+            gpus: vec![GpuTarget {
+                index: 0,
+                model: "a100-40gb".into(),
+                from: "7g@0".into(),
+                to: "3g@0 3g@4".into(),
+            }],
+            padding: Default::default(),
+            order: Vec::new(),
+        })
+        .unwrap();
+    }
+
     /// Generation `generation` takes GPU 0 from 7g to c5 through Apply and Install.
     fn apply_and_install(&self, a: &mut Agent, generation: u64) {
         for phase in [Phase::Apply, Phase::Install] {
@@ -751,21 +769,7 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
     ] {
         sim.apply(0, m, s).unwrap();
     }
-    {
-        let mut j = Journal::open(&n.path("state")).unwrap();
-        j.append(Record::Begin {
-            generation: 5,
-            gpus: vec![GpuTarget {
-                index: 0,
-                model: "a100-40gb".into(),
-                from: "7g@0".into(),
-                to: "3g@0 3g@4".into(),
-            }],
-            padding: Default::default(),
-            order: Vec::new(),
-        })
-        .unwrap();
-    }
+    n.begin_seven_to_c5(5);
     sim.set_faults(&Faults {
         fail: vec![FailFault::once("create-gi", None, "NVML_ERROR_UNKNOWN")],
         ..Faults::default()
@@ -786,21 +790,7 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
 #[test]
 fn at_boot_a_recovery_whose_report_cannot_be_published_still_reconciles_and_restores() {
     let n = Node::new(&["7g@0"]);
-    {
-        let mut j = Journal::open(&n.path("state")).unwrap();
-        j.append(Record::Begin {
-            generation: 6,
-            gpus: vec![GpuTarget {
-                index: 0,
-                model: "a100-40gb".into(),
-                from: "7g@0".into(),
-                to: "3g@0 3g@4".into(),
-            }],
-            padding: Default::default(),
-            order: Vec::new(),
-        })
-        .unwrap();
-    }
+    n.begin_seven_to_c5(6);
     // slurmctld does not answer at boot: here, the report cannot be written.
     std::fs::create_dir_all(n.spool().report_path()).unwrap();
     let mut a = n.agent();
