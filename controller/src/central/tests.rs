@@ -74,6 +74,22 @@ struct Recorder {
     include_unwritten: Arc<Mutex<bool>>,
     /// The reload's answer is lost (Slurm may have reloaded).
     reload_lost: Arc<Mutex<bool>>,
+    /// Putting the include back fails (the controller's file system full or read-only).
+    put_back_fails: Arc<Mutex<bool>>,
+}
+
+impl Recorder {
+    /// The error of a put-back that fails, if `put_back_fails`.
+    fn put_back_error(&self) -> Result<(), RelayoutError> {
+        if *self.put_back_fails.lock().unwrap() {
+            return Err(RelayoutError::Write(smartmig_core::durable::DurableError {
+                path: "nodes.conf".into(),
+                what: "write the temporary file",
+                source: std::io::Error::from_raw_os_error(28),
+            }));
+        }
+        Ok(())
+    }
 }
 
 impl Relayout for Recorder {
@@ -124,6 +140,7 @@ impl Relayout for Recorder {
         reload: bool,
     ) -> Result<bool, RelayoutError> {
         *self.undone.lock().unwrap() += 1;
+        self.put_back_error()?;
         *self.reloads.lock().unwrap() += u32::from(reload);
         if let Some(dir) = self.ledger_dir.lock().unwrap().as_ref() {
             let b = batch::Ledger::load(dir).unwrap().batch.unwrap();
@@ -136,6 +153,7 @@ impl Relayout for Recorder {
         Ok(true)
     }
     fn put_back(&mut self, _: &[(String, String)]) -> Result<bool, RelayoutError> {
+        self.put_back_error()?;
         let put = !*self.include_unwritten.lock().unwrap();
         self.undo_steps.lock().unwrap().push(format!("put back: {put}"));
         Ok(put)
@@ -853,6 +871,76 @@ fn a_failed_refresh_restores_slurm_reverts_the_nodes_and_leaves_them_drained_wit
     let r = once(&mut c);
     assert_eq!(r.changed, 0);
     assert!(node(&mut c, "b").drain);
+}
+
+#[test]
+fn a_failed_refresh_whose_undo_fails_too_holds_the_nodes_as_they_stand_for_their_watchdogs() {
+    let dir = temp("undo-fails");
+    let rec = Recorder::default();
+    *rec.fail.lock().unwrap() = Some("connection refused".into());
+    *rec.put_back_fails.lock().unwrap() = true;
+    let mut c = central(resolved(&dir, TO_C5), cluster(), Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert_eq!(*rec.undone.lock().unwrap(), 1);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("failed too") && e.contains("watchdog")),
+        "{:?}",
+        r.errors
+    );
+    for name in ["b", "c"] {
+        let n = node(&mut c, name);
+        assert!(
+            n.drain && n.reason.as_deref().unwrap().starts_with(HELD_PREFIX),
+            "{name}: {:?}",
+            n.reason
+        );
+        // Slurm may have either definitions: no Revert, which would start slurmd with
+        // the old gres.conf whatever slurmctld has; the agent's watchdog decides.
+        let d = read_desired(&n).unwrap().unwrap();
+        assert_ne!(d.phase, Phase::Revert, "{name}");
+        assert_eq!(
+            read_report(&n).unwrap().unwrap().gpus.last().unwrap().layout,
+            C5,
+            "{name} left as it stands"
+        );
+    }
+    assert!(!c.in_flight());
+}
+
+#[test]
+fn on_the_reconfigure_path_an_include_that_cannot_be_put_back_keeps_the_nodes_new_and_reloads() {
+    let dir = temp("put-back-fails");
+    let rec = Recorder::default();
+    *rec.put_back_fails.lock().unwrap() = true;
+    let (mut c, r) = failed_reconfigure(&dir, &rec);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("putting Slurm's previous node definitions back failed too")),
+        "{:?}",
+        r.errors
+    );
+    for name in ["b", "c"] {
+        let n = node(&mut c, name);
+        assert_ne!(read_desired(&n).unwrap().unwrap().phase, Phase::Revert, "{name}");
+        assert_eq!(
+            read_report(&n).unwrap().unwrap().gpus.last().unwrap().layout,
+            C5,
+            "{name}: its gres.conf stays the one the include holds"
+        );
+    }
+    assert!(
+        rec.undo_steps
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.starts_with("reload")),
+        "Slurm loads the include with the nodes' gres.conf: {:?}",
+        rec.undo_steps.lock().unwrap()
+    );
+    assert_batch_closed_with_every_node_held(&mut c);
 }
 
 #[test]

@@ -885,16 +885,42 @@ impl Central {
             Ok(false) => error,
             Err(e) => {
                 let msg = format!(
-                    "{error}; restoring Slurm's previous node definitions failed too: {:#}",
+                    "{error}; restoring Slurm's previous node definitions failed too: {:#}; \
+                     the agent's watchdog starts slurmd with the gres.conf slurmctld has",
                     anyhow::Error::new(e)
                 );
                 self.fail(report, format!("gen {}: {msg}", b.generation));
-                msg
+                // Which definitions slurmctld loaded is not known here: reverting every
+                // node's gres.conf could set the two sides apart. Each node is held as it
+                // stands; its agent's watchdog, at its deadline, starts slurmd with the
+                // gres.conf that matches what slurmctld shows then.
+                b.slurm = SlurmStep::Restored { error: msg.clone() };
+                for (node, _) in list {
+                    self.hold_as_it_stands(b, node, &msg, report);
+                }
+                return;
             }
         };
         b.slurm = SlurmStep::Restored { error: error.clone() };
         for (node, _) in list {
             self.revert_node(b, node, error.clone(), true, report);
+        }
+    }
+
+    /// Holds `node` drained without asking its agent for anything more.
+    fn hold_as_it_stands(&mut self, b: &mut Batch, node: &str, why: &str, report: &mut CycleReport) {
+        if b.nodes.get(node).is_none_or(|t| t.state.reverting_or_closed()) {
+            return;
+        }
+        match self.api.node(node) {
+            Ok(Some(rec)) => self.hold(b, node, &rec, why.to_string(), report),
+            _ => self.enter(
+                b,
+                node,
+                NodeState::Holding {
+                    reason: held_reason(b.generation, why),
+                },
+            ),
         }
     }
 
@@ -926,13 +952,24 @@ impl Central {
         let put = match self.relayout.put_back(list) {
             Ok(put) => put,
             Err(e) => {
-                let e = format!(
-                    "gen {}: {error}; putting Slurm's previous node definitions back failed too: {:#}",
-                    b.generation,
+                let why = format!(
+                    "{error}; putting Slurm's previous node definitions back failed too: {:#}; \
+                     Slurm loads the batch's layouts again with the nodes' gres.conf",
                     anyhow::Error::new(e)
                 );
-                self.fail(report, e);
-                true // whatever the file holds now, Slurm loads it again
+                self.fail(report, format!("gen {}: {why}", b.generation));
+                // The include still holds the batch's values (it is replaced whole or not
+                // at all), as the nodes' gres.conf do: reverting them would set the two
+                // sides apart at the reload. Each node is held as it stands, and Slurm
+                // loads the new values again with them.
+                if let SlurmStep::Undoing { put_back, error, .. } = &mut b.slurm {
+                    *put_back = true;
+                    error.clone_from(&why);
+                }
+                for (node, _) in list {
+                    self.hold_as_it_stands(b, node, &why, report);
+                }
+                return;
             }
         };
         if let SlurmStep::Undoing { put_back, .. } = &mut b.slurm {
@@ -973,7 +1010,9 @@ impl Central {
             return;
         }
         let error = match self.relayout.reload(self.api.as_mut()) {
-            Ok(()) => format!("{error}; Slurm's previous node definitions restored"),
+            // The file put back (the previous definitions), or the batch's where putting
+            // them back failed (the error says so).
+            Ok(()) => format!("{error}; Slurm loaded the node definitions file again"),
             Err(e) => {
                 // Held either way; the admin needs to know which Slurm has.
                 let what = if e.may_have_taken_effect() {
