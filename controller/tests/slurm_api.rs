@@ -76,6 +76,18 @@ fn libslurm_reads_jobs_and_nodes_carries_the_channel_and_updates_nodes_and_jobs(
     assert_eq!(detail[0].gpu_type, "3g.40gb");
     // Slurm sorts a node's GPU records by type name: 1g.10gb are 0-2, the 3g is 3.
     assert_eq!(detail[0].indices, vec![3], "gres detail {:?}", r.gres_detail);
+    // Suspended, the job keeps its GPU: it is listed as running, on its node.
+    let out = c.scontrol(&["suspend", &run.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.wait_job(run, &["SUSPENDED"], Duration::from_secs(20));
+    let jobs = api.jobs().expect("load jobs");
+    let r = jobs.iter().find(|j| j.id == run).expect("suspended job listed");
+    assert_eq!(
+        (r.state, r.nodes.clone()),
+        (JobState::Running, vec![c.node.clone()])
+    );
+    assert!(c.scontrol(&["resume", &run.to_string()]).status.success());
+    c.wait_job(run, &["RUNNING"], Duration::from_secs(20));
     let used = api
         .nodes()
         .unwrap()

@@ -252,7 +252,8 @@ impl SlurmApi for Libslurm {
                     }
                     let state = match j.job_state & sys::JOB_STATE_BASE {
                         s if s == sys::JOB_PENDING => JobState::Pending,
-                        s if s == sys::JOB_RUNNING => JobState::Running,
+                        // A suspended job keeps its GPUs: it counts as running.
+                        s if s == sys::JOB_RUNNING || s == sys::JOB_SUSPENDED => JobState::Running,
                         _ => return None,
                     };
                     let gres_detail = if j.gres_detail_str.is_null() {
