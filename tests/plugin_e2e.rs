@@ -203,8 +203,7 @@ fn a_matrix_of_requests_lands_on_the_expected_type_and_limit_and_runs() {
                 case.args
             );
             // And what it was routed to, as this Slurm shows the job's request.
-            let now = ["TresPerNode", "TresPerJob", "TresPerTask", "TresPerSocket"]
-                .map(|k| job.get(k).filter(|v| !v.is_empty() && *v != "(null)").cloned());
+            let now = c.job_tres(id);
             assert!(
                 smartmig_core::routing::RoutedFrom::find_current(&mark, &now).is_some(),
                 "{:?}: the mark names the routed request {now:?}: {mark}",

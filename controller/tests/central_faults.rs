@@ -1185,10 +1185,8 @@ fn retypes_pending_jobs() -> bool {
 /// completes on one.
 fn runs_on_a_3g(c: &Cluster, job: u32, out: &str) {
     assert_eq!(tres_per_node(c, job), slurm::tres("gpu:3g.20gb:1"), "{out}");
-    let record = c.job(job);
-    let now = ["TresPerNode", "TresPerJob", "TresPerTask", "TresPerSocket"]
-        .map(|k| record.get(k).filter(|v| !v.is_empty() && *v != "(null)").cloned());
-    let mark = record.get("AdminComment").cloned().unwrap_or_default();
+    let now = c.job_tres(job);
+    let mark = c.job(job).get("AdminComment").cloned().unwrap_or_default();
     let from = smartmig_core::routing::RoutedFrom::find_current(&mark, &now)
         .unwrap_or_else(|| panic!("no current mark after the re-route: {mark:?} {now:?}"));
     assert!(from.tres.iter().flatten().any(|t| t.contains(":mig")), "{mark}");

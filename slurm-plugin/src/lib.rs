@@ -215,14 +215,10 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op
             // not hold the job's comment, which writing would replace.
             if op == Op::Submit {
                 let tres = job.tres.0.map(|t| t.map(str::to_string));
-                let mut to = tres.clone();
-                for (field, text) in &r.tres {
-                    to[*field as usize] = Some(text.clone());
-                }
                 let from = RoutedFrom {
+                    to: Some(RoutedFrom::routed_to(&tres, &r.tres)),
                     tres,
                     time_limit_min: job.time_limit_min,
-                    to: Some(to),
                 };
                 let mark = from.mark(desc.admin_comment().as_deref());
                 desc.set_admin_comment(&mark);

@@ -953,6 +953,14 @@ impl Cluster {
         fields(&String::from_utf8_lossy(&out.stdout))
     }
 
+    /// Job `id`'s four tres fields as `scontrol show job` shows them (in `TresField`
+    /// order: per node, job, task, socket), unset ones None.
+    pub fn job_tres(&self, id: u32) -> [Option<String>; 4] {
+        let job = self.job(id);
+        ["TresPerNode", "TresPerJob", "TresPerTask", "TresPerSocket"]
+            .map(|k| job.get(k).filter(|v| !v.is_empty() && *v != "(null)").cloned())
+    }
+
     /// Waits until job `id` is in one of `states`; returns the state.
     pub fn wait_job(&self, id: u32, states: &[&str], limit: Duration) -> String {
         let start = Instant::now();

@@ -92,11 +92,8 @@ impl Central {
                     let time_limit_min = r.time_limit_min.or(from.time_limit_min);
                     // The mark follows the job to its new type, so a later re-route sees
                     // it current.
-                    let mut to = j.tres.clone();
-                    for (field, value) in &r.tres {
-                        to[*field as usize] = Some(value.clone());
-                    }
-                    let mark = RoutedFrom { to: Some(to), ..from }.mark(j.admin_comment.as_deref());
+                    let to = Some(RoutedFrom::routed_to(&j.tres, &r.tres));
+                    let mark = RoutedFrom { to, ..from }.mark(j.admin_comment.as_deref());
                     for (n, (field, value)) in r.tres.into_iter().enumerate() {
                         updates.push((
                             JobUpdate {

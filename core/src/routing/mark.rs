@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::hints::HINT_PREFIX;
+use super::request::TresField;
 
 /// First Slurm release (a `SLURM_VERSION_NUMBER`, 23.02.6) whose job update replaces a
 /// pending job's GPU request; before, it merges the new type into the old (SchedMD bug
@@ -48,6 +49,16 @@ impl RoutedFrom {
             .chain(std::iter::once(format!("{MARK}{json}").as_str()))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// `tres` (a job's four fields) with the fields a routing `written` over them: what a
+    /// mark's [`RoutedFrom::to`] records.
+    pub fn routed_to(tres: &[Option<String>; 4], written: &[(TresField, String)]) -> [Option<String>; 4] {
+        let mut to = tres.clone();
+        for (field, text) in written {
+            to[*field as usize] = Some(text.clone());
+        }
+        to
     }
 
     /// The mark in an admin comment, if any.
