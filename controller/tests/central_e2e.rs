@@ -433,6 +433,17 @@ fn preempt_cycle_to(
     preempt_cycle_with_faults(c, busy, layout, central, None)
 }
 
+/// What the central role's Slurm calls meet in a preempt cycle.
+#[derive(Clone, Copy)]
+enum Calls<'a> {
+    /// Slurm as it is.
+    AsTheyAre,
+    /// Failing as this JSON of `SMARTMIGD_SLURM_FAULTS` says.
+    Faults(&'a str),
+    /// The first requeue held until the test has run this.
+    BeforeTheRequeue(&'a dyn Fn(&Cluster)),
+}
+
 /// [`preempt_cycle_to`] with the central role's Slurm calls failing as `faults` (the
 /// JSON of `SMARTMIGD_SLURM_FAULTS`) says.
 fn preempt_cycle_with_faults(
@@ -441,6 +452,18 @@ fn preempt_cycle_with_faults(
     layout: &'static str,
     central: &str,
     faults: Option<&str>,
+) -> (Simulated, Simulated, String) {
+    let calls = faults.map_or(Calls::AsTheyAre, Calls::Faults);
+    preempt_cycle_meeting(c, busy, layout, central, calls)
+}
+
+/// [`preempt_cycle_to`] with the central role's Slurm calls meeting `calls`.
+fn preempt_cycle_meeting(
+    c: &mut Cluster,
+    busy: &[(u32, &str)],
+    layout: &'static str,
+    central: &str,
+    calls: Calls<'_>,
 ) -> (Simulated, Simulated, String) {
     let s0 = start_agent(c, 0, &[C2, C2], &[]);
     for (gpu, inst) in busy {
@@ -453,12 +476,42 @@ fn preempt_cycle_with_faults(
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("mode = \"drain\"", "mode = \"preempt\"")).unwrap();
     let mut cmd = common::central_command(c, &config, &[]);
+    let gate = c.dir.join("run/requeue-gate");
+    let faults = match calls {
+        Calls::AsTheyAre => None,
+        Calls::Faults(f) => Some(f.to_string()),
+        Calls::BeforeTheRequeue(_) => Some(format!(
+            r#"[{{"call": "requeue", "pause": "{}"}}]"#,
+            gate.display()
+        )),
+    };
     if let Some(f) = faults {
         let path = c.dir.join("etc/slurm-faults.json");
         std::fs::write(&path, f).unwrap();
         cmd.env(smartmigd::slurm::faults::FAULTS_ENV, &path);
     }
-    let out = common::central_output(c, cmd.output().unwrap());
+    let Calls::BeforeTheRequeue(meanwhile) = calls else {
+        let out = common::central_output(c, cmd.output().unwrap());
+        return (s0, s1, out);
+    };
+    let central = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reached = c.dir.join("run/requeue-gate.reached");
+    let start = std::time::Instant::now();
+    while !reached.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no requeue\n{}",
+            c.log_tails()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    meanwhile(c);
+    std::fs::write(&gate, "").unwrap();
+    let out = common::central_output(c, central.wait_with_output().unwrap());
     (s0, s1, out)
 }
 
@@ -530,6 +583,54 @@ fn requeue_a_job_whose_device_index_moves(faults: Option<&str>) {
         (1, "4g.20gb@0".to_string())
     );
     common::assert_consistent(&c, &[&s0, &s1], &[kept]);
+}
+
+#[test]
+fn preempt_mode_never_requeues_a_job_its_user_cancelled_just_before_the_requeue() {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let n0 = c.nodes[0].clone();
+    // A job on GPU 0's 3g.20gb@4 (IDX 0), whose index the change to c5 moves: smartmigd
+    // requeues it, and its user cancels it just before.
+    let (job, _) = c
+        .sbatch(&[
+            "-w",
+            &n0,
+            "--gres=gpu:3g.20gb:1",
+            "--requeue",
+            "--wrap",
+            "sleep 600",
+        ])
+        .unwrap();
+    c.wait_job(job, &["RUNNING"], Duration::from_secs(20));
+    assert_eq!(idx(&c, job), 0);
+    let cancel = |c: &Cluster| {
+        assert!(c.client("scancel", &[&job.to_string()]).status.success());
+        c.wait_job(job, &["CANCELLED"], Duration::from_secs(20));
+    };
+    let (s0, s1, out) = preempt_cycle_meeting(
+        &mut c,
+        &[(0, "3g.20gb@4")],
+        "\"c5\", \"c2\", \"c5\"",
+        "",
+        Calls::BeforeTheRequeue(&cancel),
+    );
+    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(common::sim_layout(&s0), format!("{C5} | {C2}"));
+    assert_eq!(common::sim_layout(&s1), C5);
+    // Slurm requeues a finished batch job when asked: the user's cancel must stand.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = c.job(job);
+    assert_eq!(
+        (
+            after.get("JobState").map(String::as_str),
+            after.get("Restarts").map(String::as_str)
+        ),
+        (Some("CANCELLED"), Some("0")),
+        "{after:?}\n{out}"
+    );
+    common::wait_nodes_in_service(&c, &[]);
+    common::assert_consistent(&c, &[&s0, &s1], &[]);
 }
 
 #[test]

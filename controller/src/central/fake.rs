@@ -45,8 +45,8 @@ pub struct FakeSlurm {
     pub start_on_drain: Vec<SlurmJob>,
     /// Refuse every requeue, as slurmctld does for a job it cannot requeue.
     pub refuse_requeue: bool,
-    /// Jobs that end just before smartmigd requeues them: the call fails as slurmctld
-    /// answers for a finished job.
+    /// Jobs that end just before smartmigd requeues them: the call succeeds and leaves
+    /// them ended, as slurmctld answers a requeue limited to running jobs.
     pub finish_before_requeue: Vec<u32>,
     /// Refuse this many updates that set a held drain reason (slurmctld away).
     pub refuse_held: u32,
@@ -400,11 +400,7 @@ impl SlurmApi for FakeSlurm {
                 j.gres_detail.clear();
             }
             self.touch();
-            return Err(SlurmError::Call {
-                call: format!("slurm_requeue({job})"),
-                errno: 2021, // ESLURM_ALREADY_DONE
-                message: "Job/step already completing or completed".into(),
-            });
+            return Ok(());
         }
         let refused = self.refuse_requeue || self.jobs.iter().any(|j| j.id == job && !j.requeueable);
         if refused {

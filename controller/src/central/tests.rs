@@ -2331,7 +2331,8 @@ fn a_job_that_ends_just_before_its_requeue_does_not_stop_the_change_in_preempt_m
     let dir = temp("requeue-done");
     let mut s = cluster();
     // Job 1 (on a's 4g.20gb, which c8 destroys) ends between the read and its requeue:
-    // slurmctld answers "already completing or completed"; its instance is free.
+    // slurmctld leaves it ended (the requeue is for running jobs only); its instance is
+    // free.
     s.finish_before_requeue = vec![1];
     let mut c = preempt_to_c8(&dir, s);
     let r = once(&mut c);

@@ -665,11 +665,12 @@ impl Central {
         }
         for j in jobs {
             match self.api.requeue(j) {
+                // (A job that ended since is left ended: the requeue is for running jobs.)
                 Ok(()) => log::info!("{node}: requeued job {j}"),
                 // Slurm shows the job off its node: the requeue took effect though its
-                // reply was lost, or the job ended before it (ESLURM_ALREADY_DONE); either
-                // way its instances are free, and the jobs requeued before it were not
-                // preempted for nothing.
+                // reply was lost, or the job ended before it; either way its instances
+                // are free, and the jobs requeued before it were not preempted for
+                // nothing.
                 Err(e) if self.off_node(j, node) => {
                     log::warn!("{node}: job {j} requeued or ended (Slurm shows it off the node; the requeue call said: {e})");
                 }

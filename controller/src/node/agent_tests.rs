@@ -499,6 +499,44 @@ fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
 }
 
 #[test]
+fn a_reverted_generation_asked_again_after_its_report_was_lost_goes_no_further_and_the_node_stays_as_it_was()
+{
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
+    n.desire(3, Phase::Apply, &[SEVEN_TO_C5]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    // A central role restarted on a ledger that missed the revert asks for the next steps,
+    // of an agent that restarted too and whose Revert report the channel lost.
+    std::fs::remove_file(n.spool().report_path()).unwrap();
+    drop(a);
+    let mut a = n.agent();
+    for phase in [Phase::Apply, Phase::Install] {
+        n.desire(3, phase, &[SEVEN_TO_C5]);
+        let r = a.poll().unwrap().unwrap();
+        assert_eq!(r.phase, phase);
+        assert!(
+            matches!(&r.outcome, Outcome::Failed { error } if error.contains("generation 3 was reverted")),
+            "{phase:?}: {:?}",
+            r.outcome
+        );
+        assert_eq!(n.layout(0), "7g.40gb@0", "{phase:?}");
+        assert_eq!(
+            std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default(),
+            before
+        );
+        assert_eq!(n.slurmd_log(), "", "slurmd never stopped");
+    }
+    // The next generation goes ahead.
+    n.apply_and_install(&mut a, 4);
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+}
+
+#[test]
 fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_restores_the_gres_conf_from_before(
 ) {
     let n = Node::new(&["7g@0"]);

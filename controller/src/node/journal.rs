@@ -349,6 +349,13 @@ impl Journal {
         })
     }
 
+    /// Whether generation `generation` was reverted here (its way back is over).
+    pub fn reverted(&self, generation: u64) -> bool {
+        self.records
+            .iter()
+            .any(|r| matches!(r, Record::Reverted { generation: g } if *g == generation))
+    }
+
     /// Whether generation `generation` kept gres.conf's content before it (and so may
     /// have installed its lines) and has not been reverted.
     pub fn installed(&self, generation: u64) -> bool {

@@ -432,8 +432,11 @@ impl SlurmApi for Libslurm {
     }
 
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError> {
-        // SAFETY: plain call with a job id.
-        let rc = unsafe { sys::slurm_requeue(job, 0) };
+        // JOB_RUNNING: only a job still running (or suspended) is requeued. Without it
+        // Slurm requeues a finished batch job too, and a job that ended or that its user
+        // cancelled between smartmigd's view and this call would run again.
+        // SAFETY: plain call with a job id and a flag.
+        let rc = unsafe { sys::slurm_requeue(job, sys::JOB_RUNNING) };
         if rc != sys::SLURM_SUCCESS as i32 {
             return Err(last_error(format!("slurm_requeue({job})")));
         }

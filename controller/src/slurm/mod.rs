@@ -171,7 +171,8 @@ pub trait SlurmApi {
     fn update_node(&mut self, update: &NodeUpdate) -> Result<(), SlurmError>;
     /// Changes a pending job.
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), SlurmError>;
-    /// Requeues a running job.
+    /// Requeues a job that is still running (or suspended); one that has ended since is
+    /// left as it is, and the call succeeds.
     fn requeue(&mut self, job: u32) -> Result<(), SlurmError>;
     /// Whether slurmctld answers.
     fn ping(&mut self) -> Result<(), SlurmError>;
