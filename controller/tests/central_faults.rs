@@ -475,6 +475,70 @@ fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_n
     assert_reverted_and_held(&c, &s0, &s1, &jobs, "slurmctld did not answer");
 }
 
+#[test]
+fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_next_cycle_writes_what_slurmctld_has(
+) {
+    skip_unless_netns!();
+    let opts = Options {
+        extra_conf: "SlurmdTimeout=60\n".into(),
+        ..two_nodes()
+    };
+    // The restart fails after making the include's directory read-only (the controller's
+    // file system remounted read-only): the include keeps the batch's values, slurmctld
+    // runs on with the old ones.
+    let Some((c, jobs, s0, s1, config)) = start_restart_fault(
+        &opts,
+        "restart-fails-read-only",
+        "if [ ! -e $FLAG ]; then touch $FLAG; D=$(realpath $(dirname $FLAG)/../etc/slurm-nodes); \
+         mount --bind $D $D && mount -o remount,ro,bind $D; \
+         echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
+        "slurmctld_timeout_s = 8",
+    ) else {
+        return;
+    };
+    let _ro = Unmount(c.nodes_include().parent().unwrap().to_path_buf());
+    let before = ctld_starts(&c);
+    let out = run_central(&c, &config, &[]);
+    assert!(
+        out.contains("0 changed") && out.contains("failed too") && out.contains("Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        std::fs::read_to_string(c.nodes_include())
+            .unwrap()
+            .contains("gpu:3g.20gb:2"),
+        "the include still holds the batch's values"
+    );
+    // Held as they stand: each agent's watchdog starts slurmd with what slurmctld has.
+    for n in c.nodes.clone() {
+        c.wait_for("the agent's watchdog", Duration::from_secs(60), |c| {
+            node_field(c, &n, "Comment").contains("watchdog")
+        });
+    }
+    assert_eq!(ctld_starts(&c), before, "slurmctld never restarted");
+    drop(_ro);
+    // The next cycle writes what slurmctld has into the include; a restart of slurmctld
+    // then loads the layouts the nodes have.
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("written as slurmctld has it"), "{out}");
+    let restart = Command::new(c.restart_slurmctld_script()).status().unwrap();
+    assert!(restart.success());
+    c.wait_for("slurmctld", Duration::from_secs(30), |c| {
+        c.scontrol(&["ping"]).status.success()
+    });
+    assert_eq!(ctld_starts(&c), before + 1);
+    assert_reverted_and_held(&c, &s0, &s1, &jobs, "restoring Slurm's previous");
+}
+
+/// Unmounts its directory when dropped (a mount a test's script made there).
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).stderr(Stdio::null()).status();
+    }
+}
+
 /// A full file system of a few KB mounted on `dir` (keeping its `nodes.conf`, if any),
 /// unmounted when dropped.
 struct TinyFs(PathBuf);
@@ -548,6 +612,19 @@ fn an_include_that_cannot_be_written_leaves_slurm_as_it_was_and_the_nodes_revert
 #[test]
 fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start_it_well_before_slurmd_timeout(
 ) {
+    killed_while_slurmd_is_stopped(false);
+}
+
+#[test]
+fn a_sites_text_in_a_nodes_extra_while_slurmd_is_stopped_does_not_keep_it_stopped_past_the_watchdog() {
+    killed_while_slurmd_is_stopped(true);
+}
+
+/// The central role killed at slurmctld's restart, both nodes' slurmd stopped for the
+/// re-layout; with `site_text`, a site's own text is then written into node 1's `Extra`,
+/// where the central role's requests belong (its agent's record no longer reads), and
+/// taken out again before the central role runs next.
+fn killed_while_slurmd_is_stopped(site_text: bool) {
     skip_unless_netns!();
     let opts = Options {
         extra_conf: "SlurmdTimeout=60\n".into(),
@@ -566,6 +643,12 @@ fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start
     let out = central_command(&c, &config, &[]).output().unwrap();
     assert!(!out.status.success(), "killed: {out:?}");
     let killed = Instant::now();
+    let n1 = c.nodes[1].clone();
+    if site_text {
+        let set = c.scontrol(&["update", &format!("nodename={n1}"), "extra=maintenance window 3"]);
+        assert!(set.status.success(), "{set:?}");
+        assert_eq!(node_field(&c, &n1, "Extra"), "maintenance window 3");
+    }
     for n in c.nodes.clone() {
         c.wait_for("the agent's watchdog", Duration::from_secs(60), |c| {
             node_field(c, &n, "Comment").contains("watchdog")
@@ -587,6 +670,11 @@ fn the_central_role_killed_while_slurmd_is_stopped_leaves_the_watchdogs_to_start
         (NODE0_C2.into(), C1.into()),
         "reverted by the watchdogs"
     );
+    if site_text {
+        // The admin puts their text elsewhere.
+        let set = c.scontrol(&["update", &format!("nodename={n1}"), "extra="]);
+        assert!(set.status.success(), "{set:?}");
+    }
     // The next run of the central role finds the batch in flight and settles it.
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("refresh interrupted"), "{out}");

@@ -322,7 +322,11 @@ impl Central {
                 None => self.orphans(&view, report),
             }
         }
-        if decide && self.ledger.batch.is_none() {
+        // Only on a view read between batches: mid-batch, or just after one closed in
+        // this tick, slurmctld's values in the view are not the settled ones.
+        let settled = between_batches && self.ledger.batch.is_none() && self.mode != Mode::DryRun;
+        let agreed = !settled || self.agree(&view, report);
+        if decide && agreed && self.ledger.batch.is_none() {
             self.decide_and_start(&view, now, report);
         }
         // Dry-run touches nothing the plugin or the jobs see.
@@ -336,6 +340,43 @@ impl Central {
             self.publish(&view, report);
         }
         self.status.gpus = gpu_lines(&self.resolved, &view);
+    }
+
+    /// Brings the node file in line with what slurmctld shows on `view` (a way back that
+    /// could not put it back left a failed batch's values there, for slurmctld to load at
+    /// its next restart under nodes whose gres.conf say otherwise); false, with the error
+    /// reported, when the file cannot be read or written: no batch starts then.
+    fn agree(&mut self, view: &View, report: &mut CycleReport) -> bool {
+        let shown: Vec<(String, String)> = view
+            .nodes
+            .iter()
+            .map(|n| &n.slurm)
+            .chain(view.others.values())
+            .map(|n| (n.name.clone(), n.gres.clone()))
+            .collect();
+        match self.relayout.agree(&shown) {
+            Ok(changed) => {
+                for d in changed {
+                    log::warn!(
+                        "node file: {} had Gres={} where slurmctld shows {}; written as slurmctld has it",
+                        d.node,
+                        d.file,
+                        d.slurmctld
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                let e = anyhow::Error::new(e);
+                self.fail(
+                    report,
+                    format!(
+                        "no re-layout started: the node file cannot be brought in line with slurmctld: {e:#}"
+                    ),
+                );
+                false
+            }
+        }
     }
 
     /// Decides on `view`; in dry-run records what would happen, else starts a batch when

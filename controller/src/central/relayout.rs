@@ -93,6 +93,26 @@ pub trait Relayout {
     fn put_back(&mut self, nodes: &[(String, String)]) -> Result<bool, RelayoutError>;
     /// The second half: has Slurm load what was put back.
     fn reload(&mut self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError>;
+    /// Between batches: makes what Slurm would load at its next restart or reconfigure
+    /// say what slurmctld shows now for `shown`'s nodes (`(node, its Gres)`), where it
+    /// says otherwise; returns what it changed. Paths without a node file have nothing to
+    /// bring in line.
+    fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
+        let _ = shown;
+        Ok(Vec::new())
+    }
+}
+
+/// A node whose MIG GRES in the node file differed from slurmctld's, now written as
+/// slurmctld's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The node.
+    pub node: String,
+    /// Its `Gres=` in the file before.
+    pub file: String,
+    /// The `Gres` slurmctld shows.
+    pub slurmctld: String,
 }
 
 /// A `relayout` choice that cannot work with the Slurm smartmigd was built against.
@@ -212,6 +232,46 @@ impl NodeFile<'_> {
         Ok(())
     }
 
+    /// Sets each node's MIG GRES (padding types included) where the file says otherwise
+    /// than slurmctld (`shown`: node, the `Gres` slurmctld shows) to slurmctld's, durably;
+    /// nodes without a line, or whose `Gres` does not read, are left alone. A way back
+    /// that could not put the file back leaves it holding a failed batch's values, which
+    /// slurmctld would load at its next restart under nodes whose gres.conf say otherwise.
+    pub fn agree_with(&self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
+        let mut text = self.read()?;
+        let managed = |t: &str| self.mig_types.contains(t) || smartmig_core::mig::padding::is_pad_type(t);
+        let mut changed = Vec::new();
+        for (node, gres) in shown {
+            let Some(file) = node_gres(&text, node) else {
+                continue;
+            };
+            if super::same_gpu_gres(&file, gres, self.mig_types) {
+                continue;
+            }
+            let Ok(entries) = crate::slurm::parse_gres(gres, "GRES") else {
+                continue;
+            };
+            let mig: Vec<String> = entries
+                .iter()
+                .filter(|e| managed(&e.gpu_type))
+                .map(|e| format!("gpu:{}:{}", e.gpu_type, e.count))
+                .collect();
+            let Some(next) = set_node_gres(&text, node, &mig.join(","), self.mig_types) else {
+                continue;
+            };
+            text = next;
+            changed.push(Disagreement {
+                node: node.clone(),
+                file,
+                slurmctld: gres.clone(),
+            });
+        }
+        if !changed.is_empty() {
+            durable::write(self.include, text.as_bytes())?;
+        }
+        Ok(changed)
+    }
+
     /// Puts the previous file back if it holds the batch's values (only [`NodeFile::write`]
     /// wrote them: the saved copy is then the one from just before); returns whether it did.
     pub fn put_back(&self, nodes: &[(String, String)]) -> Result<bool, RelayoutError> {
@@ -318,6 +378,10 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
 
     fn reload(&mut self, api: &mut dyn SlurmApi) -> Result<(), RelayoutError> {
         self.loader.load_previous(api, self.timeout)
+    }
+
+    fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
+        self.file().agree_with(shown)
     }
 }
 
@@ -447,6 +511,43 @@ mod tests {
         let added = set_node_gres("NodeName=n2 CPUs=2", "n2", "gpu:7g.40gb:1", &mig()).unwrap();
         assert_eq!(added, "NodeName=n2 CPUs=2 Gres=gpu:7g.40gb:1");
         assert!(set_node_gres(text, "gpu2", "gpu:7g.40gb:1", &mig()).is_none());
+    }
+
+    #[test]
+    fn between_batches_a_node_file_left_with_a_failed_batchs_values_is_written_as_slurmctld_shows_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let include = dir.path().join("nodes.conf");
+        // gpu1's line kept a failed batch's values (its put-back failed); gpu2 agrees.
+        let text = "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:a100:1,gpu:1g.10gb:7,license:2\nNodeName=gpu2 Gres=gpu:7g.40gb:1\n";
+        std::fs::write(&include, text).unwrap();
+        let mut r = restart(dir.path(), "exit 0");
+        let shown = [
+            (
+                "gpu1".to_string(),
+                "gpu:a100:1(S:0),gpu:3g.40gb:2(S:0),license:2".to_string(),
+            ),
+            ("gpu2".to_string(), "gpu:7g.40gb:1(S:0)".to_string()),
+            ("elsewhere".to_string(), "gpu:1g.10gb:7".to_string()),
+        ];
+        let changed = r.agree(&shown).unwrap();
+        assert_eq!(
+            changed,
+            vec![Disagreement {
+                node: "gpu1".into(),
+                file: "gpu:a100:1,gpu:1g.10gb:7,license:2".into(),
+                slurmctld: shown[0].1.clone(),
+            }]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:a100:1,gpu:3g.40gb:2,license:2\nNodeName=gpu2 Gres=gpu:7g.40gb:1\n"
+        );
+        assert!(r.agree(&shown).unwrap().is_empty(), "in line now");
+        // A file that cannot be read is an error.
+        std::fs::write(&include, text).unwrap();
+        let gone = dir.path().join("gone");
+        r.include = gone.join("nodes.conf");
+        assert!(matches!(r.agree(&shown), Err(RelayoutError::Read { .. })));
     }
 
     fn restart(dir: &std::path::Path, script: &str) -> ViaNodeFile<RestartSlurmctld> {
