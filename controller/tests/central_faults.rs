@@ -530,6 +530,59 @@ fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_nex
     assert_reverted_and_held(&c, &s0, &s1, &jobs, "restoring Slurm's previous");
 }
 
+#[test]
+fn a_revert_that_cannot_put_a_nodes_gres_conf_back_keeps_its_slurmd_stopped_until_the_file_is_back_then_starts_it(
+) {
+    skip_unless_netns!();
+    let opts = Options {
+        extra_conf: "SlurmdTimeout=60\n".into(),
+        ..two_nodes()
+    };
+    // The first restart fails, after node 1's saved gres.conf has become unreadable (its
+    // place taken by a directory): its agent cannot put gres.conf back when asked to revert.
+    let Some((c, jobs, s0, s1, config)) = start_restart_fault(
+        &opts,
+        "restart-fails-saved-copy-unreadable",
+        "if [ ! -e $FLAG ]; then touch $FLAG; P=$(ls $(dirname $FLAG)/../etc/gres-*x1.conf.smartmig-prev); \
+         mv $P $P.kept && mkdir $P; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
+        "slurmctld_timeout_s = 8",
+    ) else {
+        return;
+    };
+    let n1 = c.nodes[1].clone();
+    let gres_conf = c.dir.join(format!("etc/gres-{n1}.conf"));
+    let saved = smartmig_core::durable::previous_path(&gres_conf);
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("0 changed"), "{out}");
+    c.wait_for("node 1's failed revert", Duration::from_secs(30), |c| {
+        node_field(c, &n1, "Comment").contains("slurmd left stopped")
+    });
+    // slurmd stays stopped rather than load the new gres.conf under slurmctld's old layout.
+    assert!(
+        std::fs::read_to_string(&gres_conf).unwrap().contains("3g.20gb"),
+        "node 1's gres.conf still the batch's"
+    );
+    assert_eq!(sim_layout(&s1), C1, "its GPU is back");
+    // The admin puts the saved copy back before SlurmdTimeout: the watchdog's next revert
+    // restores gres.conf and starts slurmd; the node never goes down.
+    std::fs::remove_dir(&saved).unwrap();
+    let mut kept = saved.clone().into_os_string();
+    kept.push(".kept");
+    std::fs::rename(&kept, &saved).unwrap();
+    c.wait_for("node 1's watchdog", Duration::from_secs(60), |c| {
+        node_field(c, &n1, "Comment").contains("watchdog")
+    });
+    let state = c.node_state(&n1);
+    assert!(!state.contains("DOWN") && !state.contains('*'), "{n1}: {state}");
+    assert_reverted_and_held(
+        &c,
+        &s0,
+        &s1,
+        &jobs,
+        "restart-fails-saved-copy-unreadable.sh` failed",
+    );
+}
+
 /// Unmounts its directory when dropped (a mount a test's script made there).
 struct Unmount(PathBuf);
 

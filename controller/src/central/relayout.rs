@@ -44,6 +44,13 @@ pub enum RelayoutError {
         /// The node.
         node: String,
     },
+    /// The copy of the node file saved before the batch is gone: the file cannot be put
+    /// back (it keeps the batch's values).
+    #[error("{}: cannot put back the node definitions from before the batch: their saved copy {} is gone", path.display(), durable::previous_path(path).display())]
+    NoSavedCopy {
+        /// The node file.
+        path: PathBuf,
+    },
     /// The restart command failed.
     #[error(transparent)]
     Command(#[from] CommandError),
@@ -283,7 +290,11 @@ impl NodeFile<'_> {
         if nodes.is_empty() || with_batch != text {
             return Ok(false);
         }
-        durable::restore_previous(self.include)?;
+        if !durable::restore_previous(self.include)? {
+            return Err(RelayoutError::NoSavedCopy {
+                path: self.include.to_path_buf(),
+            });
+        }
         log::warn!("{}: previous GRES put back", self.include.display());
         Ok(true)
     }
@@ -591,6 +602,25 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
         assert!(!r.undo(&mut api, &batch, false).unwrap(), "nothing left to undo");
+    }
+
+    #[test]
+    fn a_put_back_whose_saved_copy_is_gone_is_an_error_and_the_file_keeps_the_batchs_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let include = dir.path().join("nodes.conf");
+        std::fs::write(&include, "NodeName=a Gres=gpu:7g.40gb:1\n").unwrap();
+        let mut r = restart(dir.path(), "exit 3");
+        let mut api = crate::central::fake::FakeSlurm::default();
+        let batch = [("a".to_string(), "gpu:1g.10gb:7".to_string())];
+        assert!(r.apply(&mut api, &batch).is_err());
+        std::fs::remove_file(durable::previous_path(&include)).unwrap();
+        let e = r.put_back(&batch).unwrap_err();
+        assert!(matches!(e, RelayoutError::NoSavedCopy { .. }), "{e}");
+        assert!(e.to_string().contains("is gone"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "NodeName=a Gres=gpu:1g.10gb:7\n"
+        );
     }
 
     #[test]

@@ -718,9 +718,23 @@ impl Agent {
         }
         // Recorded only once gres.conf is back: a revert run again restores it again.
         let restored = if self.journal.installed(generation) {
-            durable::restore_previous(&self.cfg.gres_conf)
-                .map_err(|e| errors.push(format!("gres.conf not put back: {e}")))
-                .is_ok()
+            match durable::restore_previous(&self.cfg.gres_conf) {
+                Ok(true) => true,
+                // Install saved it before writing: gone since (removed by hand, or a
+                // cleanup), the file would stay the generation's under slurmctld's layout.
+                Ok(false) => {
+                    let saved = durable::previous_path(&self.cfg.gres_conf);
+                    errors.push(format!(
+                        "gres.conf not put back: its saved copy {} is gone",
+                        saved.display()
+                    ));
+                    false
+                }
+                Err(e) => {
+                    errors.push(format!("gres.conf not put back: {e}"));
+                    false
+                }
+            }
         } else {
             true
         };

@@ -664,6 +664,33 @@ fn a_revert_that_cannot_put_gres_conf_back_keeps_slurmd_stopped_and_the_watchdog
 }
 
 #[test]
+fn a_revert_whose_saved_gres_conf_is_gone_keeps_slurmd_stopped_instead_of_starting_it_on_the_new_one() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    n.apply_and_install(&mut a, 3);
+    let installed = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    let prev = smartmig_core::durable::previous_path(&n.path("gres.conf"));
+    std::fs::remove_file(&prev).unwrap();
+    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error }
+            if error.contains("saved copy") && error.contains("is gone") && error.contains("slurmd left stopped")),
+        "{r:?}"
+    );
+    assert!(!r.slurmd_running, "{r:?}");
+    assert_eq!(n.slurmd_log(), "stop\n");
+    assert_eq!(n.layout(0), "7g.40gb@0", "the GPUs are back");
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), installed);
+    assert!(a.journal().installed(3), "not recorded as reverted");
+    assert!(
+        a.journal().slurmd_watchdog().is_some(),
+        "the watchdog stays armed"
+    );
+}
+
+#[test]
 fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
     for (slurm_has, layout, phase) in [
         ("gpu:3g.20gb:2", "3g.20gb@0 3g.20gb@4", Phase::Start),
