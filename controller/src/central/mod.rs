@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use smartmig_core::config::{Mode, Resolved};
 use smartmig_core::routing::Router;
 
-use crate::slurm::{parse_gres, read_report, NodeUpdate, SlurmApi, SlurmError};
+use crate::slurm::{parse_gres, read_desired, read_report, NodeUpdate, SlurmApi, SlurmError, SlurmNode};
 use batch::{held_reason, Ledger, LedgerError, DRAIN_PREFIX};
 use decide::Decider;
 use guard::Guard;
@@ -347,11 +347,15 @@ impl Central {
     /// its next restart under nodes whose gres.conf say otherwise); false, with the error
     /// reported, when the file cannot be read or written: no batch starts then.
     fn agree(&mut self, view: &View, report: &mut CycleReport) -> bool {
+        // Managed nodes, and others that carry smartmig's messages (a node whose agent's
+        // report does not read now may be one a failed batch left): never a site's other
+        // nodes, whose lines an admin may be editing for a restart of their own.
+        let ours = |n: &&SlurmNode| read_report(n).is_some() || read_desired(n).is_some();
         let shown: Vec<(String, String)> = view
             .nodes
             .iter()
             .map(|n| &n.slurm)
-            .chain(view.others.values())
+            .chain(view.others.values().filter(ours))
             .map(|n| (n.name.clone(), n.gres.clone()))
             .collect();
         match self.relayout.agree(&shown) {

@@ -11,7 +11,7 @@ use smartmig_core::routing::{RoutedFrom, Snapshot};
 
 use super::batch::{NodeState, BATCH_FILE, DRAIN_PREFIX, HELD_PREFIX};
 use super::fake::FakeSlurm;
-use super::relayout::{Relayout, RelayoutError};
+use super::relayout::{Disagreement, Relayout, RelayoutError};
 use super::status::Status;
 use super::*;
 use crate::channel::{self, Desired, Phase};
@@ -76,6 +76,10 @@ struct Recorder {
     reload_lost: Arc<Mutex<bool>>,
     /// Putting the include back fails (the controller's file system full or read-only).
     put_back_fails: Arc<Mutex<bool>>,
+    /// The nodes of each call to bring the node file in line with slurmctld.
+    agreed: Arc<Mutex<Vec<Vec<String>>>>,
+    /// Bringing the node file in line fails (it cannot be read).
+    agree_fails: Arc<Mutex<bool>>,
 }
 
 impl Recorder {
@@ -181,6 +185,18 @@ impl Relayout for Recorder {
             }));
         }
         Ok(())
+    }
+    fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
+        let mut nodes: Vec<String> = shown.iter().map(|(n, _)| n.clone()).collect();
+        nodes.sort();
+        self.agreed.lock().unwrap().push(nodes);
+        if *self.agree_fails.lock().unwrap() {
+            return Err(RelayoutError::Read {
+                path: "nodes.conf".into(),
+                source: std::io::Error::from_raw_os_error(13),
+            });
+        }
+        Ok(Vec::new())
     }
 }
 
@@ -2324,6 +2340,52 @@ fn a_requeue_slurm_refuses_resumes_the_node_unchanged_at_once() {
     assert!(!node(&mut c, "a").drain && !node(&mut c, "b").drain);
     let jobs = c.api().jobs().unwrap();
     assert!(jobs.iter().all(|j| j.state == JobState::Running), "{jobs:?}");
+}
+
+#[test]
+fn between_batches_the_node_file_is_brought_in_line_for_smartmigs_nodes_only_and_no_batch_starts_while_it_cannot_be(
+) {
+    let dir = temp("agree");
+    let mut s = cluster();
+    // A site's node smartmig never managed, and one whose agent's report no longer reads.
+    s.nodes.push(SlurmNode {
+        name: "site".into(),
+        gres: "gpu:7g.40gb:1".into(),
+        ..SlurmNode::default()
+    });
+    s.nodes.push(SlurmNode {
+        name: "unreadable".into(),
+        gres: "gpu:7g.40gb:1".into(),
+        comment: Some(r#"{"smartmig": {"version": 4}}"#.into()),
+        ..SlurmNode::default()
+    });
+    let rec = Recorder::default();
+    *rec.agree_fails.lock().unwrap() = true;
+    let policy = "kind = \"static\"\nstatic_layout = [\"c5\"]";
+    let mut c = central(resolved(&dir, policy), s, Mode::Drain, rec.clone());
+    let r = c.cycle();
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.starts_with("no re-layout started: the node file cannot be brought in line")),
+        "{:?}",
+        r.errors
+    );
+    assert!(rec.batches().is_empty() && !c.in_flight(), "no batch started");
+    assert!(!node(&mut c, "c").drain);
+    let names = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rec.agreed.lock().unwrap().clone(),
+        vec![names(&["a", "b", "c", "unreadable"])]
+    );
+    // Once it can be, the batch starts; the cycles that move it on leave the file alone,
+    // the one after it (`--once`'s last) brings it in line again.
+    *rec.agree_fails.lock().unwrap() = false;
+    let cycles = c.status.cycles;
+    let r = once(&mut c);
+    assert!(r.changed > 0, "{r:?}");
+    assert!(c.status.cycles - cycles > 2, "the batch took cycles of its own");
+    assert_eq!(rec.agreed.lock().unwrap().len(), 3);
 }
 
 #[test]
