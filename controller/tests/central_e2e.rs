@@ -683,7 +683,7 @@ fn preempt_mode_leaves_a_gpu_whose_jobs_slurm_cannot_requeue_to_the_drain_rules(
         .map(|d| d.action.clone());
     assert_eq!(
         why.unwrap_or_default(),
-        format!("skip: busy 4g.20gb@0 (Slurm cannot requeue job {interactive}, {batch}: interactive or --no-requeue)"),
+        format!("skip: busy 4g.20gb@0 (Slurm cannot requeue job {interactive}, {batch}: interactive, --no-requeue or federated)"),
         "{status:?}"
     );
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C2}"));

@@ -591,13 +591,13 @@ fn a_revert_that_cannot_put_a_nodes_gres_conf_back_keeps_its_slurmd_stopped_unti
         extra_conf: "SlurmdTimeout=60\n".into(),
         ..two_nodes()
     };
-    // The first restart fails, after node 1's saved gres.conf has become unreadable (its
-    // place taken by a directory): its agent cannot put gres.conf back when asked to revert.
+    // The first restart fails, after node 1's saved gres.conf has gone (moved away, as a
+    // cleanup might): its agent cannot put gres.conf back when asked to revert.
     let Some((c, jobs, s0, s1, config)) = start_restart_fault(
         &opts,
-        "restart-fails-saved-copy-unreadable",
+        "restart-fails-saved-copy-gone",
         "if [ ! -e $FLAG ]; then touch $FLAG; P=$(ls $(dirname $FLAG)/../etc/gres-*x1.conf.smartmig-prev); \
-         mv $P $P.kept && mkdir $P; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
+         mv $P $P.kept; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
         "slurmctld_timeout_s = 8",
     ) else {
         return;
@@ -610,6 +610,7 @@ fn a_revert_that_cannot_put_a_nodes_gres_conf_back_keeps_its_slurmd_stopped_unti
     c.wait_for("node 1's failed revert", Duration::from_secs(30), |c| {
         node_field(c, &n1, "Comment").contains("slurmd left stopped")
     });
+    assert!(node_field(&c, &n1, "Comment").contains("is gone"));
     // slurmd stays stopped rather than load the new gres.conf under slurmctld's old layout.
     assert!(
         std::fs::read_to_string(&gres_conf).unwrap().contains("3g.20gb"),
@@ -618,7 +619,6 @@ fn a_revert_that_cannot_put_a_nodes_gres_conf_back_keeps_its_slurmd_stopped_unti
     assert_eq!(sim_layout(&s1), C1, "its GPU is back");
     // The admin puts the saved copy back before SlurmdTimeout: the watchdog's next revert
     // restores gres.conf and starts slurmd; the node never goes down.
-    std::fs::remove_dir(&saved).unwrap();
     let mut kept = saved.clone().into_os_string();
     kept.push(".kept");
     std::fs::rename(&kept, &saved).unwrap();
@@ -627,13 +627,7 @@ fn a_revert_that_cannot_put_a_nodes_gres_conf_back_keeps_its_slurmd_stopped_unti
     });
     let state = c.node_state(&n1);
     assert!(!state.contains("DOWN") && !state.contains('*'), "{n1}: {state}");
-    assert_reverted_and_held(
-        &c,
-        &s0,
-        &s1,
-        &jobs,
-        "restart-fails-saved-copy-unreadable.sh` failed",
-    );
+    assert_reverted_and_held(&c, &s0, &s1, &jobs, "restart-fails-saved-copy-gone.sh` failed");
 }
 
 /// Unmounts its directory when dropped (a mount a test's script made there).

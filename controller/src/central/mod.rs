@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use smartmig_core::config::{Mode, Resolved};
 use smartmig_core::routing::Router;
 
-use crate::slurm::{parse_gres, read_desired, read_report, NodeUpdate, SlurmApi, SlurmError, SlurmNode};
+use crate::slurm::{parse_gres, read_report, NodeUpdate, SlurmApi, SlurmError};
 use batch::{held_reason, Ledger, LedgerError, DRAIN_PREFIX};
 use decide::Decider;
 use guard::Guard;
@@ -347,16 +347,15 @@ impl Central {
     /// its next restart under nodes whose gres.conf say otherwise); false, with the error
     /// reported, when the file cannot be read or written: no batch starts then.
     fn agree(&mut self, view: &View, report: &mut CycleReport) -> bool {
-        // Managed nodes, and others that carry smartmig's messages (a node whose agent's
-        // report does not read now may be one a failed batch left): never a site's other
-        // nodes, whose lines an admin may be editing for a restart of their own.
-        let ours = |n: &&SlurmNode| read_report(n).is_some() || read_desired(n).is_some();
+        // Only managed nodes whose agent reports the layouts slurmctld shows: the file is
+        // then the one side that differs. Where slurmctld is the side left behind (a
+        // reconfigure-path undo whose reload failed, after the file and the nodes went
+        // back) the file is right, and a site's other nodes are the admin's.
         let shown: Vec<(String, String)> = view
             .nodes
             .iter()
-            .map(|n| &n.slurm)
-            .chain(view.others.values().filter(ours))
-            .map(|n| (n.name.clone(), n.gres.clone()))
+            .filter(|n| same_mig_gres(&n.slurm.gres, &gres_of_report(&n.report.gpus), &self.mig_types))
+            .map(|n| (n.name.clone(), n.slurm.gres.clone()))
             .collect();
         match self.relayout.agree(&shown) {
             Ok(changed) => {

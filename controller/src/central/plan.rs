@@ -65,7 +65,7 @@ pub enum Wait {
     /// Preempt mode, but the change would stop jobs it may not requeue (Slurm cannot, or
     /// they have run longer than `requeue_max_run_s`): it waits as in drain mode.
     Held {
-        /// Which jobs and why: `Slurm cannot requeue job 12, 15: interactive or --no-requeue`.
+        /// Which jobs and why: `Slurm cannot requeue job 12, 15: interactive, --no-requeue or federated`.
         jobs: String,
         /// The drain-mode rule that holds the change.
         why: Box<Wait>,
@@ -205,7 +205,7 @@ impl Central {
         let mut parts = Vec::new();
         if !nv.unrequeueable.is_empty() {
             parts.push(format!(
-                "Slurm cannot requeue job {}: interactive or --no-requeue",
+                "Slurm cannot requeue job {}: interactive, --no-requeue or federated",
                 ids(&nv.unrequeueable)
             ));
         }

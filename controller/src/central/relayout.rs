@@ -20,7 +20,7 @@ use smartmig_core::durable::{self, DurableError};
 
 use super::reconfigure::{Reconfigure, RECONFIGURE_SINCE};
 use crate::command::{self, CommandError};
-use crate::slurm::{merge_mig_gres, SlurmApi, SlurmError};
+use crate::slurm::{managed_counts, merge_mig_gres, set_mig_block, SlurmApi, SlurmError};
 
 /// Why Slurm could not be refreshed (or put back).
 #[derive(Debug, thiserror::Error)]
@@ -246,24 +246,23 @@ impl NodeFile<'_> {
     /// slurmctld would load at its next restart under nodes whose gres.conf say otherwise.
     pub fn agree_with(&self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
         let mut text = self.read()?;
-        let managed = |t: &str| self.mig_types.contains(t) || smartmig_core::mig::padding::is_pad_type(t);
         let mut changed = Vec::new();
         for (node, gres) in shown {
             let Some(file) = node_gres(&text, node) else {
                 continue;
             };
-            if super::same_gpu_gres(&file, gres, self.mig_types) {
-                continue;
-            }
-            let Ok(entries) = crate::slurm::parse_gres(gres, "GRES") else {
+            // Counts and order: Slurm numbers the devices type by type in this order.
+            let Some(want) = managed_counts(gres, self.mig_types) else {
                 continue;
             };
-            let mig: Vec<String> = entries
-                .iter()
-                .filter(|e| managed(&e.gpu_type))
-                .map(|e| format!("gpu:{}:{}", e.gpu_type, e.count))
-                .collect();
-            let Some(next) = set_node_gres(&text, node, &mig.join(","), self.mig_types) else {
+            if managed_counts(&file, self.mig_types).as_ref() == Some(&want) {
+                continue;
+            }
+            let mig: Vec<String> = want.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+            let mig = mig.join(",");
+            let Some(next) =
+                edit_node_gres(&text, node, |before| set_mig_block(before, &mig, self.mig_types))
+            else {
                 continue;
             };
             text = next;
@@ -468,8 +467,14 @@ pub fn node_gres(text: &str, node: &str) -> Option<String> {
 /// place ([`merge_mig_gres`]: every entry whose type is not in `mig_types` kept, the order
 /// of the types kept); None when no line defines exactly this node.
 pub fn set_node_gres(text: &str, node: &str, gpu: &str, mig_types: &HashSet<String>) -> Option<String> {
+    edit_node_gres(text, node, |before| merge_mig_gres(before, gpu, mig_types))
+}
+
+/// `text` with the `Gres=` of node `node`'s line set to `edit` of its value ("" when the
+/// line has none); None when no line defines exactly this node.
+fn edit_node_gres(text: &str, node: &str, edit: impl Fn(&str) -> String) -> Option<String> {
     let mut found = false;
-    let mut out = String::with_capacity(text.len() + gpu.len());
+    let mut out = String::with_capacity(text.len() + 64);
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches('\n');
         let mut words: Vec<String> = body.split_whitespace().map(str::to_string).collect();
@@ -489,7 +494,7 @@ pub fn set_node_gres(text: &str, node: &str, gpu: &str, mig_types: &HashSet<Stri
         let before = gres_at
             .map(|i| words[i].split_once('=').map_or("", |(_, v)| v))
             .unwrap_or("");
-        let token = format!("Gres={}", merge_mig_gres(before, gpu, mig_types));
+        let token = format!("Gres={}", edit(before));
         match gres_at {
             Some(i) => words[i] = token,
             None => words.push(token),
@@ -554,6 +559,30 @@ mod tests {
             "# generated\nNodeName=gpu1 CPUs=16 Gres=gpu:a100:1,gpu:3g.40gb:2,license:2\nNodeName=gpu2 Gres=gpu:7g.40gb:1\n"
         );
         assert!(r.agree(&shown).unwrap().is_empty(), "in line now");
+        // A batch that dropped a type and added one: slurmctld's order comes back with its
+        // counts (Slurm numbers the devices type by type in this order).
+        std::fs::write(
+            &include,
+            "NodeName=gpu1 Gres=gpu:a100:1,gpu:3g.40gb:2,gpu:1g.10gb:7,license:2\n",
+        )
+        .unwrap();
+        let shown = [(
+            "gpu1".to_string(),
+            "gpu:a100:1(S:0),gpu:7g.40gb:1(S:0),gpu:3g.40gb:2(S:0),license:2".to_string(),
+        )];
+        assert_eq!(r.agree(&shown).unwrap().len(), 1);
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,gpu:3g.40gb:2,license:2\n"
+        );
+        // The same counts in another order differ too.
+        std::fs::write(&include, "NodeName=gpu1 Gres=gpu:3g.40gb:2,gpu:7g.40gb:1\n").unwrap();
+        assert_eq!(r.agree(&shown).unwrap().len(), 1);
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            "NodeName=gpu1 Gres=gpu:7g.40gb:1,gpu:3g.40gb:2\n"
+        );
+        assert!(r.agree(&shown).unwrap().is_empty());
         // A file that cannot be read is an error.
         std::fs::write(&include, text).unwrap();
         let gone = dir.path().join("gone");

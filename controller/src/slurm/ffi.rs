@@ -279,7 +279,10 @@ impl SlurmApi for Libslurm {
                         account: text(j.account),
                         partition: text(j.partition),
                         admin_comment: text(j.admin_comment).filter(|c| !c.is_empty()),
-                        requeueable: j.batch_flag != 0 && j.requeue != 0,
+                        // A federated job's id carries its origin cluster's id above
+                        // MAX_JOB_ID; Slurm requeues it through its origin, where a requeue
+                        // limited to running jobs finds the job pending and does nothing.
+                        requeueable: j.batch_flag != 0 && j.requeue != 0 && j.job_id <= sys::MAX_JOB_ID,
                     })
                 },
             )

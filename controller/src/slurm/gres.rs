@@ -70,16 +70,7 @@ pub fn parse_gres(text: &str, what: &str) -> Result<Vec<GresCount>, GresError> {
 /// before them stay. A padded `mig` (it has padding entries) is a block whose order is its
 /// own: it goes whole where the first managed entry was.
 pub fn merge_mig_gres(value: &str, mig: &str, managed: &HashSet<String>) -> String {
-    let gpu_type = |e: &str| -> Option<Option<String>> {
-        let e = tres::parse(e).ok().filter(|e| e.is_gpu())?;
-        Some(e.gpu_type.map(str::to_string))
-    };
-    let is_managed =
-        |t: &String| managed.contains(t) || t.strip_prefix(PAD_PREFIX).is_some_and(|m| managed.contains(m));
-    let managed_type = |e: &str| gpu_type(e).flatten().filter(is_managed);
-    let new: Vec<(String, &str)> = tres::entries(mig)
-        .filter_map(|e| Some((managed_type(e)?, e.trim())))
-        .collect();
+    let (new, managed_type, gpu_type) = managed_parts(mig, managed);
     if new.iter().any(|(t, _)| is_pad_type(t)) {
         return merge_block(value, &new, managed_type, gpu_type);
     }
@@ -114,6 +105,54 @@ pub fn merge_mig_gres(value: &str, mig: &str, managed: &HashSet<String>) -> Stri
         .collect();
     out.splice(at..at, added);
     out.join(",")
+}
+
+/// A node's `Gres` value with every entry of the types in `managed` (and their padding
+/// types) replaced by `mig`'s, in `mig`'s order, where the first of them was: `mig`'s
+/// device numbering, whatever order `value` had.
+pub fn set_mig_block(value: &str, mig: &str, managed: &HashSet<String>) -> String {
+    let (new, managed_type, gpu_type) = managed_parts(mig, managed);
+    merge_block(value, &new, managed_type, gpu_type)
+}
+
+/// Whether `ty` is one of `managed` or the padding type of one.
+pub fn is_managed_type(ty: &str, managed: &HashSet<String>) -> bool {
+    managed.contains(ty) || ty.strip_prefix(PAD_PREFIX).is_some_and(|m| managed.contains(m))
+}
+
+/// The managed `gpu` entries of a GRES string, in its order, as (type, count); None when
+/// it does not read.
+pub fn managed_counts(gres: &str, managed: &HashSet<String>) -> Option<Vec<(String, u32)>> {
+    let entries = parse_gres(gres, "GRES").ok()?;
+    Some(
+        entries
+            .into_iter()
+            .filter(|e| is_managed_type(&e.gpu_type, managed))
+            .map(|e| (e.gpu_type, e.count))
+            .collect(),
+    )
+}
+
+/// `mig`'s managed entries (type, entry), and how to tell an entry's managed type and its
+/// GPU type.
+#[allow(clippy::type_complexity)]
+fn managed_parts<'a>(
+    mig: &'a str,
+    managed: &'a HashSet<String>,
+) -> (
+    Vec<(String, &'a str)>,
+    impl Fn(&str) -> Option<String> + 'a,
+    impl Fn(&str) -> Option<Option<String>> + Copy,
+) {
+    let gpu_type = |e: &str| -> Option<Option<String>> {
+        let e = tres::parse(e).ok().filter(|e| e.is_gpu())?;
+        Some(e.gpu_type.map(str::to_string))
+    };
+    let managed_type = move |e: &str| gpu_type(e).flatten().filter(|t| is_managed_type(t, managed));
+    let new: Vec<(String, &str)> = tres::entries(mig)
+        .filter_map(|e| Some((managed_type(e)?, e.trim())))
+        .collect();
+    (new, managed_type, gpu_type)
 }
 
 /// [`merge_mig_gres`] for a padded block: every managed entry of `value` out, `new` whole

@@ -9,7 +9,7 @@ mod gres;
 
 pub use carrier::{read_desired, read_report, write_desired, write_report};
 pub use ffi::Libslurm;
-pub use gres::{merge_mig_gres, parse_gres, GresCount, GresError};
+pub use gres::{managed_counts, merge_mig_gres, parse_gres, set_mig_block, GresCount, GresError};
 
 /// `major.minor.micro` of a `SLURM_VERSION_NUMBER` (e.g. [`Libslurm::version`]).
 pub fn version_text(v: u32) -> String {
@@ -59,8 +59,9 @@ pub struct SlurmJob {
     pub account: Option<String>,
     /// Partition.
     pub partition: Option<String>,
-    /// Slurm can requeue it: a batch job not submitted with `--no-requeue` (nor under
-    /// `JobRequeue=0`). Interactive `srun`/`salloc` jobs cannot be requeued.
+    /// smartmigd may requeue it: a batch job not submitted with `--no-requeue` (nor under
+    /// `JobRequeue=0`), and not of a federation. Interactive `srun`/`salloc` jobs cannot be
+    /// requeued.
     pub requeueable: bool,
 }
 
