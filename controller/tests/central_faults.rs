@@ -152,6 +152,21 @@ fn start_restart_fault(
     Some((c, jobs, s0, s1, config))
 }
 
+/// Two nodes under `SlurmdTimeout=60`: the agents' watchdogs start slurmd 30 s after a
+/// stop (with `slurmctld_timeout_s = 8`, a batch fits in that budget).
+fn short_slurmd_timeout() -> Options {
+    Options {
+        extra_conf: "SlurmdTimeout=60\n".into(),
+        ..two_nodes()
+    }
+}
+
+/// A restart command's script that fails the first restart after running `then` (shell
+/// lines) and lets the later ones through.
+fn restart_fails_once_after(then: &str) -> String {
+    format!("if [ ! -e $FLAG ]; then touch $FLAG; {then}; echo 'Job for slurmctld.service failed' >&2; exit 1; fi")
+}
+
 /// slurmctld's starts so far (the first, and every restart).
 fn ctld_starts(c: &Cluster) -> usize {
     c.ctld_log().matches("slurmctld version").count()
@@ -532,19 +547,15 @@ fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_n
 fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_next_cycle_writes_what_slurmctld_has(
 ) {
     skip_unless_netns!();
-    let opts = Options {
-        extra_conf: "SlurmdTimeout=60\n".into(),
-        ..two_nodes()
-    };
     // The restart fails after making the include's directory read-only (the controller's
     // file system remounted read-only): the include keeps the batch's values, slurmctld
     // runs on with the old ones.
     let Some((c, jobs, s0, s1, config)) = start_restart_fault(
-        &opts,
+        &short_slurmd_timeout(),
         "restart-fails-read-only",
-        "if [ ! -e $FLAG ]; then touch $FLAG; D=$(realpath $(dirname $FLAG)/../etc/slurm-nodes); \
-         mount --bind $D $D && mount -o remount,ro,bind $D; \
-         echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
+        &restart_fails_once_after(
+            "D=$(realpath $(dirname $FLAG)/../etc/slurm-nodes); mount --bind $D $D && mount -o remount,ro,bind $D",
+        ),
         "slurmctld_timeout_s = 8",
     ) else {
         return;
@@ -587,17 +598,14 @@ fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_nex
 fn a_revert_that_cannot_put_a_nodes_gres_conf_back_keeps_its_slurmd_stopped_until_the_file_is_back_then_starts_it(
 ) {
     skip_unless_netns!();
-    let opts = Options {
-        extra_conf: "SlurmdTimeout=60\n".into(),
-        ..two_nodes()
-    };
     // The first restart fails, after node 1's saved gres.conf has gone (moved away, as a
     // cleanup might): its agent cannot put gres.conf back when asked to revert.
     let Some((c, jobs, s0, s1, config)) = start_restart_fault(
-        &opts,
+        &short_slurmd_timeout(),
         "restart-fails-saved-copy-gone",
-        "if [ ! -e $FLAG ]; then touch $FLAG; P=$(ls $(dirname $FLAG)/../etc/gres-*x1.conf.smartmig-prev); \
-         mv $P $P.kept; echo 'Job for slurmctld.service failed' >&2; exit 1; fi",
+        &restart_fails_once_after(
+            "P=$(ls $(dirname $FLAG)/../etc/gres-*x1.conf.smartmig-prev); mv $P $P.kept",
+        ),
         "slurmctld_timeout_s = 8",
     ) else {
         return;
@@ -726,14 +734,10 @@ fn a_sites_text_in_a_nodes_extra_while_slurmd_is_stopped_does_not_keep_it_stoppe
 /// taken out again before the central role runs next.
 fn killed_while_slurmd_is_stopped(site_text: bool) {
     skip_unless_netns!();
-    let opts = Options {
-        extra_conf: "SlurmdTimeout=60\n".into(),
-        ..two_nodes()
-    };
     // The first restart kills the central role instead (its parent), as a crash or an
     // OOM kill at that moment would: the include has the new layouts, slurmctld the old.
     let Some((c, jobs, s0, s1, config)) = start_restart_fault(
-        &opts,
+        &short_slurmd_timeout(),
         "kill-central",
         "if [ ! -e $FLAG ]; then touch $FLAG; kill -9 $PPID; exit 1; fi",
         "slurmctld_timeout_s = 8",
