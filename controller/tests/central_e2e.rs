@@ -817,6 +817,7 @@ fn a_nodes_gres_type_order_is_kept_across_a_relayout_so_a_busy_device_keeps_its_
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(common::sim_layout(&s0), format!("{C2} | {C5}"));
     assert_eq!(node_field(&c, &n0, "Gres"), "gpu:4g.20gb:1,gpu:3g.20gb:3");
+    assert!(!out.contains("written as slurmctld has it"), "{out}");
     common::assert_never_requeued(&c, job);
     assert_eq!(
         device_of(&c, job, &n0, &common::sim_layout(&s0), "4g.20gb"),
@@ -873,6 +874,8 @@ fn with_padding_a_busy_nodes_instance_count_changes_and_its_running_job_keeps_ru
     // Idle: node 0's GPU 0 and node 1 go to c5, and both nodes are padded.
     let out = run_central(&c, &padded("\"c5\", \"c2\""), &[]);
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+    // The cycle after the batch finds the node file as slurmctld has it: nothing rewritten.
+    assert!(!out.contains("written as slurmctld has it"), "{out}");
     back_in_service(&c);
     // An A100 holds 14 devices of blocks (c1..c12): 28 on node 0, 14 on node 1.
     assert_eq!(

@@ -251,11 +251,20 @@ impl NodeFile<'_> {
             let Some(file) = node_gres(&text, node) else {
                 continue;
             };
-            // Counts and order: Slurm numbers the devices type by type in this order.
-            let Some(want) = managed_counts(gres, self.mig_types) else {
+            let (Some(want), Some(have)) = (
+                managed_counts(gres, self.mig_types),
+                managed_counts(&file, self.mig_types),
+            ) else {
                 continue;
             };
-            if managed_counts(&file, self.mig_types).as_ref() == Some(&want) {
+            // Counts only: once slurmd registers, slurmctld lists a node's types in its
+            // gres.conf's order, which on a padded node is not the include's. Written,
+            // the file takes slurmctld's order.
+            let sorted = |mut v: Vec<(String, u32)>| {
+                v.sort();
+                v
+            };
+            if sorted(have) == sorted(want.clone()) {
                 continue;
             }
             let mig: Vec<String> = want.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
@@ -575,13 +584,11 @@ mod tests {
             std::fs::read_to_string(&include).unwrap(),
             "NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,gpu:3g.40gb:2,license:2\n"
         );
-        // The same counts in another order differ too.
+        // The same counts in another order agree (slurmctld lists gres.conf's order).
         std::fs::write(&include, "NodeName=gpu1 Gres=gpu:3g.40gb:2,gpu:7g.40gb:1\n").unwrap();
-        assert_eq!(r.agree(&shown).unwrap().len(), 1);
-        assert_eq!(
-            std::fs::read_to_string(&include).unwrap(),
-            "NodeName=gpu1 Gres=gpu:7g.40gb:1,gpu:3g.40gb:2\n"
-        );
+        assert!(r.agree(&shown).unwrap().is_empty());
+        // A line that does not read is left alone.
+        std::fs::write(&include, "NodeName=gpu1 Gres=gpu:3g.40gb:two\n").unwrap();
         assert!(r.agree(&shown).unwrap().is_empty());
         // A file that cannot be read is an error.
         std::fs::write(&include, text).unwrap();

@@ -403,14 +403,17 @@ impl Agent {
         );
         let outcome = match d.phase {
             // A generation goes back at most once: a central role whose ledger missed the
-            // revert (it could not be written) must not take the node forward again, to
-            // GPUs put back under a gres.conf of the new layouts.
-            Phase::Apply | Phase::Install if self.journal.reverted(d.generation) => Outcome::Failed {
-                error: format!(
-                    "generation {} was reverted on this node; it does not go forward again",
-                    d.generation
-                ),
-            },
+            // revert (it could not be written), or that asks for Start after the watchdog
+            // reverted, must not take the node forward again, to GPUs put back under a
+            // gres.conf of the new layouts (or resume it as changed).
+            Phase::Apply | Phase::Install | Phase::Start if self.journal.reverted(d.generation) => {
+                Outcome::Failed {
+                    error: format!(
+                        "generation {} was reverted on this node; it does not go forward again",
+                        d.generation
+                    ),
+                }
+            }
             Phase::Apply => self.apply(&d)?,
             Phase::Install => self.install(&d)?,
             Phase::Start => self.start_slurmd(d.generation)?,

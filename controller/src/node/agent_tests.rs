@@ -515,7 +515,7 @@ fn a_reverted_generation_asked_again_after_its_report_was_lost_goes_no_further_a
     std::fs::remove_file(n.spool().report_path()).unwrap();
     drop(a);
     let mut a = n.agent();
-    for phase in [Phase::Apply, Phase::Install] {
+    for phase in [Phase::Apply, Phase::Install, Phase::Start] {
         n.desire(3, phase, &[SEVEN_TO_C5]);
         let r = a.poll().unwrap().unwrap();
         assert_eq!(r.phase, phase);
