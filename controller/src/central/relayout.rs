@@ -257,9 +257,9 @@ impl NodeFile<'_> {
             ) else {
                 continue;
             };
-            // Counts only: once slurmd registers, slurmctld lists a node's types in its
-            // gres.conf's order, which on a padded node is not the include's. Written,
-            // the file takes slurmctld's order.
+            // Counts only: slurmctld rebuilds a node's Gres when its slurmd registers, in
+            // an order that need not be the include's (a padded node's). Written, the
+            // file takes slurmctld's order.
             let sorted = |mut v: Vec<(String, u32)>| {
                 v.sort();
                 v
