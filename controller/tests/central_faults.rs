@@ -546,16 +546,36 @@ fn slurmctld_not_answering_after_the_restart_puts_the_include_back_reverts_the_n
 #[test]
 fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_next_cycle_writes_what_slurmctld_has(
 ) {
+    // The controller's file system remounted read-only.
+    include_not_put_back(
+        "restart-fails-read-only",
+        "D=$(realpath $(dirname $FLAG)/../etc/slurm-nodes); mount --bind $D $D && mount -o remount,ro,bind $D",
+        "Read-only file system",
+    );
+}
+
+#[test]
+fn a_failed_restart_whose_saved_include_is_gone_holds_the_nodes_and_the_next_cycle_writes_what_slurmctld_has()
+{
+    // The copy saved before the batch removed (by hand, or a cleanup).
+    include_not_put_back(
+        "restart-fails-saved-include-gone",
+        "rm $(dirname $FLAG)/../etc/slurm-nodes/nodes.conf.smartmig-prev",
+        "their saved copy",
+    );
+}
+
+/// A restart that fails after `script` (shell lines) has made the include impossible to
+/// put back, the undo's error naming `why`: the include keeps the batch's values,
+/// slurmctld runs on with the old ones, the nodes are held as they stand, the watchdogs
+/// start slurmd with what slurmctld has, and the next cycle writes slurmctld's values
+/// into the include, which a restart of slurmctld then loads.
+fn include_not_put_back(name: &str, script: &str, why: &str) {
     skip_unless_netns!();
-    // The restart fails after making the include's directory read-only (the controller's
-    // file system remounted read-only): the include keeps the batch's values, slurmctld
-    // runs on with the old ones.
     let Some((c, jobs, s0, s1, config)) = start_restart_fault(
         &short_slurmd_timeout(),
-        "restart-fails-read-only",
-        &restart_fails_once_after(
-            "D=$(realpath $(dirname $FLAG)/../etc/slurm-nodes); mount --bind $D $D && mount -o remount,ro,bind $D",
-        ),
+        name,
+        &restart_fails_once_after(script),
         "slurmctld_timeout_s = 8",
     ) else {
         return;
@@ -564,7 +584,7 @@ fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_nex
     let before = ctld_starts(&c);
     let out = run_central(&c, &config, &[]);
     assert!(
-        out.contains("0 changed") && out.contains("failed too") && out.contains("Read-only file system"),
+        out.contains("0 changed") && out.contains("failed too") && out.contains(why),
         "{out}"
     );
     assert!(
@@ -591,7 +611,7 @@ fn a_failed_restart_whose_include_cannot_be_put_back_holds_the_nodes_and_the_nex
         c.scontrol(&["ping"]).status.success()
     });
     assert_eq!(ctld_starts(&c), before + 1);
-    assert_reverted_and_held(&c, &s0, &s1, &jobs, "restoring Slurm's previous");
+    assert_reverted_and_held(&c, &s0, &s1, &jobs, &format!("{name}.sh` failed"));
 }
 
 #[test]
