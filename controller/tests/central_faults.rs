@@ -181,6 +181,20 @@ on_both_backends!(
 fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes(
     kind: Kind,
 ) {
+    killed_mid_plan_then_restored(kind, false);
+}
+
+#[test]
+fn at_boot_without_slurmctld_the_restore_finishes_a_killed_agents_plan_and_the_node_comes_back_safe() {
+    killed_mid_plan_then_restored(Kind::Simulated, true);
+}
+
+/// Node 1's agent killed between destroy and create, then restarted as systemd would (its
+/// restore finishes the journaled plan); with `controller_down`, slurmctld is stopped
+/// before the restore (a node booting while the controller is away: the restore cannot
+/// publish what it did, and must restore all the same) and started after it. Either way
+/// the central role, waiting throughout, completes the batch.
+fn killed_mid_plan_then_restored(kind: Kind, controller_down: bool) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
     let g1 = make_gpus(&c, 1, kind, &[C1], &[]);
@@ -203,67 +217,40 @@ fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_a
         central.try_wait().unwrap().is_none(),
         "the central role waits for node 1"
     );
-    // systemd would restart it; its restore step finishes the journaled plan.
+    if controller_down {
+        let pid: i32 = std::fs::read_to_string(c.dir.join("run/slurmctld.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(Command::new("kill")
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success());
+        wait_until("slurmctld to stop", Duration::from_secs(30), || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .is_ok_and(|s| s.contains("State:\tZ"))
+        });
+    }
+    // systemd would restart it; its restore step finishes the journaled plan (and writes
+    // gres.conf: slurmd, ordered after it, starts with the GPUs' layouts).
     let restore = start_agent_named_on(&mut c, 1, "agent-1-restarted", &g1);
     assert!(restore.contains("finished the interrupted plan"), "{restore}");
+    assert_eq!(g1.layout(0), C5);
+    if controller_down {
+        assert!(restore.contains("cannot be published"), "{restore}");
+        let restart = Command::new(c.restart_slurmctld_script()).status().unwrap();
+        assert!(restart.success());
+        c.wait_for("slurmctld", Duration::from_secs(30), |c| {
+            c.scontrol(&["ping"]).status.success()
+        });
+    }
     let out = finish(&c, central);
 
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(sim_layout(&s0), NODE0_C5);
-    assert_eq!(g1.layout(0), C5);
-    let g0 = TestGpus::from_simulated(&s0, &a100());
-    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
-}
-
-#[test]
-fn at_boot_without_slurmctld_the_restore_finishes_a_killed_agents_plan_and_the_node_comes_back_safe() {
-    skip_unless_netns!();
-    let (mut c, jobs, s0) = start_with_workload();
-    let g1 = make_gpus(&c, 1, Kind::Simulated, &[C1], &[]);
-    g1.abort_after(2);
-    start_agent_named_on(&mut c, 1, "agent-1-killed", &g1);
-    wait_announced(&c);
-    let config = central_config(&c, &TO_C5, "run/snapshot.json");
-    let central = spawn_central(&c, &config);
-    wait_until("node 1's agent to die mid-plan", Duration::from_secs(60), || {
-        !g1.abort_pending()
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        g1.state(0).0.instances().is_empty(),
-        "killed between destroy and create"
-    );
-    // The controller is down when node 1 boots: its restore cannot publish what it did.
-    let pid: i32 = std::fs::read_to_string(c.dir.join("run/slurmctld.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(Command::new("kill")
-        .arg(pid.to_string())
-        .status()
-        .unwrap()
-        .success());
-    wait_until("slurmctld to stop", Duration::from_secs(30), || {
-        !Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| s.contains("State:\tZ"))
-    });
-    // Its restore finishes the journaled plan and writes gres.conf all the same (slurmd,
-    // ordered after it, starts with the GPUs' layouts).
-    let restore = start_agent_named_on(&mut c, 1, "agent-1-restarted", &g1);
-    assert!(restore.contains("finished the interrupted plan"), "{restore}");
-    assert!(restore.contains("cannot be published"), "{restore}");
-    assert_eq!(g1.layout(0), C5);
-    let restart = Command::new(c.restart_slurmctld_script()).status().unwrap();
-    assert!(restart.success());
-    c.wait_for("slurmctld", Duration::from_secs(30), |c| {
-        c.scontrol(&["ping"]).status.success()
-    });
-    // The central role waited through the outage; the agent, started after its restore,
-    // publishes the plan's end, and the batch completes.
-    let out = finish(&c, central);
-    assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
-    assert_eq!((sim_layout(&s0), g1.layout(0)), (NODE0_C5.into(), C5.into()));
     let g0 = TestGpus::from_simulated(&s0, &a100());
     assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 }

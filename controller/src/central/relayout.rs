@@ -11,7 +11,7 @@
 //! one, restarted again. From Slurm 23.11 on a reconfigure does it without a restart
 //! ([`super::reconfigure`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -246,9 +246,16 @@ impl NodeFile<'_> {
     /// slurmctld would load at its next restart under nodes whose gres.conf say otherwise.
     pub fn agree_with(&self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
         let mut text = self.read()?;
+        // One pass over the file for every node (a cycle's cost must not grow with the
+        // square of the cluster); the rare line rewritten is found again below.
+        let mut lines: HashMap<String, String> = HashMap::new();
+        for (n, g) in text.lines().filter_map(line_gres) {
+            // The first line of a node counts, as for [`node_gres`].
+            lines.entry(n.to_string()).or_insert_with(|| g.to_string());
+        }
         let mut changed = Vec::new();
         for (node, gres) in shown {
-            let Some(file) = node_gres(&text, node) else {
+            let Some(file) = lines.get(node).cloned() else {
                 continue;
             };
             let (Some(want), Some(have)) = (
@@ -453,23 +460,28 @@ impl Loader for RestartSlurmctld {
 /// The `Gres=` value of node `node`'s line in `text` ("" when the line has none), None
 /// when no line defines exactly this node.
 pub fn node_gres(text: &str, node: &str) -> Option<String> {
-    text.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        let first = words.next()?;
-        let (k, v) = first.split_once('=')?;
-        if !k.eq_ignore_ascii_case("NodeName") || v != node {
-            return None;
-        }
-        Some(
-            line.split_whitespace()
-                .find_map(|w| {
-                    w.split_once('=')
-                        .filter(|(k, _)| k.eq_ignore_ascii_case("Gres"))
-                        .map(|(_, v)| v.to_string())
-                })
-                .unwrap_or_default(),
-        )
-    })
+    text.lines()
+        .find_map(|line| line_gres(line).filter(|(n, _)| *n == node))
+        .map(|(_, g)| g.to_string())
+}
+
+/// The node a `NodeName=` line defines and its `Gres=` value ("" when it has none); None
+/// for any other line.
+fn line_gres(line: &str) -> Option<(&str, &str)> {
+    let first = line.split_whitespace().next()?;
+    let (k, node) = first.split_once('=')?;
+    if !k.eq_ignore_ascii_case("NodeName") {
+        return None;
+    }
+    let gres = line
+        .split_whitespace()
+        .find_map(|w| {
+            w.split_once('=')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("Gres"))
+                .map(|(_, v)| v)
+        })
+        .unwrap_or_default();
+    Some((node, gres))
 }
 
 /// `text` with the MIG entries of the `Gres=` of node `node`'s line set to `gpu`, in
