@@ -34,7 +34,9 @@
 //!   writes the report again (running the phase again where the report never reached the
 //!   record) and the batch completes;
 //! - on the reconfigure path, the batch's reconfigure refused and the undo's answer lost:
-//!   the nodes reverted and held, the report saying Slurm's file is unknown;
+//!   the nodes reverted and held, the report saying Slurm's file is unknown; refused with
+//!   the include's saved copy gone: the nodes held as they stand, and Slurm loads the
+//!   batch's values on both sides;
 //! - slurmctld refusing the update that re-routes a held job (the plugin routed it to a
 //!   4g.20gb the re-layout removes; re-routed once the batch is over), or losing its
 //!   answer: the refusal is reported and the next run routes the job again; a lost answer
@@ -1206,6 +1208,68 @@ fn an_undo_whose_reload_answer_was_lost_reverts_the_nodes_and_holds_them() {
         "{out}"
     );
     assert_reverted_and_held(&c, &s0, &s1, &jobs, "refused (injected)");
+}
+
+#[test]
+fn a_refused_reconfigure_whose_include_cannot_be_put_back_holds_the_nodes_and_slurm_loads_the_batch_on_both_sides(
+) {
+    skip_unless_netns!();
+    if !slurm::release().at_least(23, 11) {
+        eprintln!("skipped: the reconfigure path is smartmigd's from 23.11 on");
+        return;
+    }
+    // The batch's reconfigure waits while the include's saved copy goes away (a cleanup),
+    // then is refused: the undo cannot put the include back. The nodes' gres.conf are kept
+    // as they stand too, and Slurm reloads the batch's values with them; the nodes are
+    // held. (A read-only remount here would not reach the central role: on a root file
+    // system it runs in a mount namespace of its own.)
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let gate = c.dir.join("run/reconfigure-gate");
+    let mut cmd = common::central_command_under(
+        &c,
+        &config,
+        &format!(
+            r#"[{{"call": "reconfigure", "pause": "{}"}}, {{"call": "reconfigure"}}]"#,
+            gate.display()
+        ),
+    );
+    let central = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut reached = gate.clone().into_os_string();
+    reached.push(".reached");
+    wait_until("the batch's reconfigure", Duration::from_secs(60), || {
+        Path::new(&reached).exists()
+    });
+    std::fs::remove_file(smartmig_core::durable::previous_path(&c.nodes_include())).unwrap();
+    std::fs::write(&gate, "").unwrap();
+    let out = finish(&c, central);
+    assert!(
+        out.contains("0 changed")
+            && out.contains("putting Slurm's previous node definitions back failed too")
+            && out.contains("their saved copy")
+            && out.contains("Slurm loaded the node definitions file again"),
+        "{out}"
+    );
+    // Both sides have the batch's layouts: the devices, gres.conf, the include, slurmctld.
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
+    assert!(
+        std::fs::read_to_string(c.nodes_include())
+            .unwrap()
+            .contains("gpu:3g.20gb:2"),
+        "the include holds the batch's values"
+    );
+    assert!(node_field(&c, &c.nodes[1], "Gres").contains("3g.20gb:2"));
+    let held = "refused (injected)";
+    assert_safe(&c, &[&s0, &s1], &jobs.all(), &[(0, held), (1, held)]);
+    // The next cycle finds the include as slurmctld has it and rewrites nothing; the
+    // admin resumes the nodes as they are.
+    let out = run_central(&c, &config, &[]);
+    assert!(!out.contains("written as slurmctld has it"), "{out}");
+    for n in &c.nodes {
+        let out = c.scontrol(&["update", &format!("nodename={n}"), "state=resume"]);
+        assert!(out.status.success(), "resume {n}: {out:?}");
+    }
+    assert_safe(&c, &[&s0, &s1], &jobs.all(), &[]);
 }
 
 /// One central run from c1 to c5 beside a busy node 0, node 1's agent making its Slurm

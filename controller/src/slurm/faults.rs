@@ -4,7 +4,7 @@
 //! `SMARTMIGD_SLURM_FAULTS` names a JSON list of [`SlurmFault`]s; release builds ignore it
 //! (with a warning).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -41,10 +41,11 @@ pub struct SlurmFault {
     #[serde(default)]
     pub reply_lost: bool,
     /// Not a failure: the call waits, after creating `<pause>.reached`, until a file
-    /// `pause` exists (at most [`PAUSE_LIMIT`]), then goes through: a test's window to act
-    /// between smartmigd's decision and the call.
+    /// `pause` exists (at most [`PAUSE_LIMIT`]), then goes through, or meets a failure
+    /// fault whose window it is in too: a test's window to act between smartmigd's
+    /// decision and the call.
     #[serde(default)]
-    pub pause: Option<std::path::PathBuf>,
+    pub pause: Option<PathBuf>,
 }
 
 /// The longest a `pause` fault holds its call.
@@ -97,17 +98,26 @@ impl Faulty {
         }
     }
 
-    /// The fault `call` meets now, if any: every matching fault counts the call, and the
-    /// first whose window (after `skip`, for `times`) it falls in applies.
-    fn fault(&mut self, call: &Call<'_>) -> Option<SlurmFault> {
-        let mut hit = None;
+    /// What `call` meets now: every matching fault counts the call; the first pause whose
+    /// window (after `skip`, for `times`) it falls in holds it, then the first failure
+    /// whose window it falls in applies.
+    fn faults_met(&mut self, call: &Call<'_>) -> (Option<PathBuf>, Option<SlurmFault>) {
+        let (mut pause, mut failure) = (None, None);
         for (f, seen) in self.faults.iter_mut().filter(|(f, _)| f.matches(call)) {
             *seen += 1;
-            if hit.is_none() && *seen > f.skip && *seen <= f.skip + f.times {
-                hit = Some(f.clone());
+            if *seen <= f.skip || *seen > f.skip + f.times {
+                continue;
+            }
+            match &f.pause {
+                Some(gate) => {
+                    pause.get_or_insert_with(|| gate.clone());
+                }
+                None => {
+                    failure.get_or_insert_with(|| f.clone());
+                }
             }
         }
-        hit
+        (pause, failure)
     }
 
     /// Runs `run` as `call` under the faults.
@@ -117,21 +127,13 @@ impl Faulty {
         what: String,
         run: impl FnOnce(&mut dyn SlurmApi) -> Result<T, SlurmError>,
     ) -> Result<T, SlurmError> {
-        let Some(f) = self.fault(&call) else {
+        let (pause, failure) = self.faults_met(&call);
+        if let Some(gate) = pause {
+            wait_for_gate(&gate, &what);
+        }
+        let Some(f) = failure else {
             return run(self.inner.as_mut());
         };
-        if let Some(gate) = &f.pause {
-            let mut reached = gate.clone().into_os_string();
-            reached.push(".reached");
-            if let Err(e) = std::fs::write(&reached, "") {
-                log::warn!("{FAULTS_ENV}: {}: {e}", Path::new(&reached).display());
-            }
-            log::warn!("{FAULTS_ENV}: {what} waits for {}", gate.display());
-            crate::command::poll_until(PAUSE_LIMIT, std::time::Duration::from_millis(50), || {
-                gate.exists().then_some(())
-            });
-            return run(self.inner.as_mut());
-        }
         let (errno, message) = if f.reply_lost {
             run(self.inner.as_mut())?;
             // SLURM_COMMUNICATIONS_RECEIVE_ERROR: sent, no answer.
@@ -150,6 +152,20 @@ impl Faulty {
             message: message.to_string(),
         })
     }
+}
+
+/// Holds call `what`: creates `<gate>.reached`, then waits until `gate` exists (at most
+/// [`PAUSE_LIMIT`]).
+fn wait_for_gate(gate: &Path, what: &str) {
+    let mut reached = gate.to_path_buf().into_os_string();
+    reached.push(".reached");
+    if let Err(e) = std::fs::write(&reached, "") {
+        log::warn!("{FAULTS_ENV}: {}: {e}", Path::new(&reached).display());
+    }
+    log::warn!("{FAULTS_ENV}: {what} waits for {}", gate.display());
+    crate::command::poll_until(PAUSE_LIMIT, std::time::Duration::from_millis(50), || {
+        gate.exists().then_some(())
+    });
 }
 
 /// `api`, wrapped in the faults `$SMARTMIGD_SLURM_FAULTS` names (debug builds); `api`
@@ -298,6 +314,26 @@ mod tests {
         let second = api.reconfigure().unwrap_err();
         assert!(!first.may_have_taken_effect() && second.may_have_taken_effect());
         api.reconfigure().unwrap();
+    }
+
+    #[test]
+    fn a_paused_call_then_meets_a_failure_whose_window_it_is_in() {
+        // The first reconfigure waits for the gate, then is refused; the second passes.
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("gate");
+        std::fs::write(&gate, "").unwrap();
+        let faults: Vec<SlurmFault> = serde_json::from_str(&format!(
+            r#"[{{"call": "reconfigure", "pause": "{}"}}, {{"call": "reconfigure"}}]"#,
+            gate.display()
+        ))
+        .unwrap();
+        let mut api = Faulty::new(Box::new(FakeSlurm::default()), faults);
+        let e = api.reconfigure().unwrap_err();
+        assert!(!e.may_have_taken_effect(), "{e}");
+        assert!(dir.path().join("gate.reached").exists());
+        api.reconfigure().unwrap();
+        let fake = api.as_any().downcast_mut::<FakeSlurm>().unwrap();
+        assert_eq!(fake.reconfigures, 1, "the refused call never reached Slurm");
     }
 
     #[test]
