@@ -8,9 +8,17 @@
 mod slurm;
 
 use std::process::Output;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use slurm::{Cluster, Options};
+
+/// One cluster at a time: the machine is small and slurmctld is not light.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn text(o: &Output) -> String {
     format!(
@@ -26,6 +34,7 @@ fn text(o: &Output) -> String {
 #[test]
 fn srun_salloc_and_steps_inside_allocations_run_with_gpu_mig() {
     skip_unless_slurm!();
+    let _g = serial();
     let c = Cluster::start(&Options::two_nodes());
     let srun = |args: &[&str]| c.run_client("srun", args);
 
@@ -87,4 +96,30 @@ fn srun_salloc_and_steps_inside_allocations_run_with_gpu_mig() {
     // A concrete type still passes untouched.
     let o = srun(&["--gres=gpu:3g.20gb:1", "true"]);
     assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `sbatch -n1 --gpus-per-task=mig:1 --wrap 'srun true'`: the step's srun reads the job's
+/// GPUs per task from its environment, as `SLURM_GPUS_PER_TASK=mig:1` on 22.05 and as
+/// `SLURM_TRES_PER_TASK=gres/gpu:mig=1` (its `--tres-per-task`) from 23.11; the filter
+/// takes `mig` out of both, so the step asks for untyped GPUs and runs on the routed one.
+#[test]
+fn a_batch_steps_gpus_per_task_from_the_environment_runs_with_gpu_mig() {
+    skip_unless_slurm!();
+    let _g = serial();
+    let c = Cluster::start(&Options::two_nodes());
+    c.install_cli_filter();
+    for extra in [&[][..], &["--cpus-per-task=1"][..]] {
+        let mut args = vec!["-n1", "--gpus-per-task=mig:1", "--time=10"];
+        args.extend_from_slice(extra);
+        args.extend(["--wrap", "srun true"]);
+        let (id, stderr) = c.sbatch(&args).expect("sbatch");
+        assert!(stderr.contains("smartmig: routed to gpu:"), "{args:?}: {stderr}");
+        assert_eq!(
+            c.wait_job(id, &["COMPLETED", "FAILED"], Duration::from_secs(60)),
+            "COMPLETED",
+            "{args:?}: {:?}\n{}",
+            c.job(id),
+            c.log_tails()
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 
-use smartmig_core::mig::{Catalogue, GpuModel};
+use smartmig_core::mig::Catalogue;
 use smartmig_core::routing::{parse_request, GpuRequest, Job, Outcome, Router, RoutingConfig, TresStrings};
 
 fuzz_target!(|data: &[u8]| {
@@ -13,8 +13,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let (tres, comment) = text.split_once('\n').unwrap_or((text, ""));
     // Built once: the catalogue parse would otherwise dominate every run.
-    static SETUP: OnceLock<(Router, Vec<GpuModel>)> = OnceLock::new();
-    let (router, models) = SETUP.get_or_init(|| {
+    static SETUP: OnceLock<Router> = OnceLock::new();
+    let router = SETUP.get_or_init(|| {
         let cat = Catalogue::embedded();
         let models = vec![
             cat.model("a100-40gb").unwrap().clone(),
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
             route_untyped: true,
             ..RoutingConfig::default()
         };
-        (Router::new(&cfg, &models).unwrap(), models)
+        Router::new(&cfg, &models).unwrap()
     });
     let job = Job {
         tres: TresStrings([Some(tres), Some(tres), Some(tres), None]),
@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(Outcome::Routed(r)) = router.route(&job, None) {
         // What the plugin writes back is a valid concrete request.
         for (_, t) in &r.tres {
-            let again = parse_request(&TresStrings([Some(t), None, None, None]), models, 7);
+            let again = parse_request(&TresStrings([Some(t), None, None, None]), 7);
             assert!(matches!(again, Ok(GpuRequest::Concrete(_))), "{t}: {again:?}");
         }
     }

@@ -93,16 +93,38 @@ unsafe fn xfree(p: &mut *mut c_char) {
     }
 }
 
-/// Sets `*err_msg` (Slurm frees it), replacing any earlier message.
+/// Adds `msg` to `*err_msg` (Slurm frees it), after any earlier message on a line of its
+/// own.
+///
+/// Every plugin of `JobSubmitPlugins` gets the same `err_msg` (job_submit.c hands each the
+/// same pointer), so another plugin's text (lua's `slurm.user_msg()`) must stay; lua joins
+/// its own messages with a newline too.
 ///
 /// # Safety
 /// `err_msg` must be null or point to a pointer owned by Slurm's allocator (or null).
-pub unsafe fn set_err_msg(err_msg: *mut *mut c_char, msg: &str) {
+pub unsafe fn add_err_msg(err_msg: *mut *mut c_char, msg: &str) {
     if err_msg.is_null() {
         return;
     }
+    // Another plugin's text that is not UTF-8 is kept as best it reads, not dropped.
+    let old = (!(*err_msg).is_null()).then(|| CStr::from_ptr(*err_msg).to_string_lossy());
+    let joined = match old {
+        Some(old) if !old.is_empty() => format!("{old}\n{msg}"),
+        _ => msg.to_string(),
+    };
     xfree(&mut *err_msg);
-    *err_msg = xstrdup(msg);
+    *err_msg = xstrdup(&joined);
+}
+
+/// Frees `*err_msg` and nulls it (tests: what slurmctld does after the plugins ran).
+///
+/// # Safety
+/// As [`add_err_msg`].
+#[cfg(test)]
+pub unsafe fn clear_err_msg(err_msg: *mut *mut c_char) {
+    if !err_msg.is_null() {
+        xfree(&mut *err_msg);
+    }
 }
 
 /// The path of `name` beside slurm.conf, as slurmctld computes it.
@@ -176,6 +198,9 @@ impl<'a> JobDesc<'a> {
                 comment: text(d.comment).unwrap_or(None),
                 time_limit_min: (d.time_limit != NO_VAL && d.time_limit != INFINITE).then_some(d.time_limit),
                 deadline: (d.deadline > 0).then_some(d.deadline),
+                begin: (d.begin_time > 0).then_some(d.begin_time),
+                time_min_min: (d.time_min != 0 && d.time_min != NO_VAL && d.time_min != INFINITE)
+                    .then_some(d.time_min),
                 now,
             })
         }
@@ -267,11 +292,24 @@ mod tests {
     }
 
     #[test]
-    fn err_msg_replaces_an_earlier_message() {
-        let mut msg: *mut c_char = xstrdup("first");
-        unsafe { set_err_msg(&mut msg, "second") };
-        assert_eq!(unsafe { CStr::from_ptr(msg) }.to_str().unwrap(), "second");
+    fn err_msg_keeps_another_plugins_message_and_adds_ours_on_a_new_line() {
+        // JobSubmitPlugins=lua,smartmig: lua's slurm.user_msg() text is already there.
+        let mut msg: *mut c_char = xstrdup("site: please add --account");
+        unsafe { add_err_msg(&mut msg, "smartmig: routed to gpu:1g.5gb:1") };
+        assert_eq!(
+            unsafe { CStr::from_ptr(msg) }.to_str().unwrap(),
+            "site: please add --account\nsmartmig: routed to gpu:1g.5gb:1"
+        );
         unsafe { xfree(&mut msg) };
         assert!(msg.is_null());
+        // Alone (or after an empty one), the message is ours only.
+        for first in [std::ptr::null_mut(), xstrdup("")] {
+            let mut msg = first;
+            unsafe { add_err_msg(&mut msg, "smartmig: x") };
+            assert_eq!(unsafe { CStr::from_ptr(msg) }.to_str().unwrap(), "smartmig: x");
+            unsafe { clear_err_msg(&mut msg) };
+            assert!(msg.is_null());
+        }
+        unsafe { add_err_msg(std::ptr::null_mut(), "nowhere to go") };
     }
 }

@@ -16,7 +16,7 @@ pub mod ffi;
 pub mod state;
 pub mod sys;
 
-use ffi::{log_error, log_info, set_err_msg, JobDesc};
+use ffi::{add_err_msg, log_error, log_info, JobDesc};
 use state::{SnapshotNews, State};
 use sys::{job_desc_msg_t, job_record_t};
 
@@ -158,7 +158,7 @@ unsafe fn internal_error(policy: OnError, err_msg: *mut *mut c_char, what: &str)
         }
         OnError::Closed => {
             log_error(&format!("{what}; job refused (on_error = closed)"));
-            set_err_msg(err_msg, &format!("smartmig: {what}; ask your admin"));
+            add_err_msg(err_msg, &format!("smartmig: {what}; ask your admin"));
             ERROR
         }
     }
@@ -229,13 +229,13 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op
             if let Some(t) = r.time_limit_min {
                 desc.set_time_limit(t);
             }
-            set_err_msg(err_msg, &r.message);
+            add_err_msg(err_msg, &r.message);
             SUCCESS
         }
         Err(e) => {
             let msg = format!("smartmig: {e}");
             log_info(&format!("{op} refused: {msg}"));
-            set_err_msg(err_msg, &msg);
+            add_err_msg(err_msg, &msg);
             REFUSED
         }
     }
@@ -251,15 +251,18 @@ unsafe fn refuse_auto_only(desc: &JobDesc<'_>, err_msg: *mut *mut c_char, why: &
         .filter_map(|f| job.tres.0[*f as usize])
         .any(|t| {
             smartmig_core::tres::entries(t).any(|e| {
+                // A 0-count entry asks for nothing (Slurm drops it): not a request to route.
                 smartmig_core::tres::parse(e).is_ok_and(|e| {
-                    e.is_gpu() && e.gpu_type.is_some_and(|t| t.eq_ignore_ascii_case(AUTO_TYPE))
+                    e.is_gpu()
+                        && e.gpu_type.is_some_and(|t| t.eq_ignore_ascii_case(AUTO_TYPE))
+                        && e.count() != Ok(0)
                 })
             })
         });
     if !auto {
         return SUCCESS;
     }
-    set_err_msg(
+    add_err_msg(
         err_msg,
         &format!("smartmig: automatic MIG routing is unavailable ({why})"),
     );
@@ -287,7 +290,7 @@ mod tests {
         let s = unsafe { std::ffi::CStr::from_ptr(*msg) }
             .to_string_lossy()
             .into_owned();
-        unsafe { ffi::set_err_msg(msg, "") };
+        unsafe { ffi::clear_err_msg(msg) };
         s
     }
 
@@ -331,6 +334,7 @@ mod tests {
         assert_eq!(rc, REFUSED);
         assert!(msg.contains("automatic MIG routing is unavailable"), "{msg}");
         assert_eq!(submit("gres:gpu:3g.20gb:1"), (SUCCESS, String::new()));
+        assert_eq!(submit("gres:gpu:mig:0"), (SUCCESS, String::new()));
         assert_eq!(
             unsafe { job_submit(std::ptr::null_mut(), 0, std::ptr::null_mut()) },
             SUCCESS

@@ -85,6 +85,9 @@ impl Central {
                 time_limit_min: from.time_limit_min,
                 deadline: j.deadline,
                 now: unix_now() as i64,
+                // A held job re-routed: `--begin` and `--time-min` are not in the reader's
+                // view; Slurm checks them again at the update.
+                ..RouteJob::default()
             };
             let router = self.router.as_ref().expect("checked above");
             match router.route(&job, Some(&snapshot)) {

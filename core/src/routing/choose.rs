@@ -220,6 +220,10 @@ pub struct Job<'a> {
     pub time_limit_min: Option<u32>,
     /// `--deadline`, Unix seconds.
     pub deadline: Option<i64>,
+    /// `--begin`, Unix seconds.
+    pub begin: Option<i64>,
+    /// `--time-min` in minutes.
+    pub time_min_min: Option<u32>,
     /// Now, Unix seconds.
     pub now: i64,
 }
@@ -281,6 +285,16 @@ pub enum RouteError {
         /// The most any suitable type present holds, e.g. `7g.40gb holds 1 per GPU`.
         most: String,
     },
+    /// The fastest slice present cannot finish the job by its `--deadline`.
+    #[error("--deadline: no MIG slice present can finish the job in time: on {gpu_type}, the fastest, it needs {need_min} min, and {left_min} min are left from its earliest start; ask for a later deadline, or a shorter --time")]
+    PastDeadline {
+        /// The slice chosen.
+        gpu_type: String,
+        /// Minutes the job needs there (its time limit, or `--time-min`).
+        need_min: u32,
+        /// Minutes from its earliest start to its deadline.
+        left_min: i64,
+    },
     /// The configuration leaves nothing to route to.
     #[error("the configured GPU models have no MIG profile to route to")]
     NoCandidates,
@@ -296,7 +310,6 @@ pub struct Router {
     config: RoutingConfig,
     /// The MIG nodes carry padding records (`[controller.central] padding`).
     padded: bool,
-    models: Vec<GpuModel>,
     classes: Vec<JobClass>,
     candidates: Vec<Candidate>,
     static_types: Vec<String>,
@@ -315,7 +328,6 @@ impl Router {
         Ok(Router {
             config: config.clone(),
             padded: false,
-            models: models.to_vec(),
             classes: config.all_classes(),
             candidates,
             static_types: Vec::new(),
@@ -424,9 +436,9 @@ impl Router {
 
     /// Routes one job: validate its GPU request and, if it asks for routing, choose a slice.
     pub fn route(&self, job: &Job<'_>, snapshot: Option<&Snapshot>) -> Result<Outcome, RouteError> {
-        let entries: Vec<GpuEntry> = match parse_request(&job.tres, &self.models, self.max_auto)? {
+        let entries: Vec<GpuEntry> = match parse_request(&job.tres, self.max_auto)? {
             GpuRequest::None => return Ok(Outcome::Unchanged("no GPU request")),
-            GpuRequest::Concrete(_) => return Ok(Outcome::Unchanged("concrete MIG type")),
+            GpuRequest::Concrete(_) => return Ok(Outcome::Unchanged("concrete GPU type")),
             GpuRequest::Untyped(e) if !self.config.route_untyped && !untyped_marked_mig(job) => {
                 if self.padded {
                     let asked: Vec<String> = e.iter().map(ToString::to_string).collect();
@@ -460,8 +472,10 @@ impl Router {
             Kind::G4 => 4,
             _ => 7,
         };
+        // Slurm measures a deadline from the job's earliest start: `--begin`, or now.
+        let start = job.begin.map_or(job.now, |b| b.max(job.now));
         let due_in_min = match (job.deadline, hints.due_min) {
-            (Some(d), _) => Some(d.saturating_sub(job.now) as f64 / 60.0),
+            (Some(d), _) => Some(d.saturating_sub(start) as f64 / 60.0),
             (None, Some(m)) => Some(m),
             (None, None) => None,
         };
@@ -489,8 +503,24 @@ impl Router {
         let time_limit_min = job.time_limit_min.map(|_| {
             // Below Slurm's NO_VAL (u32::MAX - 1, "unset") and INFINITE (u32::MAX).
             let t = choice.run_min.ceil().clamp(1.0, f64::from(u32::MAX - 2)) as u32;
-            cap.map_or(t, |c| t.min(c))
+            let t = cap.map_or(t, |c| t.min(c));
+            // Slurm refuses a time limit below `--time-min`.
+            job.time_min_min.map_or(t, |m| t.max(m))
         });
+        // Slurm (from 23.02.5) refuses a job whose time (its `--time-min` if given, else its
+        // limit) runs past its `--deadline` from its earliest start; 22.05 would take it and
+        // cancel it at the deadline. Said here, with the slice that made it so.
+        if let (Some(deadline), Some(limit)) = (job.deadline, time_limit_min) {
+            let need = job.time_min_min.unwrap_or(limit);
+            let left_s = deadline.saturating_sub(start);
+            if i64::from(need).saturating_mul(60) > left_s {
+                return Err(RouteError::PastDeadline {
+                    gpu_type: chosen.name.clone(),
+                    need_min: need,
+                    left_min: left_s.max(0) / 60,
+                });
+            }
+        }
         let tres = rewrite(&job.tres, &entries, &chosen.name);
         let mut message = format!(
             "smartmig: routed to gpu:{}:{} (class {}, est. {:.0} min on {}g, due in {:.0} min{}{})",

@@ -44,7 +44,7 @@ fn route_all_ways(r: &Router, tres: &str, comment: &str) {
             // What the plugin writes back is a valid concrete request (non-GPU entries
             // such as `gresp:gu:mig:1` pass through untouched).
             for (_, t) in &out.tres {
-                let again = parse_request(&TresStrings([Some(t), None, None, None]), &models(), 7);
+                let again = parse_request(&TresStrings([Some(t), None, None, None]), 7);
                 assert!(matches!(again, Ok(GpuRequest::Concrete(_))), "{t}: {again:?}");
             }
         }
@@ -56,7 +56,7 @@ fn the_request_corpus_parses_without_panic_and_routes_only_auto_requests() {
     let r = router();
     let mut routed = 0;
     for line in corpus(include_str!("corpus/requests.txt")) {
-        let parsed = parse_request(&TresStrings([Some(line), None, None, None]), &models(), 7);
+        let parsed = parse_request(&TresStrings([Some(line), None, None, None]), 7);
         if matches!(parsed, Ok(GpuRequest::Auto(_))) {
             routed += 1;
         }
@@ -120,7 +120,7 @@ proptest! {
             return Err(TestCaseError::fail(format!("{tres} not routed")));
         };
         let text = &out.tres[0].1;
-        let again = parse_request(&TresStrings([Some(text), None, None, None]), &models(), 7);
+        let again = parse_request(&TresStrings([Some(text), None, None, None]), 7);
         let Ok(GpuRequest::Concrete(e)) = again else {
             return Err(TestCaseError::fail(format!("{text} is not concrete: {again:?}")));
         };

@@ -19,8 +19,8 @@ pub use config::{ClassConfig, OnError, RoutingConfig, RuleConfig};
 pub use hints::{parse_hints, HintError, Hints, HINT_PREFIX};
 pub use mark::{with_min_gpumem, RoutedFrom, MARK, RETYPE_SINCE};
 pub use request::{
-    known_types, max_instances, parse_request, rewrite, untype_auto, GpuEntry, GpuRequest, GpuType,
-    RequestError, Spelling, TresField, TresStrings, AUTO_TYPE,
+    parse_request, rewrite, untype_auto, GpuEntry, GpuRequest, GpuType, RequestError, Spelling, TresField,
+    TresStrings, AUTO_TYPE,
 };
 pub use snapshot::{Snapshot, SnapshotError, TypeState, MAX_SNAPSHOT_BYTES, SNAPSHOT_VERSION};
 

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::mig::GpuModel;
+use crate::mig::padding::PAD_PREFIX;
 pub use crate::tres::Spelling;
 
 /// The pseudo-type that asks smartmig to choose the slice.
@@ -81,9 +81,9 @@ pub struct GpuEntry {
 /// What a job asks of GPUs, after validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GpuRequest {
-    /// No GPU entry at all.
+    /// No GPU entry at all (0-count entries, which Slurm drops, count as none).
     None,
-    /// Only concrete types, all known: left alone.
+    /// Only concrete types: left to Slurm, which checks them against its nodes.
     Concrete(Vec<GpuEntry>),
     /// Only untyped entries.
     Untyped(Vec<GpuEntry>),
@@ -97,25 +97,17 @@ pub enum RequestError {
     /// An entry that is not `gpu[:type][:count]`.
     #[error("cannot read GPU request `{0}` (expected gpu[:type][:count])")]
     Malformed(String),
-    /// A zero count.
-    #[error("GPU request `{0}` asks for 0 GPUs")]
-    ZeroCount(String),
-    /// A type no configured GPU model has.
-    #[error("unknown GPU type `{name}` (this cluster has: {known}; or use gpu:mig:N)")]
-    UnknownType {
-        /// The type as written.
-        name: String,
-        /// The configured types.
-        known: String,
-    },
-    /// More instances than one GPU can hold.
+    /// A padding type asked for by name: its records are no GPUs.
+    #[error("GPU type `{0}` is a padding record, not a GPU; ask for a MIG type or gpu:mig:N")]
+    PaddingType(String),
+    /// More instances of a type smartmig chooses than one GPU can hold.
     #[error("GPU request `{entry}` asks for {count} instances; one GPU holds at most {max}")]
     TooMany {
         /// The entry.
         entry: String,
         /// The count asked for.
         count: u64,
-        /// The most any configured model holds.
+        /// The most any routable type holds.
         max: u64,
     },
     /// Typed and untyped (or automatic and concrete) entries together.
@@ -133,7 +125,8 @@ impl fmt::Display for GpuEntry {
     }
 }
 
-/// Parses one entry; `Ok(None)` for a non-GPU entry such as `gres:shard:1`.
+/// Parses one entry; `Ok(None)` for a non-GPU entry such as `gres:shard:1` and for a
+/// 0-count GPU entry.
 fn parse_entry(field: TresField, index: usize, raw: &str) -> Result<Option<GpuEntry>, RequestError> {
     let malformed = || RequestError::Malformed(raw.to_string());
     let e = match crate::tres::parse(raw) {
@@ -154,7 +147,9 @@ fn parse_entry(field: TresField, index: usize, raw: &str) -> Result<Option<GpuEn
     };
     let count = e.count().map_err(|_| malformed())?;
     if count == 0 {
-        return Err(RequestError::ZeroCount(raw.to_string()));
+        // Slurm drops 0-count entries (22.05 `_get_next_gres`, 24.11
+        // `slurm_get_next_tres`): `--gres=gpu:0` asks for no GPU.
+        return Ok(None);
     }
     Ok(Some(GpuEntry {
         field,
@@ -176,26 +171,14 @@ fn type_of(t: &str) -> Option<GpuType> {
     }
 }
 
-/// Most instances of profile `name` one GPU of any of `models` holds (None: unknown type).
-pub fn max_instances(models: &[GpuModel], name: &str) -> Option<u64> {
-    models
-        .iter()
-        .flat_map(|m| m.profiles.iter())
-        .filter(|p| p.name.eq_ignore_ascii_case(name))
-        .map(|p| u64::from(p.max_count))
-        .max()
-}
-
-/// Parses and validates the GPU part of a request against the cluster's GPU models.
+/// Parses and checks the GPU part of a request.
 ///
 /// `max_auto` is the most instances an automatic per-node, per-task or per-socket request
 /// may ask for (the largest `max_count` among the profiles routing may choose); a per-job
-/// count (`--gpus=mig:N`) is not bounded by one GPU.
-pub fn parse_request(
-    tres: &TresStrings<'_>,
-    models: &[GpuModel],
-    max_auto: u64,
-) -> Result<GpuRequest, RequestError> {
+/// count (`--gpus=mig:N`) is not bounded by one GPU. Concrete types are not checked
+/// against the catalogue: the cluster may have GPUs smartmig does not manage, and a
+/// per-node count may span the node's GPUs; Slurm checks them against its nodes.
+pub fn parse_request(tres: &TresStrings<'_>, max_auto: u64) -> Result<GpuRequest, RequestError> {
     let mut entries = Vec::new();
     for field in TresField::ALL {
         let Some(text) = tres.0[field as usize] else {
@@ -247,36 +230,23 @@ pub fn parse_request(
         }
         GpuType::Untyped => Ok(GpuRequest::Untyped(entries)),
         GpuType::Concrete(_) => {
-            for e in &entries {
-                let GpuType::Concrete(name) = &e.gpu_type else {
-                    continue;
-                };
-                let max = max_instances(models, name).ok_or_else(|| RequestError::UnknownType {
-                    name: name.clone(),
-                    known: known_types(models),
-                })?;
-                if e.count > max {
-                    return Err(RequestError::TooMany {
-                        entry: e.to_string(),
-                        count: e.count,
-                        max,
-                    });
-                }
+            // Padding records are typed GPUs to Slurm: only their name keeps jobs off them
+            // (nodes stay padded after `padding` is turned off, until their next re-layout).
+            if let Some(name) = entries.iter().find_map(|e| match &e.gpu_type {
+                GpuType::Concrete(t) if is_padding(t) => Some(t),
+                _ => None,
+            }) {
+                return Err(RequestError::PaddingType(name.clone()));
             }
             Ok(GpuRequest::Concrete(entries))
         }
     }
 }
 
-/// The configured type names, deduplicated, in catalogue order.
-pub fn known_types(models: &[GpuModel]) -> String {
-    let mut names: Vec<&str> = Vec::new();
-    for p in models.iter().flat_map(|m| m.profiles.iter()) {
-        if !names.contains(&p.name.as_str()) {
-            names.push(&p.name);
-        }
-    }
-    names.join(", ")
+/// Whether `t` names a padding type, in any case.
+fn is_padding(t: &str) -> bool {
+    t.get(..PAD_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(PAD_PREFIX))
 }
 
 /// Rewrites the fields holding `entries` so that each asks for `gpu_type` with its count.
@@ -306,10 +276,12 @@ pub fn rewrite(tres: &TresStrings<'_>, entries: &[GpuEntry], gpu_type: &str) -> 
 }
 
 /// A GPU option's value as `srun` and `salloc` hold it, with every `mig` type taken out:
-/// `gres:gpu:mig:2` → `gres:gpu:2` and `gpu:mig` → `gpu` for `--gres` (`named`: entries
-/// start with the GRES name), `mig:2` → `2` for `--gpus` and `--gpus-per-*`. None when no
-/// entry asks for `mig`. A job step inside a routed allocation must ask for untyped GPUs:
-/// they match the concrete type its job holds, which `gpu:mig` does not.
+/// `gres:gpu:mig:2` → `gres:gpu:2`, `gpu:mig` → `gpu` and `gres/gpu:mig=1` → `gres/gpu=1`
+/// for `--gres` and `--tres-per-task` (`named`: entries start with the resource name;
+/// other resources such as `cpu=2` are kept), `mig:2` → `2` for `--gpus` and
+/// `--gpus-per-*`. None when no entry asks for `mig`. A job step inside a routed
+/// allocation must ask for untyped GPUs: they match the concrete type its job holds,
+/// which `gpu:mig` does not.
 pub fn untype_auto(value: &str, named: bool) -> Option<String> {
     let mut changed = false;
     let entries: Vec<String> = value
@@ -327,17 +299,20 @@ pub fn untype_auto(value: &str, named: bool) -> Option<String> {
             } else {
                 ("", raw)
             };
-            let (ty, count) = match rest.split_once(':') {
-                Some((t, n)) => (t, Some(n)),
+            // The count follows `:`, or `=` in the TRES form 23.11's clients write.
+            let (ty, count) = match rest.find([':', '=']) {
+                Some(i) => (&rest[..i], Some((&rest[i..i + 1], &rest[i + 1..]))),
                 None => (rest, None),
             };
             if !ty.eq_ignore_ascii_case(AUTO_TYPE) {
                 return raw.to_string();
             }
             changed = true;
+            let name = lead.trim_end_matches(':');
             match (count, named) {
-                (Some(n), _) => format!("{lead}{n}"),
-                (None, true) => lead.trim_end_matches(':').to_string(),
+                (Some((sep, n)), true) => format!("{name}{sep}{n}"),
+                (Some((_, n)), false) => n.to_string(),
+                (None, true) => name.to_string(),
                 (None, false) => "1".to_string(),
             }
         })
@@ -348,7 +323,6 @@ pub fn untype_auto(value: &str, named: bool) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mig::Catalogue;
 
     #[test]
     fn untyping_takes_out_only_the_mig_type() {
@@ -359,6 +333,7 @@ mod tests {
             Some("gres:shard:1,gpu:3")
         );
         assert_eq!(untype_auto("mig:2", false).as_deref(), Some("2"));
+        assert_eq!(untype_auto("mig=2", false).as_deref(), Some("2"));
         assert_eq!(untype_auto("mig", false).as_deref(), Some("1"));
         for left in ["gres:gpu:3g.20gb:1", "gres:gpu:2", "gres:shard:mig:1"] {
             assert_eq!(untype_auto(left, true), None, "{left}");
@@ -367,16 +342,21 @@ mod tests {
         assert_eq!(untype_auto("4", false), None);
     }
 
-    fn models() -> Vec<GpuModel> {
-        let c = Catalogue::embedded();
-        vec![
-            c.model("a100-40gb").unwrap().clone(),
-            c.model("a100-80gb").unwrap().clone(),
-        ]
+    #[test]
+    fn untyping_reads_the_tres_per_task_form_and_keeps_other_tres() {
+        // SLURM_TRES_PER_TASK as 24.11's sbatch exports `--cpus-per-task=2 --gpus-per-task=mig:1`.
+        assert_eq!(
+            untype_auto("cpu=2,gres/gpu:mig=1", true).as_deref(),
+            Some("cpu=2,gres/gpu=1")
+        );
+        assert_eq!(untype_auto("gres:gpu:mig=2", true).as_deref(), Some("gres:gpu=2"));
+        for left in ["cpu=2,gres/gpu=1", "gres/gpu:3g.20gb=1", "cpu=4"] {
+            assert_eq!(untype_auto(left, true), None, "{left}");
+        }
     }
 
     fn parse(node: Option<&str>, job: Option<&str>) -> Result<GpuRequest, RequestError> {
-        parse_request(&TresStrings([node, job, None, None]), &models(), 7)
+        parse_request(&TresStrings([node, job, None, None]), 7)
     }
 
     #[test]
@@ -395,45 +375,81 @@ mod tests {
     }
 
     #[test]
-    fn concrete_types_of_any_configured_model_are_accepted() {
+    fn concrete_types_are_left_to_slurm_whatever_the_name_and_count() {
+        // A non-MIG GPU of the same cluster, a per-node count over two GPUs of one type, a
+        // per-job count, a type of a model not configured here: Slurm checks them.
+        for (node, job) in [
+            (Some("gres:gpu:3g.20gb:1"), None),
+            (Some("gres:gpu:v100:1"), None),
+            (Some("gres:gpu:7g.40gb:2"), None),
+            (Some("gres:gpu:3g.20gb:3"), None),
+            (Some("gres:gpu:3g.71gb:1"), None),
+            (None, Some("gres/gpu:3g.20gb:4")),
+        ] {
+            let Ok(GpuRequest::Concrete(e)) = parse(node, job) else {
+                panic!("{node:?} {job:?}: {:?}", parse(node, job))
+            };
+            assert_eq!(e.len(), 1);
+        }
+    }
+
+    #[test]
+    fn padding_types_cannot_be_asked_for_by_name() {
+        for t in [
+            "gres:gpu:pad-3g.20gb:1",
+            "gres/gpu:PAD-1g.5gb",
+            "gres:gpu:3g.20gb:1,gres:gpu:pad-1g.5gb:1",
+        ] {
+            let e = parse(Some(t), None).unwrap_err();
+            assert!(matches!(e, RequestError::PaddingType(_)), "{t}: {e}");
+            assert!(e.to_string().contains("padding record"), "{e}");
+        }
         assert!(matches!(
-            parse(Some("gres:gpu:3g.20gb:1"), None),
-            Ok(GpuRequest::Concrete(_))
-        ));
-        assert!(matches!(
-            parse(Some("gres:gpu:3g.40gb:2"), None),
+            parse(Some("gres:gpu:padded:1"), None),
             Ok(GpuRequest::Concrete(_))
         ));
     }
 
     #[test]
-    fn unknown_types_are_refused_with_the_known_list() {
-        let e = parse(Some("gres:gpu:3g.71gb:1"), None).unwrap_err();
-        let s = e.to_string();
-        assert!(
-            s.contains("3g.71gb") && s.contains("3g.20gb") && s.contains("7g.80gb"),
-            "{s}"
-        );
-    }
-
-    #[test]
-    fn more_instances_than_a_gpu_holds_are_refused() {
-        let e = parse(Some("gres:gpu:3g.20gb:3"), None).unwrap_err();
-        assert!(matches!(e, RequestError::TooMany { count: 3, max: 2, .. }), "{e}");
+    fn more_automatic_instances_than_a_gpu_holds_are_refused() {
         let e = parse(Some("gres:gpu:mig:8"), None).unwrap_err();
         assert!(matches!(e, RequestError::TooMany { count: 8, max: 7, .. }), "{e}");
+        assert!(matches!(
+            parse(None, Some("gres:gpu:mig:8")),
+            Ok(GpuRequest::Auto(_))
+        ));
     }
 
     #[test]
-    fn zero_counts_are_refused() {
+    fn zero_count_gpu_entries_are_no_request() {
+        for t in [
+            "gres:gpu:0",
+            "gres:gpu:mig:0",
+            "gres/gpu:3g.20gb:0",
+            "gres/gpu:mig=0",
+            "gpu:0",
+        ] {
+            assert_eq!(parse(Some(t), None), Ok(GpuRequest::None), "{t}");
+        }
+        // Dropped before the forms are compared, as Slurm drops them.
         assert!(matches!(
-            parse(Some("gres:gpu:mig:0"), None),
-            Err(RequestError::ZeroCount(_))
+            parse(Some("gres:gpu:0,gres:gpu:3g.20gb:1"), None),
+            Ok(GpuRequest::Concrete(_))
         ));
         assert!(matches!(
-            parse(Some("gres:gpu:0"), None),
-            Err(RequestError::ZeroCount(_))
+            parse(Some("gres:gpu:mig:0"), Some("gres:gpu:2")),
+            Ok(GpuRequest::Untyped(_))
         ));
+        // The other entries keep their place, and a rewrite keeps the 0-count one as written.
+        let tres = TresStrings([Some("gres:gpu:0,gres:gpu:mig:2"), None, None, None]);
+        let Ok(GpuRequest::Auto(entries)) = parse_request(&tres, 7) else {
+            panic!("not auto")
+        };
+        assert_eq!((entries.len(), entries[0].index), (1, 1));
+        assert_eq!(
+            rewrite(&tres, &entries, "1g.5gb"),
+            vec![(TresField::PerNode, "gres:gpu:0,gres:gpu:1g.5gb:2".to_string())]
+        );
     }
 
     #[test]
@@ -489,7 +505,7 @@ mod tests {
             None,
             None,
         ]);
-        let GpuRequest::Auto(entries) = parse_request(&tres, &models(), 7).unwrap() else {
+        let GpuRequest::Auto(entries) = parse_request(&tres, 7).unwrap() else {
             panic!("not auto")
         };
         let out = rewrite(&tres, &entries, "2g.10gb");
@@ -506,7 +522,7 @@ mod tests {
     fn a_per_task_request_as_slurm_23_11_writes_it_is_read_and_rewritten_in_its_form() {
         // `sbatch --cpus-per-task=2 --gpus-per-task=mig:1` on 24.11.
         let tres = TresStrings([None, None, Some("cpu=2,gres/gpu:mig=1"), None]);
-        let GpuRequest::Auto(entries) = parse_request(&tres, &models(), 7).unwrap() else {
+        let GpuRequest::Auto(entries) = parse_request(&tres, 7).unwrap() else {
             panic!("not auto")
         };
         assert_eq!((entries[0].count, entries[0].equals), (1, true));
@@ -519,20 +535,15 @@ mod tests {
             ("gres/gpu:1g.5gb=1", GpuType::Concrete("1g.5gb".into())),
         ] {
             let tres = TresStrings([None, None, Some(text), None]);
-            let entries = match parse_request(&tres, &models(), 7) {
+            let entries = match parse_request(&tres, 7) {
                 Ok(GpuRequest::Untyped(e) | GpuRequest::Concrete(e)) => e,
                 other => panic!("{text}: {other:?}"),
             };
             assert_eq!(entries[0].gpu_type, want, "{text}");
         }
-        for bad in [
-            "gres/gpu:mig=",
-            "gres/gpu:mig=x",
-            "gres/gpu=1=2",
-            "gres/gpu:mig=0",
-        ] {
+        for bad in ["gres/gpu:mig=", "gres/gpu:mig=x", "gres/gpu=1=2"] {
             let tres = TresStrings([None, None, Some(bad), None]);
-            assert!(parse_request(&tres, &models(), 7).is_err(), "{bad}");
+            assert!(parse_request(&tres, 7).is_err(), "{bad}");
         }
     }
 }

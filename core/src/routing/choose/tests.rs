@@ -105,14 +105,63 @@ fn memory_need_excludes_small_slices() {
 }
 
 #[test]
-fn an_unmeetable_deadline_gets_the_fastest_slice() {
+fn an_unmeetable_due_time_gets_the_fastest_slice() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:due=30m"));
+    j.time_limit_min = Some(120);
+    let out = routed(&r, &j, None);
+    assert_eq!(out.gpu_type, "7g.40gb");
+    assert!(out.message.contains("cannot be met"), "{}", out.message);
+}
+
+#[test]
+fn a_job_no_slice_can_finish_by_its_deadline_is_refused_naming_the_fastest() {
+    // Slurm from 23.02.5 refuses a time limit past the deadline ("Requested time limit is
+    // invalid"); the refusal says which slice and how long.
     let r = router();
     let mut j = job("gres:gpu:mig:1", None);
     j.time_limit_min = Some(120);
     j.deadline = Some(NOW + 30 * 60);
+    let e = r.route(&j, None).unwrap_err();
+    assert_eq!(
+        e,
+        RouteError::PastDeadline {
+            gpu_type: "7g.40gb".into(),
+            need_min: 120,
+            left_min: 30
+        }
+    );
+    assert!(
+        e.to_string()
+            .starts_with("--deadline: no MIG slice present can finish"),
+        "{e}"
+    );
+    // With `--time-min`, Slurm checks that instead: 25 minutes fit in 30.
+    j.time_min_min = Some(25);
+    assert_eq!(routed(&r, &j, None).gpu_type, "7g.40gb");
+}
+
+#[test]
+fn a_deadline_counts_from_the_jobs_begin_time() {
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", None);
+    j.time_limit_min = Some(60);
+    j.deadline = Some(NOW + 100 * 60);
+    let now_due = routed(&r, &j, None);
+    assert!(now_due.message.contains("due in 100 min"), "{}", now_due.message);
+    // `--begin=now+30minutes`: 70 minutes left.
+    j.begin = Some(NOW + 30 * 60);
     let out = routed(&r, &j, None);
-    assert_eq!(out.gpu_type, "7g.40gb");
-    assert!(out.message.contains("cannot be met"), "{}", out.message);
+    assert!(out.message.contains("due in 70 min"), "{}", out.message);
+    // A begin time already past counts as now.
+    j.begin = Some(NOW - 3600);
+    assert!(routed(&r, &j, None).message.contains("due in 100 min"));
+    // A time limit rescaled below `--time-min` is raised to it (Slurm refuses less).
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:time-on=1g"));
+    j.time_limit_min = Some(60);
+    j.time_min_min = Some(50);
+    let out = routed(&r, &j, None);
+    assert!(out.time_limit_min.is_some_and(|t| t >= 50), "{out:?}");
 }
 
 #[test]
@@ -311,7 +360,7 @@ fn untyped_requests_are_routed_only_when_configured() {
 }
 
 #[test]
-fn untyped_requests_are_refused_on_padded_nodes_unless_routed_and_padding_types_are_unknown() {
+fn untyped_requests_are_refused_on_padded_nodes_unless_routed_and_padding_types_by_name_always() {
     let padded = router().with_padding(true);
     let e = padded.route(&job("gres:gpu:2", None), None).unwrap_err();
     assert!(matches!(e, RouteError::UntypedPadded(_)), "{e}");
@@ -322,11 +371,65 @@ fn untyped_requests_are_refused_on_padded_nodes_unless_routed_and_padding_types_
     // Routed untyped requests are typed by then: nothing to refuse.
     let routing = router_with("route_untyped = true", &["a100-40gb"]).with_padding(true);
     assert!(routing.route(&job("gres:gpu:1", None), None).is_ok());
-    // Nobody can ask for a padding record by name: it is no catalogue type.
-    let e = padded
-        .route(&job("gres:gpu:pad-3g.20gb:1", None), None)
-        .unwrap_err();
-    assert!(e.to_string().contains("pad-3g.20gb"), "{e}");
+    // Nobody can ask for a padding record by name, padded or not (a node keeps its padding
+    // until its next re-layout after `padding` is turned off).
+    for r in [&padded, &router()] {
+        let e = r.route(&job("gres:gpu:pad-3g.20gb:1", None), None).unwrap_err();
+        assert!(
+            matches!(e, RouteError::Request(RequestError::PaddingType(_))),
+            "{e}"
+        );
+        assert!(e.to_string().contains("pad-3g.20gb"), "{e}");
+    }
+    // A 0-count request asks for no GPU: nothing Slurm could pad.
+    assert_eq!(
+        padded.route(&job("gres:gpu:0", None), None),
+        Ok(Outcome::Unchanged("no GPU request"))
+    );
+}
+
+#[test]
+fn concrete_requests_of_any_type_and_count_are_left_to_slurm() {
+    let r = router();
+    // Not in the catalogue (a V100 partition), two 7g on one node (one per GPU), more
+    // 3g.20gb per job than one GPU holds.
+    for (node, per_job) in [
+        (Some("gres:gpu:v100:1"), None),
+        (Some("gres/gpu:7g.40gb:2"), None),
+        (None, Some("gres/gpu:3g.20gb:4")),
+    ] {
+        let j = Job {
+            tres: TresStrings([node, per_job, None, None]),
+            now: NOW,
+            ..Job::default()
+        };
+        assert_eq!(
+            r.route(&j, None),
+            Ok(Outcome::Unchanged("concrete GPU type")),
+            "{node:?} {per_job:?}"
+        );
+    }
+}
+
+#[test]
+fn zero_count_gpu_requests_pass_unchanged() {
+    // `sbatch --gres=gpu:0`, `scontrol update jobid=N Gres=gpu:0` (job_modify routes the
+    // update's fields the same way): Slurm drops 0-count entries.
+    let r = router_with("route_untyped = true", &["a100-40gb"]);
+    for t in ["gres:gpu:0", "gres/gpu:mig:0", "gres:gpu:mig:0,gres:shard:1"] {
+        assert_eq!(
+            r.route(&job(t, None), None),
+            Ok(Outcome::Unchanged("no GPU request")),
+            "{t}"
+        );
+    }
+    // Beside a real request it is skipped and kept as written.
+    let out = routed(&r, &job("gres:gpu:mig:0,gres:gpu:mig:1", None), None);
+    assert!(
+        out.tres[0].1.starts_with("gres:gpu:mig:0,gres:gpu:") && out.tres[0].1.ends_with(":1"),
+        "{:?}",
+        out.tres
+    );
 }
 
 #[test]
@@ -450,9 +553,8 @@ fn on_a30s_jobs_route_to_the_a30s_profiles_and_its_whole_gpu_is_the_fastest() {
     let mut j = job("gres:gpu:mig:1", Some("smartmig:class=bert-infer;gpumem=8G"));
     j.deadline = Some(NOW + 10_000 * 60);
     assert_eq!(routed(&r, &j, None).gpu_type, "2g.12gb", "1g.6gb has 6 GB");
-    let mut j = job("gres:gpu:mig:1", None);
+    let mut j = job("gres:gpu:mig:1", Some("smartmig:due=30m"));
     j.time_limit_min = Some(120);
-    j.deadline = Some(NOW + 30 * 60);
     assert_eq!(routed(&r, &j, None).gpu_type, "4g.24gb");
     let mixed = router_with("", &["a100-40gb", "a30-24gb", "h100-80gb"]);
     let names: Vec<&str> = mixed.candidates().iter().map(|c| c.name.as_str()).collect();
