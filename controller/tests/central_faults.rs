@@ -183,20 +183,21 @@ on_both_backends!(
 fn an_agent_killed_between_destroy_and_create_finishes_the_plan_when_restarted_and_the_cycle_completes(
     kind: Kind,
 ) {
-    killed_mid_plan_then_restored(kind, false);
+    killed_mid_plan_then(kind, false);
 }
 
 #[test]
-fn at_boot_without_slurmctld_the_restore_finishes_a_killed_agents_plan_and_the_node_comes_back_safe() {
-    killed_mid_plan_then_restored(Kind::Simulated, true);
+fn a_node_rebooted_mid_plan_without_slurmctld_goes_back_to_the_layouts_slurmctld_has_and_comes_back_safe() {
+    killed_mid_plan_then(Kind::Simulated, true);
 }
 
-/// Node 1's agent killed between destroy and create, then restarted as systemd would (its
-/// restore finishes the journaled plan); with `controller_down`, slurmctld is stopped
-/// before the restore (a node booting while the controller is away: the restore cannot
-/// publish what it did, and must restore all the same) and started after it. Either way
-/// the central role, waiting throughout, completes the batch.
-fn killed_mid_plan_then_restored(kind: Kind, controller_down: bool) {
+/// Node 1's agent killed between destroy and create, then either restarted as systemd
+/// restarts it (`Restart=on-failure`: it finishes the journaled plan) or, with `reboot`,
+/// the node rebooted while slurmctld is away: slurmd stopped, the restore before it (its
+/// plan rolled back: the gres.conf slurmd is about to read, and slurmctld, have the
+/// layouts before it; the report cannot be published), slurmd started, then slurmctld and
+/// the agent. The central role, waiting throughout, completes the batch with both nodes.
+fn killed_mid_plan_then(kind: Kind, reboot: bool) {
     skip_unless_netns!();
     let (mut c, jobs, s0) = start_with_workload();
     let g1 = make_gpus(&c, 1, kind, &[C1], &[]);
@@ -219,42 +220,124 @@ fn killed_mid_plan_then_restored(kind: Kind, controller_down: bool) {
         central.try_wait().unwrap().is_none(),
         "the central role waits for node 1"
     );
-    if controller_down {
-        let pid: i32 = std::fs::read_to_string(c.dir.join("run/slurmctld.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert!(Command::new("kill")
-            .arg(pid.to_string())
-            .status()
-            .unwrap()
-            .success());
-        wait_until("slurmctld to stop", Duration::from_secs(30), || {
-            !Path::new(&format!("/proc/{pid}")).exists()
-                || std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    .is_ok_and(|s| s.contains("State:\tZ"))
-        });
+    if !reboot {
+        common::start_agent_daemon_on(&mut c, 1, "agent-1-restarted", &g1);
+        let out = finish(&c, central);
+        assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
+        assert_eq!(g1.layout(0), C5);
+        let log = std::fs::read_to_string(c.dir.join("log/agent-1-restarted.out")).unwrap();
+        assert!(log.contains("finished the interrupted plan"), "{log}");
+        assert_eq!(sim_layout(&s0), NODE0_C5);
+        let g0 = TestGpus::from_simulated(&s0, &a100());
+        assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
+        return;
     }
-    // systemd would restart it; its restore step finishes the journaled plan (and writes
-    // gres.conf: slurmd, ordered after it, starts with the GPUs' layouts).
-    let restore = start_agent_named_on(&mut c, 1, "agent-1-restarted", &g1);
-    assert!(restore.contains("finished the interrupted plan"), "{restore}");
-    assert_eq!(g1.layout(0), C5);
-    if controller_down {
-        assert!(restore.contains("cannot be published"), "{restore}");
-        let restart = Command::new(c.restart_slurmctld_script()).status().unwrap();
-        assert!(restart.success());
-        c.wait_for("slurmctld", Duration::from_secs(30), |c| {
-            c.scontrol(&["ping"]).status.success()
-        });
-    }
+    let pid: i32 = std::fs::read_to_string(c.dir.join("run/slurmctld.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success());
+    wait_until("slurmctld to stop", Duration::from_secs(30), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| s.contains("State:\tZ"))
+    });
+    let (stop, start) = c.slurmd_scripts(1);
+    assert!(Command::new(&stop).status().unwrap().success());
+    // The restore before slurmd (then the agent) rolls the plan back: slurmd reads the
+    // gres.conf of the layouts before it, which slurmctld has.
+    let restore = start_agent_named_on(&mut c, 1, "agent-1-after-reboot", &g1);
+    assert!(
+        restore.contains("before slurmd's start") && restore.contains("cannot be published"),
+        "{restore}"
+    );
+    assert_eq!(g1.layout(0), C1);
+    assert!(Command::new(&start).status().unwrap().success());
+    let restart = Command::new(c.restart_slurmctld_script()).status().unwrap();
+    assert!(restart.success());
+    c.wait_for("slurmctld", Duration::from_secs(30), |c| {
+        c.scontrol(&["ping"]).status.success()
+    });
+    // Its rolled-back Apply never reached the channel: asked again, the agent runs it
+    // again, and the batch goes on with both nodes.
     let out = finish(&c, central);
-
     assert!(out.contains("2 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(sim_layout(&s0), NODE0_C5);
+    assert_eq!(g1.layout(0), C5);
     let g0 = TestGpus::from_simulated(&s0, &a100());
     assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
+}
+
+#[test]
+fn after_a_failed_restore_at_boot_the_agent_restores_and_starts_slurmd_and_a_restore_run_again_beside_it_passes(
+) {
+    skip_unless_netns!();
+    let mut c = Cluster::start(&two_nodes());
+    let g1 = make_gpus(&c, 1, Kind::Simulated, &[C1], &[]);
+    start_agent_named_on(&mut c, 1, "agent-1", &g1);
+    let n1 = c.nodes[1].clone();
+    let started = c.dir.join("log/agent-1.out");
+    wait_until("the agent's lock", Duration::from_secs(30), || {
+        std::fs::read_to_string(&started).is_ok_and(|l| l.contains("announced"))
+    });
+    let conf = c.dir.join(format!("etc/smartmig-{n1}.toml"));
+    // The restore unit, run again by a start of slurmd beside the running agent.
+    let restore = |c: &Cluster| {
+        let out = common::smartmigd_with(c, Some(1), &g1.binds())
+            .args(["node", "--restore", "--config"])
+            .arg(&conf)
+            .envs(g1.env())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = restore(&c);
+    assert!(
+        ok && text.contains("the running node agent restored this boot's layouts"),
+        "{text}"
+    );
+    // A boot whose restore failed: slurmd did not start, the mark names an earlier boot.
+    c.stop_daemon("agent-1");
+    let (stop, _) = c.slurmd_scripts(1);
+    assert!(Command::new(&stop).status().unwrap().success());
+    let mark = c.dir.join(format!("agent-{n1}/restored-boot"));
+    std::fs::write(&mark, "an-earlier-boot\n").unwrap();
+    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pidfile = c.dir.join(format!("run/slurmd-{n1}.pid"));
+    let slurmd_runs = || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|p| Path::new(&format!("/proc/{}", p.trim())).exists())
+    };
+    assert!(!slurmd_runs());
+    common::start_agent_daemon_on(&mut c, 1, "agent-1-after-failed-restore", &g1);
+    wait_until(
+        "the agent's own restore and slurmd",
+        Duration::from_secs(30),
+        || std::fs::read_to_string(&mark).is_ok_and(|m| m == this_boot) && slurmd_runs(),
+    );
+    let log = std::fs::read_to_string(c.dir.join("log/agent-1-after-failed-restore.out")).unwrap();
+    assert!(log.contains("did not run or failed"), "{log}");
+    c.wait_for("node 1 to register", Duration::from_secs(30), |c| {
+        let s = c.node_state(&n1);
+        !s.contains('*') && !s.contains("DOWN")
+    });
+    let (ok, text) = restore(&c);
+    assert!(ok, "{text}");
+    // Beside an agent that has not restored this boot, the restore refuses, saying why.
+    std::fs::write(&mark, "an-earlier-boot\n").unwrap();
+    let (ok, text) = restore(&c);
+    assert!(
+        !ok && text.contains("not restored yet") && text.contains("another node agent"),
+        "{text}"
+    );
 }
 
 fn an_nvml_error_on_create_rolls_the_gpu_back_without_touching_slurmd_and_a_later_cycle_applies_it(

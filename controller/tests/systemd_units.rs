@@ -32,7 +32,14 @@ fn the_units_carry_the_sandboxing_options() {
     }
     let node = unit_text("smartmigd-node.service");
     assert!(node.contains("ExecStart=/usr/bin/smartmigd node --config /etc/smartmig/smartmig.toml"));
-    assert!(node.contains("DevicePolicy=closed") && node.contains("DeviceAllow=/dev/nvidiactl rw"));
+    for name in ["smartmigd-node.service", "smartmigd-node-restore.service"] {
+        // Padding records are character devices of major 120, which no device allow-list
+        // can let the agent make (mknod): a closed policy would fail every padded re-layout.
+        assert!(
+            !unit_text(name).contains("DevicePolicy=closed"),
+            "{name}: padding records need mknod of major 120"
+        );
+    }
     assert!(
         node.contains("ReadWritePaths=/etc/slurm\n"),
         "gres.conf is replaced through its directory"

@@ -13,7 +13,7 @@ use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Catalogue, Driver, GpuModel, Layout, Plan, Step};
 use smartmig_gpu::{GpuBackend, GpuState};
 
-use super::journal::{Ending, Journal, OpenPlan, Record};
+use super::journal::{Ending, InFlight, Journal, OpenPlan, Record};
 use super::{gres, NodeChannel, NodeError, Refusal};
 use crate::channel::{device_ref, Desired, GpuActual, GpuTarget, Outcome, Phase, Report, CHANNEL_VERSION};
 use crate::command;
@@ -101,18 +101,20 @@ impl Agent {
 
     /// Finishes or rolls back a re-layout a previous run left open, and reports it.
     pub fn recover(&mut self) -> Result<Option<Report>, NodeError> {
-        match self.reconcile()? {
+        match self.reconcile(false)? {
             Some(report) => self.publish(report).map(Some),
             None => Ok(None),
         }
     }
 
-    /// [`Agent::recover`] at boot (`--restore`), where slurmctld may not answer yet: a
-    /// report that cannot be published is logged, not an error, so that the layouts are
-    /// still restored and slurmd can start. The central role, without the answer, holds
-    /// the node at `report_timeout_s`.
+    /// [`Agent::recover`] at boot (`--restore`, before slurmd starts), where a plan left
+    /// open is rolled back instead of finished: its generation's gres.conf was not
+    /// installed, so slurmd is about to read the lines of the layouts before it, which
+    /// slurmctld has too. slurmctld may not answer yet: a report that cannot be published
+    /// is logged, not an error, so that the layouts are still restored and slurmd can
+    /// start. The central role, without the answer, holds the node at `report_timeout_s`.
     pub fn recover_at_boot(&mut self) -> Result<Option<Report>, NodeError> {
-        let Some(report) = self.reconcile()? else {
+        let Some(report) = self.reconcile(true)? else {
             return Ok(None);
         };
         let generation = report.generation;
@@ -128,9 +130,9 @@ impl Agent {
         }
     }
 
-    /// Finishes or rolls back a re-layout a previous run left open (journal and devices);
-    /// its report, not yet published.
-    fn reconcile(&mut self) -> Result<Option<Report>, NodeError> {
+    /// Finishes (rolls back, `at_boot`) a re-layout a previous run left open (journal and
+    /// devices); its report, not yet published.
+    fn reconcile(&mut self, at_boot: bool) -> Result<Option<Report>, NodeError> {
         let Some(OpenPlan {
             generation,
             gpus,
@@ -145,6 +147,10 @@ impl Agent {
             Err(e) => {
                 self.end(generation, Ending::Failed { error: e.to_string() })?;
                 Outcome::Failed { error: e.to_string() }
+            }
+            Ok(targets) if at_boot => {
+                let why = "interrupted before slurmd's start (a reboot): the GPUs go back to the layouts gres.conf and slurmctld have";
+                self.roll_back(generation, &targets, why.to_string())?
             }
             Ok(targets) => match self.move_all(&targets, |t| &t.to) {
                 Ok(()) => {
@@ -166,6 +172,7 @@ impl Agent {
     /// block, taking over this node's MIG lines written outside it (a first start).
     /// Returns the GPUs restored.
     pub fn restore(&mut self) -> Result<Vec<u32>, NodeError> {
+        self.settle_in_flight()?;
         let want = self
             .journal
             .layouts()
@@ -217,7 +224,76 @@ impl Agent {
         if let Ok(gpus) = self.actual() {
             self.journal.append(Record::Layouts { gpus })?;
         }
+        // systemd starts slurmd once this returns (the restore is ordered before it): no
+        // watchdog is due for a stop that a reboot ended.
+        if !self.journal.slurmd_running() {
+            self.journal.append(Record::Slurmd {
+                running: true,
+                watchdog: None,
+            })?;
+        }
         Ok(restored)
+    }
+
+    /// Before slurmd starts: a generation between its plan's end and slurmd's start on it
+    /// (a reboot took its instances) is made to agree with what slurmctld has, which is
+    /// what slurmd is about to register. Installed, it goes forward to its layouts where
+    /// slurmctld shows them, else back: the GPUs to the layouts before it, its gres.conf
+    /// put back, recorded reverted (also while slurmctld cannot be asked: the agent then
+    /// refuses its Start, and the central role holds the node). Only applied, it goes
+    /// back the same way: its Install would write lines for instances that are gone.
+    fn settle_in_flight(&mut self) -> Result<(), NodeError> {
+        let Some(in_flight) = self.journal.in_flight() else {
+            return Ok(());
+        };
+        let (InFlight::Applied(generation) | InFlight::Installed(generation)) = in_flight;
+        let targets = self.resolve(&self.journal.plan_of(generation).unwrap_or_default())?;
+        let slurmctld = match in_flight {
+            InFlight::Applied(_) => None,
+            InFlight::Installed(_) => match self.channel.gres() {
+                Ok(gres) => gres,
+                Err(e) => {
+                    log::error!(
+                        "generation {generation}: slurmctld's GRES for the node cannot be read ({e})"
+                    );
+                    None
+                }
+            },
+        };
+        let types = self.mig_types();
+        let has_new = match (&slurmctld, self.journal.staged(generation)) {
+            (Some(gres), Some(lines)) => {
+                mig_counts(gres, &types).is_ok_and(|c| c == staged_counts(lines, &types))
+            }
+            _ => false,
+        };
+        if has_new {
+            self.move_all(&targets, |t| &t.to)?;
+            log::warn!(
+                "generation {generation}: installed, not started; slurmctld has its layouts: restored them with its gres.conf"
+            );
+            return Ok(());
+        }
+        self.move_all(&targets, |t| &t.from)?;
+        if matches!(in_flight, InFlight::Installed(_)) {
+            let mut errors = Vec::new();
+            if !self.put_gres_conf_back(&mut errors) {
+                return Err(NodeError::NotPutBack {
+                    generation,
+                    why: errors.join("; "),
+                });
+            }
+        }
+        self.journal.append(Record::Reverted { generation })?;
+        log::warn!(
+            "generation {generation}: {} before slurmd's start; slurmctld has {}: the GPUs and gres.conf went back to the layouts before it",
+            match in_flight {
+                InFlight::Applied(_) => "applied, not installed,",
+                InFlight::Installed(_) => "installed, not started,",
+            },
+            slurmctld.as_deref().unwrap_or("an unknown GRES (it did not answer)"),
+        );
+        Ok(())
     }
 
     /// Removes the markers of the node's gres.conf block (its lines stay as plain
@@ -705,55 +781,31 @@ impl Agent {
         } else {
             gpus.to_vec()
         };
+        let installed = self.journal.installed(generation);
         // slurmd runs again after an Install that stopped it (the watchdog started it with
-        // the generation's gres.conf): it must load the gres.conf put back below.
-        let restart = self.journal.installed(generation)
-            && self.journal.slurmd_running()
-            && self.journal.stopped_for(generation);
+        // the generation's gres.conf), or a restart of it by a revert cut short may have
+        // left it running on that file: it must load the gres.conf put back below.
+        let restart = installed
+            && ((self.journal.slurmd_running() && self.journal.stopped_for(generation))
+                || self.journal.restart_begun(generation));
         let mut errors = Vec::new();
+        let mut gpus_back = false;
         match self.resolve(&gpus) {
-            Ok(targets) => {
-                if let Err(e) = self.move_all(&targets, |t| &t.from) {
-                    errors.push(format!("GPUs not back to their layouts: {e}"));
-                }
-            }
+            Ok(targets) => match self.move_all(&targets, |t| &t.from) {
+                Ok(()) => gpus_back = true,
+                Err(e) => errors.push(format!("GPUs not back to their layouts: {e}")),
+            },
             Err(e) => errors.push(e.to_string()),
         }
-        // Recorded only once gres.conf is back: a revert run again restores it again.
-        let restored = if self.journal.installed(generation) {
-            match durable::restore_previous(&self.cfg.gres_conf) {
-                Ok(true) => true,
-                // Install saved it before writing: gone since (removed by hand, or a
-                // cleanup), the file would stay the generation's under slurmctld's layout.
-                Ok(false) => {
-                    let saved = durable::previous_path(&self.cfg.gres_conf);
-                    errors.push(format!(
-                        "gres.conf not put back: its saved copy {} is gone",
-                        saved.display()
-                    ));
-                    false
-                }
-                Err(e) => {
-                    errors.push(format!("gres.conf not put back: {e}"));
-                    false
-                }
-            }
-        } else {
-            true
-        };
-        // A journal that cannot be written must not keep slurmd stopped: the revert is
-        // recorded at a later run (it restores the same file again).
-        if restored {
-            if let Err(e) = self.journal.append(Record::Reverted { generation }) {
-                errors.push(format!("revert not journaled: {e}"));
-            }
-        }
+        let restored = !installed || self.put_gres_conf_back(&mut errors);
         if restart && restored {
             // Armed at once: if the start below fails, the next tick's watchdog tries again.
-            self.journal.append(Record::Slurmd {
-                running: false,
-                watchdog: Some((generation, unix_now())),
-            })?;
+            if self.journal.slurmd_running() {
+                self.journal.append(Record::Slurmd {
+                    running: false,
+                    watchdog: Some((generation, unix_now())),
+                })?;
+            }
             if let Err(e) = command::run(&self.cfg.slurmd_stop, COMMAND_TIMEOUT) {
                 errors.push(format!("slurmd not restarted with the gres.conf put back: {e}"));
             }
@@ -765,6 +817,21 @@ impl Agent {
                 errors.push(e.to_string());
             }
         }
+        // A reboot from now on brings back the layouts the GPUs went back to, not the
+        // generation's (which the watchdog may have recorded when it started slurmd).
+        if gpus_back {
+            if let Ok(gpus) = self.actual() {
+                self.journal.append(Record::Layouts { gpus })?;
+            }
+        }
+        // Recorded last, once gres.conf is back and slurmd runs on it: a revert cut short
+        // before runs again whole. A journal that cannot be written must not keep slurmd
+        // stopped: the revert is recorded at a later run (it restores the same file again).
+        if restored {
+            if let Err(e) = self.journal.append(Record::Reverted { generation }) {
+                errors.push(format!("revert not journaled: {e}"));
+            }
+        }
         Ok(if errors.is_empty() {
             Outcome::Done
         } else {
@@ -774,7 +841,30 @@ impl Agent {
         })
     }
 
-    fn start_slurmd_only(&mut self) -> Result<(), NodeError> {
+    /// Puts back the gres.conf saved before a generation's Install; whether it did (why
+    /// not is pushed on `errors`).
+    fn put_gres_conf_back(&self, errors: &mut Vec<String>) -> bool {
+        match durable::restore_previous(&self.cfg.gres_conf) {
+            Ok(true) => true,
+            // Install saved it before writing: gone since (removed by hand, or a cleanup),
+            // the file would stay the generation's under slurmctld's layout.
+            Ok(false) => {
+                let saved = durable::previous_path(&self.cfg.gres_conf);
+                errors.push(format!(
+                    "gres.conf not put back: its saved copy {} is gone",
+                    saved.display()
+                ));
+                false
+            }
+            Err(e) => {
+                errors.push(format!("gres.conf not put back: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Starts slurmd (a start of a running slurmd does nothing) and journals it running.
+    pub fn start_slurmd_only(&mut self) -> Result<(), NodeError> {
         command::run(&self.cfg.slurmd_start, COMMAND_TIMEOUT)?;
         self.journal.append(Record::Slurmd {
             running: true,

@@ -101,6 +101,16 @@ impl Node {
         }
     }
 
+    /// A reboot: every instance of GPU `gpu` gone.
+    fn reboot(&self, gpu: u32) {
+        let mut sim = self.sim.clone();
+        let st = sim.state(gpu, &self.model).unwrap();
+        for i in st.layout.instances() {
+            sim.apply(gpu, &self.model, Step::DestroyCompute(*i)).unwrap();
+            sim.apply(gpu, &self.model, Step::DestroyGpu(*i)).unwrap();
+        }
+    }
+
     fn layout(&self, gpu: u32) -> String {
         let st = self.sim.state(gpu, &self.model).unwrap();
         assert!(st.is_settled(), "GPU {gpu} is left unsettled: {st:?}");
@@ -231,7 +241,10 @@ fn padding_blocks_are_filled_with_records_of_their_own_devices_and_written_again
         assert!(numbers.insert(m.rdev()), "{f}: a device number twice");
     }
     // After a reboot the padding comes from the file itself, with the devices' lines.
+    n.desire(1, Phase::Start, &[]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
     drop(a);
+    n.reboot(0);
     let mut a = n.agent();
     a.restore().unwrap();
     assert_eq!(
@@ -321,7 +334,11 @@ fn a_padded_gres_conf_lists_the_devices_in_the_plans_order_which_reports_carry_a
         ]
     );
     // After a reboot the order comes from the file itself.
+    n.desire(2, Phase::Start, &[]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
     drop(a);
+    n.reboot(0);
+    n.reboot(1);
     let mut a = n.agent();
     a.restore().unwrap();
     assert_eq!(files(), ["nvidia4", "nvidia12", "nvidia0", "nvidia8"]);
@@ -751,6 +768,61 @@ fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it
 }
 
 #[test]
+fn after_a_revert_of_what_the_watchdog_started_a_reboot_restores_the_layouts_reverted_to() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    n.apply_and_install(&mut a, 7);
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    assert_eq!(a.tick(deadline + 1.0).unwrap().unwrap().phase, Phase::Start);
+    std::fs::write(n.spool().gres_path(), "gpu:7g.40gb:1(S:0)").unwrap();
+    n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    drop(a);
+    n.reboot(0);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    assert_eq!(n.layout(0), "7g.40gb@0", "not the layouts reverted away");
+    assert_eq!(n.gres_types(), ["7g.40gb"]);
+}
+
+#[test]
+fn a_revert_cut_short_after_it_began_to_restart_slurmd_restarts_it_when_run_again() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    n.apply_and_install(&mut a, 7);
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    assert_eq!(a.tick(deadline + 1.0).unwrap().unwrap().phase, Phase::Start);
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    drop(a);
+    // A revert put gres.conf back and journaled slurmd's stop, then died before the stop:
+    // slurmd still runs on the generation's gres.conf.
+    durable::restore_previous(&n.path("gres.conf")).unwrap();
+    let mut j = Journal::open(&n.path("state")).unwrap();
+    j.append(Record::Slurmd {
+        running: false,
+        watchdog: Some((7, unix_now())),
+    })
+    .unwrap();
+    drop(j);
+    let mut a = n.agent();
+    n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    assert_eq!(
+        n.slurmd_log(),
+        "stop\nstart\nstop\nstart\n",
+        "stopped before the start: a start alone leaves a running slurmd on the old file"
+    );
+    assert!(a.journal().reverted(7) && a.journal().slurmd_watchdog().is_none());
+}
+
+#[test]
 fn the_watchdog_waits_while_slurmctlds_gres_for_the_node_does_not_parse() {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
@@ -853,21 +925,137 @@ fn recovery_rolls_back_to_from_when_the_interrupted_plan_cannot_finish() {
 }
 
 #[test]
-fn at_boot_a_recovery_whose_report_cannot_be_published_still_reconciles_and_restores() {
+fn at_boot_a_plan_left_open_goes_back_to_the_layouts_gres_conf_and_slurmctld_have_even_unpublished() {
     let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    drop(a);
+    // A run began generation 6 and died; the node rebooted. slurmctld does not answer at
+    // boot: here, the report cannot be written.
     n.begin_seven_to_c5(6);
-    // slurmctld does not answer at boot: here, the report cannot be written.
+    n.reboot(0);
     std::fs::create_dir_all(n.spool().report_path()).unwrap();
     let mut a = n.agent();
     let r = a.recover_at_boot().unwrap().expect("the reconciled re-layout");
-    assert_eq!((r.generation, r.outcome), (6, Outcome::Done));
+    assert_eq!(r.generation, 6);
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("before slurmd's start")),
+        "{r:?}"
+    );
     assert!(a.journal().is_closed());
-    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+    assert_eq!(n.layout(0), "7g.40gb@0");
     a.restore()
         .expect("the layouts are restored and gres.conf written");
-    assert!(std::fs::read_to_string(n.path("gres.conf"))
-        .unwrap()
-        .contains("3g.20gb"));
+    assert_eq!(
+        std::fs::read_to_string(n.path("gres.conf")).unwrap(),
+        before,
+        "slurmd starts on the lines slurmctld has"
+    );
+    // Restarted without a reboot (no restore), an agent finishes such a plan instead.
+    let n = Node::new(&["7g@0"]);
+    n.begin_seven_to_c5(6);
+    let r = n.agent().recover().unwrap().unwrap();
+    assert_eq!((r.generation, r.outcome), (6, Outcome::Done));
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+}
+
+/// Generation 5 applied (and installed, with `install`) on GPU 0, from 7g to c5, then a
+/// reboot, slurmctld showing `slurm_gres` (None: no answer), and the restore before
+/// slurmd; the agent after it and gres.conf from before the generation.
+fn rebooted_in_flight(install: bool, slurm_gres: Option<&str>) -> (Node, Agent, String) {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    n.desire(5, Phase::Apply, &[SEVEN_TO_C5]);
+    assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+    if install {
+        n.desire(5, Phase::Install, &[SEVEN_TO_C5]);
+        assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
+        assert!(!a.journal().slurmd_running());
+    }
+    drop(a);
+    n.reboot(0);
+    if let Some(gres) = slurm_gres {
+        std::fs::write(n.spool().gres_path(), gres).unwrap();
+    }
+    let mut a = n.agent();
+    assert!(a.recover_at_boot().unwrap().is_none(), "no plan was open");
+    a.restore().unwrap();
+    assert!(
+        a.journal().slurmd_running() && a.journal().slurmd_watchdog().is_none(),
+        "slurmd starts after the restore"
+    );
+    (n, a, before)
+}
+
+#[test]
+fn at_boot_an_installed_generation_slurmctld_has_comes_back_with_its_layouts_and_gres_conf() {
+    let (n, mut a, before) = rebooted_in_flight(true, Some("gpu:3g.20gb:2"));
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+    assert_eq!(n.gres_types(), ["3g.20gb", "3g.20gb"]);
+    assert_ne!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    // The central role's Start then finds the node as slurmctld has it.
+    n.desire(5, Phase::Start, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.phase, r.outcome), (Phase::Start, Outcome::Done));
+    // A second reboot brings the generation's layouts back.
+    drop(a);
+    n.reboot(0);
+    n.agent().restore().unwrap();
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
+}
+
+#[test]
+fn at_boot_an_installed_generation_slurmctld_does_not_show_goes_back_and_its_start_is_refused() {
+    for slurm_gres in [Some("gpu:7g.40gb:1(S:0)"), None] {
+        let (n, mut a, before) = rebooted_in_flight(true, slurm_gres);
+        assert_eq!(n.layout(0), "7g.40gb@0", "{slurm_gres:?}");
+        assert_eq!(
+            std::fs::read_to_string(n.path("gres.conf")).unwrap(),
+            before,
+            "{slurm_gres:?}"
+        );
+        assert!(a.journal().reverted(5));
+        n.desire(5, Phase::Start, &[SEVEN_TO_C5]);
+        let r = a.poll().unwrap().unwrap();
+        assert!(
+            matches!(&r.outcome, Outcome::Failed { error } if error.contains("reverted")),
+            "{slurm_gres:?}: {r:?}"
+        );
+        assert_eq!(n.layout(0), "7g.40gb@0");
+    }
+}
+
+#[test]
+fn at_boot_an_applied_generation_goes_back_so_its_install_writes_no_lines_for_instances_the_reboot_took() {
+    let (n, mut a, before) = rebooted_in_flight(false, Some("gpu:7g.40gb:1(S:0)"));
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    n.desire(5, Phase::Install, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("reverted")),
+        "{r:?}"
+    );
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+}
+
+#[test]
+fn at_boot_an_installed_generation_whose_saved_gres_conf_is_gone_fails_the_restore_so_slurmd_does_not_start()
+{
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    n.apply_and_install(&mut a, 5);
+    drop(a);
+    n.reboot(0);
+    std::fs::remove_file(durable::previous_path(&n.path("gres.conf"))).unwrap();
+    let e = n.agent().restore().unwrap_err();
+    assert!(
+        e.to_string().contains("generation 5") && e.to_string().contains("is gone"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::slurm::Libslurm;
 
 use super::slurm_channel::SlurmChannel;
 use super::spool::SpoolChannel;
-use super::{Agent, AgentConfig, NodeChannel};
+use super::{boot, Agent, AgentConfig, NodeChannel, NodeError};
 
 /// Opens the configured GPU backend.
 fn open_backend(n: &NodeConfig) -> anyhow::Result<Box<dyn GpuBackend + Send>> {
@@ -99,13 +99,23 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
     if let Some(r) = agent.recover().context("recovering from the journal")? {
         log::info!("recovered generation {}: {:?}", r.generation, r.outcome);
     }
-    if let Err(e) = agent.announce() {
-        log::error!("cannot announce the node's layouts: {e}");
-    }
     if !once {
         serve_metrics(&resolved)?;
     }
+    let state_dir = &resolved.config.controller.state_dir;
+    let mut catch_up = if once { None } else { CatchUp::due(state_dir) };
+    if let Err(e) = agent.announce() {
+        log::error!("cannot announce the node's layouts: {e}");
+    }
     loop {
+        if let Some(c) = catch_up.as_mut() {
+            if c.step(&mut agent, state_dir) {
+                catch_up = None;
+            } else {
+                std::thread::sleep(agent.poll_delay());
+                continue;
+            }
+        }
         match agent.tick(super::agent::unix_now()) {
             Ok(_) => {}
             Err(e) if once => return Err(e.into()),
@@ -118,14 +128,89 @@ pub fn run(config: &Path, once: bool) -> anyhow::Result<()> {
     }
 }
 
+/// The restore the agent owes a boot whose `--restore` failed (or did not run): slurmd did
+/// not start, and every start of it runs the restore unit again, which the running agent's
+/// lock refuses until the agent has restored the layouts itself.
+struct CatchUp {
+    /// The boot to mark restored.
+    boot: String,
+    /// The layouts are restored; slurmd still to start.
+    restored: bool,
+}
+
+impl CatchUp {
+    /// Due when the layouts were not restored on this boot.
+    fn due(state_dir: &Path) -> Option<CatchUp> {
+        let boot = boot::current()?;
+        (!boot::restored_on(state_dir, &boot)).then_some(CatchUp {
+            boot,
+            restored: false,
+        })
+    }
+
+    /// Restores the layouts (as `--restore` does), marks the boot, then starts slurmd;
+    /// whether all is done (else it is tried again at the next poll).
+    fn step(&mut self, agent: &mut super::Agent, state_dir: &Path) -> bool {
+        if !self.restored {
+            let restored = agent.recover_at_boot().and_then(|_| agent.restore());
+            match restored.and_then(|gpus| boot::mark_restored_on(state_dir, &self.boot).map(|()| gpus)) {
+                Ok(gpus) => {
+                    log::warn!(
+                        "this boot's restore before slurmd did not run or failed: restored {} GPU(s) and gres.conf; starting slurmd",
+                        gpus.len()
+                    );
+                    self.restored = true;
+                }
+                Err(e) => {
+                    log::error!(
+                        "cannot restore the node's layouts ({e}); slurmd stays stopped; trying again"
+                    );
+                    return false;
+                }
+            }
+        }
+        match agent.start_slurmd_only() {
+            Ok(()) => true,
+            Err(e) => {
+                log::error!("cannot start slurmd after the restore ({e}); trying again");
+                false
+            }
+        }
+    }
+}
+
 /// `smartmigd node --restore`: after a reboot, before slurmd starts.
 pub fn restore(config: &Path) -> anyhow::Result<()> {
     let resolved = read_config(config)?;
-    let mut agent = agent_from_config(&resolved)?;
+    let state_dir = &resolved.config.controller.state_dir;
+    let boot = boot::current();
+    let mut agent = match agent_from_config(&resolved) {
+        Ok(a) => a,
+        // Run again by a start of slurmd after it failed at boot, beside the agent, which
+        // restored the layouts itself since.
+        Err(e) if is_locked(&e) && boot.as_deref().is_some_and(|b| boot::restored_on(state_dir, b)) => {
+            println!("the running node agent restored this boot's layouts and gres.conf");
+            return Ok(());
+        }
+        Err(e) if is_locked(&e) => {
+            return Err(e.context(
+                "this boot's layouts are not restored yet: the running node agent restores them and starts slurmd itself",
+            ))
+        }
+        Err(e) => return Err(e),
+    };
     agent.recover_at_boot().context("recovering from the journal")?;
     let gpus = agent.restore().context("restoring the layouts")?;
+    if let Some(b) = &boot {
+        boot::mark_restored_on(state_dir, b)?;
+    }
     println!("restored {} GPU(s); gres.conf written", gpus.len());
     Ok(())
+}
+
+/// Whether `e` is another agent's hold on the state directory.
+fn is_locked(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<NodeError>(), Some(NodeError::Locked { .. }))
 }
 
 /// `smartmigd node --release`: before uninstalling.

@@ -311,9 +311,15 @@ fn find_block(lines: &[&str], node: &str) -> Result<Option<(usize, usize)>, Gres
     }
 }
 
+/// The value of `key=value` word `word` (gres.conf keys are case-insensitive to Slurm).
+fn value_of<'a>(word: &'a str, key: &str) -> Option<&'a str> {
+    let (k, v) = word.split_once('=')?;
+    k.eq_ignore_ascii_case(key).then_some(v)
+}
+
 /// Whether a gres.conf line names node `node` (or every node: no `NodeName=`).
 fn for_node(words: &[&str], node: &str) -> bool {
-    match words.iter().find_map(|w| w.strip_prefix("NodeName=")) {
+    match words.iter().find_map(|w| value_of(w, "NodeName")) {
         None => true,
         Some(list) => smartmig_core::config::hostlist::HostList::parse(list).is_ok_and(|h| h.contains(node)),
     }
@@ -338,10 +344,12 @@ pub fn merge(
             continue;
         }
         let words: Vec<&str> = l.split('#').next().unwrap_or("").split_whitespace().collect();
-        let gpu = words.iter().any(|w| w.eq_ignore_ascii_case("Name=gpu"));
+        let gpu = words
+            .iter()
+            .any(|w| value_of(w, "Name").is_some_and(|n| n.eq_ignore_ascii_case("gpu")));
         let mig = words
             .iter()
-            .filter_map(|w| w.strip_prefix("Type="))
+            .filter_map(|w| value_of(w, "Type"))
             .any(|t| mig_types.contains(t));
         if gpu && mig && for_node(&words, node) {
             if adopt {
@@ -576,6 +584,10 @@ mod tests {
     fn a_mig_line_of_this_node_outside_the_block_and_broken_markers_are_refused() {
         let text = format!("{SITE}Name=gpu Type=1g.5gb File=/dev/nvidia9\n");
         let e = merge(&text, "n1", "", &types(), false).unwrap_err();
+        assert!(matches!(e, GresConfError::Conflict { line: 5, .. }), "{e}");
+        // Keys in any case, as Slurm reads them.
+        let lower = format!("{SITE}nodename=n1 name=GPU type=1g.5gb file=/dev/nvidia9\n");
+        let e = merge(&lower, "n1", "", &types(), false).unwrap_err();
         assert!(matches!(e, GresConfError::Conflict { line: 5, .. }), "{e}");
         let adopted = merge(
             &text,

@@ -45,6 +45,15 @@ pub struct OpenPlan {
     pub order: Vec<String>,
 }
 
+/// The journal's last generation, between the end of its plan and slurmd's start on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlight {
+    /// Its plan ended done; gres.conf does not have its lines yet.
+    Applied(u64),
+    /// gres.conf has (or may have) its lines; slurmd has not started on them.
+    Installed(u64),
+}
+
 /// One journal line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rec", rename_all = "kebab-case")]
@@ -313,6 +322,49 @@ impl Journal {
             }),
             _ => None,
         }
+    }
+
+    /// The last generation begun, if its plan ended done and it has neither started nor
+    /// been reverted since.
+    pub fn in_flight(&self) -> Option<InFlight> {
+        let (begin, generation) = self.records.iter().enumerate().rev().find_map(|(i, r)| match r {
+            Record::Begin { generation, .. } => Some((i, *generation)),
+            _ => None,
+        })?;
+        if self.reverted(generation) || self.ending(generation) != Some(&Ending::Done) {
+            return None;
+        }
+        let since = &self.records[begin..];
+        let installed = since.iter().rposition(|r| {
+            matches!(r, Record::Installing { generation: g } | Record::Installed { generation: g } if *g == generation)
+        });
+        let Some(installed) = installed else {
+            return Some(InFlight::Applied(generation));
+        };
+        // Its Start (or the watchdog's) starts slurmd after the install.
+        let started = since[installed..]
+            .iter()
+            .any(|r| matches!(r, Record::Slurmd { running: true, .. }));
+        (!started).then_some(InFlight::Installed(generation))
+    }
+
+    /// Whether a revert of `generation` stopped slurmd to restart it on the gres.conf put
+    /// back and its start is not journaled yet: slurmd was stopped for the generation,
+    /// running again since, then stopped for it once more.
+    pub fn restart_begun(&self, generation: u64) -> bool {
+        // 1: stopped for the generation; 2: running again; 3: stopped for it once more.
+        let mut phase = 0;
+        for r in &self.records {
+            match r {
+                Record::Slurmd {
+                    running: false,
+                    watchdog: Some((g, _)),
+                } if *g == generation => phase = if phase >= 2 { 3 } else { 1 },
+                Record::Slurmd { running: true, .. } if phase >= 1 => phase = 2,
+                _ => {}
+            }
+        }
+        phase == 3
     }
 
     /// The GPUs generation `generation` set out to change, if it began here.

@@ -3,6 +3,7 @@
 //! [`Report`].
 
 pub mod agent;
+pub mod boot;
 pub mod daemon;
 pub mod gres;
 pub mod journal;
@@ -113,6 +114,14 @@ pub enum NodeError {
     /// The node's gres.conf lines cannot be written as asked.
     #[error(transparent)]
     Render(#[from] gres::RenderError),
+    /// Before slurmd's start, a generation's gres.conf could not be put back.
+    #[error("generation {generation}: {why}; slurmd must not start on the generation's gres.conf, which slurmctld does not have")]
+    NotPutBack {
+        /// The generation.
+        generation: u64,
+        /// Why.
+        why: String,
+    },
 }
 
 /// Why the agent refuses a re-layout before touching any device.

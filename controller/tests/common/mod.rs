@@ -180,6 +180,18 @@ pub fn start_agent_named_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGp
     start_agent_named_on_with(c, i, name, gpus, &[])
 }
 
+/// Starts node `i`'s agent daemon on `gpus` as daemon `name`, without a restore first: the
+/// agent's own restart by systemd (`Restart=on-failure`), no reboot.
+pub fn start_agent_daemon_on(c: &mut Cluster, i: usize, name: &str, gpus: &TestGpus) {
+    let conf = agent_config_on(c, i, gpus);
+    let mut cmd = smartmigd_with(c, Some(i), &gpus.binds());
+    cmd.args(["node", "--config"])
+        .arg(&conf)
+        .env("RUST_LOG", "debug")
+        .envs(gpus.env());
+    c.spawn_daemon(name, &mut cmd);
+}
+
 /// [`start_agent_named_on`] with `env` set for the agent daemon (not its `--restore`).
 fn start_agent_named_on_with(
     c: &mut Cluster,
