@@ -34,11 +34,12 @@ fn bench(c: &mut Criterion) {
         time_limit_min: Some(60),
         deadline: Some(1_700_000_000 + 3 * 3600),
         now: 1_700_000_000,
+        ..Job::default()
     };
     c.bench_function("route gpu:mig with hints and snapshot", |b| {
         b.iter(|| r.route(black_box(&job), black_box(Some(&snap))))
     });
-    c.bench_function("route concrete type (validate only)", |b| {
+    c.bench_function("route concrete type (left to Slurm: parse only)", |b| {
         let j = Job {
             tres: TresStrings([Some("gres:gpu:3g.40gb:1"), None, None, None]),
             ..job.clone()
