@@ -30,6 +30,8 @@ pub struct FakeSlurm {
     pub rollback_fails: bool,
     /// Nodes whose agent never answers Apply (slow NVML); other phases are answered.
     pub slow_apply: Vec<String>,
+    /// Nodes whose agent refuses Start (it reverted the generation at boot), slurmd running.
+    pub start_refused: Vec<String>,
     /// Nodes whose Extra cannot be written (slurmctld refuses the update): the hand-off of
     /// a plan to their agent fails.
     pub extra_refused: Vec<String>,
@@ -211,7 +213,17 @@ impl FakeSlurm {
                     report.gres_order = staged.clone();
                 }
             }
-            (Phase::Start, _) => report.slurmd_running = true,
+            (Phase::Start, _) => {
+                report.slurmd_running = true;
+                if self.start_refused.contains(&self.nodes[i].name) {
+                    report.outcome = Outcome::Failed {
+                        error: format!(
+                            "generation {} was reverted on this node; it does not go forward again",
+                            d.generation
+                        ),
+                    };
+                }
+            }
             (Phase::Revert, _) => {
                 set_layouts(&mut report, &d, |t| &t.from);
                 if let Some((_, before)) = self.gres_orders.remove(&self.nodes[i].name) {

@@ -761,6 +761,26 @@ fn a_failing_agent_rolls_back_and_its_node_is_resumed_without_a_refresh() {
 }
 
 #[test]
+fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() {
+    let dir = temp("start-refused");
+    let mut s = cluster();
+    s.start_refused = vec!["b".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let r = once(&mut c);
+    assert_eq!(r.changed, 1, "c only: {:?}", r.errors);
+    let b = node(&mut c, "b");
+    assert!(
+        b.drain
+            && b.reason
+                .as_deref()
+                .is_some_and(|w| w.contains("the agent refused Start")),
+        "{b:?}"
+    );
+    assert!(!node(&mut c, "c").drain);
+}
+
+#[test]
 fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_put_gres_conf_back() {
     // The include held the batch's values (put back, then reloaded), or could not even
     // be written (Slurm as it was: nothing reloads).

@@ -460,7 +460,13 @@ impl Central {
                 None => {}
             },
             NodeState::Starting => {
-                if let Some(r) = settled(Phase::Start).filter(|r| r.slurmd_running) {
+                let start = settled(Phase::Start);
+                if let Some(Outcome::Failed { error }) = start.as_ref().map(|r| &r.outcome) {
+                    // slurmd may run, on what the agent has: not the generation's layouts
+                    // (it reverted them at boot, say), which slurmctld has now.
+                    let why = format!("the agent refused Start: {error}");
+                    self.hold(b, node, &rec, why, report)
+                } else if let Some(r) = start.filter(|r| r.slurmd_running && r.outcome == Outcome::Done) {
                     let outcome = match &r.watchdog {
                         Some(w) => format!("applied (slurmd started by the agent's watchdog: {w})"),
                         None => "applied".to_string(),

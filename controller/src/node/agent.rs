@@ -224,14 +224,13 @@ impl Agent {
         if let Ok(gpus) = self.actual() {
             self.journal.append(Record::Layouts { gpus })?;
         }
-        // systemd starts slurmd once this returns (the restore is ordered before it): no
-        // watchdog is due for a stop that a reboot ended.
-        if !self.journal.slurmd_running() {
-            self.journal.append(Record::Slurmd {
-                running: true,
-                watchdog: None,
-            })?;
-        }
+        // systemd starts slurmd once this returns (the restore is ordered before it), on
+        // the gres.conf just made to agree with slurmctld: no watchdog is due for a stop
+        // that a reboot ended, and a generation installed before is settled (started).
+        self.journal.append(Record::Slurmd {
+            running: true,
+            watchdog: None,
+        })?;
         Ok(restored)
     }
 
@@ -239,33 +238,69 @@ impl Agent {
     /// (a reboot took its instances) is made to agree with what slurmctld has, which is
     /// what slurmd is about to register. Installed, it goes forward to its layouts where
     /// slurmctld shows them, else back: the GPUs to the layouts before it, its gres.conf
-    /// put back, recorded reverted (also while slurmctld cannot be asked: the agent then
-    /// refuses its Start, and the central role holds the node). Only applied, it goes
-    /// back the same way: its Install would write lines for instances that are gone.
+    /// put back, recorded reverted (the agent then refuses its Start, and the central role
+    /// holds the node); while slurmctld cannot be asked the restore fails and slurmd
+    /// waits. Only applied, it goes back the same way: its Install would write lines for
+    /// instances that are gone.
     fn settle_in_flight(&mut self) -> Result<(), NodeError> {
         let Some(in_flight) = self.journal.in_flight() else {
             return Ok(());
         };
         let (InFlight::Applied(generation) | InFlight::Installed(generation)) = in_flight;
         let targets = self.resolve(&self.journal.plan_of(generation).unwrap_or_default())?;
-        let slurmctld = match in_flight {
-            InFlight::Applied(_) => None,
-            InFlight::Installed(_) => match self.channel.gres() {
-                Ok(gres) => gres,
-                Err(e) => {
-                    log::error!(
-                        "generation {generation}: slurmctld's GRES for the node cannot be read ({e})"
-                    );
-                    None
+        // The record's GRES, and whether the central role asks this generation back (it
+        // undoes slurmctld only after the nodes' reverts: on the reconfigure path slurmctld
+        // may still show the generation).
+        let (slurmctld, reverting) = match in_flight {
+            InFlight::Applied(_) => (None, true),
+            InFlight::Installed(_) => {
+                match self.channel.read() {
+                    Ok(rec) => {
+                        let back = rec
+                            .desired
+                            .is_some_and(|d| d.generation == generation && d.phase == Phase::Revert);
+                        (rec.gres, back)
+                    }
+                    Err(e) => {
+                        log::warn!("generation {generation}: the node's record does not read ({e}); reading its GRES alone");
+                        match self.channel.gres() {
+                            Ok(gres) => (gres, false),
+                            Err(e) => {
+                                log::error!("generation {generation}: slurmctld's GRES for the node cannot be read ({e})");
+                                (None, false)
+                            }
+                        }
+                    }
                 }
-            },
+            }
         };
         let types = self.mig_types();
-        let has_new = match (&slurmctld, self.journal.staged(generation)) {
-            (Some(gres), Some(lines)) => {
-                mig_counts(gres, &types).is_ok_and(|c| c == staged_counts(lines, &types))
+        let has_new = match (in_flight, &slurmctld) {
+            // Not installed (slurmctld is refreshed only after every node's install), or
+            // asked back.
+            (InFlight::Applied(_), _) => false,
+            _ if reverting => false,
+            (InFlight::Installed(_), Some(gres)) => match mig_counts(gres, &types) {
+                Ok(c) => self
+                    .journal
+                    .staged(generation)
+                    .is_some_and(|l| c == staged_counts(l, &types)),
+                Err(e) => {
+                    return Err(NodeError::SlurmctldUnknown {
+                        generation,
+                        why: format!("its GRES `{gres}` does not parse ({e})"),
+                    })
+                }
+            },
+            // Never taken for the layouts before: slurmctld may have loaded the generation
+            // (a power loss after the refresh). slurmd waits; the agent restores once
+            // slurmctld answers.
+            (InFlight::Installed(_), None) => {
+                return Err(NodeError::SlurmctldUnknown {
+                    generation,
+                    why: "it does not answer".into(),
+                })
             }
-            _ => false,
         };
         if has_new {
             self.move_all(&targets, |t| &t.to)?;
@@ -291,7 +326,7 @@ impl Agent {
                 InFlight::Applied(_) => "applied, not installed,",
                 InFlight::Installed(_) => "installed, not started,",
             },
-            slurmctld.as_deref().unwrap_or("an unknown GRES (it did not answer)"),
+            slurmctld.as_deref().unwrap_or("the layouts before it (not yet refreshed)"),
         );
         Ok(())
     }
@@ -789,10 +824,16 @@ impl Agent {
             && ((self.journal.slurmd_running() && self.journal.stopped_for(generation))
                 || self.journal.restart_begun(generation));
         let mut errors = Vec::new();
-        let mut gpus_back = false;
         match self.resolve(&gpus) {
             Ok(targets) => match self.move_all(&targets, |t| &t.from) {
-                Ok(()) => gpus_back = true,
+                // A reboot from now on brings back the layouts the GPUs went back to, not
+                // the generation's (which the watchdog may have recorded when it started
+                // slurmd).
+                Ok(()) => {
+                    if let Ok(gpus) = self.actual() {
+                        self.journal.append(Record::Layouts { gpus })?;
+                    }
+                }
                 Err(e) => errors.push(format!("GPUs not back to their layouts: {e}")),
             },
             Err(e) => errors.push(e.to_string()),
@@ -815,13 +856,6 @@ impl Agent {
                 errors.push("slurmd left stopped: it would read a gres.conf slurmctld does not share".into());
             } else if let Err(e) = self.start_slurmd_only() {
                 errors.push(e.to_string());
-            }
-        }
-        // A reboot from now on brings back the layouts the GPUs went back to, not the
-        // generation's (which the watchdog may have recorded when it started slurmd).
-        if gpus_back {
-            if let Ok(gpus) = self.actual() {
-                self.journal.append(Record::Layouts { gpus })?;
             }
         }
         // Recorded last, once gres.conf is back and slurmd runs on it: a revert cut short

@@ -1009,23 +1009,65 @@ fn at_boot_an_installed_generation_slurmctld_has_comes_back_with_its_layouts_and
 
 #[test]
 fn at_boot_an_installed_generation_slurmctld_does_not_show_goes_back_and_its_start_is_refused() {
-    for slurm_gres in [Some("gpu:7g.40gb:1(S:0)"), None] {
-        let (n, mut a, before) = rebooted_in_flight(true, slurm_gres);
-        assert_eq!(n.layout(0), "7g.40gb@0", "{slurm_gres:?}");
-        assert_eq!(
-            std::fs::read_to_string(n.path("gres.conf")).unwrap(),
-            before,
-            "{slurm_gres:?}"
-        );
-        assert!(a.journal().reverted(5));
-        n.desire(5, Phase::Start, &[SEVEN_TO_C5]);
-        let r = a.poll().unwrap().unwrap();
+    let (n, mut a, before) = rebooted_in_flight(true, Some("gpu:7g.40gb:1(S:0)"));
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    assert!(a.journal().reverted(5));
+    n.desire(5, Phase::Start, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { error } if error.contains("reverted")),
+        "{r:?}"
+    );
+    assert_eq!(n.layout(0), "7g.40gb@0");
+}
+
+#[test]
+fn at_boot_an_installed_generation_the_central_role_asks_back_goes_back_though_slurmctld_shows_it() {
+    // The reconfigure path: slurmctld is undone only after the nodes' reverts.
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    n.apply_and_install(&mut a, 5);
+    drop(a);
+    n.desire(5, Phase::Revert, &[SEVEN_TO_C5]);
+    n.reboot(0);
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    let mut a = n.agent();
+    a.restore().unwrap();
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
+    // Its Revert, handled then, is done with the node as it is.
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!((r.phase, r.outcome), (Phase::Revert, Outcome::Done));
+}
+
+#[test]
+fn at_boot_an_installed_generation_waits_while_slurmctld_does_not_answer_then_settles() {
+    let n = Node::new(&["7g@0"]);
+    let mut a = n.agent();
+    a.restore().unwrap();
+    n.apply_and_install(&mut a, 5);
+    drop(a);
+    n.reboot(0);
+    // slurmctld may have loaded the generation (a power loss after its refresh): the
+    // restore fails, and slurmd does not start on a guess.
+    for gres in [None, Some("gpu:3g.20gb:two")] {
+        if let Some(g) = gres {
+            std::fs::write(n.spool().gres_path(), g).unwrap();
+        }
+        let mut a = n.agent();
+        let e = a.restore().unwrap_err();
         assert!(
-            matches!(&r.outcome, Outcome::Failed { error } if error.contains("reverted")),
-            "{slurm_gres:?}: {r:?}"
+            e.to_string().contains("generation 5") && e.to_string().contains("slurmd waits"),
+            "{gres:?}: {e}"
         );
-        assert_eq!(n.layout(0), "7g.40gb@0");
+        assert!(!a.journal().reverted(5) && !a.journal().slurmd_running());
     }
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    n.agent().restore().unwrap();
+    assert_eq!(n.layout(0), "3g.20gb@0 3g.20gb@4");
 }
 
 #[test]
@@ -1050,6 +1092,7 @@ fn at_boot_an_installed_generation_whose_saved_gres_conf_is_gone_fails_the_resto
     n.apply_and_install(&mut a, 5);
     drop(a);
     n.reboot(0);
+    std::fs::write(n.spool().gres_path(), "gpu:7g.40gb:1(S:0)").unwrap();
     std::fs::remove_file(durable::previous_path(&n.path("gres.conf"))).unwrap();
     let e = n.agent().restore().unwrap_err();
     assert!(

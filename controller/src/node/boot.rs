@@ -34,6 +34,11 @@ pub fn restored_on(state_dir: &Path, boot: &str) -> bool {
     std::fs::read_to_string(path(state_dir)).is_ok_and(|t| t.trim() == boot)
 }
 
+/// Whether the layouts were ever restored here (on any boot).
+pub fn restored_before(state_dir: &Path) -> bool {
+    path(state_dir).exists()
+}
+
 /// Records that the layouts were restored on boot `boot`.
 pub fn mark_restored_on(state_dir: &Path, boot: &str) -> Result<(), NodeError> {
     durable::write(&path(state_dir), format!("{boot}\n").as_bytes())?;
@@ -47,8 +52,9 @@ mod tests {
     #[test]
     fn a_restore_counts_for_the_boot_it_was_made_on_only() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!restored_on(dir.path(), "boot-a"), "never restored");
+        assert!(!restored_on(dir.path(), "boot-a") && !restored_before(dir.path()));
         mark_restored_on(dir.path(), "boot-a").unwrap();
+        assert!(restored_before(dir.path()));
         assert!(restored_on(dir.path(), "boot-a"));
         assert!(!restored_on(dir.path(), "boot-b"), "a reboot since");
         assert!(current().is_some_and(|b| !b.is_empty()), "Linux gives a boot id");

@@ -259,11 +259,11 @@ impl Journal {
         if self.records.len() <= COMPACT_AFTER || !self.is_closed() || self.slurmd_watchdog().is_some() {
             return Ok(false);
         }
+        // From the last generation's first record: one whose GPUs needed no change has
+        // no `Begin`, and its `Staged` and `Installed` must stay too.
         let last_begin = self
-            .records
-            .iter()
-            .rposition(|r| matches!(r, Record::Begin { .. }))
-            .unwrap_or(self.records.len());
+            .last_generation()
+            .map_or(self.records.len(), |(first, _)| first);
         let before = &self.records[..last_begin];
         let keep: Vec<Record> = [
             before.iter().rev().find(|r| matches!(r, Record::Layouts { .. })),
@@ -324,17 +324,27 @@ impl Journal {
         }
     }
 
-    /// The last generation begun, if its plan ended done and it has neither started nor
-    /// been reverted since.
-    pub fn in_flight(&self) -> Option<InFlight> {
-        let (begin, generation) = self.records.iter().enumerate().rev().find_map(|(i, r)| match r {
-            Record::Begin { generation, .. } => Some((i, *generation)),
+    /// The journal's last generation (the last `Begin`, or `Staged` for one whose GPUs
+    /// needed no change) and the position of its first record.
+    fn last_generation(&self) -> Option<(usize, u64)> {
+        let generation = self.records.iter().rev().find_map(|r| match r {
+            Record::Begin { generation, .. } | Record::Staged { generation, .. } => Some(*generation),
             _ => None,
         })?;
-        if self.reverted(generation) || self.ending(generation) != Some(&Ending::Done) {
+        let first = self.records.iter().position(|r| {
+            matches!(r, Record::Begin { generation: g, .. } | Record::Staged { generation: g, .. } if *g == generation)
+        })?;
+        Some((first, generation))
+    }
+
+    /// The last generation, if its gres.conf lines were staged (its plan ended done, or
+    /// its GPUs needed no change) and it has neither started nor been reverted since.
+    pub fn in_flight(&self) -> Option<InFlight> {
+        let (first, generation) = self.last_generation()?;
+        if self.reverted(generation) || self.staged(generation).is_none() {
             return None;
         }
-        let since = &self.records[begin..];
+        let since = &self.records[first..];
         let installed = since.iter().rposition(|r| {
             matches!(r, Record::Installing { generation: g } | Record::Installed { generation: g } if *g == generation)
         });
@@ -681,5 +691,34 @@ mod tests {
         assert!(back.staged(7).is_some(), "Install finds its lines");
         assert_eq!(back.plan_of(7), Some(vec![target]), "Revert finds its GPUs");
         assert_eq!(back.layouts(), Some(&layouts[..]));
+    }
+
+    #[test]
+    fn a_generation_whose_gpus_needed_no_change_is_in_flight_and_compaction_keeps_its_install() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        for n in 0..COMPACT_AFTER as u32 {
+            j.append(Record::Done { n }).unwrap();
+        }
+        // Generation 8 changed only gres.conf's order on this node: no Begin.
+        j.append(Record::Staged {
+            generation: 8,
+            lines: "NodeName=n0 Name=gpu Type=3g.20gb File=/dev/x\n".into(),
+        })
+        .unwrap();
+        assert_eq!(j.in_flight(), Some(InFlight::Applied(8)));
+        j.append(Record::Installing { generation: 8 }).unwrap();
+        j.append(Record::Installed { generation: 8 }).unwrap();
+        assert_eq!(j.in_flight(), Some(InFlight::Installed(8)));
+        assert!(j.compact_if_large().unwrap());
+        let back = Journal::open(dir.path()).unwrap();
+        assert!(back.installed(8), "Revert still puts gres.conf back");
+        assert_eq!(back.in_flight(), Some(InFlight::Installed(8)));
+        j.append(Record::Slurmd {
+            running: true,
+            watchdog: None,
+        })
+        .unwrap();
+        assert_eq!(j.in_flight(), None, "started");
     }
 }

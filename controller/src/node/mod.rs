@@ -114,6 +114,14 @@ pub enum NodeError {
     /// The node's gres.conf lines cannot be written as asked.
     #[error(transparent)]
     Render(#[from] gres::RenderError),
+    /// Before slurmd's start, slurmctld's view of a generation installed here is unknown.
+    #[error("generation {generation}: installed, not started, and slurmctld's GRES for the node is unknown: {why}; slurmd waits (the agent restores once slurmctld answers)")]
+    SlurmctldUnknown {
+        /// The generation.
+        generation: u64,
+        /// Why.
+        why: String,
+    },
     /// Before slurmd's start, a generation's gres.conf could not be put back.
     #[error("generation {generation}: {why}; slurmd must not start on the generation's gres.conf, which slurmctld does not have")]
     NotPutBack {

@@ -304,6 +304,10 @@ pub enum RouteError {
     UntypedPadded(String),
 }
 
+/// Minutes a slice chosen for a job with a `--deadline` keeps in hand: its time limit is
+/// rounded up to whole minutes, and Slurm checks it against the deadline a moment later.
+const DEADLINE_MARGIN_MIN: f64 = 1.0;
+
 /// Routing state built once from the config: classes and candidates.
 #[derive(Debug, Clone)]
 pub struct Router {
@@ -486,7 +490,12 @@ impl Router {
             run_min: job
                 .time_limit_min
                 .map_or(self.config.default_runtime_min, f64::from),
-            due_in_min,
+            // A `--deadline` is Slurm's to enforce: a slice must fit the time limit written
+            // in whole minutes, checked a moment after this.
+            due_in_min: due_in_min.map(|d| match job.deadline {
+                Some(_) => d - DEADLINE_MARGIN_MIN,
+                None => d,
+            }),
             count: entries.iter().map(|e| e.count).max().unwrap_or(1),
             on_one_gpu: entries
                 .iter()
@@ -533,7 +542,7 @@ impl Router {
             },
             choice.run_min,
             chosen.compute,
-            choice.due_in_min,
+            due_in_min.unwrap_or(choice.due_in_min),
             if choice.meets_due {
                 ""
             } else {

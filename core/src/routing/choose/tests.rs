@@ -142,6 +142,21 @@ fn a_job_no_slice_can_finish_by_its_deadline_is_refused_naming_the_fastest() {
 }
 
 #[test]
+fn a_slice_whose_rounded_up_time_limit_would_miss_the_deadline_is_not_chosen() {
+    // 60 min on 7g runs 105 min on 4g: 105 minutes left fit its limit only to the
+    // second, and Slurm checks it a moment after the plugin: 7g is chosen.
+    let r = router();
+    let mut j = job("gres:gpu:mig:1", None);
+    j.time_limit_min = Some(60);
+    j.deadline = Some(NOW + 105 * 60);
+    let out = routed(&r, &j, None);
+    assert_eq!(out.gpu_type, "7g.40gb", "{}", out.message);
+    assert!(out.message.contains("due in 105 min"), "{}", out.message);
+    j.deadline = Some(NOW + 106 * 60);
+    assert_eq!(routed(&r, &j, None).gpu_type, "4g.20gb");
+}
+
+#[test]
 fn a_deadline_counts_from_the_jobs_begin_time() {
     let r = router();
     let mut j = job("gres:gpu:mig:1", None);
