@@ -1272,8 +1272,7 @@ fn a_refresh_whose_reply_was_lost_still_finishes_the_batch() {
 #[test]
 fn an_undo_whose_reload_answer_was_lost_reverts_the_nodes_and_holds_them() {
     skip_unless_netns!();
-    if !slurm::release().at_least(23, 11) {
-        eprintln!("skipped: the reconfigure path is smartmigd's from 23.11 on");
+    if !on_the_reconfigure_path() {
         return;
     }
     // The batch's reconfigure is refused; the undo puts the include back and reconfigures
@@ -1297,8 +1296,7 @@ fn an_undo_whose_reload_answer_was_lost_reverts_the_nodes_and_holds_them() {
 fn a_refused_reconfigure_whose_include_cannot_be_put_back_holds_the_nodes_and_slurm_loads_the_batch_on_both_sides(
 ) {
     skip_unless_netns!();
-    if !slurm::release().at_least(23, 11) {
-        eprintln!("skipped: the reconfigure path is smartmigd's from 23.11 on");
+    if !on_the_reconfigure_path() {
         return;
     }
     // The batch's reconfigure waits while the include's saved copy goes away (a cleanup),
@@ -1353,6 +1351,16 @@ fn a_refused_reconfigure_whose_include_cannot_be_put_back_holds_the_nodes_and_sl
         assert!(out.status.success(), "resume {n}: {out:?}");
     }
     assert_safe(&c, &[&s0, &s1], &jobs.all(), &[]);
+}
+
+/// Whether smartmigd re-lays out through `scontrol reconfigure` here (Slurm 23.11 on);
+/// else says the test is skipped.
+fn on_the_reconfigure_path() -> bool {
+    let yes = slurm::release().at_least(23, 11);
+    if !yes {
+        eprintln!("skipped: the reconfigure path is smartmigd's from 23.11 on");
+    }
+    yes
 }
 
 /// One central run from c1 to c5 beside a busy node 0, node 1's agent making its Slurm

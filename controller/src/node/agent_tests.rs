@@ -742,19 +742,26 @@ fn the_watchdog_starts_slurmd_with_the_layout_slurmctld_has() {
     }
 }
 
+/// Generation 7 (GPU 0 from 7g to c5) installed, and slurmd started by the watchdog at its
+/// deadline because slurmctld showed the new layout (a refresh still under way); the
+/// agent and gres.conf from before the generation.
+fn started_by_the_watchdog(n: &Node) -> (Agent, String) {
+    let mut a = n.agent();
+    a.restore().unwrap();
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    n.apply_and_install(&mut a, 7);
+    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
+    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
+    assert_eq!(a.tick(deadline + 1.0).unwrap().unwrap().phase, Phase::Start);
+    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    (a, before)
+}
+
 #[test]
 fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it_with_the_old_one() {
     let n = Node::new(&["7g@0"]);
-    let mut a = n.agent();
-    a.restore().unwrap();
-    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.apply_and_install(&mut a, 7);
-    // slurmctld showed the new layout at the deadline (a refresh still under way) ...
-    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
-    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
-    let r = a.tick(deadline + 1.0).unwrap().unwrap();
-    assert_eq!(r.phase, Phase::Start);
-    // ... and the refresh failed after all: the central role put Slurm back and reverts.
+    let (mut a, before) = started_by_the_watchdog(&n);
+    // The refresh failed after all: the central role put Slurm back and reverts.
     n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
     let r = a.poll().unwrap().unwrap();
     assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
@@ -770,12 +777,7 @@ fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it
 #[test]
 fn after_a_revert_of_what_the_watchdog_started_a_reboot_restores_the_layouts_reverted_to() {
     let n = Node::new(&["7g@0"]);
-    let mut a = n.agent();
-    a.restore().unwrap();
-    n.apply_and_install(&mut a, 7);
-    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
-    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
-    assert_eq!(a.tick(deadline + 1.0).unwrap().unwrap().phase, Phase::Start);
+    let (mut a, _) = started_by_the_watchdog(&n);
     std::fs::write(n.spool().gres_path(), "gpu:7g.40gb:1(S:0)").unwrap();
     n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
     assert_eq!(a.poll().unwrap().unwrap().outcome, Outcome::Done);
@@ -790,14 +792,7 @@ fn after_a_revert_of_what_the_watchdog_started_a_reboot_restores_the_layouts_rev
 #[test]
 fn a_revert_cut_short_after_it_began_to_restart_slurmd_restarts_it_when_run_again() {
     let n = Node::new(&["7g@0"]);
-    let mut a = n.agent();
-    a.restore().unwrap();
-    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
-    n.apply_and_install(&mut a, 7);
-    let (_, deadline) = a.journal().slurmd_watchdog().unwrap();
-    std::fs::write(n.spool().gres_path(), "gpu:3g.20gb:2").unwrap();
-    assert_eq!(a.tick(deadline + 1.0).unwrap().unwrap().phase, Phase::Start);
-    assert_eq!(n.slurmd_log(), "stop\nstart\n");
+    let (a, before) = started_by_the_watchdog(&n);
     drop(a);
     // A revert put gres.conf back and journaled slurmd's stop, then died before the stop:
     // slurmd still runs on the generation's gres.conf.
