@@ -133,6 +133,7 @@ impl FakeSlurm {
             submit: 0,
             start: 0,
             time_limit_min: Some(30),
+            time_min_min: None,
             deadline: None,
             comment: None,
             name: None,

@@ -84,9 +84,10 @@ impl Central {
                 comment: Some(&comment),
                 time_limit_min: from.time_limit_min,
                 deadline: j.deadline,
+                // Slurm refuses an update that puts the limit below it.
+                time_min_min: j.time_min_min,
                 now: unix_now() as i64,
-                // A held job re-routed: `--begin` and `--time-min` are not in the reader's
-                // view; Slurm checks them again at the update.
+                // `--begin` is not in the job reader's view: the deadline counts from now.
                 ..RouteJob::default()
             };
             let router = self.router.as_ref().expect("checked above");

@@ -504,6 +504,7 @@ fn cluster_with_jobs_to_reroute() -> FakeSlurm {
     let mut routed = FakeSlurm::pending(10, "gres:gpu:4g.20gb:1");
     routed.admin_comment = Some(routed_from_mig(Some(120)));
     routed.time_limit_min = Some(50);
+    routed.time_min_min = Some(45);
     s.jobs.push(routed);
     s.jobs.push(FakeSlurm::pending(11, "gres:gpu:4g.20gb:1"));
     let mut updated = FakeSlurm::pending(12, "gres:gpu:4g.20gb:2");
@@ -538,6 +539,19 @@ fn only_jobs_the_plugin_routed_are_rerouted_never_to_less_memory_and_with_the_re
         j10.time_limit_min.is_some_and(|t| t != 50),
         "rescaled from the user's 120: {j10:?}"
     );
+    // A `--time-min` above the rescaled limit raises it (Slurm refuses an update below).
+    let s = {
+        let mut s = cluster_with_jobs_to_reroute();
+        if let Some(j) = s.jobs.iter_mut().find(|j| j.id == 10) {
+            j.time_min_min = Some(600);
+        }
+        s
+    };
+    let dir2 = temp("reroute-time-min");
+    let mut c2 = central(resolved(&dir2, TO_C5), s, Mode::Drain, Recorder::default());
+    assert_eq!(once(&mut c2).rerouted, 1);
+    let raised = c2.api().jobs().unwrap().into_iter().find(|j| j.id == 10).unwrap();
+    assert_eq!(raised.time_limit_min, Some(600), "{raised:?}");
     let j11 = jobs.iter().find(|j| j.id == 11).unwrap();
     assert_eq!(
         j11.tres[0].as_deref(),

@@ -273,6 +273,7 @@ impl SlurmApi for Libslurm {
                         submit: j.submit_time,
                         start: j.start_time,
                         time_limit_min: limit(j.time_limit),
+                        time_min_min: limit(j.time_min).filter(|&m| m > 0),
                         deadline: (j.deadline > 0).then_some(j.deadline),
                         comment: text(j.comment).filter(|c| !c.is_empty()),
                         name: text(j.name),

@@ -47,6 +47,8 @@ pub struct SlurmJob {
     pub start: i64,
     /// Time limit in minutes (None: unlimited or unset).
     pub time_limit_min: Option<u32>,
+    /// `--time-min` in minutes (None: unset).
+    pub time_min_min: Option<u32>,
     /// `--deadline`, Unix seconds.
     pub deadline: Option<i64>,
     /// `--comment`.
