@@ -252,7 +252,7 @@ impl Agent {
         // undoes slurmctld only after the nodes' reverts: on the reconfigure path slurmctld
         // may still show the generation).
         let (slurmctld, reverting) = match in_flight {
-            InFlight::Applied(_) => (None, true),
+            InFlight::Applied(_) => (None, false),
             InFlight::Installed(_) => {
                 match self.channel.read() {
                     Ok(rec) => {
@@ -276,10 +276,9 @@ impl Agent {
         };
         let types = self.mig_types();
         let has_new = match (in_flight, &slurmctld) {
-            // Not installed (slurmctld is refreshed only after every node's install), or
-            // asked back.
+            // Not installed: slurmctld is refreshed only after every node's install.
             (InFlight::Applied(_), _) => false,
-            _ if reverting => false,
+            (InFlight::Installed(_), _) if reverting => false,
             (InFlight::Installed(_), Some(gres)) => match mig_counts(gres, &types) {
                 Ok(c) => self
                     .journal
