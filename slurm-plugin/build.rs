@@ -27,6 +27,9 @@ fn main() {
     if version >= JOB_MODIFY_ERR_MSG_SINCE {
         println!("cargo:rustc-cfg=slurm_job_modify_err_msg");
     }
+    // The watcher thread (src/watch.rs) may outlive `fini` when a file read hangs:
+    // slurmctld's dlclose must then leave its code mapped.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     println!(
         "cargo:rustc-env=SLURM_BUILT_FOR={}",
         slurm_headers::version_text(version)

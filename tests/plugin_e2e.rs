@@ -403,30 +403,21 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
     // Linear default class, due 1.5 × 60 + 60 = 150 min: 3g (140 min).
     assert_eq!(submit(), tres("gpu:3g.20gb:1"));
     // A site class that does not scale becomes the default: the smallest slice wins.
-    c.write_smartmig_toml(&format!(
-        "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
-    ));
-    // The file is checked at most once a second.
-    std::thread::sleep(Duration::from_millis(1100));
+    // The plugin's watcher thread reads it within a second, without a reconfigure.
+    c.write_smartmig_toml_and_wait(
+        &format!(
+            "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
+        ),
+        "job_submit/smartmig: reloaded",
+    );
+    assert_eq!(submit(), tres("gpu:1g.5gb:1"));
+    // A reconfigure keeps it (24.11 re-executes slurmctld, which loads the file afresh).
     c.reconfigure();
     assert_eq!(submit(), tres("gpu:1g.5gb:1"));
-    let log = c.ctld_log();
-    assert!(
-        log.contains("job_submit/smartmig: reloaded")
-            || log.matches("job_submit/smartmig: loaded").count() >= 2,
-        "{}",
-        c.log_tails()
-    );
     // A broken edit is reported and the last good config stays in force.
-    c.write_smartmig_toml(&format!("{SMARTMIG_TOML}slak = 2\n"));
-    std::thread::sleep(Duration::from_millis(1100));
+    c.write_smartmig_toml_and_wait(&format!("{SMARTMIG_TOML}slak = 2\n"), "keeping the previous one");
     assert_eq!(submit(), tres("gpu:1g.5gb:1"));
-    let log = c.ctld_log();
-    assert!(
-        log.contains("keeping the previous one") && log.contains("slak"),
-        "{}",
-        c.log_tails()
-    );
+    assert!(c.ctld_log().contains("slak"), "{}", c.log_tails());
 }
 
 #[test]
@@ -448,8 +439,7 @@ fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     let (id, _) = c.sbatch(&["--wrap", "true"]).expect("CPU job accepted");
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
     // Fixing the file brings routing back without a restart.
-    c.write_smartmig_toml(slurm::SMARTMIG_TOML);
-    std::thread::sleep(Duration::from_millis(1100));
+    c.write_smartmig_toml_and_wait(slurm::SMARTMIG_TOML, "job_submit/smartmig: reloaded");
     let (id, _) = c
         .sbatch(&["--gres=gpu:mig:1", "--time=10", "--hold", "--wrap", "true"])
         .unwrap();
@@ -491,34 +481,62 @@ fn with_padding_untyped_gpu_requests_and_padding_types_are_refused_and_the_rest_
         .unwrap();
     c.wait_job(id, &["COMPLETED"], Duration::from_secs(30));
     // Routing untyped requests makes them typed: nothing left to refuse.
-    c.write_smartmig_toml(&format!(
-        "{SMARTMIG_TOML}route_untyped = true\n[controller.central]\npadding = true\n"
-    ));
-    std::thread::sleep(Duration::from_millis(1100));
+    c.write_smartmig_toml_and_wait(
+        &format!("{SMARTMIG_TOML}route_untyped = true\n[controller.central]\npadding = true\n"),
+        "job_submit/smartmig: reloaded",
+    );
     let (id, _) = c
         .sbatch(&["--gres=gpu:1", "--time=10", "--hold", "--wrap", "true"])
         .unwrap();
     assert_ne!(c.job(id)["TresPerNode"], tres("gpu:1"));
 }
 
+/// The job of the snapshot tests: bert-infer, 60 minutes on a full GPU, due in 400.
+const SNAPSHOT_JOB: [&str; 7] = [
+    "--gres=gpu:mig:1",
+    "--time=60",
+    "--deadline=now+400minutes",
+    "--comment=smartmig:class=bert-infer",
+    "--hold",
+    "--wrap",
+    "true",
+];
+
+/// A fresh snapshot where 2g.10gb is busy and 3g.20gb free: [`SNAPSHOT_JOB`] gets a 3g
+/// (140 min meets 400) where the static rule gives it a 2g.
+fn snapshot_with_a_free_3g() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!(
+        r#"{{"version":1,"generated_at":{now},"soon_free_within_s":300,"queue_pressure":0.5,
+        "types":{{"2g.10gb":{{"free":0,"soon_free":0}},"3g.20gb":{{"free":1,"soon_free":0}},
+        "4g.20gb":{{"free":1,"soon_free":0}},"1g.5gb":{{"free":2,"soon_free":0}}}}}}"#
+    )
+}
+
+/// Submits [`SNAPSHOT_JOB`] and checks that the snapshot steered it to a free 3g.
+fn routed_to_the_free_3g(c: &Cluster) {
+    let (id, stderr) = c.sbatch(&SNAPSHOT_JOB).unwrap();
+    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:3g.20gb:1"), "{stderr}");
+    assert_eq!(minutes(&c.job(id)["TimeLimit"]), Some(140));
+    assert!(stderr.contains("free now"), "{stderr}");
+}
+
 #[test]
 fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() {
     skip_unless_slurm!();
     let (_g, c) = start();
-    let args = [
-        "--gres=gpu:mig:1",
-        "--time=60",
-        "--deadline=now+400minutes",
-        "--comment=smartmig:class=bert-infer",
-        "--hold",
-        "--wrap",
-        "true",
-    ];
     std::fs::write(c.snapshot_path(), b"{\"version\": 1, garbage").unwrap();
+    c.wait_ctld_log("snapshot is not valid", 1);
     for _ in 0..2 {
-        let (id, _) = c.sbatch(&args).expect("submission with a garbage snapshot");
+        let (id, _) = c
+            .sbatch(&SNAPSHOT_JOB)
+            .expect("submission with a garbage snapshot");
         // Static rule: as in the matrix, 2g.10gb.
         assert_eq!(c.job(id)["TresPerNode"], tres("gpu:2g.10gb:1"));
+        // The watcher reads the file again meanwhile (once a second).
         std::thread::sleep(Duration::from_millis(1100));
     }
     let log = c.ctld_log();
@@ -527,22 +545,53 @@ fn a_garbage_snapshot_does_not_stop_submissions_and_a_good_one_steers_routing() 
         1,
         "logged once:\n{log}"
     );
-    // A fresh snapshot where 2g.10gb is busy and 3g.20gb free: 3g (140 min) meets 400.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let snap = format!(
-        r#"{{"version":1,"generated_at":{now},"soon_free_within_s":300,"queue_pressure":0.5,
-        "types":{{"2g.10gb":{{"free":0,"soon_free":0}},"3g.20gb":{{"free":1,"soon_free":0}},
-        "4g.20gb":{{"free":1,"soon_free":0}},"1g.5gb":{{"free":2,"soon_free":0}}}}}}"#
-    );
-    std::fs::write(c.snapshot_path(), snap).unwrap();
-    let (id, stderr) = c.sbatch(&args).unwrap();
-    assert_eq!(c.job(id)["TresPerNode"], tres("gpu:3g.20gb:1"), "{stderr}");
-    assert_eq!(minutes(&c.job(id)["TimeLimit"]), Some(140));
-    assert!(stderr.contains("free now"), "{stderr}");
-    assert!(c.ctld_log().contains("snapshot usable again"));
+    std::fs::write(c.snapshot_path(), snapshot_with_a_free_3g()).unwrap();
+    c.wait_ctld_log("snapshot usable again", 1);
+    routed_to_the_free_3g(&c);
+}
+
+/// The plugin reads the snapshot off slurmctld's job lock: a read that hangs (a FIFO
+/// whose writer writes nothing, as a hung file system would) holds up no submission, and
+/// each is routed with the last snapshot read.
+#[test]
+fn a_snapshot_read_that_hangs_holds_up_no_submission() {
+    use std::os::unix::fs::OpenOptionsExt;
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    // The first read finds no file; the snapshot is then read and used.
+    c.wait_ctld_log("routing by the static rule until it is usable", 1);
+    std::fs::write(c.snapshot_path(), snapshot_with_a_free_3g()).unwrap();
+    c.wait_ctld_log("snapshot usable again", 1);
+    let fifo = c.dir.join("run/snapshot.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    std::fs::rename(&fifo, c.snapshot_path()).unwrap();
+    // A writer opens once the plugin has opened the FIFO to read; kept open and silent,
+    // it leaves that read blocked.
+    let start = std::time::Instant::now();
+    let writer = loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(c.snapshot_path())
+        {
+            Ok(w) => break w,
+            Err(e) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "the plugin never opened the snapshot: {e}\n{}",
+                    c.log_tails()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    for _ in 0..3 {
+        routed_to_the_free_3g(&c);
+    }
+    // The read returns (an empty file): the plugin reads on and says so.
+    drop(writer);
+    c.wait_ctld_log("snapshot is not valid", 1);
 }
 
 #[test]

@@ -1498,8 +1498,9 @@ fn a_job_submitted_while_a_batch_removes_its_best_type_is_routed_to_a_type_that_
     wait_until("the snapshot", Duration::from_secs(60), || {
         c.snapshot_path().exists()
     });
-    // The plugin reads the snapshot again at most once a second.
-    std::thread::sleep(Duration::from_millis(1200));
+    // The plugin's watcher thread found no snapshot at its first read, a second after
+    // slurmctld started; it says so when it reads the batch's.
+    c.wait_ctld_log("snapshot usable again", 1);
     // 12 GB, due in 30 min: only a 7g.40gb meets it (a 4g needs 35 min, the fastest
     // after it); routed to the 7g now, the job would wait for a type about to go.
     let (job, said) = c

@@ -4,7 +4,8 @@
 //! slurmctld loads `job_submit_smartmig.so` (`JobSubmitPlugins=smartmig`), calls `init`
 //! at start and after `scontrol reconfigure` (after `fini`), and `job_submit` /
 //! `job_modify` under its job lock for every submission and update. Every entry point
-//! catches panics (none may unwind into C), does bounded work, and logs through Slurm.
+//! catches panics (none may unwind into C), does bounded work without file I/O (a
+//! watcher thread re-reads the files, `watch`), and logs through Slurm.
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,9 +16,10 @@ use smartmig_core::routing::{OnError, Outcome, RoutedFrom, TresField, AUTO_TYPE}
 pub mod ffi;
 pub mod state;
 pub mod sys;
+pub mod watch;
 
 use ffi::{add_err_msg, log_error, log_info, JobDesc};
-use state::{SnapshotNews, State};
+use state::View;
 use sys::{job_desc_msg_t, job_record_t};
 
 /// Plugin name shown by Slurm.
@@ -38,7 +40,8 @@ const ERROR: c_int = -1;
 /// Returned for refused requests: sbatch prints our message, then Slurm's text for it.
 const REFUSED: c_int = sys::ESLURM_INVALID_GRES as c_int;
 
-/// Loads smartmig.toml (beside slurm.conf, else /etc/smartmig/smartmig.toml).
+/// Loads smartmig.toml (beside slurm.conf, else /etc/smartmig/smartmig.toml) and starts
+/// the thread that re-reads it and the snapshot.
 ///
 /// A bad config does not fail `init`: that would stop slurmctld, or after a plugin-list
 /// change every submission. Instead the error is logged and only `gpu:mig` requests are
@@ -47,10 +50,16 @@ const REFUSED: c_int = sys::ESLURM_INVALID_GRES as c_int;
 pub extern "C" fn init() -> c_int {
     let r = catch_unwind(|| {
         let beside = ffi::extra_conf_path(state::CONFIG_NAME);
-        let (plugin, line) = state::Plugin::start(beside, state::default_config_path(), Instant::now());
+        let (plugin, line) = state::Plugin::start(beside, state::default_config_path());
         log_info(concat!("built for Slurm ", env!("SLURM_BUILT_FOR")));
         log_line(line);
-        *state::lock() = Some(plugin);
+        state::publish(Some(plugin.view()));
+        if let Err(e) = watch::start(plugin, log_line) {
+            log_error(&format!(
+                "cannot start the watcher thread ({e}): smartmig.toml and the snapshot are not \
+                 re-read until slurmctld restarts, and routing follows the static rule"
+            ));
+        }
         SUCCESS
     });
     r.unwrap_or(ERROR)
@@ -63,11 +72,19 @@ fn log_line(line: state::LogLine) {
     }
 }
 
-/// Drops the state (slurmctld calls `init` again on reconfigure).
+/// Stops the watcher thread and drops the state (slurmctld unloads the library next, or
+/// calls `init` again on reconfigure).
 #[no_mangle]
 pub extern "C" fn fini() -> c_int {
     catch_unwind(|| {
-        *state::lock() = None;
+        if watch::stop_running() == Some(watch::Stopped::LeftBehind) {
+            log_error(&format!(
+                "the watcher thread is still reading smartmig.toml or the snapshot after {} s \
+                 (a hung file system?); left to end when the read returns",
+                watch::STOP_WAIT.as_secs()
+            ));
+        }
+        state::publish(None);
         SUCCESS
     })
     .unwrap_or(ERROR)
@@ -140,11 +157,7 @@ unsafe fn entry(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op
     match r {
         Ok(rc) => rc,
         Err(_) => {
-            // The lock may be poisoned by the panic; `lock` recovers it.
-            let policy = match state::lock().as_ref().map(|p| &p.state) {
-                Some(State::Ready(r)) => r.on_error(),
-                _ => OnError::Open,
-            };
+            let policy = state::view().map_or(OnError::Open, |v| v.on_error());
             internal_error(policy, err_msg, &format!("internal error (panic) in {op}"))
         }
     }
@@ -171,35 +184,22 @@ unsafe fn route(job_desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, op: Op
         return SUCCESS;
     };
     let now = state::unix_now();
-    let mut guard = state::lock();
-    let Some(plugin) = guard.as_mut() else {
+    let Some(view) = state::view() else {
         return refuse_auto_only(&desc, err_msg, "plugin not initialised");
     };
-    if let Some(line) = plugin.refresh(Instant::now()) {
-        log_line(line);
-    }
-    let ready = match &mut plugin.state {
-        State::Ready(r) => r,
-        State::Broken(e) => {
-            let why = e.clone();
-            return refuse_auto_only(&desc, err_msg, &why);
-        }
+    let (router, snapshot) = match &*view {
+        View::Ready { router, snapshot } => (router, snapshot),
+        View::Broken(why) => return refuse_auto_only(&desc, err_msg, why),
     };
-    let policy = ready.on_error();
+    let policy = view.on_error();
     let job = match desc.job(now as i64) {
         Ok(j) => j,
         Err(e) => return internal_error(policy, err_msg, &format!("{op}: GPU request is not UTF-8 ({e})")),
     };
-    let max_age = ready.router.config().snapshot_max_age_s;
-    let (snapshot, news) = ready
-        .snapshot
-        .get(&ready.snapshot_path, max_age, Instant::now(), now);
-    match news {
-        SnapshotNews::Quiet => {}
-        SnapshotNews::Problem(p) => log_info(&format!("{p}; routing by the static rule until it is usable")),
-        SnapshotNews::Recovered => log_info("snapshot usable again"),
-    }
-    match ready.router.route(&job, snapshot) {
+    // A stale snapshot is not used (the watcher logs it once).
+    let max_age = router.config().snapshot_max_age_s;
+    let snapshot = snapshot.as_deref().filter(|s| s.is_fresh(now, max_age));
+    match router.route(&job, snapshot) {
         Ok(Outcome::Unchanged(_)) => SUCCESS,
         Ok(Outcome::Routed(r)) => {
             log_info(&format!(
@@ -319,6 +319,7 @@ mod tests {
             eprintln!("skipped: {} exists here", smartmig_core::config::DEFAULT_PATH);
             return;
         }
+        let _serial = state::TEST_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!(init(), SUCCESS);
         let submit = |tres: &str| {
             let mut d: Box<job_desc_msg_t> = Box::new(unsafe { std::mem::zeroed() });
@@ -340,5 +341,6 @@ mod tests {
             SUCCESS
         );
         assert_eq!(fini(), SUCCESS);
+        assert!(state::view().is_none(), "fini leaves nothing published");
     }
 }

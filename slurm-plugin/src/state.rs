@@ -1,24 +1,24 @@
-//! Plugin state: the router built from smartmig.toml and the snapshot cache. Set by
-//! `init`, taken by `fini`, held in one mutex (slurmctld calls job_submit under its job
-//! lock, so the mutex is uncontended; it is there to make the state safe, not fast).
+//! Plugin state: the router built from smartmig.toml and the snapshot cache, kept by the
+//! watcher thread (`watch`), and the [`View`] of them that the entry points read.
 //!
 //! Slurm 22.05 calls `init`/`fini` on `scontrol reconfigure` only when `JobSubmitPlugins`
 //! itself changed, so the plugin watches smartmig.toml (like job_submit/lua watches its
-//! script): at most once a second it compares the file's mtime, size and inode with those
-//! it loaded, and reloads on a change. A file that fails to load keeps the previous good
+//! script): once a second it compares the file's mtime, size and inode with those it
+//! loaded, and reloads on a change. A file that fails to load keeps the previous good
 //! config (logged once); with none, `gpu:mig` requests are refused with the reason. The
 //! same check notices a smartmig.toml created beside slurm.conf after slurmctld started:
 //! the file beside slurm.conf wins over the default path whenever it exists.
+//!
+//! The files are read off slurmctld's job lock: job_submit only clones the last
+//! published view (one uncontended mutex), so a slow or hung file system delays the
+//! watcher, never a submission.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use smartmig_core::config::{Config, DEFAULT_PATH};
 use smartmig_core::routing::{OnError, Router, Snapshot, MAX_SNAPSHOT_BYTES};
-
-/// The snapshot is read again at most this often.
-pub const SNAPSHOT_REREAD: Duration = Duration::from_secs(1);
 
 /// The config file name looked for beside slurm.conf.
 pub const CONFIG_NAME: &str = "smartmig.toml";
@@ -35,21 +35,20 @@ pub enum State {
 pub struct Ready {
     /// The config file read.
     pub config_path: PathBuf,
-    /// Routing built from it.
-    pub router: Router,
+    /// Routing built from it (shared with the published view).
+    pub router: Arc<Router>,
     /// Snapshot file.
     pub snapshot_path: PathBuf,
     /// Cached snapshot.
     pub snapshot: SnapshotCache,
 }
 
-/// The last snapshot read and when; problems are logged once until they change.
+/// The last snapshot read; problems are logged once until they change.
 #[derive(Default)]
 pub struct SnapshotCache {
-    last_read: Option<Instant>,
     /// The file version `current` was parsed from: an unchanged file is not parsed again.
     stamp: Option<Stamp>,
-    current: Option<Snapshot>,
+    current: Option<Arc<Snapshot>>,
     last_problem: Option<SnapshotProblem>,
     /// Files parsed so far.
     parses: u64,
@@ -130,28 +129,21 @@ pub enum SnapshotNews {
 }
 
 impl SnapshotCache {
-    /// The snapshot to use at `now_unix`, re-reading the file if a second has passed.
+    /// The snapshot to use at `now_unix`, the file parsed again if it changed.
     pub fn get(
         &mut self,
         path: &Path,
         max_age_s: f64,
-        now: Instant,
         now_unix: f64,
-    ) -> (Option<&Snapshot>, SnapshotNews) {
-        if self
-            .last_read
-            .is_none_or(|t| now.duration_since(t) >= SNAPSHOT_REREAD)
-        {
-            self.last_read = Some(now);
-            let current = stamp(path);
-            if current.is_none() || current != self.stamp || self.current.is_none() {
-                self.stamp = current;
-                self.current = None;
-                self.parses += 1;
-                match read_snapshot(path) {
-                    Ok(s) => self.current = Some(s),
-                    Err(problem) => return (None, self.note(Some(problem))),
-                }
+    ) -> (Option<&Arc<Snapshot>>, SnapshotNews) {
+        let current = stamp(path);
+        if current.is_none() || current != self.stamp || self.current.is_none() {
+            self.stamp = current;
+            self.current = None;
+            self.parses += 1;
+            match read_snapshot(path) {
+                Ok(s) => self.current = Some(Arc::new(s)),
+                Err(problem) => return (None, self.note(Some(problem))),
             }
         }
         let problem = match &self.current {
@@ -203,9 +195,6 @@ fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotProblem> {
     })
 }
 
-/// The config file is checked for changes at most this often.
-pub const CONFIG_RECHECK: Duration = Duration::from_secs(1);
-
 /// What identifies one version of a file (the config, the snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
@@ -235,7 +224,6 @@ pub struct Plugin {
     /// What was loaded from it.
     pub state: State,
     stamp: Option<Stamp>,
-    last_check: Instant,
 }
 
 /// A log line the caller should write.
@@ -260,7 +248,7 @@ impl LogLine {
 
 impl Plugin {
     /// Loads the config (at `init`): `beside` slurm.conf if it exists, else `default`.
-    pub fn start(beside: Option<PathBuf>, default: PathBuf, now: Instant) -> (Plugin, LogLine) {
+    pub fn start(beside: Option<PathBuf>, default: PathBuf) -> (Plugin, LogLine) {
         let config_path = config_path(beside.clone(), &default);
         let stamp = stamp(&config_path);
         let (state, line) = match load(&config_path) {
@@ -281,18 +269,13 @@ impl Plugin {
             default,
             state,
             stamp,
-            last_check: now,
         };
         (plugin, line)
     }
 
     /// Reloads the config if its file changed, or if the file to read changed (one
-    /// appeared beside slurm.conf, or it went away); checked at most once a second.
-    pub fn refresh(&mut self, now: Instant) -> Option<LogLine> {
-        if now.duration_since(self.last_check) < CONFIG_RECHECK {
-            return None;
-        }
-        self.last_check = now;
+    /// appeared beside slurm.conf, or it went away).
+    pub fn refresh(&mut self) -> Option<LogLine> {
         let path = config_path(self.beside.clone(), &self.default);
         if path != self.config_path {
             self.config_path = path;
@@ -329,12 +312,81 @@ impl Plugin {
     }
 }
 
-static STATE: Mutex<Option<Plugin>> = Mutex::new(None);
+/// What the entry points route with: the watcher's latest state, replaced whole.
+pub enum View {
+    /// A usable config, and the last snapshot parsed (checked for age at each use).
+    Ready {
+        /// Routing built from the config.
+        router: Arc<Router>,
+        /// The snapshot as last read, fresh or not.
+        snapshot: Option<Arc<Snapshot>>,
+    },
+    /// No usable config: why.
+    Broken(String),
+}
 
-/// The state, even if an earlier holder panicked (the state stays consistent: every
-/// update replaces it whole).
-pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
-    STATE.lock().unwrap_or_else(|e| e.into_inner())
+impl View {
+    /// The failure policy: the config's, or fail-open without one.
+    pub fn on_error(&self) -> OnError {
+        match self {
+            View::Ready { router, .. } => router.config().on_error,
+            View::Broken(_) => OnError::Open,
+        }
+    }
+}
+
+impl Plugin {
+    /// One watch step: reloads the config and re-reads the snapshot where their files
+    /// changed; returns what to log.
+    pub fn tick(&mut self, now_unix: f64) -> Vec<LogLine> {
+        let mut lines: Vec<LogLine> = self.refresh().into_iter().collect();
+        if let State::Ready(r) = &mut self.state {
+            let max_age = r.router.config().snapshot_max_age_s;
+            match r.snapshot.get(&r.snapshot_path, max_age, now_unix).1 {
+                SnapshotNews::Quiet => {}
+                SnapshotNews::Problem(p) => lines.push(LogLine::Info(format!(
+                    "{p}; routing by the static rule until it is usable"
+                ))),
+                SnapshotNews::Recovered => lines.push(LogLine::Info("snapshot usable again".into())),
+            }
+        }
+        lines
+    }
+
+    /// The view to publish for the entry points.
+    pub fn view(&self) -> View {
+        match &self.state {
+            State::Ready(r) => View::Ready {
+                router: Arc::clone(&r.router),
+                snapshot: r.snapshot.current.clone(),
+            },
+            State::Broken(why) => View::Broken(why.clone()),
+        }
+    }
+}
+
+static VIEW: Mutex<Option<Arc<View>>> = Mutex::new(None);
+
+/// Held by the tests that publish: they share one process-wide view.
+#[cfg(test)]
+pub static TEST_SERIAL: Mutex<()> = Mutex::new(());
+
+fn view_slot() -> MutexGuard<'static, Option<Arc<View>>> {
+    // Every update replaces the value whole: a panicked holder leaves it consistent.
+    VIEW.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The published view (None before `init` and after `fini`). The lock is held only to
+/// clone the `Arc`.
+pub fn view() -> Option<Arc<View>> {
+    view_slot().clone()
+}
+
+/// Replaces the published view.
+pub fn publish(view: Option<View>) {
+    let old = std::mem::replace(&mut *view_slot(), view.map(Arc::new));
+    // Dropped outside the lock: the last reference may free a whole router.
+    drop(old);
 }
 
 pub use smartmig_core::clock::unix_now;
@@ -346,7 +398,7 @@ pub fn load(path: &Path) -> Result<Ready, String> {
     let router = Router::from_resolved(&resolved).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Ready {
         config_path: path.to_path_buf(),
-        router,
+        router: Arc::new(router),
         snapshot_path: resolved.config.controller.snapshot_path.clone(),
         snapshot: SnapshotCache::default(),
     })
@@ -403,34 +455,14 @@ mod tests {
         r#"{"version":1,"generated_at":1000,"soon_free_within_s":60,"queue_pressure":0,"types":{}}"#;
 
     #[test]
-    fn the_snapshot_is_reread_at_most_once_a_second() {
-        let d = tmpdir("reread");
-        let p = write(&d, "s.json", SNAP);
-        let mut c = SnapshotCache::default();
-        let t0 = Instant::now();
-        assert!(c.get(&p, 120.0, t0, 1010.0).0.is_some());
-        std::fs::write(&p, "garbage").unwrap();
-        // Within the second the cached copy is used.
-        assert!(c
-            .get(&p, 120.0, t0 + Duration::from_millis(500), 1010.5)
-            .0
-            .is_some());
-        let (s, news) = c.get(&p, 120.0, t0 + Duration::from_millis(1100), 1011.0);
-        assert!(s.is_none());
-        assert!(matches!(news, SnapshotNews::Problem(m) if m.to_string().contains("not valid")));
-        std::fs::remove_dir_all(&d).ok();
-    }
-
-    #[test]
     fn an_unchanged_snapshot_is_not_parsed_again_and_a_replaced_one_is() {
         let d = tmpdir("unchanged");
         let p = write(&d, "s.json", SNAP);
         let mut c = SnapshotCache::default();
-        let t0 = Instant::now();
-        for n in 0..5u64 {
-            assert!(c.get(&p, 120.0, t0 + Duration::from_secs(n), 1010.0).0.is_some());
+        for _ in 0..5 {
+            assert!(c.get(&p, 120.0, 1010.0).0.is_some());
         }
-        assert_eq!(c.parses, 1, "one parse for five seconds of an unchanged file");
+        assert_eq!(c.parses, 1, "one parse for five reads of an unchanged file");
         // The controller replaces the file atomically: a new inode.
         let tmp = write(
             &d,
@@ -438,7 +470,7 @@ mod tests {
             &SNAP.replace("\"queue_pressure\":0", "\"queue_pressure\":3"),
         );
         std::fs::rename(&tmp, &p).unwrap();
-        let (s, _) = c.get(&p, 120.0, t0 + Duration::from_secs(6), 1010.0);
+        let (s, _) = c.get(&p, 120.0, 1010.0);
         assert!(
             s.is_some_and(|s| s.queue_pressure > 0.0),
             "the new snapshot is used"
@@ -452,22 +484,17 @@ mod tests {
         let d = tmpdir("news");
         let p = d.join("missing.json");
         let mut c = SnapshotCache::default();
-        let t0 = Instant::now();
-        let sec = |n: u64| t0 + Duration::from_secs(n);
-        assert!(matches!(
-            c.get(&p, 120.0, sec(0), 1000.0).1,
-            SnapshotNews::Problem(_)
-        ));
-        assert_eq!(c.get(&p, 120.0, sec(2), 1000.0).1, SnapshotNews::Quiet);
+        assert!(matches!(c.get(&p, 120.0, 1000.0).1, SnapshotNews::Problem(_)));
+        assert_eq!(c.get(&p, 120.0, 1000.0).1, SnapshotNews::Quiet);
         write(&d, "missing.json", SNAP);
-        let (s, news) = c.get(&p, 120.0, sec(4), 1010.0);
+        let (s, news) = c.get(&p, 120.0, 1010.0);
         assert!(s.is_some());
         assert_eq!(news, SnapshotNews::Recovered);
         // Stale: a problem once, then quiet while it ages.
         assert!(
-            matches!(c.get(&p, 120.0, sec(6), 1500.0).1, SnapshotNews::Problem(m) if m.to_string().contains("stale"))
+            matches!(c.get(&p, 120.0, 1500.0).1, SnapshotNews::Problem(m) if m.to_string().contains("stale"))
         );
-        let (s, news) = c.get(&p, 120.0, sec(8), 1501.0);
+        let (s, news) = c.get(&p, 120.0, 1501.0);
         assert!(s.is_none());
         assert_eq!(news, SnapshotNews::Quiet);
         std::fs::remove_dir_all(&d).ok();
@@ -477,9 +504,7 @@ mod tests {
     fn a_changed_config_is_reloaded_and_a_broken_one_keeps_the_last_good() {
         let d = tmpdir("reload");
         let p = write(&d, "smartmig.toml", "version = 1\n");
-        let t0 = Instant::now();
-        let sec = |n: u64| t0 + Duration::from_secs(n);
-        let (mut plugin, l) = Plugin::start(Some(p.clone()), d.join("absent.toml"), t0);
+        let (mut plugin, l) = Plugin::start(Some(p.clone()), d.join("absent.toml"));
         let (err, _) = l.into_parts();
         assert!(!err);
         let untyped = |pl: &Plugin| match &pl.state {
@@ -487,18 +512,13 @@ mod tests {
             State::Broken(_) => panic!("broken"),
         };
         assert!(!untyped(&plugin));
-        assert_eq!(plugin.refresh(sec(2)), None, "unchanged file: nothing to do");
+        assert_eq!(plugin.refresh(), None, "unchanged file: nothing to do");
         write(
             &d,
             "smartmig.toml",
             "version = 1\n[routing]\nroute_untyped = true\n",
         );
-        assert_eq!(
-            plugin.refresh(t0 + Duration::from_millis(2500)),
-            None,
-            "checked within the second"
-        );
-        let (err, line) = plugin.refresh(sec(4)).expect("reloaded").into_parts();
+        let (err, line) = plugin.refresh().expect("reloaded").into_parts();
         assert!(!err && line.starts_with("reloaded"), "{line}");
         assert!(untyped(&plugin));
         write(
@@ -506,7 +526,7 @@ mod tests {
             "smartmig.toml",
             "version = 1\n[routing]\nroute_untypd = true\n",
         );
-        let (err, line) = plugin.refresh(sec(6)).expect("reported").into_parts();
+        let (err, line) = plugin.refresh().expect("reported").into_parts();
         assert!(
             err && line.contains("keeping the previous one") && line.contains("route_untypd"),
             "{line}"
@@ -522,9 +542,7 @@ mod tests {
         let d = tmpdir("appears");
         let beside = d.join("smartmig.toml");
         let default = write(&d, "default.toml", "version = 1\n");
-        let t0 = Instant::now();
-        let sec = |n: u64| t0 + Duration::from_secs(n);
-        let (mut plugin, l) = Plugin::start(Some(beside.clone()), default.clone(), t0);
+        let (mut plugin, l) = Plugin::start(Some(beside.clone()), default.clone());
         let (err, line) = l.into_parts();
         assert!(!err && line.contains("default.toml"), "{line}");
         write(
@@ -532,19 +550,19 @@ mod tests {
             "smartmig.toml",
             "version = 1\n[routing]\nroute_untyped = true\n",
         );
-        let (err, line) = plugin.refresh(sec(2)).expect("switched").into_parts();
+        let (err, line) = plugin.refresh().expect("switched").into_parts();
         assert!(!err && line.contains(&beside.display().to_string()), "{line}");
         assert!(matches!(&plugin.state, State::Ready(r) if r.router.config().route_untyped));
         // Gone again: back to the default.
         std::fs::remove_file(&beside).unwrap();
-        let (_, line) = plugin.refresh(sec(4)).expect("switched back").into_parts();
+        let (_, line) = plugin.refresh().expect("switched back").into_parts();
         assert!(line.contains("default.toml"), "{line}");
         // With neither file, the first to appear is read.
-        let (mut plugin, l) = Plugin::start(Some(beside.clone()), d.join("absent.toml"), t0);
+        let (mut plugin, l) = Plugin::start(Some(beside.clone()), d.join("absent.toml"));
         let (err, _) = l.into_parts();
         assert!(err && matches!(plugin.state, State::Broken(_)));
         write(&d, "smartmig.toml", "version = 1\n");
-        let (err, line) = plugin.refresh(sec(2)).expect("loaded").into_parts();
+        let (err, line) = plugin.refresh().expect("loaded").into_parts();
         assert!(!err && line.starts_with("reloaded"), "{line}");
         assert!(matches!(plugin.state, State::Ready(_)));
         std::fs::remove_dir_all(&d).ok();

@@ -1,6 +1,6 @@
 //! Checks the built `libjob_submit_smartmig.so`: its size, its dynamic dependencies (no
-//! libslurm, no ONNX Runtime), the symbols slurmctld looks up, and the Slurm symbols it
-//! expects slurmctld to provide.
+//! libslurm, no ONNX Runtime), that slurmctld cannot unmap it, the symbols slurmctld looks
+//! up, and the Slurm symbols it expects slurmctld to provide.
 //!
 //! Builds the release .so first (`cargo build -p smartmig-slurm-plugin --release`), so
 //! it checks what gets installed. Needs binutils (`readelf`, `nm`).
@@ -88,6 +88,14 @@ fn the_plugin_is_small_links_no_slurm_or_onnx_and_exports_the_entry_points() {
         );
         assert!(!lib.contains("slurm") && !lib.contains("onnxruntime"), "{lib}");
     }
+
+    // slurmctld's dlclose must not unmap a watcher thread left in a hung read (src/watch.rs).
+    assert!(
+        dynamic
+            .lines()
+            .any(|l| l.contains("(FLAGS_1)") && l.contains("NODELETE")),
+        "not linked -z nodelete:\n{dynamic}"
+    );
 
     let defined = tool("nm", &["-D", "--defined-only"], &so);
     for sym in [

@@ -840,6 +840,24 @@ impl Cluster {
         panic!("timed out waiting for {what}\n{}", self.log_tails());
     }
 
+    /// Waits until slurmctld's log holds `text` at least `times` times: how a test knows
+    /// that the plugin's watcher thread has read a changed smartmig.toml or snapshot.
+    pub fn wait_ctld_log(&self, text: &str, times: usize) {
+        self.wait_for(
+            &format!("{times}× {text:?} in slurmctld's log"),
+            Duration::from_secs(30),
+            |c| c.ctld_log().matches(text).count() >= times,
+        );
+    }
+
+    /// Writes smartmig.toml and waits until the plugin has read it and logged `then`
+    /// (`reloaded`, or a refusal of the file) once more than before.
+    pub fn write_smartmig_toml_and_wait(&self, text: &str, then: &str) {
+        let seen = self.ctld_log().matches(then).count();
+        self.write_smartmig_toml(text);
+        self.wait_ctld_log(then, seen + 1);
+    }
+
     /// The last lines of each daemon's log, for failure messages.
     pub fn log_tails(&self) -> String {
         let mut s = String::new();
