@@ -420,6 +420,47 @@ fn a_changed_config_takes_effect_and_a_broken_one_keeps_the_last_good() {
     assert!(c.ctld_log().contains("slak"), "{}", c.log_tails());
 }
 
+/// A reconfigure that takes smartmig out of JobSubmitPlugins and one that puts it back:
+/// on 22.05 slurmctld calls `fini` (which stops the plugin's watcher thread) and `init`
+/// again in the same process; from 23.11 a reconfigure starts slurmctld afresh. Either
+/// way the plugin routes again afterwards, and its new watcher reads a changed file.
+#[test]
+fn the_plugin_taken_out_and_put_back_by_reconfigure_routes_and_watches_again() {
+    skip_unless_slurm!();
+    let (_g, c) = start();
+    let submit = || {
+        c.sbatch(&["--gres=gpu:mig:1", "--time=60", "--hold", "--wrap", "true"])
+            .map(|(id, _)| c.job(id)["TresPerNode"].clone())
+    };
+    assert_eq!(submit().unwrap(), tres("gpu:3g.20gb:1"));
+    let conf = std::fs::read_to_string(&c.conf).unwrap();
+    assert!(conf.contains("JobSubmitPlugins=smartmig\n"), "{conf}");
+    std::fs::write(&c.conf, conf.replace("JobSubmitPlugins=smartmig\n", "")).unwrap();
+    c.reconfigure();
+    // Without the plugin nobody routes `mig` (Slurm keeps a held job's unknown type).
+    match submit() {
+        Ok(t) => assert_eq!(t, tres("gpu:mig:1")),
+        Err(e) => assert!(!e.contains("smartmig"), "{e}"),
+    }
+    let loads = c.ctld_log().matches("job_submit/smartmig: loaded").count();
+    std::fs::write(&c.conf, &conf).unwrap();
+    c.reconfigure();
+    c.wait_ctld_log("job_submit/smartmig: loaded", loads + 1);
+    assert_eq!(submit().unwrap(), tres("gpu:3g.20gb:1"));
+    c.write_smartmig_toml_and_wait(
+        &format!(
+            "{SMARTMIG_TOML}default_class = \"flat\"\n[[routing.class]]\nname = \"flat\"\nspeedup = [1, 1, 1, 1, 1]\n"
+        ),
+        "job_submit/smartmig: reloaded",
+    );
+    assert_eq!(submit().unwrap(), tres("gpu:1g.5gb:1"));
+    assert!(
+        !c.ctld_log().contains("watcher thread is still reading"),
+        "fini left the watcher behind:\n{}",
+        c.log_tails()
+    );
+}
+
 #[test]
 fn a_broken_config_at_start_refuses_only_gpu_mig_requests() {
     skip_unless_slurm!();
