@@ -272,6 +272,96 @@ fn killed_mid_plan_then(kind: Kind, reboot: bool) {
     assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
 }
 
+/// Node 1 "reboots" after its generation was installed and before Slurm's refresh (the
+/// reconfigure from 23.11, the slurmctld restart before): its agent killed, slurmd
+/// stopped, the restore before slurmd's start. slurmctld still has the layouts before the
+/// batch, so the restore takes the GPUs and gres.conf back to them and slurmd starts on
+/// them. The refresh then gives slurmctld the generation's, and the agent refuses to
+/// start it: the central role puts Slurm's definition of node 1 back to the layouts it
+/// has (else slurmctld refuses slurmd's registration, and no resume brings the node back)
+/// and holds it. Every job and node is safe; resumed, node 1 serves, and the next cycle
+/// makes its change.
+#[test]
+fn a_node_rebooted_between_install_and_slurms_refresh_goes_back_and_slurm_follows_it() {
+    skip_unless_netns!();
+    let (mut c, jobs, s0) = start_with_workload();
+    let g1 = make_gpus(&c, 1, Kind::Simulated, &[C1], &[]);
+    start_agent_named_on(&mut c, 1, "agent-1", &g1);
+    wait_announced(&c);
+    let n1 = c.nodes[1].clone();
+    let gres_conf = c.dir.join(format!("etc/gres-{n1}.conf"));
+    let before = std::fs::read_to_string(&gres_conf).unwrap();
+    // Slurm's refresh waits at a gate: the reconfigure call, or the restart command.
+    let gate = c.dir.join("run/refresh-gate");
+    let reached = PathBuf::from(format!("{}.reached", gate.display()));
+    let (central, faults) = if slurm::release().at_least(23, 11) {
+        (
+            "slurmctld_timeout_s = 10\n".to_string(),
+            format!(r#"[{{"call": "reconfigure", "pause": "{}"}}]"#, gate.display()),
+        )
+    } else {
+        let wait = format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.1; done",
+            reached.display(),
+            gate.display()
+        );
+        let wrapper = restart_wrapper(&c, "restart-at-the-gate", &wait);
+        (
+            format!("restart_slurmctld = [\"{}\"]\n", wrapper.display()),
+            "[]".to_string(),
+        )
+    };
+    let config = central_config_with(&c, &TO_C5, "run/snapshot.json", &central);
+    let mut cmd = common::central_command_under(&c, &config, &faults);
+    let central = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_until("Slurm's refresh", Duration::from_secs(60), || reached.exists());
+    assert_eq!(g1.layout(0), C5, "installed before the refresh");
+    assert_ne!(std::fs::read_to_string(&gres_conf).unwrap(), before);
+    // The reboot.
+    c.stop_daemon("agent-1");
+    let (stop, start) = c.slurmd_scripts(1);
+    assert!(Command::new(&stop).status().unwrap().success());
+    let restore = start_agent_named_on(&mut c, 1, "agent-1-after-reboot", &g1);
+    assert!(
+        restore.contains("installed, not started,") && restore.contains("went back"),
+        "{restore}"
+    );
+    assert_eq!(g1.layout(0), C1);
+    assert_eq!(std::fs::read_to_string(&gres_conf).unwrap(), before);
+    assert!(Command::new(&start).status().unwrap().success());
+    std::fs::write(&gate, "").unwrap();
+    let out = finish(&c, central);
+    assert!(
+        out.contains("1 changed")
+            && out.contains("the agent refused Start")
+            && out.contains("Slurm's definition of the node put back to the layouts it has"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    assert_eq!((sim_layout(&s0), g1.layout(0)), (NODE0_C5.into(), C1.into()));
+    let g0 = TestGpus::from_simulated(&s0, &a100());
+    c.wait_for(
+        "slurmctld to take node 1's registration",
+        Duration::from_secs(30),
+        |c| {
+            let s = c.node_state(&n1);
+            !s.contains("INVALID") && !s.contains('*')
+        },
+    );
+    assert!(node_field(&c, &n1, "Gres").contains("7g.40gb"), "{out}");
+    assert!(c.node_state(&n1).contains("DRAIN"), "held");
+    // (22.05 refuses the resume until slurmd has registered with the restarted slurmctld.)
+    c.wait_for("node 1 to resume", Duration::from_secs(30), |c| {
+        let out = c.scontrol(&["update", &format!("nodename={n1}"), "state=resume"]);
+        out.status.success() && !c.node_state(&n1).contains("DRAIN")
+    });
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(g1.layout(0), C5);
+    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
+}
+
 #[test]
 fn after_a_failed_restore_at_boot_the_agent_restores_and_starts_slurmd_and_a_restore_run_again_beside_it_passes(
 ) {

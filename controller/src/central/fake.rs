@@ -217,6 +217,8 @@ impl FakeSlurm {
             (Phase::Start, _) => {
                 report.slurmd_running = true;
                 if self.start_refused.contains(&self.nodes[i].name) {
+                    // As an agent refuses it: the generation went back (at a reboot).
+                    set_layouts(&mut report, &d, |t| &t.from);
                     report.outcome = Outcome::Failed {
                         error: format!(
                             "generation {} was reverted on this node; it does not go forward again",

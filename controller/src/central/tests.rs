@@ -781,17 +781,27 @@ fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() 
     s.start_refused = vec!["b".into()];
     let rec = Recorder::default();
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let before = node(&mut c, "b").gres;
     let r = once(&mut c);
     assert_eq!(r.changed, 1, "c only: {:?}", r.errors);
     let b = node(&mut c, "b");
     assert!(
         b.drain
-            && b.reason
-                .as_deref()
-                .is_some_and(|w| w.contains("the agent refused Start")),
+            && b.reason.as_deref().is_some_and(|w| {
+                w.contains("the agent refused Start")
+                    && w.contains("Slurm's definition of the node put back to the layouts it has")
+            }),
         "{b:?}"
     );
     assert!(!node(&mut c, "c").drain);
+    // Its GPUs went back (at a reboot): Slurm's definition of it follows, in a load of
+    // its own after the batch's, and its agent is asked to revert (slurmd reads it).
+    let batches = rec.batches.lock().unwrap().clone();
+    assert_eq!(batches.len(), 2, "{batches:?}");
+    assert_eq!(batches[1].len(), 1, "{batches:?}");
+    assert_eq!(batches[1][0].0, "b");
+    assert_eq!(b.gres, before);
+    assert_eq!(read_report(&b).unwrap().unwrap().phase, Phase::Revert);
 }
 
 #[test]

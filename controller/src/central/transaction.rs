@@ -461,11 +461,25 @@ impl Central {
             },
             NodeState::Starting => {
                 let start = settled(Phase::Start);
-                if let Some(Outcome::Failed { error }) = start.as_ref().map(|r| &r.outcome) {
+                let refused = start.as_ref().and_then(|r| match &r.outcome {
+                    Outcome::Failed { error } => Some((r, error)),
+                    _ => None,
+                });
+                if let Some((r, error)) = refused {
                     // slurmd may run, on what the agent has: not the generation's layouts
                     // (it reverted them at boot, say), which slurmctld has now.
                     let why = format!("the agent refused Start: {error}");
-                    self.hold(b, node, &rec, why, report)
+                    match self.put_node_back(node, r, &t) {
+                        // Its slurmd may have read Slurm's definitions while they held the
+                        // generation's: the agent's Revert, asked again, restarts it on
+                        // the ones put back (the restart path; a reconfigure reloaded it).
+                        Some(Ok(done)) => {
+                            let rec = self.api.node(node).ok().flatten().unwrap_or(rec);
+                            self.revert(b, node, &rec, format!("{why}; {done}"), true, report)
+                        }
+                        Some(Err(failed)) => self.hold(b, node, &rec, format!("{why}; {failed}"), report),
+                        None => self.hold(b, node, &rec, why, report),
+                    }
                 } else if let Some(r) = start.filter(|r| r.slurmd_running && r.outcome == Outcome::Done) {
                     let outcome = match &r.watchdog {
                         Some(w) => format!("applied (slurmd started by the agent's watchdog: {w})"),
@@ -527,6 +541,32 @@ impl Central {
             }
             NodeState::Closed(_) => {}
         }
+    }
+
+    /// After a refused Start: when the agent's GPUs are back at the generation's `from`
+    /// layouts (a reboot before Slurm's refresh went back to what slurmctld had then),
+    /// Slurm's definition of the node goes back to them too, since slurmctld now has the
+    /// generation's and would refuse slurmd's registration (a node no resume brings
+    /// back). What was done, or why it could not be, for the held reason; None when the
+    /// GPUs are not (all) back, and the node is held as it stands.
+    fn put_node_back(&mut self, node: &str, r: &Report, t: &NodeTxn) -> Option<Result<String, String>> {
+        if checked(r, t).is_err() || not_rolled_back(r, t).is_some() {
+            return None;
+        }
+        let gres = match super::padding::mig_gres(&super::report_counts(&r.gpus), &t.padding) {
+            Ok(g) => g,
+            Err(e) => return Some(Err(format!("its Slurm definition cannot be put back ({e})"))),
+        };
+        let list = [(node.to_string(), gres.clone())];
+        Some(match self.relayout.apply(self.api.as_mut(), &list) {
+            Ok(()) => Ok(format!(
+                "Slurm's definition of the node put back to the layouts it has ({gres})"
+            )),
+            Err(e) => Err(format!(
+                "putting Slurm's definition of the node back to the layouts it has ({gres}) failed: {:#}",
+                anyhow::Error::new(e)
+            )),
+        })
     }
 
     /// For each target GPU of `t` in this cycle's view: the plan from what it has now,

@@ -818,8 +818,12 @@ impl Agent {
         let installed = self.journal.installed(generation);
         // slurmd runs again after an Install that stopped it (the watchdog started it with
         // the generation's gres.conf), or a restart of it by a revert cut short may have
-        // left it running on that file: it must load the gres.conf put back below.
-        let restart = installed
+        // left it running on that file: it must load the gres.conf put back below. Asked
+        // again for a generation reverted already (at boot, say) after an Install that
+        // stopped it, the central role has just put Slurm's definitions of the node back,
+        // which slurmd (started meanwhile, while they held the generation's) must read.
+        let again = self.journal.reverted(generation) && self.journal.stopped_for(generation);
+        let restart = (installed || again)
             && ((self.journal.slurmd_running() && self.journal.stopped_for(generation))
                 || self.journal.restart_begun(generation));
         let mut errors = Vec::new();

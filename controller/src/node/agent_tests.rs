@@ -1015,6 +1015,19 @@ fn at_boot_an_installed_generation_slurmctld_does_not_show_goes_back_and_its_sta
         "{r:?}"
     );
     assert_eq!(n.layout(0), "7g.40gb@0");
+    // The central role puts Slurm's definitions of the node back (slurmd, started at
+    // boot, may have read the generation's) and asks for the revert again: slurmd is
+    // restarted to read them, on the same GPUs and gres.conf.
+    let log = n.slurmd_log();
+    n.desire(5, Phase::Revert, &[SEVEN_TO_C5]);
+    let r = a.poll().unwrap().unwrap();
+    assert_eq!(
+        (r.phase, r.outcome, r.slurmd_running),
+        (Phase::Revert, Outcome::Done, true)
+    );
+    assert_eq!(n.slurmd_log(), format!("{log}stop\nstart\n"));
+    assert_eq!(n.layout(0), "7g.40gb@0");
+    assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
 }
 
 #[test]
