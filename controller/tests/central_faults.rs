@@ -246,16 +246,9 @@ fn killed_mid_plan_then(kind: Kind, reboot: bool) {
         !Path::new(&format!("/proc/{pid}")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| s.contains("State:\tZ"))
     });
-    let (stop, start) = c.slurmd_scripts(1);
-    assert!(Command::new(&stop).status().unwrap().success());
     // The restore before slurmd (then the agent) rolls the plan back: slurmd reads the
     // gres.conf of the layouts before it, which slurmctld has.
-    let restore = start_agent_named_on(&mut c, 1, "agent-1-after-reboot", &g1);
-    assert!(
-        restore.contains("before slurmd's start") && restore.contains("cannot be published"),
-        "{restore}"
-    );
-    assert_eq!(g1.layout(0), C1);
+    let start = reboot_node_1(&mut c, &g1, &["before slurmd's start", "cannot be published"]);
     assert!(Command::new(&start).status().unwrap().success());
     let restart = Command::new(c.restart_slurmctld_script()).status().unwrap();
     assert!(restart.success());
@@ -319,14 +312,7 @@ fn a_node_rebooted_between_install_and_slurms_refresh_goes_back_and_slurm_follow
     assert_ne!(std::fs::read_to_string(&gres_conf).unwrap(), before);
     // The reboot.
     c.stop_daemon("agent-1");
-    let (stop, start) = c.slurmd_scripts(1);
-    assert!(Command::new(&stop).status().unwrap().success());
-    let restore = start_agent_named_on(&mut c, 1, "agent-1-after-reboot", &g1);
-    assert!(
-        restore.contains("installed, not started,") && restore.contains("went back"),
-        "{restore}"
-    );
-    assert_eq!(g1.layout(0), C1);
+    let start = reboot_node_1(&mut c, &g1, &["installed, not started,", "went back"]);
     assert_eq!(std::fs::read_to_string(&gres_conf).unwrap(), before);
     assert!(Command::new(&start).status().unwrap().success());
     std::fs::write(&gate, "").unwrap();
@@ -360,6 +346,18 @@ fn a_node_rebooted_between_install_and_slurms_refresh_goes_back_and_slurm_follow
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(g1.layout(0), C5);
     assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
+}
+
+/// Node 1 booting again, its agent gone: slurmd stopped, the restore before its start
+/// (whose output says each of `says`) taking the GPU back to c1, then the agent; returns
+/// slurmd's start script, for the test to run when slurmd's start is due.
+fn reboot_node_1(c: &mut Cluster, g1: &TestGpus, says: &[&str]) -> PathBuf {
+    let (stop, start) = c.slurmd_scripts(1);
+    assert!(Command::new(&stop).status().unwrap().success());
+    let restore = start_agent_named_on(c, 1, "agent-1-after-reboot", g1);
+    assert!(says.iter().all(|s| restore.contains(s)), "{restore}");
+    assert_eq!(g1.layout(0), C1);
+    start
 }
 
 #[test]

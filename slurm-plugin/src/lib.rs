@@ -50,9 +50,13 @@ const REFUSED: c_int = sys::ESLURM_INVALID_GRES as c_int;
 pub extern "C" fn init() -> c_int {
     let r = catch_unwind(|| {
         let beside = ffi::extra_conf_path(state::CONFIG_NAME);
-        let (plugin, line) = state::Plugin::start(beside, state::default_config_path());
+        let (mut plugin, line) = state::Plugin::start(beside, state::default_config_path());
         log_info(concat!("built for Slurm ", env!("SLURM_BUILT_FOR")));
         log_line(line);
+        // The snapshot too, before the first submission: from 23.11 every reconfigure
+        // (a re-layout's among them) loads the plugin afresh, and a second of the static
+        // rule after it could send jobs to a type the re-layout just removed.
+        plugin.tick(state::unix_now()).into_iter().for_each(log_line);
         state::publish(Some(plugin.view()));
         if let Err(e) = watch::start(plugin, log_line) {
             log_error(&format!(

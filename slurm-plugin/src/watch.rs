@@ -57,8 +57,10 @@ impl Watcher {
                 let _alive = alive;
                 let (lock, wake) = &*flag;
                 loop {
-                    let done = stopped(lock);
-                    let (done, _) = wake.wait_timeout(done, PERIOD).unwrap_or_else(|e| e.into_inner());
+                    // A stop set while the thread read or logged is seen at once.
+                    let (done, _) = wake
+                        .wait_timeout_while(stopped(lock), PERIOD, |done| !*done)
+                        .unwrap_or_else(|e| e.into_inner());
                     if *done {
                         return;
                     }
@@ -179,9 +181,12 @@ mod tests {
             "the snapshot published",
             || matches!(state::view().as_deref(), Some(View::Ready { snapshot: Some(s), .. }) if s.queue_pressure == 2.0),
         );
-        let lines = LINES.lock().unwrap().clone();
-        assert!(lines.iter().any(|l| l.starts_with("reloaded")), "{lines:?}");
-        assert!(lines.iter().any(|l| l == "snapshot usable again"), "{lines:?}");
+        // Logged after the view is published.
+        wait_for("the reload and the snapshot logged", || {
+            let lines = LINES.lock().unwrap();
+            lines.iter().any(|l| l.starts_with("reloaded"))
+                && lines.iter().any(|l| l == "snapshot usable again")
+        });
 
         stop_running();
         state::publish(None);

@@ -32,6 +32,9 @@ pub struct FakeSlurm {
     pub slow_apply: Vec<String>,
     /// Nodes whose agent refuses Start (it reverted the generation at boot), slurmd running.
     pub start_refused: Vec<String>,
+    /// Nodes whose agent's watchdog reverted the generation before Start was asked (the
+    /// central role away): Start finds the Revert's report.
+    pub watchdog_reverted: Vec<String>,
     /// Nodes whose Extra cannot be written (slurmctld refuses the update): the hand-off of
     /// a plan to their agent fails.
     pub extra_refused: Vec<String>,
@@ -213,6 +216,12 @@ impl FakeSlurm {
                 if let Some((staged, _)) = self.gres_orders.get(&self.nodes[i].name) {
                     report.gres_order = staged.clone();
                 }
+            }
+            (Phase::Start, _) if self.watchdog_reverted.contains(&self.nodes[i].name) => {
+                set_layouts(&mut report, &d, |t| &t.from);
+                report.phase = Phase::Revert;
+                report.watchdog = Some("slurmd stopped for 120 s".into());
+                report.slurmd_running = true;
             }
             (Phase::Start, _) => {
                 report.slurmd_running = true;

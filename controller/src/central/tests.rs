@@ -805,6 +805,33 @@ fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() 
 }
 
 #[test]
+fn a_node_whose_watchdog_went_back_before_start_gets_its_slurm_definition_back_and_is_held() {
+    let dir = temp("watchdog-reverted");
+    let mut s = cluster();
+    s.watchdog_reverted = vec!["b".into()];
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let before = node(&mut c, "b").gres;
+    let r = once(&mut c);
+    assert_eq!(r.changed, 1, "c only: {:?}", r.errors);
+    let b = node(&mut c, "b");
+    assert!(
+        b.drain
+            && b.reason.as_deref().is_some_and(|w| {
+                w.contains("slurmd watchdog: slurmd stopped for 120 s")
+                    && w.contains("Slurm's definition of the node put back to the layouts it has")
+            }),
+        "{b:?}"
+    );
+    assert_eq!(b.gres, before);
+    assert_eq!(
+        rec.batches.lock().unwrap().len(),
+        2,
+        "the batch's load, then b's own"
+    );
+}
+
+#[test]
 fn on_the_reconfigure_path_a_failed_refresh_reloads_slurm_only_after_the_agents_put_gres_conf_back() {
     // The include held the batch's values (put back, then reloaded), or could not even
     // be written (Slurm as it was: nothing reloads).

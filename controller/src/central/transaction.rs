@@ -473,11 +473,13 @@ impl Central {
                         // Its slurmd may have read Slurm's definitions while they held the
                         // generation's: the agent's Revert, asked again, restarts it on
                         // the ones put back (the restart path; a reconfigure reloaded it).
-                        Some(Ok(done)) => {
+                        // Asked whether or not the reload went through (the include may
+                        // hold the values put back either way): a Revert again is harmless.
+                        Some(outcome) => {
+                            let why = format!("{why}; {}", outcome.unwrap_or_else(|e| e));
                             let rec = self.api.node(node).ok().flatten().unwrap_or(rec);
-                            self.revert(b, node, &rec, format!("{why}; {done}"), true, report)
+                            self.revert(b, node, &rec, why, true, report)
                         }
-                        Some(Err(failed)) => self.hold(b, node, &rec, format!("{why}; {failed}"), report),
                         None => self.hold(b, node, &rec, why, report),
                     }
                 } else if let Some(r) = start.filter(|r| r.slurmd_running && r.outcome == Outcome::Done) {
@@ -489,8 +491,17 @@ impl Central {
                     self.status.counters.repartitions += t.targets.len() as u64;
                     self.enter(b, node, NodeState::Resuming { outcome });
                 } else if let Some(r) = settled(Phase::Revert) {
-                    let why = r.watchdog.unwrap_or_else(|| "the agent reverted".into());
-                    self.hold(b, node, &rec, format!("slurmd watchdog: {why}"), report)
+                    // The watchdog went back while the central role was away, and the
+                    // refresh gave slurmctld the generation's layouts all the same.
+                    let mut why = format!(
+                        "slurmd watchdog: {}",
+                        r.watchdog.as_deref().unwrap_or("the agent reverted")
+                    );
+                    if let Some(outcome) = self.put_node_back(node, &r, &t) {
+                        why = format!("{why}; {}", outcome.unwrap_or_else(|e| e));
+                    }
+                    let rec = self.api.node(node).ok().flatten().unwrap_or(rec);
+                    self.hold(b, node, &rec, why, report)
                 } else if waited > answer_limit {
                     let e = format!("slurmd start not confirmed within {answer_limit:.0} s");
                     self.hold(b, node, &rec, e, report)
@@ -557,6 +568,11 @@ impl Central {
             Ok(g) => g,
             Err(e) => return Some(Err(format!("its Slurm definition cannot be put back ({e})"))),
         };
+        // Already there (put back before a restart of the central role): no reload.
+        let shown = self.api.node(node).ok().flatten().map(|n| n.gres);
+        if shown.is_some_and(|have| super::same_gpu_gres(&have, &gres, &self.mig_types)) {
+            return Some(Ok(format!("Slurm has the layouts it has ({gres})")));
+        }
         let list = [(node.to_string(), gres.clone())];
         Some(match self.relayout.apply(self.api.as_mut(), &list) {
             Ok(()) => Ok(format!(
