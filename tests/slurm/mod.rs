@@ -6,7 +6,7 @@
 //! munged, slurmctld and slurmd run in the foreground as children of the test, each in
 //! its own process group, on free loopback ports, with fake MIG devices made by mknod.
 //! [`Cluster`]'s `Drop` stops them (and any job step they left) even when a test fails.
-//! Set `SMARTMIG_E2E_KEEP=1` to keep the temp dir for inspection.
+//! A failed test keeps its temp dir; set `SMARTMIG_E2E_KEEP=1` to keep every one.
 
 #![allow(dead_code)]
 
@@ -1043,10 +1043,13 @@ impl Drop for Cluster {
                 .stderr(Stdio::null())
                 .status();
         }
-        if std::thread::panicking() {
-            eprintln!("cluster dir: {}\n{}", self.dir.display(), self.log_tails());
+        // A failed test's cluster is kept: its whole logs, not only their tails, are
+        // what an intermittent failure can be read from.
+        let failed = std::thread::panicking();
+        if failed {
+            eprintln!("cluster dir (kept): {}\n{}", self.dir.display(), self.log_tails());
         }
-        if std::env::var_os("SMARTMIG_E2E_KEEP").is_none() {
+        if !failed && std::env::var_os("SMARTMIG_E2E_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
