@@ -80,6 +80,8 @@ struct Recorder {
     agreed: Arc<Mutex<Vec<Vec<String>>>>,
     /// Bringing the node file in line fails (it cannot be read).
     agree_fails: Arc<Mutex<bool>>,
+    /// Every load after the first fails (a put-back's, after the batch's went through).
+    later_loads_fail: Arc<Mutex<bool>>,
 }
 
 impl Recorder {
@@ -119,6 +121,12 @@ impl Relayout for Recorder {
         self.batches.lock().unwrap().push(nodes.to_vec());
         if let Some(why) = self.fail.lock().unwrap().clone() {
             return Err(RelayoutError::NoAnswer(Duration::from_secs(1), why));
+        }
+        if *self.later_loads_fail.lock().unwrap() && self.batches.lock().unwrap().len() > 1 {
+            return Err(RelayoutError::NoAnswer(
+                Duration::from_secs(1),
+                "refused (test)".into(),
+            ));
         }
         for (node, gres) in nodes {
             // As the node file's line is rewritten: the types keep their places.
@@ -774,26 +782,44 @@ fn a_failing_agent_rolls_back_and_its_node_is_resumed_without_a_refresh() {
     }
 }
 
-#[test]
-fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() {
-    let dir = temp("start-refused");
+/// One cycle to c5 in which node b's agent goes back from the generation on its own
+/// (`went_back` sets it up on the fake): b's record after it, with its GRES before, the
+/// recorder, and the central role.
+fn went_back_during_start(
+    tag: &str,
+    went_back: impl FnOnce(&mut FakeSlurm),
+    rec: Recorder,
+) -> (SlurmNode, String, Central) {
+    let dir = temp(tag);
     let mut s = cluster();
-    s.start_refused = vec!["b".into()];
-    let rec = Recorder::default();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    went_back(&mut s);
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec);
     let before = node(&mut c, "b").gres;
     let r = once(&mut c);
     assert_eq!(r.changed, 1, "c only: {:?}", r.errors);
-    let b = node(&mut c, "b");
-    assert!(
-        b.drain
-            && b.reason.as_deref().is_some_and(|w| {
-                w.contains("the agent refused Start")
-                    && w.contains("Slurm's definition of the node put back to the layouts it has")
-            }),
-        "{b:?}"
-    );
     assert!(!node(&mut c, "c").drain);
+    (node(&mut c, "b"), before, c)
+}
+
+/// Whether `n` is drained with a reason that says each of `says`.
+fn held_saying(n: &SlurmNode, says: &[&str]) -> bool {
+    n.drain
+        && n.reason
+            .as_deref()
+            .is_some_and(|w| says.iter().all(|s| w.contains(s)))
+}
+
+const PUT_BACK: &str = "Slurm's definition of the node put back to the layouts it has";
+
+#[test]
+fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() {
+    let rec = Recorder::default();
+    let (b, before, _) = went_back_during_start(
+        "start-refused",
+        |s| s.start_refused = vec!["b".into()],
+        rec.clone(),
+    );
+    assert!(held_saying(&b, &["the agent refused Start", PUT_BACK]), "{b:?}");
     // Its GPUs went back (at a reboot): Slurm's definition of it follows, in a load of
     // its own after the batch's, and its agent is asked to revert (slurmd reads it).
     let batches = rec.batches.lock().unwrap().clone();
@@ -805,22 +831,39 @@ fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() 
 }
 
 #[test]
-fn a_node_whose_watchdog_went_back_before_start_gets_its_slurm_definition_back_and_is_held() {
-    let dir = temp("watchdog-reverted");
-    let mut s = cluster();
-    s.watchdog_reverted = vec!["b".into()];
+fn a_put_back_slurm_does_not_load_still_asks_the_revert_and_holds_the_node_naming_it() {
     let rec = Recorder::default();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-    let before = node(&mut c, "b").gres;
-    let r = once(&mut c);
-    assert_eq!(r.changed, 1, "c only: {:?}", r.errors);
-    let b = node(&mut c, "b");
+    *rec.later_loads_fail.lock().unwrap() = true;
+    let (b, before, _) = went_back_during_start(
+        "put-back-fails",
+        |s| s.start_refused = vec!["b".into()],
+        rec.clone(),
+    );
+    // (The rest of the reason, the load's error, is cut at Slurm's reason length.)
     assert!(
-        b.drain
-            && b.reason.as_deref().is_some_and(|w| {
-                w.contains("slurmd watchdog: slurmd stopped for 120 s")
-                    && w.contains("Slurm's definition of the node put back to the layouts it has")
-            }),
+        held_saying(
+            &b,
+            &[
+                "the agent refused Start",
+                "putting Slurm's definition of the node back"
+            ]
+        ),
+        "{b:?}"
+    );
+    assert_ne!(b.gres, before, "slurmctld kept the generation's");
+    assert_eq!(read_report(&b).unwrap().unwrap().phase, Phase::Revert);
+}
+
+#[test]
+fn a_node_whose_watchdog_went_back_before_start_gets_its_slurm_definition_back_and_is_held() {
+    let rec = Recorder::default();
+    let (b, before, _) = went_back_during_start(
+        "watchdog-reverted",
+        |s| s.watchdog_reverted = vec!["b".into()],
+        rec.clone(),
+    );
+    assert!(
+        held_saying(&b, &["slurmd watchdog: slurmd stopped for 120 s", PUT_BACK]),
         "{b:?}"
     );
     assert_eq!(b.gres, before);

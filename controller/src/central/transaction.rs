@@ -467,21 +467,12 @@ impl Central {
                 });
                 if let Some((r, error)) = refused {
                     // slurmd may run, on what the agent has: not the generation's layouts
-                    // (it reverted them at boot, say), which slurmctld has now.
+                    // (it reverted them at boot, say), which slurmctld has now. Its slurmd
+                    // may have read Slurm's definitions while they held the generation's:
+                    // the agent's Revert, asked again, restarts it on the ones put back
+                    // (the restart path; a reconfigure reloaded it).
                     let why = format!("the agent refused Start: {error}");
-                    match self.put_node_back(node, r, &t) {
-                        // Its slurmd may have read Slurm's definitions while they held the
-                        // generation's: the agent's Revert, asked again, restarts it on
-                        // the ones put back (the restart path; a reconfigure reloaded it).
-                        // Asked whether or not the reload went through (the include may
-                        // hold the values put back either way): a Revert again is harmless.
-                        Some(outcome) => {
-                            let why = format!("{why}; {}", outcome.unwrap_or_else(|e| e));
-                            let rec = self.api.node(node).ok().flatten().unwrap_or(rec);
-                            self.revert(b, node, &rec, why, true, report)
-                        }
-                        None => self.hold(b, node, &rec, why, report),
-                    }
+                    self.went_back(b, node, rec, r, why, report)
                 } else if let Some(r) = start.filter(|r| r.slurmd_running && r.outcome == Outcome::Done) {
                     let outcome = match &r.watchdog {
                         Some(w) => format!("applied (slurmd started by the agent's watchdog: {w})"),
@@ -493,15 +484,11 @@ impl Central {
                 } else if let Some(r) = settled(Phase::Revert) {
                     // The watchdog went back while the central role was away, and the
                     // refresh gave slurmctld the generation's layouts all the same.
-                    let mut why = format!(
+                    let why = format!(
                         "slurmd watchdog: {}",
                         r.watchdog.as_deref().unwrap_or("the agent reverted")
                     );
-                    if let Some(outcome) = self.put_node_back(node, &r, &t) {
-                        why = format!("{why}; {}", outcome.unwrap_or_else(|e| e));
-                    }
-                    let rec = self.api.node(node).ok().flatten().unwrap_or(rec);
-                    self.hold(b, node, &rec, why, report)
+                    self.went_back(b, node, rec, &r, why, report)
                 } else if waited > answer_limit {
                     let e = format!("slurmd start not confirmed within {answer_limit:.0} s");
                     self.hold(b, node, &rec, e, report)
@@ -554,6 +541,35 @@ impl Central {
         }
     }
 
+    /// A node whose agent went back from the generation on its own after Slurm's refresh
+    /// was under way (its report `r`): Slurm's definition of it put back
+    /// ([`Central::put_node_back`]), its agent asked to revert again unless `r` is a
+    /// Revert's already (which answers it), and the node held. The revert is asked whether
+    /// or not the reload went through: the include may hold the values put back either
+    /// way, and a Revert again is harmless.
+    fn went_back(
+        &mut self,
+        b: &mut Batch,
+        node: &str,
+        rec: SlurmNode,
+        r: &Report,
+        why: String,
+        report: &mut CycleReport,
+    ) {
+        let t = b.nodes[node].clone();
+        let Some(outcome) = self.put_node_back(node, r, &t) else {
+            return self.hold(b, node, &rec, why, report);
+        };
+        let why = format!("{why}; {}", outcome.unwrap_or_else(|e| e));
+        // Read again: the reload may have changed its state.
+        let rec = self.api.node(node).ok().flatten().unwrap_or(rec);
+        if r.phase != Phase::Revert {
+            self.revert(b, node, &rec, why, true, report)
+        } else {
+            self.hold(b, node, &rec, why, report)
+        }
+    }
+
     /// After a refused Start: when the agent's GPUs are back at the generation's `from`
     /// layouts (a reboot before Slurm's refresh went back to what slurmctld had then),
     /// Slurm's definition of the node goes back to them too, since slurmctld now has the
@@ -571,7 +587,7 @@ impl Central {
         // Already there (put back before a restart of the central role): no reload.
         let shown = self.api.node(node).ok().flatten().map(|n| n.gres);
         if shown.is_some_and(|have| super::same_gpu_gres(&have, &gres, &self.mig_types)) {
-            return Some(Ok(format!("Slurm has the layouts it has ({gres})")));
+            return Some(Ok(format!("Slurm already has the layouts it has ({gres})")));
         }
         let list = [(node.to_string(), gres.clone())];
         Some(match self.relayout.apply(self.api.as_mut(), &list) {

@@ -822,8 +822,7 @@ impl Agent {
         // again for a generation reverted already (at boot, say) after an Install that
         // stopped it, the central role has just put Slurm's definitions of the node back,
         // which slurmd (started meanwhile, while they held the generation's) must read.
-        let again = self.journal.reverted(generation) && self.journal.stopped_for(generation);
-        let restart = (installed || again)
+        let restart = (installed || self.journal.reverted(generation))
             && ((self.journal.slurmd_running() && self.journal.stopped_for(generation))
                 || self.journal.restart_begun(generation));
         let mut errors = Vec::new();

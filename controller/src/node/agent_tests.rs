@@ -74,6 +74,18 @@ impl Node {
         self.spool().write_desired(&d).unwrap();
     }
 
+    /// Asks `a` to revert `generation` (7g to c5 on GPU 0) and checks that it did, with
+    /// slurmd running.
+    fn reverts(&self, a: &mut Agent, generation: u64) {
+        self.desire(generation, Phase::Revert, &[SEVEN_TO_C5]);
+        let r = a.poll().unwrap().unwrap();
+        assert_eq!(
+            (r.phase, &r.outcome, r.slurmd_running),
+            (Phase::Revert, &Outcome::Done, true),
+            "{r:?}"
+        );
+    }
+
     /// Journals the begin of `generation` (GPU 0 from 7g to two 3g) as a previous run
     /// that died would have left it.
     fn begin_seven_to_c5(&self, generation: u64) {
@@ -496,20 +508,22 @@ fn a_gres_conf_block_with_broken_markers_is_reported_as_a_read_error_never_as_gp
     );
 }
 
-#[test]
-fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
+/// A node on one 7g GPU, restored, with `generation` (7g to c5) applied and installed:
+/// the node, its agent and its gres.conf from before the generation.
+fn installed_seven_to_c5(generation: u64) -> (Node, Agent, String) {
     let n = Node::new(&["7g@0"]);
     let mut a = n.agent();
     a.restore().unwrap();
-    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.apply_and_install(&mut a, 3);
+    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
+    n.apply_and_install(&mut a, generation);
+    (n, a, before)
+}
+
+#[test]
+fn revert_after_install_restores_the_gpus_the_previous_gres_conf_and_slurmd() {
+    let (n, mut a, before) = installed_seven_to_c5(3);
     assert_ne!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
-    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
-    let r = a.poll().unwrap().unwrap();
-    assert_eq!(
-        (r.phase, r.outcome, r.slurmd_running),
-        (Phase::Revert, Outcome::Done, true)
-    );
+    n.reverts(&mut a, 3);
     assert_eq!(n.layout(0), "7g.40gb@0");
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
     assert_eq!(n.slurmd_log(), "stop\nstart\n");
@@ -556,11 +570,7 @@ fn a_reverted_generation_asked_again_after_its_report_was_lost_goes_no_further_a
 #[test]
 fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_restores_the_gres_conf_from_before(
 ) {
-    let n = Node::new(&["7g@0"]);
-    let mut a = n.agent();
-    a.restore().unwrap();
-    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.apply_and_install(&mut a, 3);
+    let (n, a, before) = installed_seven_to_c5(3);
     let armed = a.journal().slurmd_watchdog().unwrap();
     let installed = std::fs::read_to_string(n.path("gres.conf")).unwrap();
     // The report never reached the channel and the agent restarted: Install runs again
@@ -577,9 +587,7 @@ fn an_install_run_again_after_its_report_was_lost_keeps_the_deadline_and_revert_
         g == armed.0 && (deadline - armed.1).abs() < 1e-3,
         "the first deadline holds"
     );
-    n.desire(3, Phase::Revert, &[SEVEN_TO_C5]);
-    let r = a.poll().unwrap().unwrap();
-    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    n.reverts(&mut a, 3);
     assert_eq!(n.layout(0), "7g.40gb@0");
     assert_eq!(
         std::fs::read_to_string(n.path("gres.conf")).unwrap(),
@@ -602,9 +610,7 @@ fn a_slurmd_stop_that_fails_leaves_the_watchdog_armed_and_the_revert_starts_slur
     assert!(matches!(r.outcome, Outcome::Failed { .. }), "{r:?}");
     assert!(!r.slurmd_running, "whether slurmd runs is not known");
     assert!(a.journal().slurmd_watchdog().is_some_and(|(g, _)| g == 4));
-    n.desire(4, Phase::Revert, &[SEVEN_TO_C5]);
-    let r = a.poll().unwrap().unwrap();
-    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    n.reverts(&mut a, 4);
     assert_eq!(n.slurmd_log(), "stop\nstart\n", "the revert started slurmd");
     assert!(a.journal().slurmd_watchdog().is_none());
 }
@@ -636,11 +642,7 @@ fn a_padding_block_for_a_type_the_catalogue_does_not_know_is_refused_before_any_
 
 #[test]
 fn a_revert_that_cannot_put_gres_conf_back_keeps_slurmd_stopped_and_the_watchdog_tries_again() {
-    let n = Node::new(&["7g@0"]);
-    let mut a = n.agent();
-    a.restore().unwrap();
-    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap_or_default();
-    n.apply_and_install(&mut a, 3);
+    let (n, mut a, before) = installed_seven_to_c5(3);
     // The saved content cannot be read (its place taken by a directory).
     let prev = smartmig_core::durable::previous_path(&n.path("gres.conf"));
     let saved = std::fs::read(&prev).unwrap();
@@ -762,9 +764,7 @@ fn a_revert_after_the_watchdog_started_slurmd_with_the_new_gres_conf_restarts_it
     let n = Node::new(&["7g@0"]);
     let (mut a, before) = started_by_the_watchdog(&n);
     // The refresh failed after all: the central role put Slurm back and reverts.
-    n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
-    let r = a.poll().unwrap().unwrap();
-    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    n.reverts(&mut a, 7);
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
     assert_eq!(
         n.slurmd_log(),
@@ -805,9 +805,7 @@ fn a_revert_cut_short_after_it_began_to_restart_slurmd_restarts_it_when_run_agai
     .unwrap();
     drop(j);
     let mut a = n.agent();
-    n.desire(7, Phase::Revert, &[SEVEN_TO_C5]);
-    let r = a.poll().unwrap().unwrap();
-    assert_eq!((r.outcome, r.slurmd_running), (Outcome::Done, true));
+    n.reverts(&mut a, 7);
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
     assert_eq!(
         n.slurmd_log(),
@@ -1019,12 +1017,7 @@ fn at_boot_an_installed_generation_slurmctld_does_not_show_goes_back_and_its_sta
     // boot, may have read the generation's) and asks for the revert again: slurmd is
     // restarted to read them, on the same GPUs and gres.conf.
     let log = n.slurmd_log();
-    n.desire(5, Phase::Revert, &[SEVEN_TO_C5]);
-    let r = a.poll().unwrap().unwrap();
-    assert_eq!(
-        (r.phase, r.outcome, r.slurmd_running),
-        (Phase::Revert, Outcome::Done, true)
-    );
+    n.reverts(&mut a, 5);
     assert_eq!(n.slurmd_log(), format!("{log}stop\nstart\n"));
     assert_eq!(n.layout(0), "7g.40gb@0");
     assert_eq!(std::fs::read_to_string(n.path("gres.conf")).unwrap(), before);
@@ -1033,11 +1026,7 @@ fn at_boot_an_installed_generation_slurmctld_does_not_show_goes_back_and_its_sta
 #[test]
 fn at_boot_an_installed_generation_the_central_role_asks_back_goes_back_though_slurmctld_shows_it() {
     // The reconfigure path: slurmctld is undone only after the nodes' reverts.
-    let n = Node::new(&["7g@0"]);
-    let mut a = n.agent();
-    a.restore().unwrap();
-    let before = std::fs::read_to_string(n.path("gres.conf")).unwrap();
-    n.apply_and_install(&mut a, 5);
+    let (n, a, before) = installed_seven_to_c5(5);
     drop(a);
     n.desire(5, Phase::Revert, &[SEVEN_TO_C5]);
     n.reboot(0);
