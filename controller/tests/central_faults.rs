@@ -33,6 +33,9 @@
 //! - slurmctld refusing node 1's agent's reports, or losing the reply to one: the agent
 //!   writes the report again (running the phase again where the report never reached the
 //!   record) and the batch completes;
+//! - node 1 rebooted between its install and Slurm's refresh: Slurm's definition of it put
+//!   back, the node held; with that put-back's reload failing too, the next run has Slurm
+//!   load the node file again before any batch, and node 1 registers;
 //! - on the reconfigure path, the batch's reconfigure refused and the undo's answer lost:
 //!   the nodes reverted and held, the report saying Slurm's file is unknown; refused with
 //!   the include's saved copy gone: the nodes held as they stand, and Slurm loads the
@@ -277,6 +280,45 @@ fn killed_mid_plan_then(kind: Kind, reboot: bool) {
 #[test]
 fn a_node_rebooted_between_install_and_slurms_refresh_goes_back_and_slurm_follows_it() {
     skip_unless_netns!();
+    let (mut c, jobs, s0, g1, config, out) = reboot_before_refresh(false);
+    assert!(
+        out.contains("Slurm's definition of the node put back to the layouts it has"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    resume_node_1_and_change_it(&mut c, &jobs, &s0, &g1, &config, &out);
+}
+
+/// As above, but Slurm does not load the put-back (its reload refused, then the next
+/// one too): slurmctld is left with the generation's layouts for node 1, which is
+/// INVALID. The next run of the central role finds slurmctld the side left behind (the
+/// node file has what node 1's agent reports) and has Slurm load it again before any
+/// batch; node 1 then registers, held, and the rest is as above.
+#[test]
+fn a_put_back_slurm_did_not_load_is_loaded_again_by_the_next_run_before_any_batch() {
+    skip_unless_netns!();
+    let (mut c, jobs, s0, g1, config, out) = reboot_before_refresh(true);
+    assert!(
+        out.contains("putting Slurm's definition of the node back")
+            && out.contains("loading the node file again failed"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    let n1 = c.nodes[1].clone();
+    assert!(!node_field(&c, &n1, "Gres").contains("7g.40gb"), "left behind");
+    let out = run_central(&c, &config, &[]);
+    assert!(
+        out.contains("Slurm loaded the node file again") && out.contains("0 changed"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    resume_node_1_and_change_it(&mut c, &jobs, &s0, &g1, &config, &out);
+}
+
+/// The start of the reboot tests above, up to the end of the central role's first run
+/// (its output returned); with `put_back_fails`, Slurm's refresh for the put-back and the
+/// one after it fail (the reconfigure refused, or the restart command failing).
+fn reboot_before_refresh(put_back_fails: bool) -> (Cluster, Workload, Simulated, TestGpus, PathBuf, String) {
     let (mut c, jobs, s0) = start_with_workload();
     let g1 = make_gpus(&c, 1, Kind::Simulated, &[C1], &[]);
     start_agent_named_on(&mut c, 1, "agent-1", &g1);
@@ -288,13 +330,28 @@ fn a_node_rebooted_between_install_and_slurms_refresh_goes_back_and_slurm_follow
     let gate = c.dir.join("run/refresh-gate");
     let reached = PathBuf::from(format!("{}.reached", gate.display()));
     let (central, faults) = if slurm::release().at_least(23, 11) {
+        let fails = if put_back_fails {
+            r#", {"call": "reconfigure", "skip": 1, "times": 2}"#
+        } else {
+            ""
+        };
         (
             "slurmctld_timeout_s = 10\n".to_string(),
-            format!(r#"[{{"call": "reconfigure", "pause": "{}"}}]"#, gate.display()),
+            format!(
+                r#"[{{"call": "reconfigure", "pause": "{}"}}{fails}]"#,
+                gate.display()
+            ),
         )
     } else {
+        // The restarts counted: the first waits at the gate, the next two fail as
+        // systemd's would when `put_back_fails`.
+        let fails = if put_back_fails { "1|2" } else { "-" };
         let wait = format!(
-            "touch {}; while [ ! -e {} ]; do sleep 0.1; done",
+            "N=$(cat $FLAG 2>/dev/null || echo 0); echo $((N + 1)) > $FLAG\n\
+             case $N in\n\
+             0) touch {}; while [ ! -e {} ]; do sleep 0.1; done ;;\n\
+             {fails}) echo 'Job for slurmctld.service failed' >&2; exit 1 ;;\n\
+             esac",
             reached.display(),
             gate.display()
         );
@@ -318,34 +375,47 @@ fn a_node_rebooted_between_install_and_slurms_refresh_goes_back_and_slurm_follow
     std::fs::write(&gate, "").unwrap();
     let out = finish(&c, central);
     assert!(
-        out.contains("1 changed")
-            && out.contains("the agent refused Start")
-            && out.contains("Slurm's definition of the node put back to the layouts it has"),
+        out.contains("1 changed") && out.contains("the agent refused Start"),
         "{out}\n{}",
         c.log_tails()
     );
     assert_eq!((sim_layout(&s0), g1.layout(0)), (NODE0_C5.into(), C1.into()));
-    let g0 = TestGpus::from_simulated(&s0, &a100());
+    (c, jobs, s0, g1, config, out)
+}
+
+/// The end of the reboot tests: slurmctld takes node 1's registration with its old
+/// layouts, the node held; resumed, every job and node is safe, and the next cycle makes
+/// node 1's change.
+fn resume_node_1_and_change_it(
+    c: &mut Cluster,
+    jobs: &Workload,
+    s0: &Simulated,
+    g1: &TestGpus,
+    config: &Path,
+    out: &str,
+) {
+    let n1 = c.nodes[1].clone();
+    let g0 = TestGpus::from_simulated(s0, &a100());
     c.wait_for(
         "slurmctld to take node 1's registration",
         Duration::from_secs(30),
         |c| {
             let s = c.node_state(&n1);
-            !s.contains("INVALID") && !s.contains('*')
+            !s.contains("INVAL") && !s.contains('*')
         },
     );
-    assert!(node_field(&c, &n1, "Gres").contains("7g.40gb"), "{out}");
+    assert!(node_field(c, &n1, "Gres").contains("7g.40gb"), "{out}");
     assert!(c.node_state(&n1).contains("DRAIN"), "held");
     // (22.05 refuses the resume until slurmd has registered with the restarted slurmctld.)
     c.wait_for("node 1 to resume", Duration::from_secs(30), |c| {
         let out = c.scontrol(&["update", &format!("nodename={n1}"), "state=resume"]);
         out.status.success() && !c.node_state(&n1).contains("DRAIN")
     });
-    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
-    let out = run_central(&c, &config, &[]);
+    assert_consistent_on(c, &[&g0, g1], &jobs.all());
+    let out = run_central(c, config, &[]);
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
     assert_eq!(g1.layout(0), C5);
-    assert_consistent_on(&c, &[&g0, &g1], &jobs.all());
+    assert_consistent_on(c, &[&g0, g1], &jobs.all());
 }
 
 /// Node 1 booting again, its agent gone: slurmd stopped, the restore before its start

@@ -325,7 +325,7 @@ impl Central {
         // Only on a view read between batches: mid-batch, or just after one closed in
         // this tick, slurmctld's values in the view are not the settled ones.
         let settled = between_batches && self.ledger.batch.is_none() && self.mode != Mode::DryRun;
-        let agreed = !settled || self.agree(&view, report);
+        let agreed = !settled || (self.catch_up(&view, report) && self.agree(&view, report));
         if decide && agreed && self.ledger.batch.is_none() {
             self.decide_and_start(&view, now, report);
         }
@@ -340,6 +340,54 @@ impl Central {
             self.publish(&view, report);
         }
         self.status.gpus = gpu_lines(&self.resolved, &view);
+    }
+
+    /// Has Slurm load the node file again for the nodes it is left behind on: slurmctld
+    /// shows other MIG GRES than their agents report, and the file has what they report
+    /// (a way back whose reload failed: a put-back after a refused Start, a
+    /// reconfigure-path undo). Such a node is INVALID or refused at its next registration
+    /// until Slurm loads it, and no resume brings it back. True when no batch need wait:
+    /// none was left behind; false after a load (the view is stale) or a failed one
+    /// (reported; tried again next cycle).
+    fn catch_up(&mut self, view: &View, report: &mut CycleReport) -> bool {
+        let left: Vec<relayout::LeftBehind> = view
+            .nodes
+            .iter()
+            .filter(|n| n.report.outcome != crate::channel::Outcome::InProgress && n.report.slurmd_running)
+            .map(|n| relayout::LeftBehind {
+                node: n.name.clone(),
+                reported: gres_of_report(&n.report.gpus),
+                shown: n.slurm.gres.clone(),
+                busy: !n.running.is_empty(),
+            })
+            .filter(|l| !same_mig_gres(&l.shown, &l.reported, &self.mig_types))
+            .collect();
+        if left.is_empty() {
+            return true;
+        }
+        match self.relayout.catch_up(self.api.as_mut(), &left) {
+            Ok(loaded) if loaded.is_empty() => true,
+            Ok(loaded) => {
+                log::warn!(
+                    "Slurm loaded the node file again: it now has {} as their agents report (held nodes stay held for the admin)",
+                    loaded.join(", ")
+                );
+                false
+            }
+            Err(e) => {
+                let nodes: Vec<&str> = left.iter().map(|l| l.node.as_str()).collect();
+                let e = anyhow::Error::new(e);
+                self.fail(
+                    report,
+                    format!(
+                        "no re-layout started: slurmctld shows {} with other GRES than their agents report; \
+                         loading the node file again failed (tried again next cycle): {e:#}",
+                        nodes.join(", ")
+                    ),
+                );
+                false
+            }
+        }
     }
 
     /// Brings the node file in line with what slurmctld shows on `view` (a way back that

@@ -108,6 +108,32 @@ pub trait Relayout {
         let _ = shown;
         Ok(Vec::new())
     }
+    /// Between batches: of `left` (nodes that slurmctld shows with other MIG GRES than
+    /// their agents report), those whose definition in what Slurm loads says what the
+    /// agent reports have slurmctld as the one side left behind (a way back whose reload
+    /// failed); makes Slurm load it again for them and returns them. Paths without a node
+    /// file have nothing to load again.
+    fn catch_up(
+        &mut self,
+        api: &mut dyn SlurmApi,
+        left: &[LeftBehind],
+    ) -> Result<Vec<String>, RelayoutError> {
+        let _ = (api, left);
+        Ok(Vec::new())
+    }
+}
+
+/// A node slurmctld shows with other MIG GRES than its agent reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// The node.
+    pub node: String,
+    /// The MIG GRES its agent reports.
+    pub reported: String,
+    /// The `Gres` slurmctld shows.
+    pub shown: String,
+    /// Whether jobs run on it.
+    pub busy: bool,
 }
 
 /// A node whose MIG GRES in the node file differed from slurmctld's, now written as
@@ -332,6 +358,17 @@ pub trait Loader {
     ) -> Result<(), RelayoutError>;
     /// Makes Slurm load the previous file, just put back.
     fn load_previous(&self, api: &mut dyn SlurmApi, timeout: Duration) -> Result<(), RelayoutError>;
+    /// Makes Slurm load the file again, unchanged, for `nodes` whose running slurmd it
+    /// refused: as [`Loader::load`] unless the path needs more for their registration.
+    fn load_again(
+        &self,
+        api: &mut dyn SlurmApi,
+        file: &NodeFile<'_>,
+        nodes: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), RelayoutError> {
+        self.load(api, file, nodes, timeout)
+    }
 }
 
 /// A re-layout through the generated node file: write it, have Slurm load it; the way
@@ -409,6 +446,54 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
     fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
         self.file().agree_with(shown)
     }
+
+    fn catch_up(
+        &mut self,
+        api: &mut dyn SlurmApi,
+        left: &[LeftBehind],
+    ) -> Result<Vec<String>, RelayoutError> {
+        let file = self.file();
+        let text = file.read()?;
+        let gpus = |g: &str| {
+            crate::slurm::parse_gres(g, "GRES")
+                .map(|v| v.iter().map(|e| e.count).sum::<u32>())
+                .ok()
+        };
+        let behind: Vec<(String, String)> = left
+            .iter()
+            .filter_map(|l| {
+                let gres = node_gres(&text, &l.node)?;
+                if !super::same_mig_gres(&gres, &l.reported, &self.mig_types) {
+                    return None;
+                }
+                // Slurm requeues the jobs running on a node whose GPU count it changes.
+                if l.busy && gpus(&gres) != gpus(&l.shown) {
+                    log::warn!(
+                        "{}: slurmctld shows GRES {} where {} has {gres}; jobs run there and its GPU count would change: not loaded again",
+                        l.node,
+                        l.shown,
+                        self.include.display()
+                    );
+                    return None;
+                }
+                Some((l.node.clone(), gres))
+            })
+            .collect();
+        if behind.is_empty() {
+            return Ok(Vec::new());
+        }
+        log::warn!(
+            "slurmctld shows other GRES than {} has for {}: loading it again",
+            self.include.display(),
+            behind
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        self.loader.load_again(api, &file, &behind, self.timeout)?;
+        Ok(behind.into_iter().map(|(n, _)| n).collect())
+    }
 }
 
 /// Slurm 22.05: restart slurmctld once (the node file rewritten before).
@@ -454,6 +539,21 @@ impl Loader for RestartSlurmctld {
 
     fn load_previous(&self, api: &mut dyn SlurmApi, timeout: Duration) -> Result<(), RelayoutError> {
         self.restart(api, timeout)
+    }
+
+    /// Restarts slurmctld, then reconfigures: slurmctld 22.05 asks no registration of a
+    /// node whose last one it refused (its pings skip INVALID_REG nodes) and a running
+    /// slurmd sends none by itself, but every slurmd registers again after a reconfigure
+    /// (which reloads no GRES before 23.11: the restart did).
+    fn load_again(
+        &self,
+        api: &mut dyn SlurmApi,
+        _: &NodeFile<'_>,
+        _: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), RelayoutError> {
+        self.restart(api, timeout)?;
+        api.reconfigure().map_err(RelayoutError::Reconfigure)
     }
 }
 
@@ -607,6 +707,60 @@ mod tests {
         let gone = dir.path().join("gone");
         r.include = gone.join("nodes.conf");
         assert!(matches!(r.agree(&shown), Err(RelayoutError::Read { .. })));
+    }
+
+    #[test]
+    fn slurm_loads_the_node_file_again_only_for_nodes_whose_line_has_what_their_agents_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let include = dir.path().join("nodes.conf");
+        // gpu1's line was put back to what its agent reports, but the reload failed;
+        // gpu2's line says neither (left alone: which side is right is not known).
+        let text =
+            "NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,license:2\nNodeName=gpu2 Gres=gpu:3g.40gb:2\n";
+        std::fs::write(&include, text).unwrap();
+        let log = dir.path().join("restarts");
+        let mut r = restart(dir.path(), &format!("echo x >> {}", log.display()));
+        let mut api = crate::central::fake::FakeSlurm::default();
+        let restarts = || std::fs::read_to_string(&log).map_or(0, |l| l.lines().count());
+        let behind = |node: &str, reported: &str, shown: &str, busy: bool| LeftBehind {
+            node: node.into(),
+            reported: reported.into(),
+            shown: shown.into(),
+            busy,
+        };
+        let left = [
+            behind(
+                "gpu1",
+                "gpu:7g.40gb:1",
+                "gpu:a100:1,gpu:3g.40gb:1,license:2",
+                true,
+            ),
+            behind("gpu2", "gpu:1g.10gb:7", "gpu:7g.40gb:1", false),
+            behind("elsewhere", "gpu:7g.40gb:1", "gpu:1g.10gb:7", false),
+        ];
+        assert_eq!(r.catch_up(&mut api, &left).unwrap(), vec!["gpu1".to_string()]);
+        assert_eq!(restarts(), 1);
+        assert_eq!(api.reconfigures, 1, "for gpu1's slurmd to register again");
+        assert_eq!(
+            std::fs::read_to_string(&include).unwrap(),
+            text,
+            "the file as it was"
+        );
+        assert!(r.catch_up(&mut api, &left[1..]).unwrap().is_empty());
+        assert_eq!(restarts(), 1, "nothing to load again");
+        // Jobs run on gpu1 and slurmctld counts another number of GPUs there: a load
+        // would requeue them.
+        let busy = [behind(
+            "gpu1",
+            "gpu:7g.40gb:1",
+            "gpu:a100:1,gpu:3g.40gb:2,license:2",
+            true,
+        )];
+        assert!(r.catch_up(&mut api, &busy).unwrap().is_empty());
+        assert_eq!(restarts(), 1, "left for the admin");
+        r.loader.command = vec!["sh".into(), "-c".into(), "exit 4".into()];
+        let e = r.catch_up(&mut api, &left).unwrap_err().to_string();
+        assert!(e.contains("exit status: 4"), "{e}");
     }
 
     fn restart(dir: &std::path::Path, script: &str) -> ViaNodeFile<RestartSlurmctld> {

@@ -11,7 +11,7 @@ use smartmig_core::routing::{RoutedFrom, Snapshot};
 
 use super::batch::{NodeState, BATCH_FILE, DRAIN_PREFIX, HELD_PREFIX};
 use super::fake::FakeSlurm;
-use super::relayout::{Disagreement, Relayout, RelayoutError};
+use super::relayout::{Disagreement, LeftBehind, Relayout, RelayoutError};
 use super::status::Status;
 use super::*;
 use crate::channel::{self, Desired, Phase};
@@ -82,6 +82,11 @@ struct Recorder {
     agree_fails: Arc<Mutex<bool>>,
     /// Every load after the first fails (a put-back's, after the batch's went through).
     later_loads_fail: Arc<Mutex<bool>>,
+    /// What each call to load the node file again for nodes slurmctld is left behind on
+    /// was given.
+    caught_up: Arc<Mutex<Vec<Vec<LeftBehind>>>>,
+    /// The nodes whose line in the node file has what their agents report.
+    file_as_reported: Arc<Mutex<Vec<String>>>,
 }
 
 impl Recorder {
@@ -128,21 +133,7 @@ impl Relayout for Recorder {
                 "refused (test)".into(),
             ));
         }
-        for (node, gres) in nodes {
-            // As the node file's line is rewritten: the types keep their places.
-            let before = api.node(node).unwrap().map(|n| n.gres).unwrap_or_default();
-            let managed = crate::slurm::parse_gres(&format!("{before},{gres}"), "test")
-                .unwrap()
-                .into_iter()
-                .map(|e| e.gpu_type)
-                .collect();
-            let u = crate::slurm::NodeUpdate {
-                node: node.clone(),
-                gres: Some(crate::slurm::merge_mig_gres(&before, gres, &managed)),
-                ..Default::default()
-            };
-            api.update_node(&u).unwrap();
-        }
+        shown_by_slurm(api, nodes);
         Ok(())
     }
     fn undo(
@@ -194,6 +185,32 @@ impl Relayout for Recorder {
         }
         Ok(())
     }
+    /// As if the node file had what the agents of `file_as_reported` report (a put-back
+    /// wrote it).
+    fn catch_up(
+        &mut self,
+        api: &mut dyn SlurmApi,
+        left: &[LeftBehind],
+    ) -> Result<Vec<String>, RelayoutError> {
+        self.caught_up.lock().unwrap().push(left.to_vec());
+        let file = self.file_as_reported.lock().unwrap().clone();
+        let behind: Vec<(String, String)> = left
+            .iter()
+            .filter(|l| file.contains(&l.node))
+            .map(|l| (l.node.clone(), l.reported.clone()))
+            .collect();
+        if behind.is_empty() {
+            return Ok(Vec::new());
+        }
+        if *self.later_loads_fail.lock().unwrap() {
+            return Err(RelayoutError::NoAnswer(
+                Duration::from_secs(1),
+                "refused (test)".into(),
+            ));
+        }
+        shown_by_slurm(api, &behind);
+        Ok(behind.into_iter().map(|(n, _)| n).collect())
+    }
     fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
         let mut nodes: Vec<String> = shown.iter().map(|(n, _)| n.clone()).collect();
         nodes.sort();
@@ -205,6 +222,25 @@ impl Relayout for Recorder {
             });
         }
         Ok(Vec::new())
+    }
+}
+
+/// Slurm showing each node of `nodes` with its MIG GRES, as when it loads a node file
+/// whose line was rewritten: the types keep their places.
+fn shown_by_slurm(api: &mut dyn SlurmApi, nodes: &[(String, String)]) {
+    for (node, gres) in nodes {
+        let before = api.node(node).unwrap().map(|n| n.gres).unwrap_or_default();
+        let managed = crate::slurm::parse_gres(&format!("{before},{gres}"), "test")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.gpu_type)
+            .collect();
+        let u = crate::slurm::NodeUpdate {
+            node: node.clone(),
+            gres: Some(crate::slurm::merge_mig_gres(&before, gres, &managed)),
+            ..Default::default()
+        };
+        api.update_node(&u).unwrap();
     }
 }
 
@@ -852,6 +888,59 @@ fn a_put_back_slurm_does_not_load_still_asks_the_revert_and_holds_the_node_namin
     );
     assert_ne!(b.gres, before, "slurmctld kept the generation's");
     assert_eq!(read_report(&b).unwrap().unwrap().phase, Phase::Revert);
+}
+
+#[test]
+fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_next_cycle_and_no_batch_starts_meanwhile()
+{
+    let rec = Recorder::default();
+    *rec.later_loads_fail.lock().unwrap() = true;
+    *rec.file_as_reported.lock().unwrap() = vec!["b".into()];
+    let (_, before, mut c) = went_back_during_start(
+        "put-back-retried",
+        |s| s.start_refused = vec!["b".into()],
+        rec.clone(),
+    );
+    let batches = rec.batches().len();
+    // The `--once` run's last cycle tried already; still failing: reported, tried again,
+    // no batch.
+    let tries = rec.caught_up.lock().unwrap().len();
+    assert!(tries >= 1);
+    let r = once(&mut c);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("slurmctld shows b with other GRES")),
+        "{:?}",
+        r.errors
+    );
+    let b = node(&mut c, "b");
+    let reported = gres_of_report(&read_report(&b).unwrap().unwrap().gpus);
+    let left = LeftBehind {
+        node: "b".into(),
+        reported,
+        shown: b.gres.clone(),
+        busy: true,
+    };
+    assert_eq!(
+        rec.caught_up.lock().unwrap()[tries..],
+        vec![vec![left]],
+        "b alone (job 2 runs there): a and c show what their agents report"
+    );
+    *rec.later_loads_fail.lock().unwrap() = false;
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(rec.caught_up.lock().unwrap().len(), tries + 2);
+    let b = node(&mut c, "b");
+    assert_eq!(b.gres, before, "slurmctld has what b has");
+    assert!(
+        held_saying(&b, &["the agent refused Start"]),
+        "still held for the admin: {b:?}"
+    );
+    assert_eq!(rec.batches().len(), batches, "no batch while Slurm was behind");
+    // In line now: nothing to load again.
+    once(&mut c);
+    assert_eq!(rec.caught_up.lock().unwrap().len(), tries + 2);
 }
 
 #[test]
@@ -2494,6 +2583,13 @@ fn between_batches_the_node_file_is_brought_in_line_for_smartmigs_nodes_only_and
     assert!(!node(&mut c, "c").drain);
     let names = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
     assert_eq!(rec.agreed.lock().unwrap().clone(), vec![names(&["a", "b", "c"])]);
+    // `behind` is offered to be loaded again (its line does not have what its agent
+    // reports here: nothing loads, and the file step runs).
+    let offered = rec.caught_up.lock().unwrap().clone();
+    assert!(
+        !offered.is_empty() && offered.iter().all(|l| l.len() == 1 && l[0].node == "behind"),
+        "{offered:?}"
+    );
     // Once it can be, the batch starts; the cycles that move it on leave the file alone,
     // the one after it (`--once`'s last) brings it in line again.
     *rec.agree_fails.lock().unwrap() = false;
