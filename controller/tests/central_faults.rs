@@ -26,6 +26,8 @@
 //! - the central role's re-layout ledger unwritable: no batch starts, nothing touched;
 //! - the central role killed while slurmd is stopped: the agents' watchdogs start slurmd
 //!   with the layout slurmctld has, well before SlurmdTimeout; the next run settles it;
+//!   killed before Slurm's refresh with one node installed and one still installing,
+//!   both watchdogs going back: the next run holds both without refreshing Slurm;
 //! - an admin draining a node during the re-layout: it stays drained with their reason;
 //! - slurmctld restarted by someone else mid-batch: the batch completes;
 //! - a corrupt policy file: every layout is kept and the reason shown;
@@ -1032,6 +1034,73 @@ fn killed_while_slurmd_is_stopped(site_text: bool) {
     // The next run of the central role finds the batch in flight and settles it.
     let out = run_central(&c, &config, &[]);
     assert!(out.contains("refresh interrupted"), "{out}");
+    assert_reverted_and_held(&c, &s0, &s1, &jobs, "slurmd watchdog");
+}
+
+/// The central role killed after node 0's install and before Slurm's refresh, while node
+/// 1's slurmd stop hangs (node 1 still installing), and away until both watchdogs went
+/// back. Its next run holds both nodes as they stand without refreshing Slurm: node 0,
+/// installed, because its agent's report settles the watchdog's revert (a refresh would
+/// give slurmctld layouts the node no longer has, then need a put-back), node 1 because
+/// its install was never answered. slurmctld is never restarted.
+#[test]
+fn a_node_its_watchdog_reverted_before_slurms_refresh_is_held_without_a_refresh() {
+    skip_unless_netns!();
+    let (mut c, jobs, s0) = start_with(&short_slurmd_timeout());
+    let s1 = start_agent(&mut c, 1, &[C1], &[]);
+    wait_announced(&c);
+    let Some(config) = restart_path_config(&c, &TO_C5, "run/snapshot.json", "slurmctld_timeout_s = 8\n")
+    else {
+        return;
+    };
+    // Node 1's slurmd stop waits at a gate.
+    let gate = c.dir.join("run/stop-gate");
+    let (stop, _) = c.slurmd_scripts(1);
+    let script = std::fs::read_to_string(&stop).unwrap().replacen(
+        "#!/bin/sh\n",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.1; done\n",
+            gate.display()
+        ),
+        1,
+    );
+    std::fs::write(&stop, script).unwrap();
+    let mut central = spawn_central(&c, &config);
+    let ledger = c.dir.join("central");
+    let states = || {
+        smartmigd::central::batch::Ledger::load(&ledger)
+            .ok()
+            .and_then(|l| l.batch)
+            .map(|b| {
+                b.nodes
+                    .values()
+                    .map(|t| t.state.name().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    wait_until("node 0's install", Duration::from_secs(60), || {
+        states() == ["installed", "installing"]
+    });
+    central.kill().unwrap();
+    central.wait().unwrap();
+    let n0 = c.nodes[0].clone();
+    c.wait_for("node 0's watchdog", Duration::from_secs(60), |c| {
+        node_field(c, &n0, "Comment").contains("watchdog")
+    });
+    std::fs::write(&gate, "").unwrap();
+    let n1 = c.nodes[1].clone();
+    c.wait_for("node 1's watchdog", Duration::from_secs(60), |c| {
+        node_field(c, &n1, "Comment").contains("watchdog")
+    });
+    let starts = ctld_starts(&c);
+    let out = run_central(&c, &config, &[]);
+    assert!(out.contains("0 changed"), "{out}\n{}", c.log_tails());
+    assert_eq!(ctld_starts(&c), starts, "Slurm not refreshed: {out}");
+    assert!(
+        node_field(&c, &n0, "Reason").contains("before Slurm's refresh"),
+        "{out}"
+    );
     assert_reverted_and_held(&c, &s0, &s1, &jobs, "slurmd watchdog");
 }
 

@@ -1555,6 +1555,57 @@ fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_con
 }
 
 #[test]
+fn a_node_whose_watchdog_reverted_it_before_slurms_refresh_is_held_and_slurm_not_refreshed_for_it() {
+    let dir = temp("watchdog-before-refresh");
+    let mut s = cluster();
+    s.jobs.clear();
+    s.nodes.truncate(1);
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    for _ in 0..10 {
+        c.cycle_with(true);
+        let b = batch::Ledger::load(&dir.join("state")).unwrap().batch.unwrap();
+        if matches!(b.nodes["a"].state, NodeState::Installing { .. }) {
+            break;
+        }
+    }
+    // The agent installed; the central role died before Slurm's refresh, and stayed away
+    // until the agent's watchdog went back (GPUs, gres.conf, slurmd).
+    let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
+    let b = ledger.batch.as_mut().unwrap();
+    let NodeState::Installing { gres } = b.nodes["a"].state.clone() else {
+        panic!("{:?}", b.nodes["a"].state)
+    };
+    b.nodes.get_mut("a").unwrap().state = NodeState::Installed { gres };
+    assert_eq!(b.slurm, batch::SlurmStep::Untouched);
+    let generation = b.generation;
+    ledger.save(&dir.join("state")).unwrap();
+    let mut fake = c.api_fake().clone();
+    let mut r = fake.report_of(0).unwrap();
+    (r.generation, r.phase, r.outcome) = (generation, Phase::Revert, channel::Outcome::Done);
+    r.gpus[0].layout = C2.into();
+    r.watchdog = Some("slurmd stopped for 120 s".into());
+    r.slurmd_running = true;
+    fake.set_report(0, &r);
+    let before = fake.nodes[0].gres.clone();
+    drop(c);
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert!(
+        rec.batches().is_empty(),
+        "Slurm not refreshed: {:?}",
+        rec.batches()
+    );
+    let a = node(&mut c, "a");
+    assert!(
+        held_saying(&a, &["slurmd watchdog", "before Slurm's refresh"]),
+        "{a:?}"
+    );
+    assert_eq!(a.gres, before, "Slurm as the node is");
+    assert!(!c.in_flight());
+}
+
+#[test]
 fn a_central_role_stopped_while_undoing_a_failed_refresh_undoes_it_again_whatever_slurm_shows() {
     let dir = temp("stopped-mid-undo");
     let mut s = cluster();

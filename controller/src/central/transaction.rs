@@ -435,7 +435,20 @@ impl Central {
                 }
                 None => {}
             },
-            NodeState::Applied { .. } | NodeState::Installed { .. } => {}
+            NodeState::Applied { .. } => {}
+            NodeState::Installed { .. } => {
+                // Its watchdog went back while the central role was away, before Slurm's
+                // refresh: Slurm has the layouts the node went back to, so it is held as
+                // it stands, not refreshed (a refresh would give slurmctld layouts the node
+                // no longer has, to be put back after).
+                if let Some(r) = settled(Phase::Revert) {
+                    let why = format!(
+                        "slurmd watchdog: {}; before Slurm's refresh, which left the node out",
+                        r.watchdog.as_deref().unwrap_or("the agent reverted")
+                    );
+                    self.hold(b, node, &rec, why, report)
+                }
+            }
             NodeState::Installing { gres } => match settled(Phase::Install) {
                 Some(r) => match (&r.outcome, checked(&r, &t)) {
                     (_, Err(e)) => self.revert(b, node, &rec, format!("after Install: {e}"), true, report),
