@@ -944,6 +944,43 @@ fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_next_cycle_a
 }
 
 #[test]
+fn a_put_back_slurmctld_already_shows_after_a_restart_of_the_central_role_is_not_loaded_again() {
+    let dir = temp("put-back-shown");
+    let mut s = cluster();
+    s.start_refused = vec!["b".into()];
+    let before = s.nodes[1].gres.clone();
+    let rec = Recorder::default();
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let starting = |dir: &TestDir| {
+        batch::Ledger::load(&dir.join("state"))
+            .ok()
+            .and_then(|l| l.batch)
+            .is_some_and(|b| b.nodes.get("b").is_some_and(|t| t.state == NodeState::Starting))
+    };
+    for _ in 0..10 {
+        c.cycle_with(true);
+        if starting(&dir) {
+            break;
+        }
+    }
+    assert!(starting(&dir), "b asked to start");
+    assert_eq!(rec.batches().len(), 1, "the batch's refresh");
+    // The put-back went through, and the central role died before it saved what followed.
+    let mut fake = c.api_fake().clone();
+    fake.nodes[1].gres = before.clone();
+    drop(c);
+    let mut c = central(resolved(&dir, TO_C5), fake, Mode::Drain, rec.clone());
+    c.run_once(Duration::ZERO, Duration::from_secs(5));
+    assert_eq!(rec.batches().len(), 1, "no second load: {:?}", rec.batches());
+    let b = node(&mut c, "b");
+    assert!(
+        held_saying(&b, &["the agent refused Start", "Slurm already has the layouts it has"]),
+        "{b:?}"
+    );
+    assert_eq!(b.gres, before);
+}
+
+#[test]
 fn a_node_whose_watchdog_went_back_before_start_gets_its_slurm_definition_back_and_is_held() {
     let rec = Recorder::default();
     let (b, before, _) = went_back_during_start(
