@@ -302,7 +302,7 @@ fn a_put_back_slurm_did_not_load_is_loaded_again_by_the_next_run_before_any_batc
     let (mut c, jobs, s0, g1, config, out) = reboot_before_refresh(true);
     assert!(
         out.contains("putting Slurm's definition of the node back")
-            && out.contains("loading the node file again failed"),
+            && out.contains("loading the node file again for"),
         "{out}\n{}",
         c.log_tails()
     );

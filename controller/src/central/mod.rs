@@ -106,7 +106,16 @@ pub struct Central {
     retypes_pending: bool,
     /// Pending jobs already reported as waiting for a vanished type Slurm cannot change.
     stranded: HashSet<u32>,
+    /// After a failed load of the node file for nodes slurmctld is left behind on: when
+    /// the next may be tried (Unix seconds) and the wait after that one, if it fails too.
+    catch_up_retry: Option<(f64, f64)>,
 }
+
+/// The wait after a first failed load of the node file for nodes slurmctld is left
+/// behind on (each failure doubles it): on the restart path every try restarts slurmctld.
+const CATCH_UP_RETRY_S: f64 = 30.0;
+/// The longest wait between two tries.
+const CATCH_UP_RETRY_MAX_S: f64 = 900.0;
 
 impl Central {
     /// A central role over `api`, deciding with `decider` and refreshing Slurm with
@@ -162,6 +171,7 @@ impl Central {
             events: 0,
             retypes_pending: true,
             stranded: HashSet::new(),
+            catch_up_retry: None,
         })
     }
 
@@ -325,7 +335,8 @@ impl Central {
         // Only on a view read between batches: mid-batch, or just after one closed in
         // this tick, slurmctld's values in the view are not the settled ones.
         let settled = between_batches && self.ledger.batch.is_none() && self.mode != Mode::DryRun;
-        let agreed = !settled || (self.catch_up(&view, report) && self.agree(&view, report));
+        // The file in line first: loading it again loads every line.
+        let agreed = !settled || (self.agree(&view, report) && self.catch_up(&view, now, report));
         if decide && agreed && self.ledger.batch.is_none() {
             self.decide_and_start(&view, now, report);
         }
@@ -346,10 +357,12 @@ impl Central {
     /// shows other MIG GRES than their agents report, and the file has what they report
     /// (a way back whose reload failed: a put-back after a refused Start, a
     /// reconfigure-path undo). Such a node is INVALID or refused at its next registration
-    /// until Slurm loads it, and no resume brings it back. True when no batch need wait:
-    /// none was left behind; false after a load (the view is stale) or a failed one
-    /// (reported; tried again next cycle).
-    fn catch_up(&mut self, view: &View, report: &mut CycleReport) -> bool {
+    /// until Slurm loads it, and no resume brings it back. A failed load is reported and
+    /// tried again after a wait that doubles (a batch's own load loads the same file, so
+    /// batches go on). False when no batch may start this cycle: after a load (the view
+    /// is stale), or while a load would change the GPU count of a node jobs run on (a
+    /// batch's load would too).
+    fn catch_up(&mut self, view: &View, now: f64, report: &mut CycleReport) -> bool {
         let left: Vec<relayout::LeftBehind> = view
             .nodes
             .iter()
@@ -363,29 +376,35 @@ impl Central {
             .filter(|l| !same_mig_gres(&l.shown, &l.reported, &self.mig_types))
             .collect();
         if left.is_empty() {
+            self.catch_up_retry = None;
+            return true;
+        }
+        if self.catch_up_retry.is_some_and(|(at, _)| now < at) {
             return true;
         }
         match self.relayout.catch_up(self.api.as_mut(), &left) {
             Ok(loaded) if loaded.is_empty() => true,
             Ok(loaded) => {
+                self.catch_up_retry = None;
                 log::warn!(
                     "Slurm loaded the node file again: it now has {} as their agents report (held nodes stay held for the admin)",
                     loaded.join(", ")
                 );
                 false
             }
+            Err(e @ relayout::CatchUpError::Busy { .. }) => {
+                self.fail(report, format!("no re-layout started: {e}"));
+                false
+            }
             Err(e) => {
-                let nodes: Vec<&str> = left.iter().map(|l| l.node.as_str()).collect();
+                let wait = self.catch_up_retry.map_or(CATCH_UP_RETRY_S, |(_, w)| w);
+                self.catch_up_retry = Some((now + wait, (2.0 * wait).min(CATCH_UP_RETRY_MAX_S)));
                 let e = anyhow::Error::new(e);
                 self.fail(
                     report,
-                    format!(
-                        "no re-layout started: slurmctld shows {} with other GRES than their agents report; \
-                         loading the node file again failed (tried again next cycle): {e:#}",
-                        nodes.join(", ")
-                    ),
+                    format!("slurmctld is left behind on nodes it shows with other GRES than their agents report: {e:#}; tried again in {wait:.0} s"),
                 );
-                false
+                true
             }
         }
     }

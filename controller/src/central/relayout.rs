@@ -63,6 +63,16 @@ pub enum RelayoutError {
     /// slurmctld did not show the batch's GRES in time after the reconfigure.
     #[error("Slurm did not show the new GRES within {0:?} after the reconfigure: {1}")]
     NoAnswerAfterReconfigure(Duration, String),
+    /// slurmctld, restarted, shows other GRES for a node than the file it was to load.
+    #[error("slurmctld, restarted, shows {node} with GRES {have}, not the node file's {want}")]
+    NotLoaded {
+        /// The node.
+        node: String,
+        /// What slurmctld shows.
+        have: String,
+        /// The file's.
+        want: String,
+    },
 }
 
 impl RelayoutError {
@@ -113,14 +123,40 @@ pub trait Relayout {
     /// agent reports have slurmctld as the one side left behind (a way back whose reload
     /// failed); makes Slurm load it again for them and returns them. Paths without a node
     /// file have nothing to load again.
-    fn catch_up(
-        &mut self,
-        api: &mut dyn SlurmApi,
-        left: &[LeftBehind],
-    ) -> Result<Vec<String>, RelayoutError> {
+    fn catch_up(&mut self, api: &mut dyn SlurmApi, left: &[LeftBehind]) -> Result<Vec<String>, CatchUpError> {
         let _ = (api, left);
         Ok(Vec::new())
     }
+}
+
+/// Why Slurm was not made to load the node file again for the nodes it is left behind on.
+#[derive(Debug, thiserror::Error)]
+pub enum CatchUpError {
+    /// The file could not be read.
+    #[error(transparent)]
+    Read(RelayoutError),
+    /// A load gives slurmctld every line of the file, and one would change the GPU count
+    /// of a node jobs run on (Slurm would requeue them).
+    #[error(
+        "the node file is not loaded again: jobs run on {node}, whose GPU count it would change \
+         (slurmctld shows {shown}, the file has {file}); it waits for them"
+    )]
+    Busy {
+        /// The node.
+        node: String,
+        /// The `Gres` slurmctld shows.
+        shown: String,
+        /// Its `Gres=` in the file.
+        file: String,
+    },
+    /// The load failed.
+    #[error("loading the node file again for {} failed: {source}", nodes.join(", "))]
+    Load {
+        /// The nodes it was loaded for.
+        nodes: Vec<String>,
+        /// Why.
+        source: RelayoutError,
+    },
 }
 
 /// A node slurmctld shows with other MIG GRES than its agent reports.
@@ -447,52 +483,44 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
         self.file().agree_with(shown)
     }
 
-    fn catch_up(
-        &mut self,
-        api: &mut dyn SlurmApi,
-        left: &[LeftBehind],
-    ) -> Result<Vec<String>, RelayoutError> {
+    fn catch_up(&mut self, api: &mut dyn SlurmApi, left: &[LeftBehind]) -> Result<Vec<String>, CatchUpError> {
         let file = self.file();
-        let text = file.read()?;
+        let text = file.read().map_err(CatchUpError::Read)?;
         let gpus = |g: &str| {
             crate::slurm::parse_gres(g, "GRES")
                 .map(|v| v.iter().map(|e| e.count).sum::<u32>())
                 .ok()
         };
-        let behind: Vec<(String, String)> = left
-            .iter()
-            .filter_map(|l| {
-                let gres = node_gres(&text, &l.node)?;
-                if !super::same_mig_gres(&gres, &l.reported, &self.mig_types) {
-                    return None;
-                }
-                // Slurm requeues the jobs running on a node whose GPU count it changes.
-                if l.busy && gpus(&gres) != gpus(&l.shown) {
-                    log::warn!(
-                        "{}: slurmctld shows GRES {} where {} has {gres}; jobs run there and its GPU count would change: not loaded again",
-                        l.node,
-                        l.shown,
-                        self.include.display()
-                    );
-                    return None;
-                }
-                Some((l.node.clone(), gres))
-            })
-            .collect();
+        let mut behind = Vec::new();
+        for l in left {
+            let Some(gres) = node_gres(&text, &l.node) else {
+                continue;
+            };
+            // Slurm loads every line, this node's too whichever side is right.
+            if l.busy && gpus(&gres) != gpus(&l.shown) {
+                return Err(CatchUpError::Busy {
+                    node: l.node.clone(),
+                    shown: l.shown.clone(),
+                    file: gres,
+                });
+            }
+            if super::same_mig_gres(&gres, &l.reported, &self.mig_types) {
+                behind.push((l.node.clone(), gres));
+            }
+        }
         if behind.is_empty() {
             return Ok(Vec::new());
         }
+        let nodes: Vec<String> = behind.iter().map(|(n, _)| n.clone()).collect();
         log::warn!(
             "slurmctld shows other GRES than {} has for {}: loading it again",
             self.include.display(),
-            behind
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            nodes.join(", ")
         );
-        self.loader.load_again(api, &file, &behind, self.timeout)?;
-        Ok(behind.into_iter().map(|(n, _)| n).collect())
+        match self.loader.load_again(api, &file, &behind, self.timeout) {
+            Ok(()) => Ok(nodes),
+            Err(source) => Err(CatchUpError::Load { nodes, source }),
+        }
     }
 }
 
@@ -545,14 +573,31 @@ impl Loader for RestartSlurmctld {
     /// node whose last one it refused (its pings skip INVALID_REG nodes) and a running
     /// slurmd sends none by itself, but every slurmd registers again after a reconfigure
     /// (which reloads no GRES before 23.11: the restart did).
+    /// Checks between the two that slurmctld read the file's values for `nodes` at its
+    /// start: else a restart command that restarted something else would be run again at
+    /// every try.
     fn load_again(
         &self,
         api: &mut dyn SlurmApi,
-        _: &NodeFile<'_>,
-        _: &[(String, String)],
+        file: &NodeFile<'_>,
+        nodes: &[(String, String)],
         timeout: Duration,
     ) -> Result<(), RelayoutError> {
         self.restart(api, timeout)?;
+        for (node, want) in nodes {
+            let have = api
+                .node(node)
+                .map_err(|e| RelayoutError::NoAnswer(timeout, e.to_string()))?
+                .map(|n| n.gres)
+                .unwrap_or_default();
+            if !super::same_gpu_gres(&have, want, file.mig_types) {
+                return Err(RelayoutError::NotLoaded {
+                    node: node.clone(),
+                    have,
+                    want: want.clone(),
+                });
+            }
+        }
         api.reconfigure().map_err(RelayoutError::Reconfigure)
     }
 }
@@ -710,17 +755,26 @@ mod tests {
     }
 
     #[test]
-    fn slurm_loads_the_node_file_again_only_for_nodes_whose_line_has_what_their_agents_report() {
+    fn slurm_loads_the_node_file_again_for_nodes_whose_line_has_what_their_agents_report_unless_a_busy_node_would_change_count(
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let include = dir.path().join("nodes.conf");
         // gpu1's line was put back to what its agent reports, but the reload failed;
-        // gpu2's line says neither (left alone: which side is right is not known).
-        let text =
-            "NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,license:2\nNodeName=gpu2 Gres=gpu:3g.40gb:2\n";
-        std::fs::write(&include, text).unwrap();
+        // gpu2's line says neither (which side is right is not known: it is not named).
+        let line1 = "gpu:a100:1,gpu:7g.40gb:1,license:2";
+        let text = format!("NodeName=gpu1 Gres={line1}\nNodeName=gpu2 Gres=gpu:3g.40gb:2\n");
+        std::fs::write(&include, &text).unwrap();
         let log = dir.path().join("restarts");
         let mut r = restart(dir.path(), &format!("echo x >> {}", log.display()));
-        let mut api = crate::central::fake::FakeSlurm::default();
+        // slurmctld as it comes back from the restart: the file's values.
+        let mut api = crate::central::fake::FakeSlurm {
+            nodes: vec![crate::slurm::SlurmNode {
+                name: "gpu1".into(),
+                gres: line1.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
         let restarts = || std::fs::read_to_string(&log).map_or(0, |l| l.lines().count());
         let behind = |node: &str, reported: &str, shown: &str, busy: bool| LeftBehind {
             node: node.into(),
@@ -735,7 +789,7 @@ mod tests {
                 "gpu:a100:1,gpu:3g.40gb:1,license:2",
                 true,
             ),
-            behind("gpu2", "gpu:1g.10gb:7", "gpu:7g.40gb:1", false),
+            behind("gpu2", "gpu:1g.10gb:7", "gpu:3g.40gb:2", false),
             behind("elsewhere", "gpu:7g.40gb:1", "gpu:1g.10gb:7", false),
         ];
         assert_eq!(r.catch_up(&mut api, &left).unwrap(), vec!["gpu1".to_string()]);
@@ -748,19 +802,42 @@ mod tests {
         );
         assert!(r.catch_up(&mut api, &left[1..]).unwrap().is_empty());
         assert_eq!(restarts(), 1, "nothing to load again");
-        // Jobs run on gpu1 and slurmctld counts another number of GPUs there: a load
-        // would requeue them.
-        let busy = [behind(
-            "gpu1",
-            "gpu:7g.40gb:1",
-            "gpu:a100:1,gpu:3g.40gb:2,license:2",
-            true,
-        )];
-        assert!(r.catch_up(&mut api, &busy).unwrap().is_empty());
-        assert_eq!(restarts(), 1, "left for the admin");
+        // Jobs run on a node whose GPU count the load would change (gpu1 itself, or gpu2
+        // whose line is loaded with the rest): nothing loads.
+        for busy in [
+            behind(
+                "gpu1",
+                "gpu:7g.40gb:1",
+                "gpu:a100:1,gpu:3g.40gb:2,license:2",
+                true,
+            ),
+            behind("gpu2", "gpu:1g.10gb:7", "gpu:1g.10gb:7", true),
+        ] {
+            let both = [left[0].clone(), busy];
+            let e = r.catch_up(&mut api, &both).unwrap_err();
+            assert!(matches!(e, CatchUpError::Busy { .. }), "{e}");
+        }
+        assert_eq!(restarts(), 1, "left for the jobs to end");
+        // A restart that did not load the file (the command restarted something else).
+        api.nodes[0].gres = "gpu:a100:1,gpu:3g.40gb:1,license:2".into();
+        let e = r.catch_up(&mut api, &left).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                CatchUpError::Load {
+                    source: RelayoutError::NotLoaded { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(api.reconfigures, 1);
         r.loader.command = vec!["sh".into(), "-c".into(), "exit 4".into()];
         let e = r.catch_up(&mut api, &left).unwrap_err().to_string();
-        assert!(e.contains("exit status: 4"), "{e}");
+        assert!(
+            e.contains("exit status: 4") && e.contains("for gpu1 failed"),
+            "{e}"
+        );
     }
 
     fn restart(dir: &std::path::Path, script: &str) -> ViaNodeFile<RestartSlurmctld> {

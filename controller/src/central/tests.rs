@@ -11,7 +11,7 @@ use smartmig_core::routing::{RoutedFrom, Snapshot};
 
 use super::batch::{NodeState, BATCH_FILE, DRAIN_PREFIX, HELD_PREFIX};
 use super::fake::FakeSlurm;
-use super::relayout::{Disagreement, LeftBehind, Relayout, RelayoutError};
+use super::relayout::{CatchUpError, Disagreement, LeftBehind, Relayout, RelayoutError};
 use super::status::Status;
 use super::*;
 use crate::channel::{self, Desired, Phase};
@@ -187,11 +187,7 @@ impl Relayout for Recorder {
     }
     /// As if the node file had what the agents of `file_as_reported` report (a put-back
     /// wrote it).
-    fn catch_up(
-        &mut self,
-        api: &mut dyn SlurmApi,
-        left: &[LeftBehind],
-    ) -> Result<Vec<String>, RelayoutError> {
+    fn catch_up(&mut self, api: &mut dyn SlurmApi, left: &[LeftBehind]) -> Result<Vec<String>, CatchUpError> {
         self.caught_up.lock().unwrap().push(left.to_vec());
         let file = self.file_as_reported.lock().unwrap().clone();
         let behind: Vec<(String, String)> = left
@@ -203,10 +199,10 @@ impl Relayout for Recorder {
             return Ok(Vec::new());
         }
         if *self.later_loads_fail.lock().unwrap() {
-            return Err(RelayoutError::NoAnswer(
-                Duration::from_secs(1),
-                "refused (test)".into(),
-            ));
+            return Err(CatchUpError::Load {
+                nodes: behind.into_iter().map(|(n, _)| n).collect(),
+                source: RelayoutError::NoAnswer(Duration::from_secs(1), "refused (test)".into()),
+            });
         }
         shown_by_slurm(api, &behind);
         Ok(behind.into_iter().map(|(n, _)| n).collect())
@@ -891,8 +887,8 @@ fn a_put_back_slurm_does_not_load_still_asks_the_revert_and_holds_the_node_namin
 }
 
 #[test]
-fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_next_cycle_and_no_batch_starts_meanwhile()
-{
+fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_after_a_wait_and_no_batch_starts_in_the_cycle_that_loads(
+) {
     let rec = Recorder::default();
     *rec.later_loads_fail.lock().unwrap() = true;
     *rec.file_as_reported.lock().unwrap() = vec!["b".into()];
@@ -901,46 +897,56 @@ fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_next_cycle_a
         |s| s.start_refused = vec!["b".into()],
         rec.clone(),
     );
-    let batches = rec.batches().len();
-    // The `--once` run's last cycle tried already; still failing: reported, tried again,
-    // no batch.
-    let tries = rec.caught_up.lock().unwrap().len();
-    assert!(tries >= 1);
+    let tries = || rec.caught_up.lock().unwrap().len();
+    // The `--once` run's last cycle tried already, and failed: the next try waits.
+    assert_eq!(tries(), 1);
+    let r = once(&mut c);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(tries(), 1, "waiting");
+    // The wait over: tried again, failing, reported, the wait doubled.
+    c.catch_up_retry = c.catch_up_retry.map(|(_, w)| (0.0, w));
     let r = once(&mut c);
     assert!(
         r.errors
             .iter()
-            .any(|e| e.contains("slurmctld shows b with other GRES")),
+            .any(|e| e.contains("loading the node file again for b failed")
+                && e.contains("tried again in 60 s")),
         "{:?}",
         r.errors
     );
     let b = node(&mut c, "b");
-    let reported = gres_of_report(&read_report(&b).unwrap().unwrap().gpus);
     let left = LeftBehind {
         node: "b".into(),
-        reported,
+        reported: gres_of_report(&read_report(&b).unwrap().unwrap().gpus),
         shown: b.gres.clone(),
         busy: true,
     };
     assert_eq!(
-        rec.caught_up.lock().unwrap()[tries..],
+        rec.caught_up.lock().unwrap()[1..],
         vec![vec![left]],
-        "b alone (job 2 runs there): a and c show what their agents report"
+        "b alone (job 2 runs there, its GPU count kept): a and c show what their agents report"
     );
+    // Loading works now; node c wants a change (back in c2). The cycle that loads starts
+    // no batch (its view is stale), the next does.
     *rec.later_loads_fail.lock().unwrap() = false;
-    let r = once(&mut c);
+    c.catch_up_retry = c.catch_up_retry.map(|(_, w)| (0.0, w));
+    c.api_fake().nodes[2] = FakeSlurm::node("c", &[("A100-SXM4-40GB", C2)]);
+    c.api_fake().touch();
+    let batches = rec.batches().len();
+    let r = c.cycle();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(rec.caught_up.lock().unwrap().len(), tries + 2);
+    assert_eq!(tries(), 3);
     let b = node(&mut c, "b");
     assert_eq!(b.gres, before, "slurmctld has what b has");
     assert!(
         held_saying(&b, &["the agent refused Start"]),
         "still held for the admin: {b:?}"
     );
-    assert_eq!(rec.batches().len(), batches, "no batch while Slurm was behind");
-    // In line now: nothing to load again.
-    once(&mut c);
-    assert_eq!(rec.caught_up.lock().unwrap().len(), tries + 2);
+    assert!(!c.in_flight(), "no batch started in the cycle that loaded");
+    let r = once(&mut c);
+    assert_eq!(r.changed, 1, "{r:?}");
+    assert_eq!(rec.batches().len(), batches + 1);
+    assert_eq!(tries(), 3, "in line: nothing to load again");
 }
 
 #[test]
@@ -974,7 +980,10 @@ fn a_put_back_slurmctld_already_shows_after_a_restart_of_the_central_role_is_not
     assert_eq!(rec.batches().len(), 1, "no second load: {:?}", rec.batches());
     let b = node(&mut c, "b");
     assert!(
-        held_saying(&b, &["the agent refused Start", "Slurm already has the layouts it has"]),
+        held_saying(
+            &b,
+            &["the agent refused Start", "Slurm already has the layouts it has"]
+        ),
         "{b:?}"
     );
     assert_eq!(b.gres, before);
@@ -1593,7 +1602,19 @@ fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_con
 
 #[test]
 fn a_node_whose_watchdog_reverted_it_before_slurms_refresh_is_held_and_slurm_not_refreshed_for_it() {
-    let dir = temp("watchdog-before-refresh");
+    // The watchdog's revert went through, or failed (the GPUs in neither layout).
+    let failed = channel::Outcome::Failed {
+        error: "IN_USE on 3g.20gb@4".into(),
+    };
+    for (i, outcome) in [channel::Outcome::Done, failed].into_iter().enumerate() {
+        watchdog_before_refresh(&format!("watchdog-before-refresh-{i}"), outcome);
+    }
+}
+
+/// [`a_node_whose_watchdog_reverted_it_before_slurms_refresh_is_held_and_slurm_not_refreshed_for_it`]
+/// with the watchdog's revert ending in `outcome`.
+fn watchdog_before_refresh(tag: &str, outcome: channel::Outcome) {
+    let dir = temp(tag);
     let mut s = cluster();
     s.jobs.clear();
     s.nodes.truncate(1);
@@ -1619,7 +1640,8 @@ fn a_node_whose_watchdog_reverted_it_before_slurms_refresh_is_held_and_slurm_not
     ledger.save(&dir.join("state")).unwrap();
     let mut fake = c.api_fake().clone();
     let mut r = fake.report_of(0).unwrap();
-    (r.generation, r.phase, r.outcome) = (generation, Phase::Revert, channel::Outcome::Done);
+    let failed = matches!(outcome, channel::Outcome::Failed { .. });
+    (r.generation, r.phase, r.outcome) = (generation, Phase::Revert, outcome);
     r.gpus[0].layout = C2.into();
     r.watchdog = Some("slurmd stopped for 120 s".into());
     r.slurmd_running = true;
@@ -1638,6 +1660,7 @@ fn a_node_whose_watchdog_reverted_it_before_slurms_refresh_is_held_and_slurm_not
         held_saying(&a, &["slurmd watchdog", "before Slurm's refresh"]),
         "{a:?}"
     );
+    assert_eq!(held_saying(&a, &["the revert failed: IN_USE"]), failed, "{a:?}");
     assert_eq!(a.gres, before, "Slurm as the node is");
     assert!(!c.in_flight());
 }
@@ -2671,13 +2694,7 @@ fn between_batches_the_node_file_is_brought_in_line_for_smartmigs_nodes_only_and
     assert!(!node(&mut c, "c").drain);
     let names = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
     assert_eq!(rec.agreed.lock().unwrap().clone(), vec![names(&["a", "b", "c"])]);
-    // `behind` is offered to be loaded again (its line does not have what its agent
-    // reports here: nothing loads, and the file step runs).
-    let offered = rec.caught_up.lock().unwrap().clone();
-    assert!(
-        !offered.is_empty() && offered.iter().all(|l| l.len() == 1 && l[0].node == "behind"),
-        "{offered:?}"
-    );
+    assert!(rec.caught_up.lock().unwrap().is_empty(), "the file in line first");
     // Once it can be, the batch starts; the cycles that move it on leave the file alone,
     // the one after it (`--once`'s last) brings it in line again.
     *rec.agree_fails.lock().unwrap() = false;
@@ -2686,6 +2703,13 @@ fn between_batches_the_node_file_is_brought_in_line_for_smartmigs_nodes_only_and
     assert!(r.changed > 0, "{r:?}");
     assert!(c.status.cycles - cycles > 2, "the batch took cycles of its own");
     assert_eq!(rec.agreed.lock().unwrap().len(), 3);
+    // `behind` is offered to be loaded again (its line does not have what its agent
+    // reports here: nothing loads).
+    let offered = rec.caught_up.lock().unwrap().clone();
+    assert!(
+        !offered.is_empty() && offered.iter().all(|l| l.len() == 1 && l[0].node == "behind"),
+        "{offered:?}"
+    );
 }
 
 #[test]

@@ -442,10 +442,13 @@ impl Central {
                 // it stands, not refreshed (a refresh would give slurmctld layouts the node
                 // no longer has, to be put back after).
                 if let Some(r) = settled(Phase::Revert) {
-                    let why = format!(
+                    let mut why = format!(
                         "slurmd watchdog: {}; before Slurm's refresh, which left the node out",
                         r.watchdog.as_deref().unwrap_or("the agent reverted")
                     );
+                    if let Outcome::Failed { error } = &r.outcome {
+                        why = format!("{why}; the revert failed: {error}");
+                    }
                     self.hold(b, node, &rec, why, report)
                 }
             }
