@@ -1564,14 +1564,12 @@ fn a_restarted_central_role_finishes_the_batch_it_left_in_flight_even_in_dry_run
     }
 }
 
-#[test]
-fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_confirm() {
-    let dir = temp("mid-refresh");
+/// Node a alone, idle, moving to c5: the central role over it once a is installing.
+fn installing_alone(dir: &TestDir, rec: &Recorder) -> Central {
     let mut s = cluster();
     s.jobs.clear();
     s.nodes.truncate(1);
-    let rec = Recorder::default();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    let mut c = central(resolved(dir, TO_C5), s, Mode::Drain, rec.clone());
     for _ in 0..10 {
         c.cycle_with(true);
         let b = batch::Ledger::load(&dir.join("state")).unwrap().batch.unwrap();
@@ -1579,6 +1577,14 @@ fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_con
             break;
         }
     }
+    c
+}
+
+#[test]
+fn a_central_role_stopped_mid_refresh_checks_slurm_and_undoes_what_it_cannot_confirm() {
+    let dir = temp("mid-refresh");
+    let rec = Recorder::default();
+    let mut c = installing_alone(&dir, &rec);
     let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
     let b = ledger.batch.as_mut().unwrap();
     let gres = "gpu:3g.20gb:2".to_string();
@@ -1615,18 +1621,8 @@ fn a_node_whose_watchdog_reverted_it_before_slurms_refresh_is_held_and_slurm_not
 /// with the watchdog's revert ending in `outcome`.
 fn watchdog_before_refresh(tag: &str, outcome: channel::Outcome) {
     let dir = temp(tag);
-    let mut s = cluster();
-    s.jobs.clear();
-    s.nodes.truncate(1);
     let rec = Recorder::default();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-    for _ in 0..10 {
-        c.cycle_with(true);
-        let b = batch::Ledger::load(&dir.join("state")).unwrap().batch.unwrap();
-        if matches!(b.nodes["a"].state, NodeState::Installing { .. }) {
-            break;
-        }
-    }
+    let mut c = installing_alone(&dir, &rec);
     // The agent installed; the central role died before Slurm's refresh, and stayed away
     // until the agent's watchdog went back (GPUs, gres.conf, slurmd).
     let mut ledger = batch::Ledger::load(&dir.join("state")).unwrap();
@@ -1668,18 +1664,8 @@ fn watchdog_before_refresh(tag: &str, outcome: channel::Outcome) {
 #[test]
 fn a_central_role_stopped_while_undoing_a_failed_refresh_undoes_it_again_whatever_slurm_shows() {
     let dir = temp("stopped-mid-undo");
-    let mut s = cluster();
-    s.jobs.clear();
-    s.nodes.truncate(1);
     let rec = Recorder::default();
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
-    for _ in 0..10 {
-        c.cycle_with(true);
-        let b = batch::Ledger::load(&dir.join("state")).unwrap().batch.unwrap();
-        if matches!(b.nodes["a"].state, NodeState::Installing { .. }) {
-            break;
-        }
-    }
+    let mut c = installing_alone(&dir, &rec);
     // The refresh failed (slurmctld silent), and the central role died putting the
     // include back, after slurmctld had come up with the batch's layout after all.
     let gres = "gpu:3g.20gb:2".to_string();
