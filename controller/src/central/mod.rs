@@ -359,7 +359,8 @@ impl Central {
     /// reconfigure-path undo). Such a node is INVALID or refused at its next registration
     /// until Slurm loads it, and no resume brings it back. A failed load is reported and
     /// tried again after a wait that doubles (a batch's own load loads the same file, so
-    /// batches go on). False when no batch may start this cycle: after a load (the view
+    /// batches go on); nothing is loaded while smartmig is frozen. False when no batch may
+    /// start this cycle: after a load (the view
     /// is stale), or while a load would change the GPU count of a node jobs run on (a
     /// batch's load would too).
     fn catch_up(&mut self, view: &View, now: f64, report: &mut CycleReport) -> bool {
@@ -380,6 +381,15 @@ impl Central {
             return true;
         }
         if self.catch_up_retry.is_some_and(|(at, _)| now < at) {
+            return true;
+        }
+        // Frozen (an upgrade of Slurm or smartmig under way, say): Slurm is left alone.
+        if let Some(why) = guard::frozen(&self.resolved.config.controller.state_dir) {
+            let nodes: Vec<&str> = left.iter().map(|l| l.node.as_str()).collect();
+            log::warn!(
+                "slurmctld shows {} with other GRES than their agents report; frozen ({why}): not loaded again until thawed",
+                nodes.join(", ")
+            );
             return true;
         }
         match self.relayout.catch_up(self.api.as_mut(), &left) {

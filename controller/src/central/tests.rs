@@ -926,10 +926,16 @@ fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_after_a_wait
         vec![vec![left]],
         "b alone (job 2 runs there, its GPU count kept): a and c show what their agents report"
     );
-    // Loading works now; node c wants a change (back in c2). The cycle that loads starts
-    // no batch (its view is stale), the next does.
+    // Loading works now, but smartmig is frozen: Slurm is left alone.
     *rec.later_loads_fail.lock().unwrap() = false;
     c.catch_up_retry = c.catch_up_retry.map(|(_, w)| (0.0, w));
+    let freeze = c.resolved.config.controller.state_dir.join(guard::FREEZE_FILE);
+    std::fs::write(&freeze, "upgrade\n").unwrap();
+    once(&mut c);
+    assert_eq!(tries(), 2, "frozen");
+    std::fs::remove_file(&freeze).unwrap();
+    // Thawed; node c wants a change (back in c2). The cycle that loads starts no batch
+    // (its view is stale), the next does.
     c.api_fake().nodes[2] = FakeSlurm::node("c", &[("A100-SXM4-40GB", C2)]);
     c.api_fake().touch();
     let batches = rec.batches().len();
