@@ -360,9 +360,8 @@ impl Central {
     /// until Slurm loads it, and no resume brings it back. A failed load is reported and
     /// tried again after a wait that doubles (a batch's own load loads the same file, so
     /// batches go on); nothing is loaded while smartmig is frozen. False when no batch may
-    /// start this cycle: after a load (the view
-    /// is stale), or while a load would change the GPU count of a node jobs run on (a
-    /// batch's load would too).
+    /// start this cycle: after a load (the view is stale), or while the load due would
+    /// change the GPU count of a node jobs run on (a batch's load would too).
     fn catch_up(&mut self, view: &View, now: f64, report: &mut CycleReport) -> bool {
         let left: Vec<relayout::LeftBehind> = view
             .nodes

@@ -491,25 +491,25 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
                 .map(|v| v.iter().map(|e| e.count).sum::<u32>())
                 .ok()
         };
-        let mut behind = Vec::new();
-        for l in left {
-            let Some(gres) = node_gres(&text, &l.node) else {
-                continue;
-            };
-            // Slurm loads every line, this node's too whichever side is right.
-            if l.busy && gpus(&gres) != gpus(&l.shown) {
-                return Err(CatchUpError::Busy {
-                    node: l.node.clone(),
-                    shown: l.shown.clone(),
-                    file: gres,
-                });
-            }
-            if super::same_mig_gres(&gres, &l.reported, &self.mig_types) {
-                behind.push((l.node.clone(), gres));
-            }
-        }
+        let lines: Vec<(&LeftBehind, String)> = left
+            .iter()
+            .filter_map(|l| node_gres(&text, &l.node).map(|g| (l, g)))
+            .collect();
+        let behind: Vec<(String, String)> = lines
+            .iter()
+            .filter(|(l, g)| super::same_mig_gres(g, &l.reported, &self.mig_types))
+            .map(|(l, g)| (l.node.clone(), g.clone()))
+            .collect();
         if behind.is_empty() {
             return Ok(Vec::new());
+        }
+        // Slurm loads every line, whichever side is right for the node.
+        if let Some((l, g)) = lines.iter().find(|(l, g)| l.busy && gpus(g) != gpus(&l.shown)) {
+            return Err(CatchUpError::Busy {
+                node: l.node.clone(),
+                shown: l.shown.clone(),
+                file: g.clone(),
+            });
         }
         let nodes: Vec<String> = behind.iter().map(|(n, _)| n.clone()).collect();
         log::warn!(
@@ -802,6 +802,9 @@ mod tests {
         );
         assert!(r.catch_up(&mut api, &left[1..]).unwrap().is_empty());
         assert_eq!(restarts(), 1, "nothing to load again");
+        // A busy line alone holds nothing back: no load is due.
+        let busy2 = behind("gpu2", "gpu:1g.10gb:7", "gpu:1g.10gb:7", true);
+        assert!(r.catch_up(&mut api, &[busy2]).unwrap().is_empty());
         // Jobs run on a node whose GPU count the load would change (gpu1 itself, or gpu2
         // whose line is loaded with the rest): nothing loads.
         for busy in [
