@@ -61,10 +61,10 @@ fn main() {
         )
         .allowlist_var(
             "SLURM_VERSION_NUMBER|NO_VAL|INFINITE|SLURM_SUCCESS|SHOW_ALL|SHOW_DETAIL|SLURM_NO_CHANGE_IN_DATA|ESLURM_INVALID_NODE_NAME|\
-             JOB_STATE_BASE|JOB_PENDING|JOB_RUNNING|MAX_JOB_ID|NODE_RESUME|NODE_STATE_DRAIN|\
+             JOB_STATE_BASE|JOB_PENDING|JOB_RUNNING|MAX_JOB_ID|NODE_RESUME|NODE_STATE_DRAIN|NODE_STATE_INVALID_REG|\
              NODE_STATE_BASE|NODE_STATE_DOWN|NODE_STATE_IDLE|NODE_STATE_ALLOCATED|NODE_STATE_MIXED",
         )
-        // NODE_RESUME and NODE_STATE_DRAIN are SLURM_BIT(n): let clang evaluate them.
+        // NODE_RESUME and the NODE_STATE_ flags are SLURM_BIT(n): let clang evaluate them.
         .clang_macro_fallback()
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)

@@ -37,7 +37,10 @@
 //!   record) and the batch completes;
 //! - node 1 rebooted between its install and Slurm's refresh: Slurm's definition of it put
 //!   back, the node held; with that put-back's reload failing too, the next run has Slurm
-//!   load the node file again before any batch, and node 1 registers;
+//!   load the node file again before any batch, and node 1 registers; when an admin's
+//!   restart loaded it first, nothing is loaded again, and on 24.11, where node 1's
+//!   slurmd kept the batch's definitions and is refused again, it is asked to register
+//!   again;
 //! - on the reconfigure path, the batch's reconfigure refused and the undo's answer lost:
 //!   the nodes reverted and held, the report saying Slurm's file is unknown; refused with
 //!   the include's saved copy gone: the nodes held as they stand, and Slurm loads the
@@ -317,6 +320,72 @@ fn a_put_back_slurm_did_not_load_is_loaded_again_by_the_next_run_before_any_batc
     resume_node_1_and_change_it(&mut c, &jobs, &s0, &g1, &config, &out);
 }
 
+/// As above, but before the next run an admin restarts slurmctld: it loads node 1's line,
+/// which is right, and asks every node to register. On 22.05 node 1's slurmd, started
+/// after the put-back, registers with that line and is taken: the next run of the central
+/// role loads and asks nothing. On 24.11 the slurmd kept the batch's definitions (it read
+/// slurm.conf at the batch's reconfigure, not since), registers with them and is refused
+/// again: the next run finds nothing left to load and asks every slurmd to read slurm.conf
+/// and register again; node 1 is then taken. The rest is as above.
+#[test]
+fn a_line_an_admins_restart_loaded_is_not_loaded_again_and_a_node_refused_after_it_is_asked_to_register_again(
+) {
+    skip_unless_netns!();
+    let (mut c, jobs, s0, g1, config, _) = reboot_before_refresh(true);
+    let n1 = c.nodes[1].clone();
+    assert!(
+        c.node_state(&n1).contains("INVAL"),
+        "refused: {}",
+        c.node_state(&n1)
+    );
+    assert!(Command::new(c.restart_slurmctld_script())
+        .status()
+        .unwrap()
+        .success());
+    c.wait_for(
+        "node 1's registration with the restarted slurmctld",
+        Duration::from_secs(30),
+        |c| {
+            let s = c.node_state(&n1);
+            s.contains("INVAL") || (!s.is_empty() && !s.contains("UNKNOWN") && !s.contains('*'))
+        },
+    );
+    assert!(node_field(&c, &n1, "Gres").contains("7g.40gb"), "the line loaded");
+    let refused = slurm::release().at_least(23, 11);
+    assert_eq!(
+        c.node_state(&n1).contains("INVAL"),
+        refused,
+        "{}",
+        c.node_state(&n1)
+    );
+    let out = run_central(&c, &config, &[]);
+    assert!(
+        !out.contains("the node file again") && out.contains("0 changed"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    assert_eq!(
+        out.contains("asked every slurmd to register again"),
+        refused,
+        "{out}"
+    );
+    resume_node_1_and_change_it(&mut c, &jobs, &s0, &g1, &config, &out);
+}
+
+/// Waits until slurmctld took a registration of `node`'s slurmd: not UNKNOWN (a restarted
+/// slurmctld's nodes until they register: 22.05 then clears a resume's drain and refuses
+/// it), not INVAL, responding.
+fn wait_registered(c: &Cluster, node: &str) {
+    c.wait_for(
+        &format!("slurmctld to take {node}'s registration"),
+        Duration::from_secs(30),
+        |c| {
+            let s = c.node_state(node);
+            !s.contains("UNKNOWN") && !s.contains("INVAL") && !s.contains('*')
+        },
+    );
+}
+
 /// The start of the reboot tests above, up to the end of the central role's first run
 /// (its output returned); with `put_back_fails`, Slurm's refresh for the put-back and the
 /// one after it fail (the reconfigure refused, or the restart command failing).
@@ -398,21 +467,12 @@ fn resume_node_1_and_change_it(
 ) {
     let n1 = c.nodes[1].clone();
     let g0 = TestGpus::from_simulated(s0, &a100());
-    c.wait_for(
-        "slurmctld to take node 1's registration",
-        Duration::from_secs(30),
-        |c| {
-            let s = c.node_state(&n1);
-            !s.contains("INVAL") && !s.contains('*')
-        },
-    );
+    wait_registered(c, &n1);
     assert!(node_field(c, &n1, "Gres").contains("7g.40gb"), "{out}");
     assert!(c.node_state(&n1).contains("DRAIN"), "held");
-    // (22.05 refuses the resume until slurmd has registered with the restarted slurmctld.)
-    c.wait_for("node 1 to resume", Duration::from_secs(30), |c| {
-        let out = c.scontrol(&["update", &format!("nodename={n1}"), "state=resume"]);
-        out.status.success() && !c.node_state(&n1).contains("DRAIN")
-    });
+    let resume = c.scontrol(&["update", &format!("nodename={n1}"), "state=resume"]);
+    assert!(resume.status.success(), "{resume:?}");
+    assert!(!c.node_state(&n1).contains("DRAIN"), "resumed");
     assert_consistent_on(c, &[&g0, g1], &jobs.all());
     let out = run_central(c, config, &[]);
     assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());

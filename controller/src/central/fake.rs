@@ -64,6 +64,9 @@ pub struct FakeSlurm {
     pub block_after_apply: Option<std::path::PathBuf>,
     /// Reconfigures so far.
     pub reconfigures: u32,
+    /// Nodes slurmctld refuses at every registration: a reconfigure leaves them INVAL (it
+    /// clears every other node's INVAL, as each slurmd registers again).
+    pub refuse_registration: Vec<String>,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
     pub slurmd_timeout_s: u32,
     /// RPCs by call: `load_node` (whole table, changed), `load_node_unchanged`,
@@ -456,6 +459,9 @@ impl SlurmApi for FakeSlurm {
         self.count("reconfigure");
         self.reconfigures += 1;
         self.version += 1;
+        for n in &mut self.nodes {
+            n.invalid_reg &= self.refuse_registration.contains(&n.name);
+        }
         Ok(())
     }
 }

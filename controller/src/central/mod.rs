@@ -7,11 +7,13 @@
 //!    batch ([`relayout`]) → Start slurmd → resume; every failure has one way back, and
 //!    the batch is journaled in `relayout.json` so a restarted central role finishes or
 //!    undoes it;
-//! 2. when no batch is in flight and a decision is due, decides a target configuration
+//! 2. between batches, puts right the side a failed way back left behind: the node file,
+//!    slurmctld's definitions, a registration slurmctld refused ([`in_line`]);
+//! 3. when no batch is in flight and a decision is due, decides a target configuration
 //!    per GPU ([`decide`]), keeps the changes that touch only idle instances and pass the
 //!    admin's limits ([`plan`], [`guard`]; before Slurm 23.02.6 also the last GPU of a
 //!    type routed jobs wait for, [`strand`]), and starts a new batch;
-//! 3. re-routes pending jobs whose type vanished ([`reroute`]) and publishes the snapshot
+//! 4. re-routes pending jobs whose type vanished ([`reroute`]) and publishes the snapshot
 //!    the plugin reads ([`snapshot`]) and the status file.
 
 pub mod batch;
@@ -19,6 +21,7 @@ pub mod decide;
 #[doc(hidden)]
 pub mod fake;
 pub mod guard;
+mod in_line;
 pub mod indices;
 pub mod metrics;
 mod padding;
@@ -109,13 +112,10 @@ pub struct Central {
     /// After a failed load of the node file for nodes slurmctld is left behind on: when
     /// the next may be tried (Unix seconds) and the wait after that one, if it fails too.
     catch_up_retry: Option<(f64, f64)>,
+    /// After asking slurmds to register again for nodes slurmctld refused: when the
+    /// next ask may be made, and the wait after it.
+    register_retry: Option<(f64, f64)>,
 }
-
-/// The wait after a first failed load of the node file for nodes slurmctld is left
-/// behind on (each failure doubles it): on the restart path every try restarts slurmctld.
-const CATCH_UP_RETRY_S: f64 = 30.0;
-/// The longest wait between two tries.
-const CATCH_UP_RETRY_MAX_S: f64 = 900.0;
 
 impl Central {
     /// A central role over `api`, deciding with `decider` and refreshing Slurm with
@@ -172,6 +172,7 @@ impl Central {
             retypes_pending: true,
             stranded: HashSet::new(),
             catch_up_retry: None,
+            register_retry: None,
         })
     }
 
@@ -336,7 +337,10 @@ impl Central {
         // this tick, slurmctld's values in the view are not the settled ones.
         let settled = between_batches && self.ledger.batch.is_none() && self.mode != Mode::DryRun;
         // The file in line first: loading it again loads every line.
-        let agreed = !settled || (self.agree(&view, report) && self.catch_up(&view, now, report));
+        let agreed = !settled || {
+            let as_reported = self.shown_as_reported(&view);
+            self.agree(&view, &as_reported, report) && self.catch_up(&view, &as_reported, now, report)
+        };
         if decide && agreed && self.ledger.batch.is_none() {
             self.decide_and_start(&view, now, report);
         }
@@ -351,111 +355,6 @@ impl Central {
             self.publish(&view, report);
         }
         self.status.gpus = gpu_lines(&self.resolved, &view);
-    }
-
-    /// Has Slurm load the node file again for the nodes it is left behind on: slurmctld
-    /// shows other MIG GRES than their agents report, and the file has what they report
-    /// (a way back whose reload failed: a put-back after a refused Start, a
-    /// reconfigure-path undo). Such a node is INVALID or refused at its next registration
-    /// until Slurm loads it, and no resume brings it back. A failed load is reported and
-    /// tried again after a wait that doubles (a batch's own load loads the same file, so
-    /// batches go on); nothing is loaded while smartmig is frozen. False when no batch may
-    /// start this cycle: after a load (the view is stale), or while the load due would
-    /// change the GPU count of a node jobs run on (a batch's load would too).
-    fn catch_up(&mut self, view: &View, now: f64, report: &mut CycleReport) -> bool {
-        let left: Vec<relayout::LeftBehind> = view
-            .nodes
-            .iter()
-            .filter(|n| n.report.outcome != crate::channel::Outcome::InProgress && n.report.slurmd_running)
-            .map(|n| relayout::LeftBehind {
-                node: n.name.clone(),
-                reported: gres_of_report(&n.report.gpus),
-                shown: n.slurm.gres.clone(),
-                busy: !n.running.is_empty(),
-            })
-            .filter(|l| !same_mig_gres(&l.shown, &l.reported, &self.mig_types))
-            .collect();
-        if left.is_empty() {
-            self.catch_up_retry = None;
-            return true;
-        }
-        if self.catch_up_retry.is_some_and(|(at, _)| now < at) {
-            return true;
-        }
-        // Frozen (an upgrade of Slurm or smartmig under way, say): Slurm is left alone.
-        if let Some(why) = guard::frozen(&self.resolved.config.controller.state_dir) {
-            let nodes: Vec<&str> = left.iter().map(|l| l.node.as_str()).collect();
-            log::warn!(
-                "slurmctld shows {} with other GRES than their agents report; frozen ({why}): not loaded again until thawed",
-                nodes.join(", ")
-            );
-            return true;
-        }
-        match self.relayout.catch_up(self.api.as_mut(), &left) {
-            Ok(loaded) if loaded.is_empty() => true,
-            Ok(loaded) => {
-                self.catch_up_retry = None;
-                log::warn!(
-                    "Slurm loaded the node file again: it now has {} as their agents report (held nodes stay held for the admin)",
-                    loaded.join(", ")
-                );
-                false
-            }
-            Err(e @ relayout::CatchUpError::Busy { .. }) => {
-                self.fail(report, format!("no re-layout started: {e}"));
-                false
-            }
-            Err(e) => {
-                let wait = self.catch_up_retry.map_or(CATCH_UP_RETRY_S, |(_, w)| w);
-                self.catch_up_retry = Some((now + wait, (2.0 * wait).min(CATCH_UP_RETRY_MAX_S)));
-                let e = anyhow::Error::new(e);
-                self.fail(
-                    report,
-                    format!("slurmctld is left behind on nodes it shows with other GRES than their agents report: {e:#}; tried again in {wait:.0} s"),
-                );
-                true
-            }
-        }
-    }
-
-    /// Brings the node file in line with what slurmctld shows on `view` (a way back that
-    /// could not put it back left a failed batch's values there, for slurmctld to load at
-    /// its next restart under nodes whose gres.conf say otherwise); false, with the error
-    /// reported, when the file cannot be read or written: no batch starts then.
-    fn agree(&mut self, view: &View, report: &mut CycleReport) -> bool {
-        // Only managed nodes whose agent reports the layouts slurmctld shows: the file is
-        // then the one side that differs. Where slurmctld is the side left behind (a
-        // reconfigure-path undo whose reload failed, after the file and the nodes went
-        // back) the file is right, and a site's other nodes are the admin's.
-        let shown: Vec<(String, String)> = view
-            .nodes
-            .iter()
-            .filter(|n| same_mig_gres(&n.slurm.gres, &gres_of_report(&n.report.gpus), &self.mig_types))
-            .map(|n| (n.name.clone(), n.slurm.gres.clone()))
-            .collect();
-        match self.relayout.agree(&shown) {
-            Ok(changed) => {
-                for d in changed {
-                    log::warn!(
-                        "node file: {} had Gres={} where slurmctld shows {}; written as slurmctld has it",
-                        d.node,
-                        d.file,
-                        d.slurmctld
-                    );
-                }
-                true
-            }
-            Err(e) => {
-                let e = anyhow::Error::new(e);
-                self.fail(
-                    report,
-                    format!(
-                        "no re-layout started: the node file cannot be brought in line with slurmctld: {e:#}"
-                    ),
-                );
-                false
-            }
-        }
     }
 
     /// Decides on `view`; in dry-run records what would happen, else starts a batch when

@@ -955,6 +955,96 @@ fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_after_a_wait
     assert_eq!(tries(), 3, "in line: nothing to load again");
 }
 
+/// [`cluster`] with node a held by smartmig and INVAL: slurmctld refused its last
+/// registration, and now shows what its agent reports.
+fn a_held_and_refused() -> FakeSlurm {
+    let mut s = cluster();
+    s.nodes[0].drain = true;
+    s.nodes[0].reason = Some(held_reason(3, "the agent refused Start"));
+    s.nodes[0].invalid_reg = true;
+    s
+}
+
+#[test]
+fn a_held_node_slurmctld_refused_and_now_shows_as_reported_is_asked_to_register_again_and_no_batch_starts_in_that_cycle(
+) {
+    let dir = temp("register-again");
+    let rec = Recorder::default();
+    let mut c = central(
+        resolved(&dir, TO_C5),
+        a_held_and_refused(),
+        Mode::Drain,
+        rec.clone(),
+    );
+    let r = c.cycle();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(c.api_fake().reconfigures, 1, "every slurmd asked to register");
+    assert!(!node(&mut c, "a").invalid_reg, "a registered");
+    assert!(
+        !c.in_flight() && rec.batches().is_empty(),
+        "no batch in the cycle that asks (its view is stale)"
+    );
+    let r = once(&mut c);
+    assert_eq!(
+        r.nodes,
+        ["b", "c"],
+        "the next cycle's batch, without the held a: {r:?}"
+    );
+    assert_eq!(c.api_fake().reconfigures, 1, "nothing more to ask");
+    assert!(
+        held_saying(&node(&mut c, "a"), &["the agent refused Start"]),
+        "still held for the admin"
+    );
+}
+
+#[test]
+fn a_registration_slurmctld_keeps_refusing_is_asked_again_after_a_wait_that_doubles_and_never_while_frozen_or_for_a_node_smartmig_does_not_hold(
+) {
+    let dir = temp("register-again-refused");
+    let mut s = a_held_and_refused();
+    s.refuse_registration = vec!["a".into()];
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let asks = |c: &mut Central| c.api_fake().reconfigures;
+    c.cycle();
+    assert_eq!(asks(&mut c), 1);
+    // Still refused: the next ask waits, and the batch goes on meanwhile.
+    let r = once(&mut c);
+    assert_eq!((asks(&mut c), r.nodes.len()), (1, 2), "{r:?}");
+    assert!(node(&mut c, "a").invalid_reg);
+    let ready = |c: &mut Central| c.register_retry = c.register_retry.map(|(_, w)| (0.0, w));
+    ready(&mut c);
+    c.cycle();
+    assert_eq!(asks(&mut c), 2, "the wait over");
+    assert_eq!(
+        c.register_retry.map(|(_, w)| w),
+        Some(120.0),
+        "30 s, 60 s, then 120 s"
+    );
+    let freeze = c.resolved.config.controller.state_dir.join(guard::FREEZE_FILE);
+    std::fs::write(&freeze, "upgrade\n").unwrap();
+    ready(&mut c);
+    c.cycle();
+    assert_eq!(asks(&mut c), 2, "frozen");
+    std::fs::remove_file(&freeze).unwrap();
+    // slurmctld's own reason for the refusal (24.11 puts it in place of smartmig's).
+    c.api_fake().nodes[0].reason = Some("gres/gpu count reported lower than configured (0 < 1)".into());
+    c.api_fake().touch();
+    ready(&mut c);
+    c.cycle();
+    assert_eq!(asks(&mut c), 3, "refused over its GRES");
+    // An admin's drain: a refusal smartmig did not cause, left to them.
+    c.api_fake().nodes[0].reason = Some("memory test".into());
+    c.api_fake().touch();
+    ready(&mut c);
+    c.cycle();
+    assert_eq!(
+        asks(&mut c),
+        3,
+        "neither held by smartmig nor refused over its GRES"
+    );
+    assert_eq!(c.register_retry, None);
+}
+
 #[test]
 fn a_put_back_slurmctld_already_shows_after_a_restart_of_the_central_role_is_not_loaded_again() {
     let dir = temp("put-back-shown");

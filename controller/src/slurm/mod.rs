@@ -80,6 +80,9 @@ pub struct SlurmNode {
     pub drain: bool,
     /// Whether the node is down.
     pub down: bool,
+    /// Whether slurmctld refused the node's last registration (INVAL): only a new one
+    /// clears it (slurmd's start, a reconfigure, a slurmctld restart's request).
+    pub invalid_reg: bool,
     /// The drain/down reason.
     pub reason: Option<String>,
     /// `Extra`: the central role's desired state for the node.
