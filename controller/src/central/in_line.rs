@@ -14,9 +14,12 @@ const RETRY_S: f64 = 30.0;
 const RETRY_MAX_S: f64 = 900.0;
 
 /// How the reason slurmctld drains a node with starts when it refused the node's
-/// registration over its GRES (`gres/gpu count reported lower than configured (0 < 1)`);
+/// registration over its GPUs (`gres/gpu count reported lower than configured (0 < 1)`);
 /// 24.11 puts it in place of a reason the node had.
-const GRES_REFUSAL: &str = "gres/";
+const GPU_REFUSAL: &str = "gres/gpu";
+
+/// The most asks that refused nodes register again while they stay refused.
+const REGISTER_ASKS: u32 = 4;
 
 /// After a try at `now` with `last` the wait before it (`None`: the first try): when the
 /// next may be made and the wait after that one; and the wait until it.
@@ -108,7 +111,7 @@ impl Central {
             .collect();
         if left.is_empty() {
             self.catch_up_retry = None;
-            // Only when nothing differs: on 24.11 the ask reloads every line.
+            // Only when no node differs: the ask's reconfigure loads every line.
             return !as_reported.iter().all(|same| *same) || self.register_again(view, now, report);
         }
         if self.catch_up_retry.is_some_and(|(at, _)| now < at) {
@@ -129,7 +132,7 @@ impl Central {
                 // before they had time to come.
                 self.register_retry = next_try(None, now).0;
                 log::warn!(
-                    "Slurm loaded the node file again: it now has {} as their agents report (held nodes stay held for the admin)",
+                    "Slurm loaded the node file again: it now has {} as their agents report (the nodes stay drained for the admin)",
                     loaded.join(", ")
                 );
                 false
@@ -153,14 +156,20 @@ impl Central {
 
     /// Asks every slurmd to read slurm.conf and register again (a reconfigure) when
     /// slurmctld refused the last registration (INVAL) of a node smartmig holds, or
-    /// drained over its GRES, and now shows the GRES its agent reports: slurmctld asks nothing more of a node it refused,
-    /// so it stays INVAL and no resume brings it back. This follows a load of the node
-    /// file that did not reach the node's slurmd: on 24.11, a slurmctld restart (an
-    /// admin's) that loaded a line a failed reload had left behind, while the slurmd kept
-    /// the failed batch's definitions and registered with them. The ask is made again,
-    /// after a wait that doubles, while such a node stays refused (the refusal may have
+    /// drained over its GPUs, and now shows the GRES its agent reports: slurmctld asks
+    /// nothing more of a node it refused, so it stays INVAL and no resume brings it back.
+    /// This follows a load of the node file that did not reach the node's slurmd, which
+    /// only the reconfigure path leaves running across loads: an admin's slurmctld restart
+    /// that loaded a line a failed reload had left behind, while the slurmd kept the
+    /// failed batch's definitions and registered with them. Asked only when the
+    /// reconfigure loads nothing slurmctld does not show (no line of the node file says
+    /// otherwise, no node is left alone this cycle), at most [`REGISTER_ASKS`] times,
+    /// after waits that double, while the nodes stay refused (the refusal may have
     /// another cause). False after an ask (the view is stale).
     fn register_again(&mut self, view: &View, now: f64, report: &mut CycleReport) -> bool {
+        if self.relayout.stops_slurmd() {
+            return true;
+        }
         let refused: Vec<&str> = view
             .nodes
             .iter()
@@ -169,7 +178,7 @@ impl Central {
                     && n.slurm
                         .reason
                         .as_deref()
-                        .is_some_and(|r| r.starts_with(HELD_PREFIX) || r.starts_with(GRES_REFUSAL))
+                        .is_some_and(|r| r.starts_with(HELD_PREFIX) || r.starts_with(GPU_REFUSAL))
                     && n.report.slurmd_running
                     && n.report.outcome != Outcome::InProgress
             })
@@ -177,12 +186,21 @@ impl Central {
             .collect();
         if refused.is_empty() {
             self.register_retry = None;
+            self.register_asks = 0;
             return true;
         }
         if self.register_retry.is_some_and(|(at, _)| now < at) {
             return true;
         }
         let nodes = refused.join(", ");
+        if self.register_asks >= REGISTER_ASKS {
+            self.register_retry = Some((f64::INFINITY, RETRY_MAX_S));
+            self.fail(
+                report,
+                format!("slurmctld still refuses the registration of {nodes} after {REGISTER_ASKS} asks (reconfigures): see slurmctld.log; no more asked while it refuses"),
+            );
+            return true;
+        }
         if self.frozen(&format!(
             "slurmctld refused the registration of {nodes}; no new one asked"
         )) {
@@ -190,11 +208,40 @@ impl Central {
         }
         let (next, wait) = next_try(self.register_retry, now);
         self.register_retry = next;
+        // A reconfigure loads every line: one that changed a busy node's GPU count would
+        // requeue its jobs.
+        let shown: Vec<(String, String)> = view
+            .nodes
+            .iter()
+            .map(|n| &n.slurm)
+            .chain(view.others.values())
+            .map(|n| (n.name.clone(), n.gres.clone()))
+            .collect();
+        let mut other: Vec<String> = match self.relayout.would_change(&shown) {
+            Ok(other) => other,
+            Err(e) => {
+                let e = anyhow::Error::new(e);
+                self.fail(
+                    report,
+                    format!("slurmctld refused the registration of {nodes}; no new one asked: {e:#}"),
+                );
+                return true;
+            }
+        };
+        other.extend(view.problems.iter().map(|(n, _)| n.clone()));
+        if !other.is_empty() {
+            log::warn!(
+                "slurmctld refused the registration of {nodes}; no new one asked: the reconfigure that asks it would also load {} (tried again in {wait:.0} s)",
+                other.join(", ")
+            );
+            return true;
+        }
+        self.register_asks += 1;
         match self.api.reconfigure() {
             Ok(()) => {
                 log::warn!(
                     "slurmctld shows {nodes} as their agents report, and refused their last registration: \
-                     asked every slurmd to register again (a reconfigure; held nodes stay held for the admin)"
+                     asked every slurmd to register again (a reconfigure; the nodes stay drained for the admin)"
                 );
                 false
             }

@@ -115,6 +115,8 @@ pub struct Central {
     /// After asking slurmds to register again for nodes slurmctld refused: when the
     /// next ask may be made, and the wait after it.
     register_retry: Option<(f64, f64)>,
+    /// Asks made while the same nodes stay refused.
+    register_asks: u32,
 }
 
 impl Central {
@@ -173,6 +175,7 @@ impl Central {
             stranded: HashSet::new(),
             catch_up_retry: None,
             register_retry: None,
+            register_asks: 0,
         })
     }
 
@@ -547,6 +550,12 @@ pub fn same_gpu_gres(a: &str, b: &str, mig: &HashSet<String>) -> bool {
     same_counts(a, b, |t| {
         mig.contains(t) || smartmig_core::mig::padding::is_pad_type(t)
     })
+}
+
+/// Whether two GRES strings have the same counts of every GPU type (what a load of one
+/// where Slurm has the other would leave unchanged).
+pub fn same_gpus(a: &str, b: &str) -> bool {
+    same_counts(a, b, |_| true)
 }
 
 /// Whether two GRES strings have the same counts of the MIG types in `mig`, padding aside:

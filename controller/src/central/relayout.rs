@@ -127,6 +127,13 @@ pub trait Relayout {
         let _ = (api, left);
         Ok(Vec::new())
     }
+    /// The nodes whose definition in what Slurm loads has other GPU counts than slurmctld
+    /// shows (`shown`: `(node, its Gres)`), or that slurmctld does not show: what a
+    /// reconfigure would change. Paths without a node file change nothing.
+    fn would_change(&mut self, shown: &[(String, String)]) -> Result<Vec<String>, RelayoutError> {
+        let _ = shown;
+        Ok(Vec::new())
+    }
 }
 
 /// Why Slurm was not made to load the node file again for the nodes it is left behind on.
@@ -299,6 +306,19 @@ impl NodeFile<'_> {
         durable::replace_keeping_previous(self.include, text.as_bytes())?;
         log::info!("{}: new GRES for {} node(s)", self.include.display(), nodes.len());
         Ok(())
+    }
+
+    /// The nodes whose line has other GPU counts than slurmctld shows (`shown`: node, the
+    /// `Gres` slurmctld shows), or that slurmctld does not show.
+    pub fn differing(&self, shown: &[(String, String)]) -> Result<Vec<String>, RelayoutError> {
+        let text = self.read()?;
+        let shown: HashMap<&str, &str> = shown.iter().map(|(n, g)| (n.as_str(), g.as_str())).collect();
+        Ok(text
+            .lines()
+            .filter_map(line_gres)
+            .filter(|(node, gres)| !shown.get(node).is_some_and(|have| super::same_gpus(have, gres)))
+            .map(|(node, _)| node.to_string())
+            .collect())
     }
 
     /// Sets each node's MIG GRES (padding types included) where the file says otherwise
@@ -481,6 +501,10 @@ impl<L: Loader> Relayout for ViaNodeFile<L> {
 
     fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
         self.file().agree_with(shown)
+    }
+
+    fn would_change(&mut self, shown: &[(String, String)]) -> Result<Vec<String>, RelayoutError> {
+        self.file().differing(shown)
     }
 
     fn catch_up(&mut self, api: &mut dyn SlurmApi, left: &[LeftBehind]) -> Result<Vec<String>, CatchUpError> {
@@ -838,6 +862,29 @@ mod tests {
             e.contains("exit status: 4") && e.contains("for gpu1 failed"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_reconfigure_would_change_the_lines_with_other_gpu_counts_than_slurmctld_shows_and_those_of_nodes_it_does_not_show(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,license:2\n\
+                    NodeName=gpu2 Gres=gpu:3g.40gb:2\n\
+                    NodeName=gpu3 Gres=gpu:1g.10gb:7\n";
+        std::fs::write(dir.path().join("nodes.conf"), text).unwrap();
+        let mut r = restart(dir.path(), "true");
+        let shown = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter().map(|(n, g)| (n.to_string(), g.to_string())).collect()
+        };
+        // gpu1 in another order and without the license: the same GPUs.
+        let same = shown(&[
+            ("gpu1", "gpu:7g.40gb:1(S:0),gpu:a100:1"),
+            ("gpu2", "gpu:3g.40gb:2"),
+            ("gpu3", "gpu:1g.10gb:7"),
+        ]);
+        assert!(r.would_change(&same).unwrap().is_empty());
+        let other = shown(&[("gpu1", "gpu:7g.40gb:1"), ("gpu2", "gpu:3g.40gb:1")]);
+        assert_eq!(r.would_change(&other).unwrap(), ["gpu1", "gpu2", "gpu3"]);
     }
 
     fn restart(dir: &std::path::Path, script: &str) -> ViaNodeFile<RestartSlurmctld> {

@@ -87,6 +87,8 @@ struct Recorder {
     caught_up: Arc<Mutex<Vec<Vec<LeftBehind>>>>,
     /// The nodes whose line in the node file has what their agents report.
     file_as_reported: Arc<Mutex<Vec<String>>>,
+    /// The nodes whose line in the node file says otherwise than slurmctld shows.
+    would_change: Arc<Mutex<Vec<String>>>,
 }
 
 impl Recorder {
@@ -206,6 +208,9 @@ impl Relayout for Recorder {
         }
         shown_by_slurm(api, &behind);
         Ok(behind.into_iter().map(|(n, _)| n).collect())
+    }
+    fn would_change(&mut self, _: &[(String, String)]) -> Result<Vec<String>, RelayoutError> {
+        Ok(self.would_change.lock().unwrap().clone())
     }
     fn agree(&mut self, shown: &[(String, String)]) -> Result<Vec<Disagreement>, RelayoutError> {
         let mut nodes: Vec<String> = shown.iter().map(|(n, _)| n.clone()).collect();
@@ -956,29 +961,39 @@ fn slurm_left_behind_by_a_failed_put_back_loads_the_node_file_again_after_a_wait
 }
 
 /// [`cluster`] with node a held by smartmig and INVAL: slurmctld refused its last
-/// registration, and now shows what its agent reports.
-fn a_held_and_refused() -> FakeSlurm {
+/// registration, and now shows what its agent reports. On the reconfigure path (slurmd
+/// keeps running across loads), the one where a slurmd can be left on old definitions.
+fn a_held_and_refused(tag: &str) -> (TestDir, Recorder, Central) {
+    let dir = temp(tag);
     let mut s = cluster();
     s.nodes[0].drain = true;
     s.nodes[0].reason = Some(held_reason(3, "the agent refused Start"));
     s.nodes[0].invalid_reg = true;
-    s
+    let rec = Recorder::default();
+    *rec.reconfigure.lock().unwrap() = true;
+    let c = central(resolved(&dir, TO_C5), s, Mode::Drain, rec.clone());
+    (dir, rec, c)
+}
+
+impl Central {
+    /// Reconfigures the in-memory Slurm has had: asks that every slurmd register again.
+    fn asks(&mut self) -> u32 {
+        self.api_fake().reconfigures
+    }
+
+    /// The wait before the next ask over.
+    fn ask_due(&mut self) {
+        self.register_retry = self.register_retry.map(|(_, w)| (0.0, w));
+    }
 }
 
 #[test]
 fn a_held_node_slurmctld_refused_and_now_shows_as_reported_is_asked_to_register_again_and_no_batch_starts_in_that_cycle(
 ) {
-    let dir = temp("register-again");
-    let rec = Recorder::default();
-    let mut c = central(
-        resolved(&dir, TO_C5),
-        a_held_and_refused(),
-        Mode::Drain,
-        rec.clone(),
-    );
+    let (_dir, rec, mut c) = a_held_and_refused("register-again");
     let r = c.cycle();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(c.api_fake().reconfigures, 1, "every slurmd asked to register");
+    assert_eq!(c.asks(), 1, "every slurmd asked to register");
     assert!(!node(&mut c, "a").invalid_reg, "a registered");
     assert!(
         !c.in_flight() && rec.batches().is_empty(),
@@ -988,61 +1003,93 @@ fn a_held_node_slurmctld_refused_and_now_shows_as_reported_is_asked_to_register_
     assert_eq!(
         r.nodes,
         ["b", "c"],
-        "the next cycle's batch, without the held a: {r:?}"
+        "the next cycle's batch, without the drained a: {r:?}"
     );
-    assert_eq!(c.api_fake().reconfigures, 1, "nothing more to ask");
+    assert_eq!(c.asks(), 1, "nothing more to ask");
     assert!(
         held_saying(&node(&mut c, "a"), &["the agent refused Start"]),
-        "still held for the admin"
+        "still drained for the admin"
     );
 }
 
 #[test]
-fn a_registration_slurmctld_keeps_refusing_is_asked_again_after_a_wait_that_doubles_and_never_while_frozen_or_for_a_node_smartmig_does_not_hold(
-) {
-    let dir = temp("register-again-refused");
-    let mut s = a_held_and_refused();
-    s.refuse_registration = vec!["a".into()];
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
-    let asks = |c: &mut Central| c.api_fake().reconfigures;
+fn a_registration_slurmctld_keeps_refusing_is_asked_again_after_a_wait_that_doubles_four_times_at_most() {
+    let (_dir, _, mut c) = a_held_and_refused("register-again-refused");
+    c.api_fake().refuse_registration = vec!["a".into()];
     c.cycle();
-    assert_eq!(asks(&mut c), 1);
+    assert_eq!(c.asks(), 1);
     // Still refused: the next ask waits, and the batch goes on meanwhile.
     let r = once(&mut c);
-    assert_eq!((asks(&mut c), r.nodes.len()), (1, 2), "{r:?}");
-    assert!(node(&mut c, "a").invalid_reg);
-    let ready = |c: &mut Central| c.register_retry = c.register_retry.map(|(_, w)| (0.0, w));
-    ready(&mut c);
-    c.cycle();
-    assert_eq!(asks(&mut c), 2, "the wait over");
-    assert_eq!(
-        c.register_retry.map(|(_, w)| w),
-        Some(120.0),
-        "30 s, 60 s, then 120 s"
+    assert_eq!((c.asks(), r.nodes.len()), (1, 2), "{r:?}");
+    for asks in 2..=4 {
+        c.ask_due();
+        c.cycle();
+        assert_eq!(c.asks(), asks, "the wait over");
+    }
+    let wait = c.register_retry.map(|(at, _)| (at - unix_now()).round());
+    assert_eq!(wait, Some(240.0), "30, 60, 120 s, then 240 s");
+    c.ask_due();
+    let r = c.cycle();
+    assert_eq!(c.asks(), 4, "no fifth ask");
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("still refuses the registration of a after 4 asks")),
+        "{:?}",
+        r.errors
     );
-    let freeze = c.resolved.config.controller.state_dir.join(guard::FREEZE_FILE);
-    std::fs::write(&freeze, "upgrade\n").unwrap();
-    ready(&mut c);
+    let r = c.cycle();
+    assert!(r.errors.is_empty() && c.asks() == 4, "said once: {:?}", r.errors);
+    // The refusal over (slurmd restarted by the admin): a later one is asked again.
+    c.api_fake().nodes[0].invalid_reg = false;
+    c.api_fake().touch();
     c.cycle();
-    assert_eq!(asks(&mut c), 2, "frozen");
+    assert_eq!((c.register_retry, c.register_asks), (None, 0));
+}
+
+#[test]
+fn no_registration_is_asked_while_frozen_while_a_reconfigure_would_load_other_definitions_for_a_node_an_admin_drained_or_on_the_restart_path(
+) {
+    let (_dir, rec, mut c) = a_held_and_refused("register-again-not");
+    c.api_fake().refuse_registration = vec!["a".into()];
+    let state_dir = c.resolved.config.controller.state_dir.clone();
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let freeze = state_dir.join(guard::FREEZE_FILE);
+    std::fs::write(&freeze, "upgrade\n").unwrap();
+    c.cycle();
+    assert_eq!(c.asks(), 0, "frozen");
     std::fs::remove_file(&freeze).unwrap();
+    // Another node's line says otherwise than slurmctld: the reconfigure would load it.
+    *rec.would_change.lock().unwrap() = vec!["site".into()];
+    once(&mut c);
+    assert_eq!(c.asks(), 0, "site's line would load too");
+    *rec.would_change.lock().unwrap() = Vec::new();
+    c.ask_due();
+    c.cycle();
+    assert_eq!(c.asks(), 1);
     // slurmctld's own reason for the refusal (24.11 puts it in place of smartmig's).
     c.api_fake().nodes[0].reason = Some("gres/gpu count reported lower than configured (0 < 1)".into());
     c.api_fake().touch();
-    ready(&mut c);
+    c.ask_due();
     c.cycle();
-    assert_eq!(asks(&mut c), 3, "refused over its GRES");
-    // An admin's drain: a refusal smartmig did not cause, left to them.
-    c.api_fake().nodes[0].reason = Some("memory test".into());
-    c.api_fake().touch();
-    ready(&mut c);
+    assert_eq!(c.asks(), 2, "refused over its GPUs");
+    // An admin's drain, or another GRES: a refusal smartmig did not cause, left to them.
+    for reason in [
+        "memory test",
+        "gres/shard count reported lower than configured (0 < 4)",
+    ] {
+        c.api_fake().nodes[0].reason = Some(reason.into());
+        c.api_fake().touch();
+        c.ask_due();
+        c.cycle();
+        assert_eq!(c.asks(), 2, "{reason}");
+        assert_eq!(c.register_retry, None);
+    }
+    // The restart path restarts slurmd at each load: it is never left on old definitions.
+    let (_dir, rec, mut c) = a_held_and_refused("register-again-restart-path");
+    *rec.reconfigure.lock().unwrap() = false;
     c.cycle();
-    assert_eq!(
-        asks(&mut c),
-        3,
-        "neither held by smartmig nor refused over its GRES"
-    );
-    assert_eq!(c.register_retry, None);
+    assert_eq!(c.asks(), 0);
 }
 
 #[test]

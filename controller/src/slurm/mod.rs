@@ -80,8 +80,9 @@ pub struct SlurmNode {
     pub drain: bool,
     /// Whether the node is down.
     pub down: bool,
-    /// Whether slurmctld refused the node's last registration (INVAL): only a new one
-    /// clears it (slurmd's start, a reconfigure, a slurmctld restart's request).
+    /// Whether slurmctld refused the node's last registration (INVAL): it asks nothing
+    /// more of the node, so only slurmd's start, a reconfigure or a slurmctld restart (which
+    /// keeps no refusal) lead to a new one.
     pub invalid_reg: bool,
     /// The drain/down reason.
     pub reason: Option<String>,
