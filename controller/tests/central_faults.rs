@@ -347,7 +347,7 @@ fn a_line_an_admins_restart_loaded_is_not_loaded_again_and_a_node_refused_after_
         Duration::from_secs(30),
         |c| {
             let s = c.node_state(&n1);
-            s.contains("INVAL") || (!s.is_empty() && !s.contains("UNKNOWN") && !s.contains('*'))
+            !s.is_empty() && !s.contains('*') && (s.contains("INVAL") || !s.contains("UNKNOWN"))
         },
     );
     assert!(node_field(&c, &n1, "Gres").contains("7g.40gb"), "the line loaded");

@@ -21,6 +21,17 @@ const GPU_REFUSAL: &str = "gres/gpu";
 /// The most asks that refused nodes register again while they stay refused.
 const REGISTER_ASKS: u32 = 4;
 
+/// The asks that nodes slurmctld refused register again.
+#[derive(Debug, Default)]
+pub(super) struct Asks {
+    /// The nodes refused, in the view's order.
+    pub(super) nodes: Vec<String>,
+    /// Asks made while they stay refused.
+    pub(super) made: u32,
+    /// When the next may be made (Unix seconds) and the wait after it.
+    pub(super) next: Option<(f64, f64)>,
+}
+
 /// After a try at `now` with `last` the wait before it (`None`: the first try): when the
 /// next may be made and the wait after that one; and the wait until it.
 fn next_try(last: Option<(f64, f64)>, now: f64) -> (Option<(f64, f64)>, f64) {
@@ -128,9 +139,12 @@ impl Central {
             Ok(loaded) if loaded.is_empty() => true,
             Ok(loaded) => {
                 self.catch_up_retry = None;
-                // The load asked every slurmd to register: their answers are not asked again
-                // before they had time to come.
-                self.register_retry = next_try(None, now).0;
+                // The load asked every slurmd to register: the asks start over, once the
+                // answers had time to come.
+                self.register = Asks {
+                    next: next_try(None, now).0,
+                    ..Asks::default()
+                };
                 log::warn!(
                     "Slurm loaded the node file again: it now has {} as their agents report (the nodes stay drained for the admin)",
                     loaded.join(", ")
@@ -161,16 +175,16 @@ impl Central {
     /// This follows a load of the node file that did not reach the node's slurmd, which
     /// only the reconfigure path leaves running across loads: an admin's slurmctld restart
     /// that loaded a line a failed reload had left behind, while the slurmd kept the
-    /// failed batch's definitions and registered with them. Asked only when the
-    /// reconfigure loads nothing slurmctld does not show (no line of the node file says
-    /// otherwise, no node is left alone this cycle), at most [`REGISTER_ASKS`] times,
-    /// after waits that double, while the nodes stay refused (the refusal may have
-    /// another cause). False after an ask (the view is stale).
+    /// failed batch's definitions and registered with them. Asked only when no line of
+    /// the node file has other GPU counts than slurmctld shows and no node is left alone
+    /// this cycle (else the reconfigure could change a busy node's GPU count), at most
+    /// [`REGISTER_ASKS`] times for the same nodes, after waits that double (the refusal
+    /// may have another cause). False after an ask (the view is stale).
     fn register_again(&mut self, view: &View, now: f64, report: &mut CycleReport) -> bool {
         if self.relayout.stops_slurmd() {
             return true;
         }
-        let refused: Vec<&str> = view
+        let refused: Vec<String> = view
             .nodes
             .iter()
             .filter(|n| {
@@ -182,22 +196,29 @@ impl Central {
                     && n.report.slurmd_running
                     && n.report.outcome != Outcome::InProgress
             })
-            .map(|n| n.name.as_str())
+            .map(|n| n.name.clone())
             .collect();
-        if refused.is_empty() {
-            self.register_retry = None;
-            self.register_asks = 0;
+        // A node newly refused, or none left: the asks start over (after the wait a load
+        // set, if any). Fewer refused: the others' asks go on.
+        if refused.is_empty() || refused.iter().any(|n| !self.register.nodes.contains(n)) {
+            let after_load = self.register.next.filter(|_| self.register.made == 0);
+            self.register = Asks {
+                nodes: refused,
+                made: 0,
+                next: after_load,
+            };
+        } else {
+            self.register.nodes = refused;
+        }
+        if self.register.nodes.is_empty() || self.register.next.is_some_and(|(at, _)| now < at) {
             return true;
         }
-        if self.register_retry.is_some_and(|(at, _)| now < at) {
-            return true;
-        }
-        let nodes = refused.join(", ");
-        if self.register_asks >= REGISTER_ASKS {
-            self.register_retry = Some((f64::INFINITY, RETRY_MAX_S));
+        let nodes = self.register.nodes.join(", ");
+        if self.register.made >= REGISTER_ASKS {
+            self.register.next = Some((f64::INFINITY, RETRY_MAX_S));
             self.fail(
                 report,
-                format!("slurmctld still refuses the registration of {nodes} after {REGISTER_ASKS} asks (reconfigures): see slurmctld.log; no more asked while it refuses"),
+                format!("slurmctld still refuses the registration of {nodes} after {REGISTER_ASKS} asks (reconfigures): see slurmctld.log; no more asked while it refuses them"),
             );
             return true;
         }
@@ -206,10 +227,16 @@ impl Central {
         )) {
             return true;
         }
-        let (next, wait) = next_try(self.register_retry, now);
-        self.register_retry = next;
-        // A reconfigure loads every line: one that changed a busy node's GPU count would
-        // requeue its jobs.
+        let (next, wait) = next_try(self.register.next, now);
+        self.register.next = next;
+        if !view.problems.is_empty() {
+            let alone: Vec<&str> = view.problems.iter().map(|(n, _)| n.as_str()).collect();
+            log::warn!(
+                "slurmctld refused the registration of {nodes}; no new one asked while {} are left alone (tried again in {wait:.0} s)",
+                alone.join(", ")
+            );
+            return true;
+        }
         let shown: Vec<(String, String)> = view
             .nodes
             .iter()
@@ -217,28 +244,27 @@ impl Central {
             .chain(view.others.values())
             .map(|n| (n.name.clone(), n.gres.clone()))
             .collect();
-        let mut other: Vec<String> = match self.relayout.would_change(&shown) {
-            Ok(other) => other,
+        match self.relayout.would_change(&shown) {
+            Ok(other) if other.is_empty() => {}
+            Ok(other) => {
+                log::warn!(
+                    "slurmctld refused the registration of {nodes}; no new one asked: the reconfigure that asks it would also load other GPU counts for {} (tried again in {wait:.0} s)",
+                    other.join(", ")
+                );
+                return true;
+            }
             Err(e) => {
                 let e = anyhow::Error::new(e);
                 self.fail(
                     report,
-                    format!("slurmctld refused the registration of {nodes}; no new one asked: {e:#}"),
+                    format!("slurmctld refused the registration of {nodes}; no new one asked: {e:#}; tried again in {wait:.0} s"),
                 );
                 return true;
             }
-        };
-        other.extend(view.problems.iter().map(|(n, _)| n.clone()));
-        if !other.is_empty() {
-            log::warn!(
-                "slurmctld refused the registration of {nodes}; no new one asked: the reconfigure that asks it would also load {} (tried again in {wait:.0} s)",
-                other.join(", ")
-            );
-            return true;
         }
-        self.register_asks += 1;
         match self.api.reconfigure() {
             Ok(()) => {
+                self.register.made += 1;
                 log::warn!(
                     "slurmctld shows {nodes} as their agents report, and refused their last registration: \
                      asked every slurmd to register again (a reconfigure; the nodes stay drained for the admin)"

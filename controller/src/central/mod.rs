@@ -112,11 +112,8 @@ pub struct Central {
     /// After a failed load of the node file for nodes slurmctld is left behind on: when
     /// the next may be tried (Unix seconds) and the wait after that one, if it fails too.
     catch_up_retry: Option<(f64, f64)>,
-    /// After asking slurmds to register again for nodes slurmctld refused: when the
-    /// next ask may be made, and the wait after it.
-    register_retry: Option<(f64, f64)>,
-    /// Asks made while the same nodes stay refused.
-    register_asks: u32,
+    /// The asks that nodes slurmctld refused register again.
+    register: in_line::Asks,
 }
 
 impl Central {
@@ -174,8 +171,7 @@ impl Central {
             retypes_pending: true,
             stranded: HashSet::new(),
             catch_up_retry: None,
-            register_retry: None,
-            register_asks: 0,
+            register: in_line::Asks::default(),
         })
     }
 

@@ -309,13 +309,15 @@ impl NodeFile<'_> {
     }
 
     /// The nodes whose line has other GPU counts than slurmctld shows (`shown`: node, the
-    /// `Gres` slurmctld shows), or that slurmctld does not show.
+    /// `Gres` slurmctld shows), or that slurmctld does not show (a line for several nodes
+    /// included); the `DEFAULT` line defines no node.
     pub fn differing(&self, shown: &[(String, String)]) -> Result<Vec<String>, RelayoutError> {
         let text = self.read()?;
         let shown: HashMap<&str, &str> = shown.iter().map(|(n, g)| (n.as_str(), g.as_str())).collect();
         Ok(text
             .lines()
             .filter_map(line_gres)
+            .filter(|(node, _)| !node.eq_ignore_ascii_case("DEFAULT"))
             .filter(|(node, gres)| !shown.get(node).is_some_and(|have| super::same_gpus(have, gres)))
             .map(|(node, _)| node.to_string())
             .collect())
@@ -868,7 +870,8 @@ mod tests {
     fn a_reconfigure_would_change_the_lines_with_other_gpu_counts_than_slurmctld_shows_and_those_of_nodes_it_does_not_show(
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let text = "NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,license:2\n\
+        let text = "NodeName=DEFAULT Gres=gpu:a100:8\n\
+                    NodeName=gpu1 Gres=gpu:a100:1,gpu:7g.40gb:1,license:2\n\
                     NodeName=gpu2 Gres=gpu:3g.40gb:2\n\
                     NodeName=gpu3 Gres=gpu:1g.10gb:7\n";
         std::fs::write(dir.path().join("nodes.conf"), text).unwrap();

@@ -983,7 +983,7 @@ impl Central {
 
     /// The wait before the next ask over.
     fn ask_due(&mut self) {
-        self.register_retry = self.register_retry.map(|(_, w)| (0.0, w));
+        self.register.next = self.register.next.map(|(_, w)| (0.0, w));
     }
 }
 
@@ -1026,7 +1026,7 @@ fn a_registration_slurmctld_keeps_refusing_is_asked_again_after_a_wait_that_doub
         c.cycle();
         assert_eq!(c.asks(), asks, "the wait over");
     }
-    let wait = c.register_retry.map(|(at, _)| (at - unix_now()).round());
+    let wait = c.register.next.map(|(at, _)| (at - unix_now()).round());
     assert_eq!(wait, Some(240.0), "30, 60, 120 s, then 240 s");
     c.ask_due();
     let r = c.cycle();
@@ -1040,11 +1040,24 @@ fn a_registration_slurmctld_keeps_refusing_is_asked_again_after_a_wait_that_doub
     );
     let r = c.cycle();
     assert!(r.errors.is_empty() && c.asks() == 4, "said once: {:?}", r.errors);
+    // Another node refused: asked for at once, a's refusal notwithstanding.
+    let held = held_reason(4, "the agent refused Start");
+    let n = &mut c.api_fake().nodes[2];
+    (n.drain, n.reason, n.invalid_reg) = (true, Some(held), true);
+    c.api_fake().touch();
+    c.cycle();
+    assert_eq!((c.asks(), c.register.made), (5, 1), "c newly refused");
+    // c registered: a's asks go on, they do not start over.
+    c.cycle();
+    assert_eq!(
+        (c.asks(), c.register.nodes.as_slice(), c.register.made),
+        (5, &["a".to_string()][..], 1)
+    );
     // The refusal over (slurmd restarted by the admin): a later one is asked again.
     c.api_fake().nodes[0].invalid_reg = false;
     c.api_fake().touch();
     c.cycle();
-    assert_eq!((c.register_retry, c.register_asks), (None, 0));
+    assert_eq!((c.register.next, c.register.made), (None, 0));
 }
 
 #[test]
@@ -1064,6 +1077,19 @@ fn no_registration_is_asked_while_frozen_while_a_reconfigure_would_load_other_de
     once(&mut c);
     assert_eq!(c.asks(), 0, "site's line would load too");
     *rec.would_change.lock().unwrap() = Vec::new();
+    // A node left alone (its report does not read): its line may be anything.
+    c.api_fake().nodes.push(SlurmNode {
+        name: "unreadable".into(),
+        gres: "gpu:7g.40gb:1".into(),
+        comment: Some(r#"{"smartmig": {"version": 4}}"#.into()),
+        ..SlurmNode::default()
+    });
+    c.api_fake().touch();
+    c.ask_due();
+    c.cycle();
+    assert_eq!(c.asks(), 0, "a node left alone");
+    c.api_fake().nodes.pop();
+    c.api_fake().touch();
     c.ask_due();
     c.cycle();
     assert_eq!(c.asks(), 1);
@@ -1083,7 +1109,7 @@ fn no_registration_is_asked_while_frozen_while_a_reconfigure_would_load_other_de
         c.ask_due();
         c.cycle();
         assert_eq!(c.asks(), 2, "{reason}");
-        assert_eq!(c.register_retry, None);
+        assert_eq!(c.register.next, None);
     }
     // The restart path restarts slurmd at each load: it is never left on old definitions.
     let (_dir, rec, mut c) = a_held_and_refused("register-again-restart-path");
