@@ -1111,6 +1111,24 @@ fn no_registration_is_asked_while_frozen_while_a_reconfigure_would_load_other_de
         assert_eq!(c.asks(), 2, "{reason}");
         assert_eq!(c.register.next, None);
     }
+    // Held again; its slurmd stopped, then its agent mid-phase: no registration to ask.
+    c.api_fake().nodes[0].reason = Some(held_reason(3, "the agent refused Start"));
+    let report = read_report(&c.api_fake().nodes[0]).unwrap().unwrap();
+    let stopped = crate::channel::Report {
+        slurmd_running: false,
+        ..report.clone()
+    };
+    let mid_phase = crate::channel::Report {
+        outcome: crate::channel::Outcome::InProgress,
+        ..report
+    };
+    for (r, why) in [(stopped, "slurmd stopped"), (mid_phase, "agent mid-phase")] {
+        c.api_fake().nodes[0].comment = channel::merge(None, "fake", Some(&r)).ok();
+        c.api_fake().touch();
+        c.ask_due();
+        c.cycle();
+        assert_eq!(c.asks(), 2, "{why}");
+    }
     // The restart path restarts slurmd at each load: it is never left on old definitions.
     let (_dir, rec, mut c) = a_held_and_refused("register-again-restart-path");
     *rec.reconfigure.lock().unwrap() = false;
