@@ -1365,6 +1365,91 @@ fn a_periodic_schedule_searched_under_other_rules_runs_as_the_static_layout_unti
     assert_consistent(&c, &[&s0, &s1], &jobs.all());
 }
 
+/// Sends `signal` (`STOP`, `CONT`) to node `i`'s slurmd.
+fn signal_slurmd(c: &Cluster, i: usize, signal: &str) {
+    let pidfile = c.dir.join(format!("run/slurmd-{}.pid", c.nodes[i]));
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), pid.trim()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} {pid}");
+}
+
+#[test]
+fn a_registration_slurmctld_refuses_mid_batch_as_stale_does_not_leave_the_node_drained() {
+    skip_unless_netns!();
+    if !slurm::release().at_least(23, 11) {
+        // 22.05 asks no registration at a resume, and its batches restart slurmd.
+        eprintln!("skipped: the reconfigure path's race (Slurm 23.11 and later)");
+        return;
+    }
+    let (c, jobs, s0, s1) = start_busy_and_idle();
+    // Run 1, node 1 from c1 to c2. Slurm 24.11 asks a resumed node's slurmd to register
+    // (its resume sets NO_RESPOND); node 1's slurmd is stopped at the resume, so its
+    // answer is still owed when the next batch begins.
+    let gate = c.dir.join("run/resume-gate");
+    let faults = format!(
+        r#"[{{"call": "update_node", "node": "{}", "resume": true, "pause": "{}"}}]"#,
+        c.nodes[1],
+        gate.display()
+    );
+    let config = central_config(&c, &Policy::Static("\"c2\""), "run/snapshot.json");
+    let central = common::central_command_under(&c, &config, &faults)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reached = c.dir.join("run/resume-gate.reached");
+    wait_until("node 1's resume", Duration::from_secs(60), || reached.exists());
+    signal_slurmd(&c, 1, "STOP");
+    std::fs::write(&gate, "").unwrap();
+    let out = finish(&c, central);
+    assert!(out.contains("1 changed"), "{out}\n{}", c.log_tails());
+    // slurmctld's ping (each second at most) sends the registration request.
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Run 2, node 1 from c2 to c5: slurmd goes on after the reconfigure loaded c5, and
+    // answers the request it holds with c2's GRES: slurmctld refuses it ("count too
+    // low"), marks node 1 INVAL and puts its own reason in place of smartmig's, before the
+    // reconfigured slurmd registers c5.
+    let gate = c.dir.join("run/reconfigure-gate");
+    let faults = format!(r#"[{{"call": "reconfigure", "pause": "{}"}}]"#, gate.display());
+    let config = central_config(&c, &TO_C5, "run/snapshot.json");
+    let central = common::central_command_under(&c, &config, &faults)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reached = c.dir.join("run/reconfigure-gate.reached");
+    wait_until("the batch's reconfigure", Duration::from_secs(60), || {
+        reached.exists()
+    });
+    std::fs::write(&gate, "").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    signal_slurmd(&c, 1, "CONT");
+    let out = finish(&c, central);
+    let log = std::fs::read_to_string(c.dir.join("log/slurmctld.log")).unwrap();
+    assert!(
+        log.contains(&format!("Setting node {} state to INVAL", c.nodes[1])) && log.contains("count too low"),
+        "the stale registration was not refused: the race did not happen\n{out}\n{}",
+        c.log_tails()
+    );
+    assert!(
+        out.contains("2 changed") && out.contains("0 error(s)"),
+        "{out}\n{}",
+        c.log_tails()
+    );
+    assert!(
+        out.contains("refused a registration during the re-layout"),
+        "{out}"
+    );
+    assert_eq!((sim_layout(&s0), sim_layout(&s1)), (NODE0_C5.into(), C5.into()));
+    common::wait_nodes_in_service(&c, &[]);
+    assert_consistent(&c, &[&s0, &s1], &jobs.all());
+}
+
 #[test]
 fn an_unwritable_snapshot_is_an_error_the_relayout_still_completes_and_a_later_cycle_publishes() {
     skip_unless_netns!();

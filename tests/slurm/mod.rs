@@ -6,7 +6,8 @@
 //! munged, slurmctld and slurmd run in the foreground as children of the test, each in
 //! its own process group, on free loopback ports, with fake MIG devices made by mknod.
 //! [`Cluster`]'s `Drop` stops them (and any job step they left) even when a test fails.
-//! A failed test keeps its temp dir; set `SMARTMIG_E2E_KEEP=1` to keep every one.
+//! A failed test keeps its temp dir; set `SMARTMIG_E2E_KEEP=1` to keep every one, and
+//! `SMARTMIG_E2E_SLURM_DEBUG=debug2` (any Slurm log level) for more of the daemons' logs.
 
 #![allow(dead_code)]
 
@@ -502,7 +503,7 @@ impl Cluster {
              StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool/%n\n\
              SlurmctldPidFile={d}/run/slurmctld.pid\nSlurmdPidFile={d}/run/slurmd-%n.pid\n\
              SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd-%n.log\n\
-             SlurmctldDebug=info\nSlurmdDebug=info\n\
+             SlurmctldDebug={debug}\nSlurmdDebug={debug}\n\
              PluginDir={d}/plugins:{SYSTEM_PLUGIN_DIR}\n\
              {plugins}\
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
@@ -534,6 +535,7 @@ impl Cluster {
             },
             include = self.nodes_include().display(),
             extra = opts.extra_conf,
+            debug = std::env::var("SMARTMIG_E2E_SLURM_DEBUG").unwrap_or_else(|_| "info".into()),
             accounting = if opts.accounting {
                 let types: Vec<String> = all_types.keys().map(|t| format!("gres/gpu:{t}")).collect();
                 format!(

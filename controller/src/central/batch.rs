@@ -365,6 +365,24 @@ pub fn is_ours(reason: Option<&str>, generation: u64) -> bool {
     reason == Some(drain_reason(generation).as_str())
 }
 
+/// How the reason slurmctld drains a node with starts when it refused the node's
+/// registration over its GPUs (`gres/gpu count reported lower than configured (0 < 1)`);
+/// 24.11 puts it in place of a reason the node had.
+const GPU_REFUSAL: &str = "gres/gpu";
+
+/// Whether a drain reason is slurmctld's refusal of the node's registration over its GPUs.
+pub fn is_gpu_refusal(reason: Option<&str>) -> bool {
+    reason.is_some_and(|r| r.starts_with(GPU_REFUSAL))
+}
+
+/// Whether a node re-layout `generation` drained still carries its drain: the
+/// generation's reason, or slurmctld's GPU refusal put in its place (24.11) by a
+/// registration refused during the batch. Such a registration is the batch's own doing:
+/// one slurmd sent before Slurm's refresh reached it, with the layouts the node had.
+pub fn still_ours(reason: Option<&str>, generation: u64) -> bool {
+    is_ours(reason, generation) || is_gpu_refusal(reason)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +450,16 @@ mod tests {
         assert!(!is_ours(Some("smartmig: repartition gen 7"), 8));
         assert!(!is_ours(Some("bad fan"), 7));
         assert!(!is_ours(None, 7));
+        assert!(!is_ours(Some("gres/gpu:3g.20gb count too low (1 < 2)"), 7));
+    }
+
+    #[test]
+    fn a_gpu_refusal_slurmctld_put_in_place_of_the_drain_keeps_the_node_the_batchs() {
+        let refused = Some("gres/gpu:3g.20gb count too low (1 < 2)");
+        assert!(still_ours(refused, 7) && still_ours(Some("smartmig: repartition gen 7"), 7));
+        assert!(!still_ours(Some("gres/shard count too low (1 < 2)"), 7));
+        assert!(!still_ours(Some("smartmig: repartition gen 6"), 7));
+        assert!(!still_ours(Some("bad fan"), 7) && !still_ours(None, 7));
         assert!(held_reason(3, &"x".repeat(500)).len() < 220);
     }
 }

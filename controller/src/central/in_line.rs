@@ -4,7 +4,7 @@
 //! before any batch may start, so no node stays out of service for want of a reload.
 
 use super::{gres_of_report, guard, relayout, same_mig_gres, Central, CycleReport, View};
-use crate::central::batch::HELD_PREFIX;
+use crate::central::batch::{is_gpu_refusal, HELD_PREFIX};
 use crate::channel::Outcome;
 
 /// The wait after a first try that did not repair (each further try doubles it): on the
@@ -12,11 +12,6 @@ use crate::channel::Outcome;
 const RETRY_S: f64 = 30.0;
 /// The longest wait between two tries.
 const RETRY_MAX_S: f64 = 900.0;
-
-/// How the reason slurmctld drains a node with starts when it refused the node's
-/// registration over its GPUs (`gres/gpu count reported lower than configured (0 < 1)`);
-/// 24.11 puts it in place of a reason the node had.
-const GPU_REFUSAL: &str = "gres/gpu";
 
 /// The most asks that refused nodes register again while they stay refused.
 const REGISTER_ASKS: u32 = 4;
@@ -192,7 +187,7 @@ impl Central {
                     && n.slurm
                         .reason
                         .as_deref()
-                        .is_some_and(|r| r.starts_with(HELD_PREFIX) || r.starts_with(GPU_REFUSAL))
+                        .is_some_and(|r| r.starts_with(HELD_PREFIX) || is_gpu_refusal(Some(r)))
                     && n.report.slurmd_running
                     && n.report.outcome != Outcome::InProgress
             })

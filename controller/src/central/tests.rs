@@ -867,6 +867,55 @@ fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() 
     assert_eq!(read_report(&b).unwrap().unwrap().phase, Phase::Revert);
 }
 
+/// One cycle to c5 in which slurmctld refuses, during the batch, a registration node b's
+/// slurmd sent with its layouts from before (`still` refused: every one since too, and
+/// the first update that holds it); the cycle's report and the central role.
+fn refused_during_the_batch(tag: &str, still: bool) -> (CycleReport, Central) {
+    let dir = temp(tag);
+    let mut s = cluster();
+    s.stale_registration = vec!["b".into()];
+    if still {
+        s.refuse_registration = vec!["b".into()];
+        s.refuse_held = 1;
+    }
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let r = once(&mut c);
+    (r, c)
+}
+
+#[test]
+fn a_node_slurmctld_refused_during_the_batch_and_has_taken_since_resumes_as_changed() {
+    let (r, mut c) = refused_during_the_batch("refused-taken", false);
+    assert_eq!((r.changed, r.errors.len()), (2, 0), "{:?}", r.errors);
+    let b = node(&mut c, "b");
+    assert!(!b.drain && b.reason.is_none(), "{b:?}");
+    assert_eq!(action(&c, "b/1"), "applied");
+}
+
+#[test]
+fn a_node_slurmctld_still_refuses_after_the_batch_is_held_naming_the_refusal() {
+    let (r, mut c) = refused_during_the_batch("refused-still", true);
+    assert_eq!(r.changed, 2, "b's GPU has its new layout: {:?}", r.errors);
+    assert!(
+        action(&c, "b/1").starts_with("failed: smartmig: held: "),
+        "{}",
+        action(&c, "b/1")
+    );
+    let b = node(&mut c, "b");
+    let says = [
+        "smartmig: held: gen 1: slurmctld refuses the node's registration: gres/gpu:3g.20gb count too low",
+    ];
+    assert!(held_saying(&b, &says), "{b:?}");
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("b: slurmctld refuses the node's registration")),
+        "{:?}",
+        r.errors
+    );
+    assert!(c.ledger.batch.is_none(), "the batch closed");
+}
+
 #[test]
 fn a_put_back_slurm_does_not_load_still_asks_the_revert_and_holds_the_node_naming_it() {
     let rec = Recorder::default();

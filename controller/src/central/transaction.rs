@@ -10,7 +10,10 @@ use smartmig_core::config::Mode;
 use smartmig_core::mig::layout::display_instance;
 use smartmig_core::mig::{Layout, LayoutError, Plan};
 
-use super::batch::{drain_reason, held_reason, is_ours, Batch, Closed, NodeState, NodeTxn, SlurmStep};
+use super::batch::{
+    drain_reason, held_reason, is_gpu_refusal, is_ours, still_ours, Batch, Closed, NodeState, NodeTxn,
+    SlurmStep,
+};
 use super::indices::Moved;
 use super::view::{GpuView, View};
 use super::{unix_now, Central, CycleReport};
@@ -546,7 +549,7 @@ impl Central {
                     let outcome = "resumed by someone else before it could be held".to_string();
                     return self.close(b, node, Closed::Resumed { outcome }, report);
                 }
-                if !is_ours(rec.reason.as_deref(), b.generation) {
+                if !still_ours(rec.reason.as_deref(), b.generation) {
                     let reason = rec.reason.clone().unwrap_or_default();
                     return self.close(b, node, Closed::LeftDrained { reason }, report);
                 }
@@ -1165,7 +1168,7 @@ impl Central {
             report,
             format!("gen {} {node}: {why}; the node stays drained", b.generation),
         );
-        if rec.drain && !is_ours(rec.reason.as_deref(), b.generation) {
+        if rec.drain && !still_ours(rec.reason.as_deref(), b.generation) {
             let reason = rec.reason.clone().unwrap_or_default();
             return self.close(b, node, Closed::LeftDrained { reason }, report);
         }
@@ -1200,7 +1203,8 @@ impl Central {
     }
 
     /// Resumes `node` if it is still drained for this generation (never a drain someone
-    /// else set meanwhile).
+    /// else set meanwhile): with the generation's reason, or with slurmctld's GPU refusal
+    /// in its place once slurmctld takes the node's registration again.
     fn resume(
         &mut self,
         b: &mut Batch,
@@ -1212,10 +1216,29 @@ impl Central {
         if !rec.drain {
             return self.close(b, node, Closed::Resumed { outcome }, report);
         }
-        if !is_ours(rec.reason.as_deref(), b.generation) {
+        if !still_ours(rec.reason.as_deref(), b.generation) {
             let reason = rec.reason.clone().unwrap_or_default();
             log::info!("{node}: drained by someone else meanwhile ({reason}); left drained");
             return self.close(b, node, Closed::LeftDrained { reason }, report);
+        }
+        let waited = unix_now() - b.nodes[node].since;
+        if is_gpu_refusal(rec.reason.as_deref()) {
+            let reason = rec.reason.clone().unwrap_or_default();
+            // Refused still: slurmd, restarted or reconfigured, has not registered yet, or
+            // reports other GPUs than the node file gives it (an admin looks then).
+            if rec.invalid_reg {
+                if waited > self.report_timeout_s() {
+                    let why = format!("slurmctld refuses the node's registration: {reason}");
+                    return self.hold(b, node, rec, why, report);
+                }
+                log::info!(
+                    "{node}: slurmctld refused its registration ({reason}); checking again next cycle"
+                );
+                return;
+            }
+            log::warn!(
+                "{node}: slurmctld refused a registration during the re-layout ({reason}): one its slurmd sent before Slurm's refresh reached it; it has taken one since, so the node resumes"
+            );
         }
         let u = NodeUpdate {
             node: node.to_string(),
@@ -1227,7 +1250,7 @@ impl Central {
             // slurmctld 22.05 clears the drain flag and then refuses a node whose state is
             // still UNKNOWN (slurmd not registered yet): the next cycle reads it again. A
             // refusal that lasts is an error an admin sees (the batch waits for it).
-            Err(e) if unix_now() - b.nodes[node].since > self.report_timeout_s() => self.fail(
+            Err(e) if waited > self.report_timeout_s() => self.fail(
                 report,
                 format!(
                     "gen {} {node}: resume refused: {e}; trying again each cycle",
