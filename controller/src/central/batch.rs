@@ -366,13 +366,26 @@ pub fn is_ours(reason: Option<&str>, generation: u64) -> bool {
 }
 
 /// How the reason slurmctld drains a node with starts when it refused the node's
-/// registration over its GPUs (`gres/gpu count reported lower than configured (0 < 1)`);
-/// 24.11 puts it in place of a reason the node had.
+/// registration over its GPUs; 24.11 puts it in place of a reason the node had (22.05
+/// keeps the node's).
 const GPU_REFUSAL: &str = "gres/gpu";
 
-/// Whether a drain reason is slurmctld's refusal of the node's registration over its GPUs.
+/// The counts slurmctld finds wrong in such a refusal, as its text says them
+/// (`gres/gpu:3g.20gb count too low (1 < 2)`, `gres/gpu count reported lower than
+/// configured (0 < 1)`, `gres/gpu type (3g.20gb) reported but not configured`).
+const GPU_REFUSALS: [&str; 3] = [
+    " count too low (",
+    " count reported lower than configured (",
+    " reported but not configured",
+];
+
+/// Whether a drain reason is slurmctld's refusal of the node's registration over its GPU
+/// counts, as slurmctld wrote it: nothing added since (a node slurmctld then marked down
+/// reads `... : Not responding`).
 pub fn is_gpu_refusal(reason: Option<&str>) -> bool {
-    reason.is_some_and(|r| r.starts_with(GPU_REFUSAL))
+    reason.is_some_and(|r| {
+        r.starts_with(GPU_REFUSAL) && !r.contains(" : ") && GPU_REFUSALS.iter().any(|s| r.contains(s))
+    })
 }
 
 /// Whether a node re-layout `generation` drained still carries its drain: the
@@ -458,6 +471,21 @@ mod tests {
         let refused = Some("gres/gpu:3g.20gb count too low (1 < 2)");
         assert!(still_ours(refused, 7) && still_ours(Some("smartmig: repartition gen 7"), 7));
         assert!(!still_ours(Some("gres/shard count too low (1 < 2)"), 7));
+        assert!(still_ours(
+            Some("gres/gpu count reported lower than configured (0 < 1)"),
+            7
+        ));
+        assert!(still_ours(
+            Some("gres/gpu type (3g.20gb) reported but not configured"),
+            7
+        ));
+        // slurmctld marked the node down since (its slurmd died): not the batch's doing.
+        assert!(!still_ours(
+            Some("gres/gpu:3g.20gb count too low (1 < 2) : Not responding"),
+            7
+        ));
+        // An admin's or a health check's text that only starts alike.
+        assert!(!still_ours(Some("gres/gpu missing on GPU 3"), 7));
         assert!(!still_ours(Some("smartmig: repartition gen 6"), 7));
         assert!(!still_ours(Some("bad fan"), 7) && !still_ours(None, 7));
         assert!(held_reason(3, &"x".repeat(500)).len() < 220);

@@ -9,6 +9,9 @@ use crate::slurm::{
     read_desired, JobState, JobUpdate, NodeUpdate, SlurmApi, SlurmError, SlurmJob, SlurmNode,
 };
 
+/// A change slurmctld makes to a node's record on its own.
+pub type NodeChange = fn(&mut SlurmNode);
+
 /// A synthetic Slurm.
 #[derive(Debug, Clone, Default)]
 pub struct FakeSlurm {
@@ -67,11 +70,9 @@ pub struct FakeSlurm {
     /// Nodes slurmctld refuses at every registration: a reconfigure leaves them INVAL (it
     /// clears every other node's INVAL, as each slurmd registers again).
     pub refuse_registration: Vec<String>,
-    /// Nodes whose slurmd answered a registration request with the layouts it had after
-    /// Slurm's refresh had loaded the new ones (24.11, back-to-back batches): once their
-    /// agent has started slurmd, slurmctld's GPU refusal is their drain reason, and they
-    /// are INVAL if in `refuse_registration` too.
-    pub stale_registration: Vec<String>,
+    /// What slurmctld has done to these nodes' records by the time their agent has
+    /// started slurmd (a registration it refused during the batch, say).
+    pub at_start: Vec<(String, NodeChange)>,
     /// `SlurmdTimeout` (0: Slurm's default of 300 s is assumed).
     pub slurmd_timeout_s: u32,
     /// RPCs by call: `load_node` (whole table, changed), `load_node_unchanged`,
@@ -199,6 +200,13 @@ impl FakeSlurm {
         report.generation = d.generation;
         report.phase = d.phase;
         report.outcome = Outcome::Done;
+        if d.phase == Phase::Start {
+            for (name, change) in &self.at_start {
+                if *name == self.nodes[i].name {
+                    change(&mut self.nodes[i]);
+                }
+            }
+        }
         match (d.phase, &self.agent_fails) {
             // A failed agent rolls back; slurmd keeps running.
             (Phase::Apply, Some(e)) => {
@@ -233,13 +241,6 @@ impl FakeSlurm {
             }
             (Phase::Start, _) => {
                 report.slurmd_running = true;
-                let name = &self.nodes[i].name;
-                if self.stale_registration.contains(name) {
-                    let refused = self.refuse_registration.contains(name);
-                    let n = &mut self.nodes[i];
-                    n.reason = Some("gres/gpu:3g.20gb count too low (1 < 2)".into());
-                    n.invalid_reg = refused;
-                }
                 if self.start_refused.contains(&self.nodes[i].name) {
                     // As an agent refuses it: the generation went back (at a reboot).
                     set_layouts(&mut report, &d, |t| &t.from);

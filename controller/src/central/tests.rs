@@ -867,53 +867,107 @@ fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() 
     assert_eq!(read_report(&b).unwrap().unwrap().phase, Phase::Revert);
 }
 
-/// One cycle to c5 in which slurmctld refuses, during the batch, a registration node b's
-/// slurmd sent with its layouts from before (`still` refused: every one since too, and
-/// the first update that holds it); the cycle's report and the central role.
-fn refused_during_the_batch(tag: &str, still: bool) -> (CycleReport, Central) {
+const STALE: &str = "gres/gpu:3g.20gb count too low (1 < 2)";
+
+/// One cycle to c5 in which, by the time node b's agent started slurmd, slurmctld's
+/// record of b is as `at_start` leaves it (and the first update that holds a node is
+/// refused); the cycle's report, b's record after it, and the central role.
+fn slurm_changed_b_during_the_batch(
+    tag: &str,
+    at_start: fn(&mut SlurmNode),
+) -> (CycleReport, SlurmNode, Central) {
     let dir = temp(tag);
     let mut s = cluster();
-    s.stale_registration = vec!["b".into()];
-    if still {
-        s.refuse_registration = vec!["b".into()];
-        s.refuse_held = 1;
-    }
+    s.at_start = vec![("b".into(), at_start)];
+    s.refuse_held = 1;
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
     let r = once(&mut c);
-    (r, c)
+    assert!(c.ledger.batch.is_none(), "the batch closed");
+    (r, node(&mut c, "b"), c)
 }
 
 #[test]
 fn a_node_slurmctld_refused_during_the_batch_and_has_taken_since_resumes_as_changed() {
-    let (r, mut c) = refused_during_the_batch("refused-taken", false);
+    // The refusal of a registration b's slurmd sent before the refresh reached it; the
+    // reconfigured slurmd's registration taken since.
+    let (r, b, c) = slurm_changed_b_during_the_batch("refused-taken", |n| n.reason = Some(STALE.into()));
     assert_eq!((r.changed, r.errors.len()), (2, 0), "{:?}", r.errors);
-    let b = node(&mut c, "b");
     assert!(!b.drain && b.reason.is_none(), "{b:?}");
     assert_eq!(action(&c, "b/1"), "applied");
 }
 
 #[test]
-fn a_node_slurmctld_still_refuses_after_the_batch_is_held_naming_the_refusal() {
-    let (r, mut c) = refused_during_the_batch("refused-still", true);
-    assert_eq!(r.changed, 2, "b's GPU has its new layout: {:?}", r.errors);
+fn a_node_slurmctld_still_refuses_or_has_not_heard_from_since_its_refusal_is_held_naming_it() {
+    let still = |n: &mut SlurmNode| (n.reason, n.invalid_reg) = (Some(STALE.into()), true);
+    let silent = |n: &mut SlurmNode| (n.reason, n.silent) = (Some(STALE.into()), true);
+    for (tag, at_start, says) in [
+        (
+            "refused-still",
+            still as fn(&mut SlurmNode),
+            "slurmctld refuses the node's registration: ",
+        ),
+        (
+            "refused-silent",
+            silent,
+            "slurmctld refused the node's registration (gres/gpu",
+        ),
+    ] {
+        let (r, b, c) = slurm_changed_b_during_the_batch(tag, at_start);
+        assert_eq!(r.changed, 2, "{tag}: b's GPU has its new layout: {:?}", r.errors);
+        assert!(
+            held_saying(&b, &["smartmig: held: gen 1: ", says, STALE]),
+            "{tag}: {b:?}"
+        );
+        assert!(action(&c, "b/1").starts_with("failed: smartmig: held: "), "{tag}");
+        assert!(r.errors.iter().any(|e| e.contains(says)), "{tag}: {:?}", r.errors);
+    }
+}
+
+#[test]
+fn a_node_slurmctld_refuses_with_the_generations_reason_is_held_instead_of_keeping_the_batch_open() {
+    // 22.05 keeps the node's reason when it refuses a registration; a resume is refused
+    // while the node is INVAL.
+    let (r, b, _) = slurm_changed_b_during_the_batch("refused-ours", |n| n.invalid_reg = true);
     assert!(
-        action(&c, "b/1").starts_with("failed: smartmig: held: "),
+        held_saying(&b, &["slurmctld refuses the node's registration (INVAL"]),
+        "{b:?} {:?}",
+        r.errors
+    );
+}
+
+#[test]
+fn a_node_marked_down_after_slurmctld_refused_it_is_left_as_slurmctld_set_it() {
+    // Its slurmd died after the refusal: slurmctld appended its own words; not resumed.
+    let (_, b, c) = slurm_changed_b_during_the_batch("refused-down", |n| {
+        (n.reason, n.down) = (Some(format!("{STALE} : Not responding")), true)
+    });
+    assert!(
+        b.drain
+            && b.reason
+                .as_deref()
+                .is_some_and(|r| r.ends_with(": Not responding")),
+        "{b:?}"
+    );
+    assert!(
+        action(&c, "b/1").starts_with("left drained by someone else"),
         "{}",
         action(&c, "b/1")
     );
+}
+
+#[test]
+fn a_node_held_after_slurmctld_refused_it_keeps_slurmctlds_words_in_the_held_reason() {
+    // b's agent refuses Start (its GPUs went back at a reboot): held, and slurmctld's
+    // refusal said too.
+    let dir = temp("refused-held");
+    let mut s = cluster();
+    s.at_start = vec![("b".into(), |n: &mut SlurmNode| n.reason = Some(STALE.into()))];
+    s.start_refused = vec!["b".into()];
+    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    once(&mut c);
     let b = node(&mut c, "b");
-    let says = [
-        "smartmig: held: gen 1: slurmctld refuses the node's registration: gres/gpu:3g.20gb count too low",
-    ];
-    assert!(held_saying(&b, &says), "{b:?}");
-    assert!(
-        r.errors
-            .iter()
-            .any(|e| e.contains("b: slurmctld refuses the node's registration")),
-        "{:?}",
-        r.errors
-    );
-    assert!(c.ledger.batch.is_none(), "the batch closed");
+    let slurms = format!("smartmig: held: gen 1: slurmctld: {STALE}; the agent refused Start");
+    assert!(held_saying(&b, &[&slurms]), "{b:?}");
 }
 
 #[test]

@@ -1164,6 +1164,14 @@ impl Central {
 
     /// Leaves `node` drained with a reason naming `why` (unless someone else drained it).
     fn hold(&mut self, b: &mut Batch, node: &str, rec: &SlurmNode, why: String, report: &mut CycleReport) {
+        // The held reason takes the place of slurmctld's refusal: keep what it said, first
+        // (a held reason is cut short).
+        let why = match rec.reason.as_deref() {
+            Some(r) if rec.drain && is_gpu_refusal(Some(r)) && !why.contains(r) => {
+                format!("slurmctld: {r}; {why}")
+            }
+            _ => why,
+        };
         self.fail(
             report,
             format!("gen {} {node}: {why}; the node stays drained", b.generation),
@@ -1222,22 +1230,40 @@ impl Central {
             return self.close(b, node, Closed::LeftDrained { reason }, report);
         }
         let waited = unix_now() - b.nodes[node].since;
-        if is_gpu_refusal(rec.reason.as_deref()) {
-            let reason = rec.reason.clone().unwrap_or_default();
-            // Refused still: slurmd, restarted or reconfigured, has not registered yet, or
-            // reports other GPUs than the node file gives it (an admin looks then).
-            if rec.invalid_reg {
-                if waited > self.report_timeout_s() {
-                    let why = format!("slurmctld refuses the node's registration: {reason}");
-                    return self.hold(b, node, rec, why, report);
-                }
-                log::info!(
-                    "{node}: slurmctld refused its registration ({reason}); checking again next cycle"
-                );
-                return;
+        // slurmctld's GPU refusal in place of the generation's reason (24.11): a
+        // registration slurmd sent before Slurm's refresh reached it, with the layouts the
+        // node had. slurmd sends it before the reconfigure's re-exec (which waits for its
+        // calls to end), so the reconfigured slurmd's registration comes after it and
+        // clears the INVAL, before the refresh is seen done.
+        let refusal = !is_ours(rec.reason.as_deref(), b.generation);
+        // Refused still (slurmctld refuses a resume then), or refused and not heard from
+        // since (a slurmctld restart keeps no INVAL): slurmd has not registered since, or
+        // reports other GPUs than the node file gives it. Held once the wait is over, for
+        // the registration asks between batches and an admin.
+        if rec.invalid_reg || (refusal && rec.silent) {
+            if waited > self.report_timeout_s() {
+                let why = match (rec.invalid_reg, refusal) {
+                    (true, true) => format!(
+                        "slurmctld refuses the node's registration: {}",
+                        rec.reason.as_deref().unwrap_or_default()
+                    ),
+                    (true, false) => "slurmctld refuses the node's registration (INVAL; see slurmctld.log)".into(),
+                    (false, _) => format!(
+                        "slurmctld refused the node's registration ({}) and has not heard from its slurmd since",
+                        rec.reason.as_deref().unwrap_or_default()
+                    ),
+                };
+                return self.hold(b, node, rec, why, report);
             }
+            log::info!(
+                "{node}: slurmctld has not taken a registration of the node yet; checking again next cycle"
+            );
+            return;
+        }
+        if refusal {
             log::warn!(
-                "{node}: slurmctld refused a registration during the re-layout ({reason}): one its slurmd sent before Slurm's refresh reached it; it has taken one since, so the node resumes"
+                "{node}: slurmctld refused a registration during the re-layout ({}): one its slurmd sent before Slurm's refresh reached it; it has taken one since, so the node resumes",
+                rec.reason.as_deref().unwrap_or_default()
             );
         }
         let u = NodeUpdate {

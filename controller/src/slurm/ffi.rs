@@ -202,6 +202,8 @@ unsafe fn node_record(n: &sys::node_info_t) -> Option<SlurmNode> {
         drain: n.node_state & sys::NODE_STATE_DRAIN != 0,
         down: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_DOWN,
         invalid_reg: n.node_state & sys::NODE_STATE_INVALID_REG != 0,
+        silent: n.node_state & sys::NODE_STATE_BASE == sys::NODE_STATE_UNKNOWN
+            || n.node_state & sys::NODE_STATE_NO_RESPOND != 0,
         reason: text(n.reason).filter(|r| !r.is_empty()),
         extra: text(n.extra).filter(|r| !r.is_empty()),
         comment: text(n.comment).filter(|r| !r.is_empty()),

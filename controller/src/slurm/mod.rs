@@ -84,6 +84,10 @@ pub struct SlurmNode {
     /// more of the node, so only slurmd's start, a reconfigure or a slurmctld restart (which
     /// keeps no refusal) lead to a new one.
     pub invalid_reg: bool,
+    /// Whether slurmctld waits to hear from the node's slurmd: UNKNOWN (a restarted
+    /// slurmctld's nodes until they register) or not responding (`*` in sinfo; also a
+    /// resumed node until it answers the registration its resume asks).
+    pub silent: bool,
     /// The drain/down reason.
     pub reason: Option<String>,
     /// `Extra`: the central role's desired state for the node.
