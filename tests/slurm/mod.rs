@@ -1018,16 +1018,29 @@ impl Cluster {
         while let Some((_, child)) = self.children.pop() {
             stop_child(child);
         }
-        // Job steps (slurmstepd and the jobs) leave slurmd's process group; they carry
-        // our SLURM_CONF in their environment, which identifies them as ours.
+        // Job steps (slurmstepd and the jobs) leave slurmd's process group. The jobs carry
+        // our SLURM_CONF in their environment; 24.11's slurmstepd clears its environment
+        // but keeps slurmd's log, in our directory (seen from the host under the root file
+        // system's path), open.
         let marker = format!("SLURM_CONF={}", self.conf.display());
+        let ours = format!("{}/", self.dir.display());
+        let holds_ours = |proc: &Path| {
+            std::fs::read_dir(proc.join("fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().contains(&ours))
+                })
+            })
+        };
         if let Ok(procs) = std::fs::read_dir("/proc") {
             for p in procs.flatten() {
                 let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                     continue;
                 };
+                if pid == std::process::id() {
+                    continue;
+                }
                 let env = std::fs::read(p.path().join("environ")).unwrap_or_default();
-                if env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()) && pid != std::process::id() {
+                if env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()) || holds_ours(&p.path()) {
                     kill(&["-KILL", &pid.to_string()]);
                 }
             }

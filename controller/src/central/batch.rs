@@ -370,22 +370,25 @@ pub fn is_ours(reason: Option<&str>, generation: u64) -> bool {
 /// keeps the node's).
 const GPU_REFUSAL: &str = "gres/gpu";
 
-/// The counts slurmctld finds wrong in such a refusal, as its text says them
+/// What slurmctld finds wrong in such a refusal, as its text says it
 /// (`gres/gpu:3g.20gb count too low (1 < 2)`, `gres/gpu count reported lower than
-/// configured (0 < 1)`, `gres/gpu type (3g.20gb) reported but not configured`).
-const GPU_REFUSALS: [&str; 3] = [
+/// configured (0 < 1)`, `gres/gpu type (3g.20gb) reported but not configured`, `gres/gpu
+/// count changed and jobs are using them (1 != 2)`, `gres/gpu type changed and jobs are
+/// using them`).
+const GPU_REFUSALS: [&str; 4] = [
     " count too low (",
     " count reported lower than configured (",
     " reported but not configured",
+    " changed and jobs are using them",
 ];
 
-/// Whether a drain reason is slurmctld's refusal of the node's registration over its GPU
-/// counts, as slurmctld wrote it: nothing added since (a node slurmctld then marked down
+/// Whether a drain reason is slurmctld's refusal of the node's registration over its
+/// GPUs, as slurmctld wrote it: nothing added since (a node slurmctld then marked down
 /// reads `... : Not responding`).
-pub fn is_gpu_refusal(reason: Option<&str>) -> bool {
-    reason.is_some_and(|r| {
-        r.starts_with(GPU_REFUSAL) && !r.contains(" : ") && GPU_REFUSALS.iter().any(|s| r.contains(s))
-    })
+pub fn is_gpu_refusal(reason: &str) -> bool {
+    reason.starts_with(GPU_REFUSAL)
+        && !reason.contains(" : ")
+        && GPU_REFUSALS.iter().any(|s| reason.contains(s))
 }
 
 /// Whether a node re-layout `generation` drained still carries its drain: the
@@ -393,7 +396,7 @@ pub fn is_gpu_refusal(reason: Option<&str>) -> bool {
 /// registration refused during the batch. Such a registration is the batch's own doing:
 /// one slurmd sent before Slurm's refresh reached it, with the layouts the node had.
 pub fn still_ours(reason: Option<&str>, generation: u64) -> bool {
-    is_ours(reason, generation) || is_gpu_refusal(reason)
+    is_ours(reason, generation) || reason.is_some_and(is_gpu_refusal)
 }
 
 #[cfg(test)]
@@ -477,6 +480,10 @@ mod tests {
         ));
         assert!(still_ours(
             Some("gres/gpu type (3g.20gb) reported but not configured"),
+            7
+        ));
+        assert!(still_ours(
+            Some("gres/gpu count changed and jobs are using them (1 != 2)"),
             7
         ));
         // slurmctld marked the node down since (its slurmd died): not the batch's doing.

@@ -201,6 +201,8 @@ impl FakeSlurm {
         report.phase = d.phase;
         report.outcome = Outcome::Done;
         if d.phase == Phase::Start {
+            // slurmd started (or running): slurmctld has heard from it.
+            self.nodes[i].silent = false;
             for (name, change) in &self.at_start {
                 if *name == self.nodes[i].name {
                     change(&mut self.nodes[i]);
@@ -377,7 +379,8 @@ impl SlurmApi for FakeSlurm {
             self.start_on_drain = rest;
             self.jobs.extend(starting);
         }
-        if u.resume && self.refuse_resume.contains(&u.node) {
+        // Slurm refuses to resume a node whose registration it refused (INVAL).
+        if u.resume && (self.refuse_resume.contains(&u.node) || self.nodes[i].invalid_reg) {
             return Err(SlurmError::Call {
                 call: format!("slurm_update_node({})", u.node),
                 errno: 2028,
@@ -388,6 +391,8 @@ impl SlurmApi for FakeSlurm {
         if u.resume {
             n.drain = false;
             n.reason = None;
+            // Slurm asks a resumed node to register: not responding until it answers.
+            n.silent = true;
             if self.unknown_state.contains(&u.node) {
                 return Err(SlurmError::Call {
                     call: format!("slurm_update_node({})", u.node),

@@ -187,7 +187,7 @@ impl Central {
                     && n.slurm
                         .reason
                         .as_deref()
-                        .is_some_and(|r| r.starts_with(HELD_PREFIX) || is_gpu_refusal(Some(r)))
+                        .is_some_and(|r| r.starts_with(HELD_PREFIX) || is_gpu_refusal(r))
                     && n.report.slurmd_running
                     && n.report.outcome != Outcome::InProgress
             })

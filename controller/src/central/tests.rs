@@ -10,7 +10,7 @@ use smartmig_core::config::{Config, Mode, Resolved};
 use smartmig_core::routing::{RoutedFrom, Snapshot};
 
 use super::batch::{NodeState, BATCH_FILE, DRAIN_PREFIX, HELD_PREFIX};
-use super::fake::FakeSlurm;
+use super::fake::{FakeSlurm, NodeChange};
 use super::relayout::{CatchUpError, Disagreement, LeftBehind, Relayout, RelayoutError};
 use super::status::Status;
 use super::*;
@@ -869,18 +869,21 @@ fn a_start_the_agent_refuses_holds_its_node_instead_of_resuming_it_as_changed() 
 
 const STALE: &str = "gres/gpu:3g.20gb count too low (1 < 2)";
 
-/// One cycle to c5 in which, by the time node b's agent started slurmd, slurmctld's
-/// record of b is as `at_start` leaves it (and the first update that holds a node is
-/// refused); the cycle's report, b's record after it, and the central role.
-fn slurm_changed_b_during_the_batch(
-    tag: &str,
-    at_start: fn(&mut SlurmNode),
-) -> (CycleReport, SlurmNode, Central) {
+/// The central role of a cycle to c5 in which, by the time node b's agent started slurmd,
+/// slurmctld's record of b is as `at_start` leaves it (and the first update that holds a
+/// node is refused).
+fn slurm_changes_b_during_the_batch(tag: &str, at_start: NodeChange) -> Central {
     let dir = temp(tag);
     let mut s = cluster();
     s.at_start = vec![("b".into(), at_start)];
     s.refuse_held = 1;
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default())
+}
+
+/// [`slurm_changes_b_during_the_batch`], run to the batch's end: the cycles' report, b's
+/// record after them, and the central role.
+fn slurm_changed_b_during_the_batch(tag: &str, at_start: NodeChange) -> (CycleReport, SlurmNode, Central) {
+    let mut c = slurm_changes_b_during_the_batch(tag, at_start);
     let r = once(&mut c);
     assert!(c.ledger.batch.is_none(), "the batch closed");
     (r, node(&mut c, "b"), c)
@@ -897,25 +900,59 @@ fn a_node_slurmctld_refused_during_the_batch_and_has_taken_since_resumes_as_chan
 }
 
 #[test]
-fn a_node_slurmctld_still_refuses_or_has_not_heard_from_since_its_refusal_is_held_naming_it() {
-    let still = |n: &mut SlurmNode| (n.reason, n.invalid_reg) = (Some(STALE.into()), true);
-    let silent = |n: &mut SlurmNode| (n.reason, n.silent) = (Some(STALE.into()), true);
+fn a_node_slurmctld_refused_waits_at_the_resume_until_slurmctld_takes_its_registration() {
+    let refused: NodeChange = |n| (n.reason, n.invalid_reg) = (Some(STALE.into()), true);
+    let unheard: NodeChange = |n| (n.reason, n.silent) = (Some(STALE.into()), true);
+    for (tag, at_start) in [("refused-wait", refused), ("unheard-wait", unheard)] {
+        let mut c = slurm_changes_b_during_the_batch(tag, at_start);
+        c.run_once(Duration::ZERO, Duration::from_millis(300));
+        assert!(c.ledger.batch.is_some(), "{tag}: b waits");
+        assert!(node(&mut c, "b").drain, "{tag}");
+        // The reconfigured slurmd's registration, taken.
+        let b = c.api_fake().nodes.iter_mut().find(|n| n.name == "b").unwrap();
+        (b.invalid_reg, b.silent) = (false, false);
+        let r = once(&mut c);
+        assert!(
+            c.ledger.batch.is_none() && r.errors.is_empty(),
+            "{tag}: {:?}",
+            r.errors
+        );
+        assert!(!node(&mut c, "b").drain, "{tag}");
+        assert_eq!(action(&c, "b/1"), "applied", "{tag}");
+    }
+}
+
+#[test]
+fn a_node_slurmctld_has_not_heard_from_since_its_own_drain_resumes() {
+    // slurmctld waits for b's answer (a ping), with the generation's reason: resumed.
+    let (r, b, _) = slurm_changed_b_during_the_batch("unheard-ours", |n| n.silent = true);
+    assert!(!b.drain && r.errors.is_empty(), "{b:?} {:?}", r.errors);
+}
+
+#[test]
+fn a_node_slurmctld_still_refuses_or_has_not_taken_since_its_refusal_is_held_naming_it() {
+    let still: NodeChange = |n| (n.reason, n.invalid_reg) = (Some(STALE.into()), true);
+    let unheard: NodeChange = |n| (n.reason, n.silent) = (Some(STALE.into()), true);
+    let down: NodeChange = |n| (n.reason, n.down) = (Some(STALE.into()), true);
+    let taken = "slurmctld refused the node's registration (gres/gpu";
     for (tag, at_start, says) in [
         (
             "refused-still",
-            still as fn(&mut SlurmNode),
+            still,
             "slurmctld refuses the node's registration: ",
         ),
-        (
-            "refused-silent",
-            silent,
-            "slurmctld refused the node's registration (gres/gpu",
-        ),
+        ("refused-unheard", unheard, taken),
+        ("refused-down", down, taken),
     ] {
         let (r, b, c) = slurm_changed_b_during_the_batch(tag, at_start);
         assert_eq!(r.changed, 2, "{tag}: b's GPU has its new layout: {:?}", r.errors);
         assert!(
             held_saying(&b, &["smartmig: held: gen 1: ", says, STALE]),
+            "{tag}: {b:?}"
+        );
+        assert_eq!(
+            b.reason.as_deref().unwrap().matches(STALE).count(),
+            1,
             "{tag}: {b:?}"
         );
         assert!(action(&c, "b/1").starts_with("failed: smartmig: held: "), "{tag}");
@@ -938,7 +975,7 @@ fn a_node_slurmctld_refuses_with_the_generations_reason_is_held_instead_of_keepi
 #[test]
 fn a_node_marked_down_after_slurmctld_refused_it_is_left_as_slurmctld_set_it() {
     // Its slurmd died after the refusal: slurmctld appended its own words; not resumed.
-    let (_, b, c) = slurm_changed_b_during_the_batch("refused-down", |n| {
+    let (_, b, c) = slurm_changed_b_during_the_batch("refused-down-since", |n| {
         (n.reason, n.down) = (Some(format!("{STALE} : Not responding")), true)
     });
     assert!(
@@ -961,7 +998,8 @@ fn a_node_held_after_slurmctld_refused_it_keeps_slurmctlds_words_in_the_held_rea
     // refusal said too.
     let dir = temp("refused-held");
     let mut s = cluster();
-    s.at_start = vec![("b".into(), |n: &mut SlurmNode| n.reason = Some(STALE.into()))];
+    let refused: NodeChange = |n| n.reason = Some(STALE.into());
+    s.at_start = vec![("b".into(), refused)];
     s.start_refused = vec!["b".into()];
     let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
     once(&mut c);

@@ -1167,7 +1167,7 @@ impl Central {
         // The held reason takes the place of slurmctld's refusal: keep what it said, first
         // (a held reason is cut short).
         let why = match rec.reason.as_deref() {
-            Some(r) if rec.drain && is_gpu_refusal(Some(r)) && !why.contains(r) => {
+            Some(r) if rec.drain && is_gpu_refusal(r) && !why.contains(r) => {
                 format!("slurmctld: {r}; {why}")
             }
             _ => why,
@@ -1236,20 +1236,23 @@ impl Central {
         // calls to end), so the reconfigured slurmd's registration comes after it and
         // clears the INVAL, before the refresh is seen done.
         let refusal = !is_ours(rec.reason.as_deref(), b.generation);
-        // Refused still (slurmctld refuses a resume then), or refused and not heard from
-        // since (a slurmctld restart keeps no INVAL): slurmd has not registered since, or
-        // reports other GPUs than the node file gives it. Held once the wait is over, for
-        // the registration asks between batches and an admin.
-        if rec.invalid_reg || (refusal && rec.silent) {
+        // Refused still (slurmctld refuses a resume then), or refused and not taken since
+        // (slurmctld has not heard from the node, which a restart of it also causes as it
+        // keeps no INVAL, or marked it down): slurmd has not registered since, or reports
+        // other GPUs than the node file gives it. Held once the wait is over, for an admin
+        // (and, while INVAL on the reconfigure path, the registration asks between batches).
+        if rec.invalid_reg || (refusal && (rec.silent || rec.down)) {
             if waited > self.report_timeout_s() {
                 let why = match (rec.invalid_reg, refusal) {
                     (true, true) => format!(
                         "slurmctld refuses the node's registration: {}",
                         rec.reason.as_deref().unwrap_or_default()
                     ),
-                    (true, false) => "slurmctld refuses the node's registration (INVAL; see slurmctld.log)".into(),
+                    (true, false) => {
+                        "slurmctld refuses the node's registration (INVAL; see slurmctld.log)".into()
+                    }
                     (false, _) => format!(
-                        "slurmctld refused the node's registration ({}) and has not heard from its slurmd since",
+                        "slurmctld refused the node's registration ({}) and has not taken one since",
                         rec.reason.as_deref().unwrap_or_default()
                     ),
                 };
