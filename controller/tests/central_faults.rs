@@ -127,6 +127,15 @@ fn spawn_central(c: &Cluster, config: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// [`spawn_central`] with its Slurm calls failing (or pausing) as `faults` (JSON) says.
+fn spawn_central_under(c: &Cluster, config: &Path, faults: &str) -> std::process::Child {
+    common::central_command_under(c, config, faults)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn status(c: &Cluster) -> Status {
     Status::read(&c.dir.join("central")).unwrap()
 }
@@ -433,8 +442,7 @@ fn reboot_before_refresh(put_back_fails: bool) -> (Cluster, Workload, Simulated,
         )
     };
     let config = central_config_with(&c, &TO_C5, "run/snapshot.json", &central);
-    let mut cmd = common::central_command_under(&c, &config, &faults);
-    let central = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let central = spawn_central_under(&c, &config, &faults);
     wait_until("Slurm's refresh", Duration::from_secs(60), || reached.exists());
     assert_eq!(g1.layout(0), C5, "installed before the refresh");
     assert_ne!(std::fs::read_to_string(&gres_conf).unwrap(), before);
@@ -1397,11 +1405,7 @@ fn a_registration_slurmctld_refuses_mid_batch_as_stale_does_not_leave_the_node_d
         gate.display()
     );
     let config = central_config(&c, &Policy::Static("\"c2\""), "run/snapshot.json");
-    let central = common::central_command_under(&c, &config, &faults)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let central = spawn_central_under(&c, &config, &faults);
     let reached = c.dir.join("run/resume-gate.reached");
     wait_until("node 1's resume", Duration::from_secs(60), || reached.exists());
     signal_slurmd(&c, 1, "STOP");
@@ -1418,11 +1422,7 @@ fn a_registration_slurmctld_refuses_mid_batch_as_stale_does_not_leave_the_node_d
     let gate = c.dir.join("run/reconfigure-gate");
     let faults = format!(r#"[{{"call": "reconfigure", "pause": "{}"}}]"#, gate.display());
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
-    let central = common::central_command_under(&c, &config, &faults)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let central = spawn_central_under(&c, &config, &faults);
     let reached = c.dir.join("run/reconfigure-gate.reached");
     wait_until("the batch's reconfigure", Duration::from_secs(60), || {
         reached.exists()
@@ -1555,11 +1555,7 @@ fn a_job_that_starts_on_a_changing_instance_just_before_the_drain_keeps_it_and_t
         c.nodes[1],
         gate.display()
     );
-    let central = common::central_command_under(&c, &config, &faults)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let central = spawn_central_under(&c, &config, &faults);
     let reached = c.dir.join("run/drain-gate.reached");
     wait_until("node 1's drain", Duration::from_secs(60), || reached.exists());
     let n1 = c.nodes[1].clone();
@@ -1688,15 +1684,11 @@ fn a_refused_reconfigure_whose_include_cannot_be_put_back_holds_the_nodes_and_sl
     let (c, jobs, s0, s1) = start_busy_and_idle();
     let config = central_config(&c, &TO_C5, "run/snapshot.json");
     let gate = c.dir.join("run/reconfigure-gate");
-    let mut cmd = common::central_command_under(
-        &c,
-        &config,
-        &format!(
-            r#"[{{"call": "reconfigure", "pause": "{}"}}, {{"call": "reconfigure"}}]"#,
-            gate.display()
-        ),
+    let faults = format!(
+        r#"[{{"call": "reconfigure", "pause": "{}"}}, {{"call": "reconfigure"}}]"#,
+        gate.display()
     );
-    let central = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let central = spawn_central_under(&c, &config, &faults);
     let mut reached = gate.clone().into_os_string();
     reached.push(".reached");
     wait_until("the batch's reconfigure", Duration::from_secs(60), || {
