@@ -872,7 +872,7 @@ const STALE: &str = "gres/gpu:3g.20gb count too low (1 < 2)";
 /// The central role of a cycle to c5 in which, by the time node b's agent started slurmd,
 /// slurmctld's record of b is as `at_start` leaves it (and the first update that holds a
 /// node is refused).
-fn slurm_changes_b_during_the_batch(tag: &str, at_start: NodeChange) -> Central {
+fn batch_where_slurm_changes_b_at_start(tag: &str, at_start: NodeChange) -> Central {
     let dir = temp(tag);
     let mut s = cluster();
     s.at_start = vec![("b".into(), at_start)];
@@ -880,10 +880,13 @@ fn slurm_changes_b_during_the_batch(tag: &str, at_start: NodeChange) -> Central 
     central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default())
 }
 
-/// [`slurm_changes_b_during_the_batch`], run to the batch's end: the cycles' report, b's
+/// [`batch_where_slurm_changes_b_at_start`], run to the batch's end: the cycles' report, b's
 /// record after them, and the central role.
-fn slurm_changed_b_during_the_batch(tag: &str, at_start: NodeChange) -> (CycleReport, SlurmNode, Central) {
-    let mut c = slurm_changes_b_during_the_batch(tag, at_start);
+fn run_batch_where_slurm_changes_b_at_start(
+    tag: &str,
+    at_start: NodeChange,
+) -> (CycleReport, SlurmNode, Central) {
+    let mut c = batch_where_slurm_changes_b_at_start(tag, at_start);
     let r = once(&mut c);
     assert!(c.ledger.batch.is_none(), "the batch closed");
     (r, node(&mut c, "b"), c)
@@ -893,7 +896,8 @@ fn slurm_changed_b_during_the_batch(tag: &str, at_start: NodeChange) -> (CycleRe
 fn a_node_slurmctld_refused_during_the_batch_and_has_taken_since_resumes_as_changed() {
     // The refusal of a registration b's slurmd sent before the refresh reached it; the
     // reconfigured slurmd's registration taken since.
-    let (r, b, c) = slurm_changed_b_during_the_batch("refused-taken", |n| n.reason = Some(STALE.into()));
+    let (r, b, c) =
+        run_batch_where_slurm_changes_b_at_start("refused-taken", |n| n.reason = Some(STALE.into()));
     assert_eq!((r.changed, r.errors.len()), (2, 0), "{:?}", r.errors);
     assert!(!b.drain && b.reason.is_none(), "{b:?}");
     assert_eq!(action(&c, "b/1"), "applied");
@@ -904,7 +908,7 @@ fn a_node_slurmctld_refused_waits_at_the_resume_until_slurmctld_takes_its_regist
     let refused: NodeChange = |n| (n.reason, n.invalid_reg) = (Some(STALE.into()), true);
     let unheard: NodeChange = |n| (n.reason, n.silent) = (Some(STALE.into()), true);
     for (tag, at_start) in [("refused-wait", refused), ("unheard-wait", unheard)] {
-        let mut c = slurm_changes_b_during_the_batch(tag, at_start);
+        let mut c = batch_where_slurm_changes_b_at_start(tag, at_start);
         c.run_once(Duration::ZERO, Duration::from_millis(300));
         assert!(c.ledger.batch.is_some(), "{tag}: b waits");
         assert!(node(&mut c, "b").drain, "{tag}");
@@ -925,7 +929,7 @@ fn a_node_slurmctld_refused_waits_at_the_resume_until_slurmctld_takes_its_regist
 #[test]
 fn a_node_slurmctld_has_not_heard_from_since_its_own_drain_resumes() {
     // slurmctld waits for b's answer (a ping), with the generation's reason: resumed.
-    let (r, b, _) = slurm_changed_b_during_the_batch("unheard-ours", |n| n.silent = true);
+    let (r, b, _) = run_batch_where_slurm_changes_b_at_start("unheard-ours", |n| n.silent = true);
     assert!(!b.drain && r.errors.is_empty(), "{b:?} {:?}", r.errors);
 }
 
@@ -944,7 +948,7 @@ fn a_node_slurmctld_still_refuses_or_has_not_taken_since_its_refusal_is_held_nam
         ("refused-unheard", unheard, taken),
         ("refused-down", down, taken),
     ] {
-        let (r, b, c) = slurm_changed_b_during_the_batch(tag, at_start);
+        let (r, b, c) = run_batch_where_slurm_changes_b_at_start(tag, at_start);
         assert_eq!(r.changed, 2, "{tag}: b's GPU has its new layout: {:?}", r.errors);
         assert!(
             held_saying(&b, &["smartmig: held: gen 1: ", says, STALE]),
@@ -964,7 +968,7 @@ fn a_node_slurmctld_still_refuses_or_has_not_taken_since_its_refusal_is_held_nam
 fn a_node_slurmctld_refuses_with_the_generations_reason_is_held_instead_of_keeping_the_batch_open() {
     // 22.05 keeps the node's reason when it refuses a registration; a resume is refused
     // while the node is INVAL.
-    let (r, b, _) = slurm_changed_b_during_the_batch("refused-ours", |n| n.invalid_reg = true);
+    let (r, b, _) = run_batch_where_slurm_changes_b_at_start("refused-ours", |n| n.invalid_reg = true);
     assert!(
         held_saying(&b, &["slurmctld refuses the node's registration (INVAL"]),
         "{b:?} {:?}",
@@ -975,7 +979,7 @@ fn a_node_slurmctld_refuses_with_the_generations_reason_is_held_instead_of_keepi
 #[test]
 fn a_node_marked_down_after_slurmctld_refused_it_is_left_as_slurmctld_set_it() {
     // Its slurmd died after the refusal: slurmctld appended its own words; not resumed.
-    let (_, b, c) = slurm_changed_b_during_the_batch("refused-down-since", |n| {
+    let (_, b, c) = run_batch_where_slurm_changes_b_at_start("refused-down-since", |n| {
         (n.reason, n.down) = (Some(format!("{STALE} : Not responding")), true)
     });
     assert!(
@@ -996,12 +1000,8 @@ fn a_node_marked_down_after_slurmctld_refused_it_is_left_as_slurmctld_set_it() {
 fn a_node_held_after_slurmctld_refused_it_keeps_slurmctlds_words_in_the_held_reason() {
     // b's agent refuses Start (its GPUs went back at a reboot): held, and slurmctld's
     // refusal said too.
-    let dir = temp("refused-held");
-    let mut s = cluster();
-    let refused: NodeChange = |n| n.reason = Some(STALE.into());
-    s.at_start = vec![("b".into(), refused)];
-    s.start_refused = vec!["b".into()];
-    let mut c = central(resolved(&dir, TO_C5), s, Mode::Drain, Recorder::default());
+    let mut c = batch_where_slurm_changes_b_at_start("refused-held", |n| n.reason = Some(STALE.into()));
+    c.api_fake().start_refused = vec!["b".into()];
     once(&mut c);
     let b = node(&mut c, "b");
     let slurms = format!("smartmig: held: gen 1: slurmctld: {STALE}; the agent refused Start");

@@ -1233,35 +1233,25 @@ impl Central {
         // slurmctld's GPU refusal in place of the generation's reason (24.11): a
         // registration slurmd sent before Slurm's refresh reached it, with the layouts the
         // node had. slurmd sends it before the reconfigure's re-exec (which waits for its
-        // calls to end), so the reconfigured slurmd's registration comes after it and
-        // clears the INVAL, before the refresh is seen done.
+        // calls to end), so the reconfigured slurmd's registration, taken, follows it.
         let refusal = !is_ours(rec.reason.as_deref(), b.generation);
-        // Refused still (slurmctld refuses a resume then), or refused and not taken since
-        // (slurmctld has not heard from the node, which a restart of it also causes as it
-        // keeps no INVAL, or marked it down): slurmd has not registered since, or reports
-        // other GPUs than the node file gives it. Held once the wait is over, for an admin
-        // (and, while INVAL on the reconfigure path, the registration asks between batches).
+        // Not taken since: INVAL (slurmctld refuses a resume then), or, after a refusal,
+        // not heard from (a restart of slurmctld keeps no INVAL) or down. Held once the
+        // wait is over, for an admin (and the registration asks between batches).
         if rec.invalid_reg || (refusal && (rec.silent || rec.down)) {
-            if waited > self.report_timeout_s() {
-                let why = match (rec.invalid_reg, refusal) {
-                    (true, true) => format!(
-                        "slurmctld refuses the node's registration: {}",
-                        rec.reason.as_deref().unwrap_or_default()
-                    ),
-                    (true, false) => {
-                        "slurmctld refuses the node's registration (INVAL; see slurmctld.log)".into()
-                    }
-                    (false, _) => format!(
-                        "slurmctld refused the node's registration ({}) and has not taken one since",
-                        rec.reason.as_deref().unwrap_or_default()
-                    ),
-                };
-                return self.hold(b, node, rec, why, report);
+            if waited <= self.report_timeout_s() {
+                log::info!("{node}: slurmctld has not taken a registration of the node yet; checking again next cycle");
+                return;
             }
-            log::info!(
-                "{node}: slurmctld has not taken a registration of the node yet; checking again next cycle"
-            );
-            return;
+            let reason = rec.reason.as_deref().unwrap_or_default();
+            let why = if !refusal {
+                "slurmctld refuses the node's registration (INVAL; see slurmctld.log)".to_string()
+            } else if rec.invalid_reg {
+                format!("slurmctld refuses the node's registration: {reason}")
+            } else {
+                format!("slurmctld refused the node's registration ({reason}) and has not taken one since")
+            };
+            return self.hold(b, node, rec, why, report);
         }
         if refusal {
             log::warn!(
